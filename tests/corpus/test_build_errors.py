@@ -1,0 +1,162 @@
+"""Every bad input ends with one line naming the file, exit code 2, and nothing half-written."""
+
+import bz2
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ralm.cli import main
+from ralm.samples import sample_path
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, [line for line in err if not line.startswith(("pass ", "\r"))]
+
+
+def assert_clean_failure(code, err, needle, out):
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("ralm: error: "), err
+    assert needle in err[0], err[0]
+    assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], "temp dir left behind"
+
+
+MINIMAL_DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
+<siteinfo><namespaces><namespace key="0" /><namespace key="1">Talk</namespace></namespaces></siteinfo>
+{pages}
+</mediawiki>
+"""
+TALK_PAGE = "<page><title>Talk:X</title><ns>1</ns><id>2</id><revision><text>chat about x</text></revision></page>"
+
+
+def test_missing_path(tmp_path, capsys):
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "corpus", "build", tmp_path / "nope.xml.bz2", "--out", out)
+    assert_clean_failure(code, err, "nope.xml.bz2", out)
+
+
+def test_truncated_bz2(tmp_path, capsys):
+    data = sample_path("enwiki").read_bytes()
+    src = tmp_path / "cut.xml.bz2"
+    src.write_bytes(data[: len(data) // 2])
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
+    assert_clean_failure(code, err, "cut.xml.bz2", out)
+    assert "truncated" in err[0]
+
+
+def test_not_xml(tmp_path, capsys):
+    src = tmp_path / "dump.xml"
+    src.write_text("this is not xml at all\n")
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
+    assert_clean_failure(code, err, "dump.xml", out)
+
+
+def test_not_utf8_xml(tmp_path, capsys):
+    page = "<page><title>A</title><ns>0</ns><id>1</id><revision><text>caf\xe9 ok</text></revision></page>"
+    src = tmp_path / "latin1.xml"
+    src.write_bytes(MINIMAL_DUMP.format(pages=page).encode("latin-1"))
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
+    assert_clean_failure(code, err, "latin1.xml", out)
+    assert "UTF-8" in err[0]
+
+
+def test_dump_without_articles(tmp_path, capsys):
+    src = tmp_path / "talk.xml.bz2"
+    src.write_bytes(bz2.compress(MINIMAL_DUMP.format(pages=TALK_PAGE).encode()))
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
+    assert_clean_failure(code, err, "talk.xml.bz2", out)
+    assert "no articles" in err[0]
+
+
+def test_jsonl_bad_line_names_line(tmp_path, capsys):
+    src = tmp_path / "docs.jsonl"
+    src.write_text(json.dumps({"title": "a", "text": "Fine text."}) + "\n\n{not json\n")
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
+    assert_clean_failure(code, err, "docs.jsonl:3", out)
+
+
+def test_jsonl_not_utf8(tmp_path, capsys):
+    src = tmp_path / "docs.jsonl"
+    src.write_bytes(b'{"title": "a", "text": "ok"}\n{"title": "b", "text": "caf\xe9"}\n')
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
+    assert_clean_failure(code, err, "docs.jsonl", out)
+    assert "UTF-8" in err[0]
+
+
+def test_bad_tokenizer_dir_and_chunk_size(tmp_path, capsys):
+    src = tmp_path / "a.txt"
+    src.write_text("Some text here.")
+    out = tmp_path / "out"
+    (tmp_path / "empty").mkdir()
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--tokenizer", tmp_path / "empty")
+    assert_clean_failure(code, err, "empty", out)
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--chunk-size", "2")
+    assert_clean_failure(code, err, "--chunk-size", out)
+
+
+def test_existing_out_needs_overwrite_and_failed_rebuild_keeps_old(tmp_path, capsys):
+    src = tmp_path / "a.txt"
+    src.write_text("The first version. It has two sentences.")
+    out = tmp_path / "out"
+    assert run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")[0] == 0
+    old_manifest = (out / "manifest.json").read_text()
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
+    assert code == 2 and "--overwrite" in err[0]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{oops\n")
+    code, err = run_cli(capsys, "corpus", "build", bad, "--out", out, "--overwrite", "--quiet")
+    assert code == 2 and "bad.jsonl:1" in err[0]
+    assert (out / "manifest.json").read_text() == old_manifest, "a failed rebuild must not touch the old store"
+    src.write_text("The second version.")
+    assert run_cli(capsys, "corpus", "build", src, "--out", out, "--overwrite", "--quiet")[0] == 0
+    assert (out / "manifest.json").read_text() != old_manifest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "bad.jsonl", "out"]
+
+
+def test_a_directory_that_is_not_a_docstore_is_never_overwritten(tmp_path, capsys):
+    src = tmp_path / "a.txt"
+    src.write_text("Text.")
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "thesis.tex").write_text("do not delete")
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--overwrite")
+    assert code == 2 and "not a DocStore" in err[0]
+    assert (out / "thesis.tex").read_text() == "do not delete"
+
+
+def test_info_and_show_errors(tmp_path, capsys):
+    code, err = run_cli(capsys, "corpus", "info", tmp_path / "missing")
+    assert code == 2 and "missing" in err[0]
+    src = tmp_path / "a.txt"
+    src.write_text("Just one chunk of text.")
+    out = tmp_path / "out"
+    assert run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")[0] == 0
+    code, err = run_cli(capsys, "corpus", "show", out, "5")
+    assert code == 2 and "out of range" in err[0]
+    assert main(["corpus", "show", str(out), "0"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.splitlines()[1] == "Just one chunk of text."
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["corpus"], ["corpus", "build"], ["corpus", "info"], ["corpus", "show"]],
+)
+def test_help_explains_every_option(argv):
+    res = subprocess.run([sys.executable, "-m", "ralm", *argv, "--help"], capture_output=True, text=True, check=True)
+    assert res.stdout.startswith("usage: ralm")
+    if argv == ["corpus", "build"]:
+        for opt in ("--out", "--sample", "--format", "--text-mode", "--tokenizer", "--chunk-size", "--lang",
+                    "--entity-vocab", "--min-entity-count", "--no-auto-annotate", "--no-dates", "--ner-model",
+                    "--max-articles", "--rows-per-shard", "--row-group-size", "--overwrite", "--quiet"):
+            assert opt in res.stdout
