@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import bz2
-import datetime as dt
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -28,19 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_result  # noqa: E402
 
 
 def make_repeated_dump(src: Path, dst: Path, times: int) -> None:
@@ -55,8 +42,12 @@ def make_repeated_dump(src: Path, dst: Path, times: int) -> None:
             if r == 0:
                 f.write(pages)
                 continue
-            copy = re.sub(r"<title>(.*?)</title>", lambda m, r=r: f"<title>{m.group(1)} (copy {r})</title>", pages)
-            copy = re.sub(r"<id>(\d+)</id>", lambda m, r=r: f"<id>{int(m.group(1)) + r * 10_000_000}</id>", copy)
+            copy = re.sub(
+                r"<title>(.*?)</title>", lambda m, r=r: f"<title>{m.group(1)} (copy {r})</title>", pages
+            )
+            copy = re.sub(
+                r"<id>(\d+)</id>", lambda m, r=r: f"<id>{int(m.group(1)) + r * 10_000_000}</id>", copy
+            )
             f.write(copy)
         f.write(tail)
 
@@ -70,8 +61,21 @@ def timed_build(src: Path, out: Path) -> dict:
         "print(json.dumps({'rc': r.returncode, 'seconds': time.perf_counter() - t,"
         " 'max_rss_kb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n"
     )
-    cmd = [sys.executable, "-c", code, sys.executable, "-m", "ralm", "corpus", "build", str(src),
-           "--out", str(out), "--overwrite", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-c",
+        code,
+        sys.executable,
+        "-m",
+        "ralm",
+        "corpus",
+        "build",
+        str(src),
+        "--out",
+        str(out),
+        "--overwrite",
+        "--quiet",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     stats = json.loads(res.stdout.strip().splitlines()[-1])
     if stats["rc"] != 0:
@@ -124,7 +128,9 @@ def chunk_vs_tokenizer(src: Path, repeats: int = 3) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", type=int, default=50, help="repeat the sample this many times for the big dump")
+    ap.add_argument(
+        "--scale", type=int, default=50, help="repeat the sample this many times for the big dump"
+    )
     ap.add_argument("--skip-big", action="store_true", help="only the 1x sample (quick)")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -165,19 +171,14 @@ def main() -> None:
         metrics.update({k: round(v, 3) if isinstance(v, float) else v for k, v in cvt.items()})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {
-        "command": "python benchmarks/ingest.py" + (f" --scale {args.scale}" if args.scale != 50 else "")
-        + (" --skip-big" if args.skip_big else ""),
-        "machine": machine(),
-        "date": dt.date.today().isoformat(),
-        "metrics": metrics,
-        "targets": {"rss_ratio_big_vs_sample": "<= 1.25", "chunking_vs_tokenizer_ratio": ">= 0.8"},
-    }
-    out = HERE / "results" / "ingest.json"
-    out.parent.mkdir(exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, out)
+    command = "python benchmarks/ingest.py" + (f" --scale {args.scale}" if args.scale != 50 else "")
+    command += " --skip-big" if args.skip_big else ""
+    result = write_result(
+        "ingest",
+        command,
+        metrics,
+        {"rss_ratio_big_vs_sample": "<= 1.25", "chunking_vs_tokenizer_ratio": ">= 0.8"},
+    )
     print(json.dumps(result, indent=2))
 
 

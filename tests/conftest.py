@@ -39,5 +39,7 @@ def bpe_tokenizer():
         "Oslo er hovedstaden i Norge. Det bor mange mennesker der.",
         "København er Danmarks hovedstad og største by.",
     ] * 20
-    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        text, trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    )
     return PreTrainedTokenizerFast(tokenizer_object=tok)

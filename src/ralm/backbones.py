@@ -38,7 +38,9 @@ def resolve_model_dir(path: str | os.PathLike | None) -> Path:
         raise RalmError(f"{p}: no such model directory; pass a local Hugging Face model directory")
     if not p.is_dir():
         raise RalmError(f"{p}: not a directory; pass a local Hugging Face model directory")
-    if not any((p / f).is_file() for f in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")):
+    if not any(
+        (p / f).is_file() for f in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
+    ):
         raise RalmError(
             f"{p}: not a Hugging Face model directory (no config.json or tokenizer files); "
             "pass the directory that save_pretrained wrote"
@@ -58,11 +60,15 @@ def load_tokenizer(path: str | os.PathLike | None = None):
         tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RalmError(f"{d}: could not load a tokenizer ({first}); pass a model directory with tokenizer files") from None
+        raise RalmError(
+            f"{d}: could not load a tokenizer ({first}); pass a model directory with tokenizer files"
+        ) from None
     finally:
         hf_logging.set_verbosity(verbosity)
     if not getattr(tok, "is_fast", False):
-        raise RalmError(f"{d}: tokenizer is not a fast tokenizer; ralm needs tokenizer.json (convert it with `tokenizers`)")
+        raise RalmError(
+            f"{d}: tokenizer is not a fast tokenizer; ralm needs tokenizer.json (convert it with `tokenizers`)"
+        )
     return tok
 
 

@@ -21,7 +21,11 @@ from ralm.errors import RalmError
 _GENSIM_DATA = "test/test_data"
 SAMPLES: dict[str, tuple[str, str, str]] = {
     # name: (package, path inside the package, format for `ralm corpus build`)
-    "enwiki": ("gensim", f"{_GENSIM_DATA}/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2", "wiki"),
+    "enwiki": (
+        "gensim",
+        f"{_GENSIM_DATA}/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
+        "wiki",
+    ),
     "bgwiki": ("gensim", f"{_GENSIM_DATA}/bgwiki-latest-pages-articles-shortened.xml.bz2", "wiki"),
     "lee": ("gensim", f"{_GENSIM_DATA}/lee_background.cor", "text-lines"),
     "chitchat": ("chitchat_dataset", "dataset.json", "json"),

@@ -30,7 +30,9 @@ MINIMAL_DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
 {pages}
 </mediawiki>
 """
-TALK_PAGE = "<page><title>Talk:X</title><ns>1</ns><id>2</id><revision><text>chat about x</text></revision></page>"
+TALK_PAGE = (
+    "<page><title>Talk:X</title><ns>1</ns><id>2</id><revision><text>chat about x</text></revision></page>"
+)
 
 
 def test_missing_path(tmp_path, capsys):
@@ -116,7 +118,9 @@ def test_existing_out_needs_overwrite_and_failed_rebuild_keeps_old(tmp_path, cap
     bad.write_text("{oops\n")
     code, err = run_cli(capsys, "corpus", "build", bad, "--out", out, "--overwrite", "--quiet")
     assert code == 2 and "bad.jsonl:1" in err[0]
-    assert (out / "manifest.json").read_text() == old_manifest, "a failed rebuild must not touch the old store"
+    assert (out / "manifest.json").read_text() == old_manifest, (
+        "a failed rebuild must not touch the old store"
+    )
     src.write_text("The second version.")
     assert run_cli(capsys, "corpus", "build", src, "--out", out, "--overwrite", "--quiet")[0] == 0
     assert (out / "manifest.json").read_text() != old_manifest
@@ -153,10 +157,28 @@ def test_info_and_show_errors(tmp_path, capsys):
     [[], ["corpus"], ["corpus", "build"], ["corpus", "info"], ["corpus", "show"]],
 )
 def test_help_explains_every_option(argv):
-    res = subprocess.run([sys.executable, "-m", "ralm", *argv, "--help"], capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "ralm", *argv, "--help"], capture_output=True, text=True, check=True
+    )
     assert res.stdout.startswith("usage: ralm")
     if argv == ["corpus", "build"]:
-        for opt in ("--out", "--sample", "--format", "--text-mode", "--tokenizer", "--chunk-size", "--lang",
-                    "--entity-vocab", "--min-entity-count", "--no-auto-annotate", "--no-dates", "--ner-model",
-                    "--max-articles", "--rows-per-shard", "--row-group-size", "--overwrite", "--quiet"):
+        for opt in (
+            "--out",
+            "--sample",
+            "--format",
+            "--text-mode",
+            "--tokenizer",
+            "--chunk-size",
+            "--lang",
+            "--entity-vocab",
+            "--min-entity-count",
+            "--no-auto-annotate",
+            "--no-dates",
+            "--ner-model",
+            "--max-articles",
+            "--rows-per-shard",
+            "--row-group-size",
+            "--overwrite",
+            "--quiet",
+        ):
             assert opt in res.stdout

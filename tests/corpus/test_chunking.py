@@ -32,14 +32,31 @@ def test_token_ranges_empty_and_bad_budget():
 
 def _article(seed: int, n_sent: int = 60) -> Article:
     rng = np.random.default_rng(seed)
-    words = "the king of Norway lived in Oslo during 1905 and unbelievably extraordinary reforms followed".split()
+    words = [
+        "the",
+        "king",
+        "of",
+        "Norway",
+        "lived",
+        "in",
+        "Oslo",
+        "during",
+        "1905",
+        "and",
+        "unbelievably",
+        "extraordinary",
+        "reforms",
+        "followed",
+    ]
     sents = []
     for _ in range(n_sent):
         k = int(rng.integers(3, 40))
         s = " ".join(rng.choice(words, size=k))
         sents.append(s[0].upper() + s[1:] + ".")
     # a paragraph break now and then, and one monster word
-    text = " ".join(sents[:20]) + "\n\n" + " ".join(sents[20:40]) + " " + "x" * 400 + " " + " ".join(sents[40:])
+    text = (
+        " ".join(sents[:20]) + "\n\n" + " ".join(sents[20:40]) + " " + "x" * 400 + " " + " ".join(sents[40:])
+    )
     links = []
     for m in ("Oslo", "Norway"):
         start = 0

@@ -36,10 +36,13 @@ def test_ragged_width3_and_size_check(tmp_path):
 
 def _docs(n=30):
     rng = np.random.default_rng(0)
-    words = "alpha beta gamma delta Oslo Norway king queen river mountain".split()
+    words = ["alpha", "beta", "gamma", "delta", "Oslo", "Norway", "king", "queen", "river", "mountain"]
     docs = []
     for i in range(n):
-        sents = [" ".join(rng.choice(words, size=int(rng.integers(4, 15)))).capitalize() + "." for _ in range(int(rng.integers(1, 9)))]
+        sents = [
+            " ".join(rng.choice(words, size=int(rng.integers(4, 15)))).capitalize() + "."
+            for _ in range(int(rng.integers(1, 9)))
+        ]
         text = " ".join(sents) + f" Born 12 April {1800 + i}."
         j = text.find("Oslo")
         links = [{"start": j, "end": j + 4, "target": "Oslo"}] if j >= 0 else []
@@ -63,14 +66,20 @@ def test_round_trip_every_access_path_agrees(small_store):
     n = len(store)
     assert n == store.manifest["counts"]["chunks"] and n > 30
     assert len(store.shard_paths) == -(-n // 8)  # ceil: 8 rows per shard
-    streamed = [r for b in store.iter_batches(batch_size=5) for r in (dict(zip(b, vals, strict=True)) for vals in zip(*b.values(), strict=True))]
+    streamed = [
+        r
+        for b in store.iter_batches(batch_size=5)
+        for r in (dict(zip(b, vals, strict=True)) for vals in zip(*b.values(), strict=True))
+    ]
     assert [r["id"] for r in streamed] == list(range(n))
     for i in [n - 1, 0, 7, 8, 3, 17, n // 2]:  # random access across groups and shards
         row = store.get(i)
         assert row == streamed[i]
         assert store.input_ids(i).tolist() == row["input_ids"]
         trip = store.salient_tokens(i).tolist()
-        assert trip == [[s["token_start"], s["token_end"], SALIENT_SOURCES.index(s["source"])] for s in row["salient"]]
+        assert trip == [
+            [s["token_start"], s["token_end"], SALIENT_SOURCES.index(s["source"])] for s in row["salient"]
+        ]
     assert [r["id"] for r in store.get_many([5, 1, 5])] == [5, 1, 5]
     # chunk text is the exact slice of the article text
     arts = store.articles().to_pylist()

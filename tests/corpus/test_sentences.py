@@ -22,7 +22,12 @@ def test_english_abbreviations_initials_and_quotes():
 
 def test_norwegian_dates_and_abbreviations_do_not_split():
     t = "Han kom 12. april 1861 til Oslo. Det var bl.a. kaldt. «Hei!» sa han. Slutt."
-    assert texts(t) == ["Han kom 12. april 1861 til Oslo.", "Det var bl.a. kaldt.", "«Hei!» sa han.", "Slutt."]
+    assert texts(t) == [
+        "Han kom 12. april 1861 til Oslo.",
+        "Det var bl.a. kaldt.",
+        "«Hei!» sa han.",
+        "Slutt.",
+    ]
 
 
 def test_lines_are_boundaries_and_blank_lines_skipped():

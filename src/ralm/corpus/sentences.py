@@ -21,28 +21,99 @@ import re
 # Abbreviations after which a full stop does not end a sentence (lower-cased, without the
 # final "."). English, Norwegian and Danish; extend freely, it only makes splits rarer.
 ABBREVIATIONS = frozenset(
-    """
-    mr mrs ms dr prof sr jr st mt vs etc e.g i.e cf al approx no nos vol fig ca c
-    jan feb mar apr jun jul aug sep sept oct nov dec
-    inc ltd co corp gen col lt sgt capt rev hon
-    bl.a f.eks dvs osv mfl m.fl nr pga iht jf ev evt ifm kl ca. mv m.v s.k skr t.o.m o.l
-    bla f.eks. ang hhv dsb fx mht bl.a. el
-    """.split()
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "mt",
+        "vs",
+        "etc",
+        "e.g",
+        "i.e",
+        "cf",
+        "al",
+        "approx",
+        "no",
+        "nos",
+        "vol",
+        "fig",
+        "ca",
+        "c",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "gen",
+        "col",
+        "lt",
+        "sgt",
+        "capt",
+        "rev",
+        "hon",
+        "bl.a",
+        "f.eks",
+        "dvs",
+        "osv",
+        "mfl",
+        "m.fl",
+        "nr",
+        "pga",
+        "iht",
+        "jf",
+        "ev",
+        "evt",
+        "ifm",
+        "kl",
+        "ca.",
+        "mv",
+        "m.v",
+        "s.k",
+        "skr",
+        "t.o.m",
+        "o.l",
+        "bla",
+        "f.eks.",
+        "ang",
+        "hhv",
+        "dsb",
+        "fx",
+        "mht",
+        "bl.a.",
+        "el",
+    ]
 )
 
 _END = r"[.!?…]+|[。！？।؟]"
 _CLOSE = r"[\"'”’»)\]]*"
 # A candidate boundary: end punctuation, closing marks, then whitespace (not a newline).
 _CANDIDATE = re.compile(rf"(?:{_END}){_CLOSE}(?=[ \t\u00a0]+(\S))")
-_WORD_BEFORE = re.compile(r"(\S+)$")
 
 
 def _is_abbreviation(text: str, dot_pos: int) -> bool:
     """True if the word ending at `dot_pos` (the index of a '.') is an abbreviation or initial."""
-    m = _WORD_BEFORE.search(text, 0, dot_pos)
-    if m is None:
+    k = dot_pos
+    while k > 0 and not text[k - 1].isspace():  # back to the start of the word (words are short)
+        k -= 1
+    if k == dot_pos:
         return False
-    word = m.group(1).lstrip("(\"'“‘«[")
+    word = text[k:dot_pos].lstrip("(\"'“‘«[")
     if len(word) == 1 and word.isalpha() and word.isupper():
         return True  # an initial: "J. R. R. Tolkien"
     return word.lower() in ABBREVIATIONS
