@@ -52,7 +52,7 @@ def make_repeated_dump(src: Path, dst: Path, times: int) -> None:
         f.write(tail)
 
 
-def timed_build(src: Path, out: Path) -> dict:
+def timed_build(src: Path, out: Path, workers: int = 1) -> dict:
     """Run `ralm corpus build` in a child process; wall time, peak RSS and counts."""
     code = (
         "import resource, subprocess, sys, time, json\n"
@@ -75,6 +75,8 @@ def timed_build(src: Path, out: Path) -> dict:
         str(out),
         "--overwrite",
         "--quiet",
+        "--workers",
+        str(workers),
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     stats = json.loads(res.stdout.strip().splitlines()[-1])
@@ -156,6 +158,8 @@ def main() -> None:
             make_repeated_dump(src, big_src, args.scale)
             big = timed_build(big_src, work / "big")
             print(json.dumps(big), flush=True)
+            big2 = timed_build(big_src, work / "big2", workers=2)
+            print(json.dumps(big2), flush=True)
             metrics.update(
                 big_scale=args.scale,
                 big_dump_mb=round(big_src.stat().st_size / 2**20, 1),
@@ -166,6 +170,8 @@ def main() -> None:
                 big_chunks_per_s=round(big["chunks"] / big["seconds"], 1),
                 big_peak_rss_mb=round(big["max_rss_kb"] / 1024, 1),
                 rss_ratio_big_vs_sample=round(big["max_rss_kb"] / small["max_rss_kb"], 3),
+                big_workers2_seconds=round(big2["seconds"], 1),
+                big_workers2_speedup=round(big["seconds"] / big2["seconds"], 3),
             )
         cvt = chunk_vs_tokenizer(src)
         metrics.update({k: round(v, 3) if isinstance(v, float) else v for k, v in cvt.items()})

@@ -176,6 +176,7 @@ def test_help_explains_every_option(argv):
             "--no-dates",
             "--ner-model",
             "--max-articles",
+            "--workers",
             "--rows-per-shard",
             "--row-group-size",
             "--overwrite",

