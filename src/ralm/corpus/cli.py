@@ -74,6 +74,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_false",
         help="skip DaLUKE-style string-match entity spans",
     )
+    b.add_argument(
+        "--auto-capitalized-only",
+        action="store_true",
+        help="keep only auto-annotated matches starting with a capital letter or digit (proper names; "
+        "DaLUKE's rule, the default, is case-insensitive)",
+    )
     b.add_argument("--no-dates", dest="dates", action="store_false", help="skip date spans")
     b.add_argument(
         "--ner-model",
@@ -156,6 +162,7 @@ def _build(args: argparse.Namespace) -> int:
         entity_vocab=args.entity_vocab,
         min_entity_count=args.min_entity_count,
         auto_annotate=args.auto_annotate,
+        auto_capitalized_only=args.auto_capitalized_only,
         dates=args.dates,
         ner_model=args.ner_model,
         max_articles=args.max_articles,
