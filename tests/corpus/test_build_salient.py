@@ -12,8 +12,8 @@ def _build(tmp_path, name, **cfg):
             "title": "Bergen",
             "text": "Bergen is a city. Leadership matters.",
             "links": [
-                {"start": 0, "end": 4, "target": "Oslo"},
-                {"start": 16, "end": 26, "target": "leadership"},
+                {"start": 0, "end": 6, "target": "Bergen"},
+                {"start": 18, "end": 28, "target": "leadership"},
             ],
         },
         {"title": "B", "text": "Good leadership in Bergen since 12 May 1905; bergen again.", "links": []},
