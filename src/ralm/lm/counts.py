@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -83,17 +83,22 @@ class Vocab:
         Returns `(flat, sentence_id)`, both int32 of shape (T,), T = sum(len(s) + bos + eos).
         `sentence_id[i]` is the index of the sentence position i belongs to.
         """
-        get = self.token_to_id.get
-        head = (BOS_ID,) if bos else ()
-        tail = (EOS_ID,) if eos else ()
-        lengths = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=len(sentences))
-        lengths += int(bos) + int(eos)
-        total = int(lengths.sum())
-        flat = np.fromiter(
-            chain.from_iterable(chain(head, (get(t, UNK_ID) for t in s), tail) for s in sentences),
+        n_words = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+        ids = np.fromiter(
+            map(self.token_to_id.get, chain.from_iterable(sentences), repeat(UNK_ID)),
             dtype=np.int32,
-            count=total,
+            count=int(n_words.sum()),
         )
+        lengths = n_words + int(bos) + int(eos)
+        starts = np.cumsum(lengths) - lengths  # first position of each sentence in flat
+        flat = np.empty(int(lengths.sum()), dtype=np.int32)
+        if bos:
+            flat[starts] = BOS_ID
+        if eos:
+            flat[starts + lengths - 1] = EOS_ID
+        # word j of sentence i (ids[first_word[i] + j]) goes to flat[starts[i] + bos + j]
+        first_word = np.cumsum(n_words) - n_words
+        flat[np.arange(len(ids)) + np.repeat(starts + int(bos) - first_word, n_words)] = ids
         sid = np.repeat(np.arange(len(sentences), dtype=np.int32), lengths)
         return flat, sid
 

@@ -10,7 +10,7 @@ the probability of a listed n-gram is the full interpolated one and the backoff 
 context is its interpolation weight gamma.
 
 Conventions shared with lmplz: `<s>` is context only (its unigram log10 prob is stored as
--99); `<unk>` is a zero-count word whose probability is its share of the lowest order's
+-99, SRILM-style; lmplz stores 0, which no sentence score uses); `<unk>` is a zero-count word whose probability is its share of the lowest order's
 leftover mass spread uniformly over the vocabulary (all types incl. `</s>` and `<unk>`, not
 `<s>`); log10 values are floored at -99 (probability zero).
 
@@ -116,7 +116,7 @@ def choose_kn_discounts(
     per_order = _per_order(given, N, modified)
     for k in range(1, N + 1):
         if per_order is not None:
-            d3 = per_order[k - 1]
+            d3 = _as_triple(per_order[k - 1], modified, k)
         else:
             n = count_of_counts(adj[k - 1], 4)
             est = mkn_discounts(*(int(x) for x in n[1:5])) if modified else kn_discount(int(n[1]), int(n[2]))
@@ -153,14 +153,14 @@ def _as_triple(value: object, modified: bool, k: int) -> tuple[float, float, flo
 def _per_order(given: object, N: int, modified: bool) -> list | None:
     if given is None:
         return None
-    if modified:
-        seq = list(given)  # type: ignore[call-overload]
-        if seq and all(isinstance(x, int | float) for x in seq):
-            return [seq] * N
-    elif isinstance(given, int | float):
+    if not modified and isinstance(given, int | float):
         return [given] * N
-    else:
+    try:
         seq = list(given)  # type: ignore[call-overload]
+    except TypeError:
+        raise RalmError(f"discounts must be a number or a list per order, got {given!r}") from None
+    if modified and seq and all(isinstance(x, int | float) for x in seq):
+        return [seq] * N
     if len(seq) != N:
         raise RalmError(f"give one discount per order ({N}), got {len(seq)}")
     return seq
@@ -225,11 +225,18 @@ def good_turing_discounts(n: np.ndarray, k: int) -> np.ndarray | None:
 
 def katz_discount_ratios(values: np.ndarray, k: int) -> tuple[np.ndarray, bool]:
     """Discount ratio for counts 0..k (counts > k are not discounted); and whether the
-    absolute-discount fallback (D = n1 / (n1 + 2 n2), or 0.5) replaced Good-Turing."""
+    absolute-discount fallback replaced Good-Turing.
+
+    When the Good-Turing ratios for threshold k are unusable (noisy counts of counts, e.g.
+    n6 > n5 gives d5 > 1), the largest threshold k' < k that works is used, counts above
+    k' staying undiscounted; if none works, absolute discounting d_r = (r - D) / r with
+    D = n1 / (n1 + 2 n2) (0.5 without singletons or doubletons).
+    """
     n = count_of_counts(values, k + 1).astype(np.float64)
-    d = good_turing_discounts(n, k)
-    if d is not None:
-        return d, False
+    for kk in range(k, 0, -1):
+        d = good_turing_discounts(n, kk)
+        if d is not None:
+            return np.concatenate((d, np.ones(k - kk))), False
     D = n[1] / (n[1] + 2 * n[2]) if n[1] > 0 and n[2] > 0 else 0.5
     r = np.arange(0, k + 1, dtype=np.float64)
     r[0] = 1.0
@@ -244,6 +251,8 @@ def katz(counts: NGramCounts, k: int = 5) -> tuple[BackoffTables, list[list[floa
     p(w | c) = d_{c(cw)} c(cw) / c(c.) for seen c w, else alpha(c) p(w | c'), with alpha(c)
     making each distribution sum to 1. Unigrams: discounted counts plus the leftover mass
     spread uniformly over the vocabulary (KenLM's convention, which is what `<unk>` gets).
+    A context whose seen words already hold all of the lower order's mass cannot back off;
+    its seen probabilities are rescaled to sum to 1 (as SRILM does).
     Returns the tables, the ratios d_1..d_k per order, and the orders that used the
     absolute-discount fallback.
     """
@@ -276,6 +285,12 @@ def katz(counts: NGramCounts, k: int = 5) -> tuple[BackoffTables, list[list[floa
             n_ctx = len(tot)
             num = 1.0 - np.bincount(ctx, weights=p, minlength=n_ctx)
             den = 1.0 - np.bincount(ctx, weights=lower, minlength=n_ctx)
+            # No unseen word left with lower-order mass: renormalise the seen ones (SRILM).
+            stuck = (tot > 0) & (den <= 1e-12)
+            if stuck.any():
+                seen_mass = 1.0 - num
+                p = np.where(stuck[ctx], p / seen_mass[ctx], p)
+                num = np.where(stuck, 0.0, num)
             alpha = np.where(den > 1e-12, np.clip(num, 0.0, None) / np.maximum(den, 1e-12), 0.0)
             bows[order - 2] = np.where(tot > 0, safe_log10(alpha), 0.0)
         probs.append(p)

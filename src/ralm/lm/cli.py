@@ -1,0 +1,200 @@
+"""`ralm ngram ...`: train an n-gram LM into an ARPA file, score text with it, sample from it.
+
+  ralm ngram train TEXT --order 3 --estimator mkn --out model.arpa
+  ralm ngram score MODEL.arpa TEXT          (prints the perplexity)
+  ralm ngram sample MODEL.arpa --seed 0 -n 5
+
+TEXT is UTF-8, one sentence per line (blank lines are skipped), `-` for stdin. The
+tokenizer ("word": `\\w+|[^\\w\\s]`, or "whitespace") and lower-casing chosen at training
+time are recorded in the ARPA header and reused by `score` and `sample` unless overridden.
+Only estimators with a backoff form can be trained here (katz, kn, mkn; add-delta for
+order 1), since the model is an ARPA file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ralm.errors import RalmError
+from ralm.lm.counts import TOKENIZERS
+from ralm.lm.ngram import ESTIMATORS, MAX_ORDER, NGramLM, canonical_estimator
+
+
+def read_sentences(path: str, tokenizer: str = "word", lowercase: bool = False) -> list[list[str]]:
+    """Tokenised non-blank lines of a UTF-8 text file (`-` = stdin), one sentence per line."""
+    tok = TOKENIZERS[tokenizer]
+    out: list[list[str]] = []
+    lineno = 0
+    try:
+        f = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    except FileNotFoundError:
+        raise RalmError(f"text file not found: {path}") from None
+    except OSError as exc:
+        raise RalmError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        for lineno, line in enumerate(f, start=1):  # noqa: B007 - used in the error below
+            tokens = tok(line, lowercase)
+            if tokens:
+                out.append(tokens)
+    except UnicodeDecodeError:
+        raise RalmError(f"{path}:{lineno + 1}: not valid UTF-8") from None
+    finally:
+        if f is not sys.stdin:
+            f.close()
+    return out
+
+
+def _meta_bool(value: str | None) -> bool:
+    return str(value).lower() in ("1", "true", "yes")
+
+
+def _text_options(args: argparse.Namespace, model: NGramLM) -> tuple[str, bool]:
+    tokenizer = args.tokenizer or model.meta.get("tokenizer", "word")
+    if tokenizer not in TOKENIZERS:
+        raise RalmError(f"unknown tokenizer {tokenizer!r} in the model header; pass --tokenizer")
+    lowercase = args.lowercase if args.lowercase is not None else _meta_bool(model.meta.get("lowercase"))
+    return tokenizer, lowercase
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Fit a model on TEXT and write it as ARPA."""
+    est = canonical_estimator(args.estimator)
+    if est in ("stupid_backoff", "mle") or (est in ("laplace", "lidstone") and args.order > 1):
+        raise RalmError(
+            f"estimator {est!r} at order {args.order} has no ARPA form; use katz, kn or mkn "
+            "(add-delta only at --order 1)"
+        )
+    if os.path.exists(args.out) and not args.overwrite:
+        raise RalmError(f"{args.out} exists; pass --overwrite to replace it")
+    lowercase = bool(args.lowercase)
+    sentences = read_sentences(args.text, args.tokenizer or "word", lowercase)
+    params: dict[str, object] = {}
+    if args.delta is not None:
+        if est != "lidstone":
+            raise RalmError("--delta applies to --estimator lidstone only")
+        params["delta"] = args.delta
+    if args.katz_k is not None:
+        if est != "katz":
+            raise RalmError("--katz-k applies to --estimator katz only")
+        params["k"] = args.katz_k
+    model = NGramLM.fit(sentences, order=args.order, estimator=est, **params)
+    model.meta.update({"tokenizer": args.tokenizer or "word", "lowercase": str(lowercase).lower()})
+    model.to_arpa(args.out)
+    print(
+        f"wrote {args.out}: order {model.order} {model.estimator}, "
+        f"{model.n_train_sentences} sentences, {model.n_train_tokens} tokens, "
+        f"n-grams per order {model.sizes}"
+    )
+    if model.discount_fallback_orders:
+        print(f"note: fallback discounts used for orders {model.discount_fallback_orders} (small corpus)")
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    """Print the perplexity of TEXT under MODEL (optionally each sentence's log10 score)."""
+    model = NGramLM.from_arpa(args.model)
+    tokenizer, lowercase = _text_options(args, model)
+    sentences = read_sentences(args.text, tokenizer, lowercase)
+    if not sentences:
+        raise RalmError(f"{args.text}: no sentences to score")
+    scores = model.score_sentences(sentences)
+    if args.per_sentence:
+        for s, tokens in zip(scores.tolist(), sentences, strict=True):
+            print(f"{s:.4f}\t{' '.join(tokens)}")
+    n_tokens = sum(len(s) for s in sentences)
+    n_oov = sum(1 for s in sentences for t in s if t not in model.vocab)
+    total = float(scores.sum())
+    ppl = 10.0 ** (-total / (n_tokens + len(sentences)))
+    print(f"perplexity: {ppl:.4f}")
+    print(
+        f"sentences: {len(sentences)}  tokens: {n_tokens}  OOV: {n_oov}  log10 total: {total:.4f}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    """Print N sampled sentences (seeded)."""
+    model = NGramLM.from_arpa(args.model)
+    tokenizer, lowercase = _text_options(args, model)
+    context = TOKENIZERS[tokenizer](args.context or "", lowercase)
+    if args.num < 1:
+        raise RalmError(f"-n must be >= 1, got {args.num}")
+    for i in range(args.num):
+        tokens = model.sample(args.seed + i, max_len=args.max_len, context=context)
+        print(" ".join([*context, *tokens]))
+    return 0
+
+
+def _order(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= MAX_ORDER:
+        raise argparse.ArgumentTypeError(f"order must be from 1 to {MAX_ORDER}, got {value}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `ralm ngram {train,score,sample}` to the top-level parser."""
+    parser = subparsers.add_parser(
+        "ngram",
+        help="n-gram language models: train to ARPA, score, sample",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="ngram_command", metavar="SUBCOMMAND")
+
+    def _help(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    parser.set_defaults(func=_help)
+
+    def text_opts(p: argparse.ArgumentParser, training: bool) -> None:
+        p.add_argument(
+            "--tokenizer",
+            choices=sorted(TOKENIZERS),
+            default=None,
+            help="tokenisation of TEXT (default: " + ("word)" if training else "as recorded in the model)"),
+        )
+        p.add_argument(
+            "--lowercase",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="lower-case TEXT first (default: " + ("no)" if training else "as recorded in the model)"),
+        )
+
+    t = sub.add_parser("train", help="fit an n-gram LM on TEXT and write an ARPA file")
+    t.add_argument("text", metavar="TEXT", help="UTF-8 text, one sentence per line ('-' = stdin)")
+    t.add_argument("--order", type=_order, default=3, help="n-gram order (default 3)")
+    t.add_argument(
+        "--estimator",
+        default="mkn",
+        help=f"one of {', '.join(ESTIMATORS)} (default mkn; ARPA needs katz, kn, mkn)",
+    )
+    t.add_argument("--out", required=True, metavar="MODEL.arpa", help="where to write the model")
+    t.add_argument("--delta", type=float, default=None, help="lidstone: the added count")
+    t.add_argument("--katz-k", type=int, default=None, help="katz: discount counts <= k (default 5)")
+    t.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    text_opts(t, training=True)
+    t.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("score", help="print the perplexity of TEXT under an ARPA model")
+    s.add_argument("model", metavar="MODEL.arpa")
+    s.add_argument("text", metavar="TEXT", help="UTF-8 text, one sentence per line ('-' = stdin)")
+    s.add_argument("--per-sentence", action="store_true", help="also print each sentence's log10 score")
+    text_opts(s, training=False)
+    s.set_defaults(func=cmd_score)
+
+    g = sub.add_parser("sample", help="generate sentences from an ARPA model")
+    g.add_argument("model", metavar="MODEL.arpa")
+    g.add_argument("--seed", type=int, default=0, help="random seed (sentence i uses seed + i)")
+    g.add_argument("-n", "--num", type=int, default=1, help="number of sentences (default 1)")
+    g.add_argument("--max-len", type=int, default=30, help="at most this many tokens each")
+    g.add_argument("--context", default="", help="text to continue (tokenised like the model)")
+    text_opts(g, training=False)
+    g.set_defaults(func=cmd_sample)
