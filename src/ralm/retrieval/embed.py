@@ -1,0 +1,429 @@
+"""Embed every chunk of a DocStore with a DualEncoder's doc tower into a memory-mapped .npy file.
+
+    emb = embed_docstore(encoder, DocStore("corpus/"), "index/emb.npy")   # (N, d) float16 memmap
+
+- Inputs come straight from the DocStore's token ids (`store.input_ids(i)`, no re-tokenizing):
+  `[CLS] title [SEP] chunk [SEP]` with each article title tokenized once, truncated to the
+  encoder's max_length (the chunk is cut first).
+- Batches are length-sorted (longest first, so memory peaks at once) and rows are written
+  back in id order; inference_mode, with bf16 autocast where the hardware has it.
+- Resumable: rows go into `emb.partial.npy`; every `flush_every` batches the memmap is
+  flushed and then `emb.done.npy` (a bool row mask) is replaced atomically, so a killed run
+  redoes at most `flush_every` batches. The batch plan depends only on the store, the rank and
+  batch_size, so a resumed file is bitwise identical. At the end the partial file is renamed
+  to `emb.npy` and `emb.meta.json` records shape, dtype and the store/doc-encoder fingerprints;
+  `load_embeddings` opens it and checks those against a store and an encoder.
+- Sharded under torchrun: rank r of w embeds ids r, r+w, r+2w, ... into `emb.rank{r}-of-{w}.npy`
+  (strided, so every rank gets the same mix of lengths); with torch.distributed initialised,
+  rank 0 merges after a barrier and every rank returns the merged file. Without it, run
+  `merge_shards` once all ranks are done.
+
+Left out: asynchronous refresh during training (a caller runs this in its own process) and
+multi-GPU within one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ralm.backbones import tokenizer_fingerprint
+from ralm.corpus.docstore import DocStore
+from ralm.errors import RalmError
+from ralm.retrieval.encoders import (
+    DualEncoder,
+    Tower,
+    autocast_context,
+    autocast_dtype,
+    eval_on,
+    resolve_device,
+)
+
+EMB_FORMAT = "ralm-embeddings"
+DTYPES = ("float16", "float32")
+
+
+# ----------------------------------------------------------------------------- paths and metadata
+def _paths(target: Path) -> dict[str, Path]:
+    """emb.npy -> emb.partial.npy, emb.done.npy, emb.progress.json and its metadata emb.meta.json."""
+    stem = target.name[: -len(".npy")]
+    return {
+        "partial": target.with_name(stem + ".partial.npy"),
+        "done": target.with_name(stem + ".done.npy"),
+        "progress": target.with_name(stem + ".progress.json"),
+        "meta": target.with_name(stem + ".meta.json"),
+    }
+
+
+def shard_path(out_path: str | os.PathLike, rank: int, world_size: int) -> Path:
+    """emb.npy, 1, 4 -> emb.rank1-of-4.npy"""
+    out = Path(out_path)
+    return out.with_name(f"{out.name[: -len('.npy')]}.rank{rank}-of-{world_size}.npy")
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def _save_mask(path: Path, mask: np.ndarray) -> None:
+    tmp = path.with_name(path.name[: -len(".npy")] + ".tmp.npy")
+    np.save(tmp, mask)
+    os.replace(tmp, path)
+
+
+def load_embeddings(
+    path: str | os.PathLike, store: DocStore | None = None, encoder: DualEncoder | None = None
+):
+    """A finished embedding file as a read-only (N, d) memmap; checks it against `store`/`encoder`."""
+    path = Path(path)
+    meta = _read_json(_paths(path)["meta"]) if path.name.endswith(".npy") else None
+    if not path.is_file() or meta is None or meta.get("format") != EMB_FORMAT:
+        raise RalmError(f"{path}: not a finished ralm embedding file; run embed_docstore (it resumes)")
+    if store is not None and meta["store_fingerprint"] != store.fingerprint:
+        raise RalmError(f"{path}: embeds another DocStore than {store.root}; re-embed this one")
+    if encoder is not None and meta["encoder_fingerprint"] != encoder.fingerprint("doc"):
+        raise RalmError(f"{path}: made by another doc encoder; re-embed with this one")
+    return np.load(path, mmap_mode="r")
+
+
+def _rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Explicit values, else torch.distributed if initialised, else env RANK/WORLD_SIZE, else (0, 1)."""
+    if rank is None or world_size is None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            r, w = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        else:
+            r, w = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        rank = r if rank is None else rank
+        world_size = w if world_size is None else world_size
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise RalmError(f"rank {rank} of world_size {world_size}: need 0 <= rank < world_size")
+    return rank, world_size
+
+
+# ----------------------------------------------------------------------------- doc inputs from a DocStore
+def check_tokenizer(tower: Tower, store: DocStore, n_check: int = 8) -> None:
+    """RalmError unless the doc tower tokenizes like the DocStore did (same sha256, or same ids on samples)."""
+    want = store.manifest.get("tokenizer", {}).get("sha256")
+    if want is not None and want == tokenizer_fingerprint(tower.tokenizer):
+        return
+    n = len(store)
+    sample = np.unique(np.linspace(0, n - 1, num=min(n, n_check)).astype(np.int64))
+    # re-tokenizing a chunk alone may differ at its edges, so only a majority of misses counts
+    bad = [
+        int(i)
+        for i in sample
+        if tower.tokenizer(store.get(int(i))["text"], add_special_tokens=False)["input_ids"]
+        != store.input_ids(int(i)).tolist()
+    ]
+    if len(bad) * 2 > len(sample):
+        name = store.manifest.get("tokenizer", {}).get("name_or_path", "?")
+        raise RalmError(
+            f"{store.root}: tokenized with {name}, which differs from the doc encoder's tokenizer "
+            f"(chunks {bad[:3]}); rebuild the DocStore with --tokenizer set to the encoder's directory"
+        )
+
+
+class DocInputs:
+    """Doc-tower inputs for DocStore chunks: `[CLS] title [SEP] chunk ids [SEP]`, titles tokenized once.
+
+    `lengths(ids)` gives input lengths (for sorting) without building anything;
+    `batch(ids)` gives padded (B, T) tensors.
+    """
+
+    def __init__(self, tower: Tower, store: DocStore, max_length: int, titles: bool = True) -> None:
+        self.store, self.tower, self.max_length = store, tower, max_length
+        self.template = tower.template
+        self.text_len = store.lengths()
+        n = len(store)
+        if titles:
+            arts = store.articles()
+            first = np.asarray(arts.column("first_chunk").to_numpy(), dtype=np.int64)
+            counts = np.asarray(arts.column("n_chunks").to_numpy(), dtype=np.int64)
+            names = arts.column("title").to_pylist()
+            self.article = np.full(n, -1, dtype=np.int64)
+            for a, (f, c) in enumerate(zip(first, counts, strict=True)):  # chunk -> article
+                self.article[f : f + c] = a
+            ids = tower.tokenizer([t or "" for t in names], add_special_tokens=False)["input_ids"]
+            self.title_ids = [np.asarray(x, dtype=np.int64) for x in ids]
+            tl = np.array([len(x) for x in self.title_ids] + [0], dtype=np.int64)
+            self.title_len = tl[self.article]  # article -1 (none) -> the appended 0
+        else:
+            self.article = np.full(n, -1, dtype=np.int64)
+            self.title_ids = []
+            self.title_len = np.zeros(n, dtype=np.int64)
+
+    def lengths(self, ids: np.ndarray) -> np.ndarray:
+        return self.template.length(self.title_len[ids], self.text_len[ids], self.max_length)
+
+    def rows(self, ids: np.ndarray) -> list[tuple[list, list]]:
+        out = []
+        for i in ids:
+            a = self.article[i]
+            title = self.title_ids[a] if a >= 0 and len(self.title_ids[a]) else None
+            out.append(self.template.build(title, self.store.input_ids(int(i)), self.max_length))
+        return out
+
+    def batch(self, ids: np.ndarray) -> dict[str, torch.Tensor]:
+        return self.template.collate(self.rows(ids), self.tower.uses_token_types)
+
+
+def plan_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Positions grouped into batches, longest first: lengths [3, 9, 5], 2 -> [[1, 2], [0]]."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+# ----------------------------------------------------------------------------- embedding
+def embed_docstore(
+    encoder: DualEncoder,
+    store: DocStore | str | os.PathLike,
+    out_path: str | os.PathLike,
+    *,
+    batch_size: int = 64,
+    dtype: str = "float16",
+    device: str | torch.device | None = "auto",
+    autocast: str | bool | None = "auto",
+    resume: bool = True,
+    rank: int | None = None,
+    world_size: int | None = None,
+    titles: bool = True,
+    flush_every: int = 20,
+    progress: bool = True,
+    on_batch: Callable[[int], None] | None = None,
+) -> np.memmap:
+    """Embed all chunks of `store` with `encoder.doc_tower` into `out_path` (a .npy); returns (N, d).
+
+    dtype: "float16" (half the disk, plenty for MIPS) or "float32". device "auto": where the doc
+    tower is. autocast "auto": bf16 on GPUs with bf16 and CPUs with native bf16 ("bf16"/"off" force).
+    resume: continue a partial run made with the same store, doc tower, rank and options (else
+    start over); a finished file made by them is returned as it is.
+    rank/world_size: default from torch.distributed or env RANK/WORLD_SIZE. With world_size > 1
+    and no initialised process group this returns the rank's shard (ids rank::world_size);
+    call `merge_shards` when all are done. on_batch(rows_done): called after each batch.
+    """
+    if dtype not in DTYPES:
+        raise RalmError(f"dtype {dtype!r}: choose float16 or float32")
+    out = Path(out_path)
+    if not out.name.endswith(".npy"):
+        raise RalmError(f"{out}: the embedding file name must end in .npy")
+    rank, world = _rank_world(rank, world_size)
+    store = store if isinstance(store, DocStore) else DocStore(store)
+    tower = encoder.doc_tower
+    check_tokenizer(tower, store)
+    target = out if world == 1 else shard_path(out, rank, world)
+    n_total = len(store)
+    ids = np.arange(rank, n_total, world, dtype=np.int64)
+    meta = {
+        "format": EMB_FORMAT,
+        "version": 1,
+        "shape": [len(ids), encoder.dim],
+        "dtype": dtype,
+        "store_fingerprint": store.fingerprint,
+        "encoder_fingerprint": encoder.fingerprint("doc"),
+        "titles": titles,
+        "max_length": encoder.config.max_length,
+        "rank": rank,
+        "world_size": world,
+        "n_total": n_total,
+    }
+    final_meta = {**meta, "shape": [n_total, encoder.dim], "rank": 0, "world_size": 1}
+    dist = _process_group(world)
+    if dist is not None:  # fail fast, before any embedding, if the ranks' doc towers differ
+        prints: list = [None] * world
+        dist.all_gather_object(prints, meta["encoder_fingerprint"])
+        if len(set(prints)) > 1:
+            raise RalmError(
+                f"rank {rank}: the ranks hold different doc encoders (fingerprints differ); "
+                "load or broadcast the same weights on every rank (seed any projection init)"
+            )
+    if resume and _is_finished(out, final_meta):  # also a merged file of an earlier sharded run
+        return np.load(out, mmap_mode="r")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not (resume and _is_finished(target, meta)):
+        _embed_rows(
+            tower,
+            store,
+            ids,
+            target,
+            meta,
+            batch_size,
+            device,
+            autocast,
+            titles,
+            flush_every,
+            progress,
+            on_batch,
+        )
+    if world == 1:
+        return np.load(out, mmap_mode="r")
+    if dist is not None:
+        dist.barrier()
+        if rank == 0:
+            merge_shards(out, world)
+        dist.barrier()
+        return np.load(out, mmap_mode="r")
+    return np.load(target, mmap_mode="r")
+
+
+def _process_group(world: int):
+    """torch.distributed when a process group of `world` ranks is initialised, else None."""
+    dist = torch.distributed
+    if world > 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() == world:
+        return dist
+    return None
+
+
+def _is_finished(target: Path, meta: dict) -> bool:
+    got = _read_json(_paths(target)["meta"])
+    return (
+        target.is_file() and got is not None and got.get("complete") and {k: got.get(k) for k in meta} == meta
+    )
+
+
+def _embed_rows(
+    tower, store, ids, target, meta, batch_size, device, autocast, titles, flush_every, progress, on_batch
+):
+    from tqdm.auto import tqdm
+
+    p = _paths(target)
+    plan_meta = {**meta, "batch_size": batch_size}
+    n, d = meta["shape"]
+    old = _read_json(p["progress"])
+    if old == plan_meta and p["partial"].is_file() and p["done"].is_file():
+        mm = np.load(p["partial"], mmap_mode="r+")
+        done = np.load(p["done"])
+        if mm.shape != (n, d) or done.shape != (n,):
+            mm, done = None, None
+    else:
+        mm, done = None, None
+    if mm is None:
+        for k in ("partial", "done", "progress"):
+            p[k].unlink(missing_ok=True)
+        mm = np.lib.format.open_memmap(p["partial"], mode="w+", dtype=meta["dtype"], shape=(n, d))
+        done = np.zeros(n, dtype=bool)
+        _save_mask(p["done"], done)
+        _write_json(p["progress"], plan_meta)
+
+    inputs = DocInputs(tower, store, meta["max_length"], titles=titles)
+    batches = plan_batches(inputs.lengths(ids), batch_size)  # positions into ids; same on every resume
+    dev = resolve_device(device, tower)
+    ac = autocast_dtype(dev, autocast, next(tower.parameters()).dtype)
+    pending: list[np.ndarray] = []
+
+    def flush() -> None:
+        if pending:
+            mm.flush()  # vectors reach the disk before the mask says they are there
+            done[np.concatenate(pending)] = True
+            _save_mask(p["done"], done)
+            pending.clear()
+
+    todo = int((~done).sum())
+    desc = "embed" if meta["world_size"] == 1 else f"embed rank {meta['rank']}/{meta['world_size']}"
+    try:
+        with (
+            eval_on(tower, dev),
+            torch.inference_mode(),
+            tqdm(total=todo, disable=not progress, unit="chunk", desc=desc) as bar,
+        ):
+            n_done, since_flush = n - todo, 0
+            for pos in batches:
+                if done[pos].all():
+                    continue  # a partly done batch is redone whole: same padding, same bits
+                batch = inputs.batch(ids[pos])
+                with autocast_context(dev, ac):
+                    vec = tower(**{k: t.to(dev, non_blocking=True) for k, t in batch.items()})
+                rows = vec.float().cpu().numpy().astype(meta["dtype"], copy=False)
+                if not np.isfinite(rows).all():
+                    raise RalmError(
+                        f"chunks {ids[pos][:3].tolist()}...: non-finite vectors in {meta['dtype']}; "
+                        "embed with dtype='float32' (and autocast='off' if they stay non-finite)"
+                    )
+                mm[pos] = rows
+                pending.append(pos)
+                new = int((~done[pos]).sum())
+                n_done += new
+                bar.update(new)
+                since_flush += 1
+                if since_flush >= flush_every:
+                    flush()
+                    since_flush = 0
+                if on_batch is not None:
+                    on_batch(n_done)
+    finally:
+        flush()
+        mm = None  # close the map before the rename
+    _finish(p, target, meta)
+
+
+def _finish(p: dict[str, Path], target: Path, meta: dict) -> None:
+    """Rename the partial file to its final name, then record it as complete."""
+    p["meta"].unlink(missing_ok=True)
+    os.replace(p["partial"], target)
+    _write_json(p["meta"], {**meta, "complete": True})
+    p["done"].unlink(missing_ok=True)
+    p["progress"].unlink(missing_ok=True)
+
+
+def merge_shards(out_path: str | os.PathLike, world_size: int, *, remove: bool = True) -> np.memmap:
+    """Assemble `emb.rank{r}-of-{w}.npy` (ids r::w) into `out_path`; returns it as a read-only memmap."""
+    out = Path(out_path)
+    metas, shards = [], []
+    for r in range(world_size):
+        s = shard_path(out, r, world_size)
+        m = _read_json(_paths(s)["meta"])
+        if not s.is_file() or m is None or not m.get("complete"):
+            raise RalmError(f"{s}: shard missing or unfinished; run rank {r} of {world_size} (it resumes)")
+        metas.append(m)
+        shards.append(s)
+    keys = (
+        "store_fingerprint",
+        "encoder_fingerprint",
+        "dtype",
+        "titles",
+        "max_length",
+        "n_total",
+        "world_size",
+    )
+    for r, m in enumerate(metas):
+        if any(m[k] != metas[0][k] for k in keys) or m["rank"] != r:
+            raise RalmError(
+                f"{shards[r]}: made from another store, encoder or setting than rank 0; re-embed it"
+            )
+    n, d = metas[0]["n_total"], metas[0]["shape"][1]
+    meta = {**metas[0], "shape": [n, d], "rank": 0, "world_size": 1}
+    meta.pop("complete", None)
+    p = _paths(out)
+    mm = np.lib.format.open_memmap(p["partial"], mode="w+", dtype=meta["dtype"], shape=(n, d))
+    step = 1 << 16
+    for r, s in enumerate(shards):
+        src = np.load(s, mmap_mode="r")
+        if src.shape != (len(range(r, n, world_size)), d):
+            raise RalmError(
+                f"{s}: shape {src.shape} does not fit {n} rows split {world_size} ways; re-embed it"
+            )
+        for a in range(0, len(src), step):  # rows a.. of shard r are ids r + w*a ..
+            b = min(a + step, len(src))
+            mm[r + world_size * a : r + world_size * b : world_size] = src[a:b]
+        del src
+    mm.flush()
+    del mm
+    _finish(p, out, meta)
+    if remove:
+        for s in shards:
+            s.unlink(missing_ok=True)
+            _paths(s)["meta"].unlink(missing_ok=True)
+    return np.load(out, mmap_mode="r")

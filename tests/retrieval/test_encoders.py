@@ -1,0 +1,209 @@
+"""DualEncoder: pooling, projection, scoring, shared towers, doc inputs, save/load, errors."""
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from ralm.errors import RalmError
+from ralm.retrieval.encoders import (
+    ENCODER_FILE,
+    DualEncoder,
+    EncoderConfig,
+    InputTemplate,
+    autocast_dtype,
+)
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+QUERIES = ["who was the king of norway", "albedo", "the 16th president of the united states of america"]
+TITLES = ["Oslo", None, "Abraham Lincoln"]
+TEXTS = ["Oslo is the capital of Norway.", "Albedo is reflectivity.", "He was born in 1809 in Kentucky."]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, minilm_dir):
+    """A random 2-layer BERT (hidden 64) on the MiniLM vocabulary, as a HF model directory."""
+    from transformers import BertConfig, BertModel
+
+    d = tmp_path_factory.mktemp("tiny") / "bert"
+    torch.manual_seed(0)
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+    )
+    BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
+    for f in TOKENIZER_FILES:
+        shutil.copy(minilm_dir / f, d / f)
+    return d
+
+
+def _manual(enc, texts, pooling):
+    """Pooled vectors computed by hand from the backbone's last_hidden_state."""
+    batch = enc.tokenize_queries(texts)
+    with torch.no_grad():
+        h = enc.query_tower.model(**batch).last_hidden_state
+    if pooling == "cls":
+        return h[:, 0].numpy()
+    m = batch["attention_mask"].unsqueeze(-1).float()
+    return ((h * m).sum(1) / m.sum(1)).numpy()
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_pooling_by_hand(tiny_dir, pooling):
+    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(pooling=pooling))
+    got = enc.encode_queries(QUERIES, batch_size=2)
+    assert got.shape == (3, 64) and got.dtype == np.float32
+    np.testing.assert_allclose(got, _manual(enc, QUERIES, pooling), atol=1e-5)
+    assert not hasattr(enc.query_tower.model, "pooler") or enc.query_tower.model.pooler is None
+
+
+def test_projection_and_scaled_score(tiny_dir):
+    cfg = EncoderConfig(pooling="cls", proj_dim=16, scale_by_sqrt_dim=True)
+    enc = DualEncoder.from_pretrained(tiny_dir, cfg)
+    q = torch.from_numpy(enc.encode_queries(QUERIES))
+    d = torch.from_numpy(enc.encode_docs(TITLES, TEXTS))
+    assert q.shape == (3, 16) and d.shape == (3, 16) and enc.dim == 16
+    # separate towers, projections start equal (same space at step 0)
+    assert enc.query_tower is not enc.doc_tower
+    assert torch.equal(enc.query_tower.proj.weight, enc.doc_tower.proj.weight)
+    assert enc.query_tower.proj.bias is None
+    w = enc.query_tower.proj.weight.detach().numpy()
+    np.testing.assert_allclose(q.numpy(), _manual(enc, QUERIES, "cls") @ w.T, atol=1e-5)
+    torch.testing.assert_close(enc.score(q, d), q @ d.T / math.sqrt(16))
+    plain = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(pooling="cls", proj_dim=16))
+    torch.testing.assert_close(plain.score(q, d), q @ d.T)
+
+
+def test_shared_towers_are_one_module(tiny_dir):
+    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(shared=True, proj_dim=8))
+    assert enc.query_tower is enc.doc_tower
+    n_tower = sum(p.numel() for p in enc.query_tower.parameters())
+    assert sum(p.numel() for p in enc.parameters()) == n_tower
+    sep = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(proj_dim=8))
+    assert sum(p.numel() for p in sep.parameters()) == 2 * n_tower
+    with torch.no_grad():  # separate towers do not share storage
+        sep.query_tower.model.embeddings.word_embeddings.weight.add_(1.0)
+    assert not torch.equal(
+        sep.query_tower.model.embeddings.word_embeddings.weight,
+        sep.doc_tower.model.embeddings.word_embeddings.weight,
+    )
+
+
+def test_doc_inputs_match_the_tokenizer_pair_encoding(tiny_dir):
+    enc = DualEncoder.from_pretrained(tiny_dir)
+    tok = enc.doc_tower.tokenizer
+    rows = enc.doc_rows(TITLES, TEXTS)
+    for (ids, types), title, text in zip(rows, TITLES, TEXTS, strict=True):
+        ref = tok(title, text) if title else tok(text)
+        assert ids == ref["input_ids"] and types == ref["token_type_ids"]
+    assert rows[0][0][0] == tok.cls_token_id and rows[0][0].count(tok.sep_token_id) == 2
+    # docstring example: BERT, max_length 10 leaves room 7 next to a title: 3 + 4
+    tpl = InputTemplate(tok)
+    assert tpl.fit(3, 9, 10) == (3, 4)
+    assert tpl.fit(9, 9, 10) == (3, 4)  # both long: the title keeps half the room (7 // 2)
+    assert tpl.fit(0, 20, 10) == (0, 8)  # untitled: [CLS] text [SEP]
+    ids, _ = tpl.build(np.arange(1000, 1009), np.arange(2000, 2020), 10)
+    assert len(ids) == 10 and ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+    long = enc.tokenize_docs(["x " * 100], ["y " * 300])
+    assert long["input_ids"].shape == (1, 128)
+
+
+def test_save_load_round_trip(tiny_dir, tmp_path):
+    from transformers import AutoModel
+
+    cfg = EncoderConfig(pooling="cls", proj_dim=16, scale_by_sqrt_dim=True, max_length=64)
+    enc = DualEncoder.from_pretrained(tiny_dir, cfg)
+    with torch.no_grad():  # make the towers differ, as after training
+        enc.doc_tower.proj.weight.mul_(2.0)
+    q, d = enc.encode_queries(QUERIES), enc.encode_docs(TITLES, TEXTS)
+    out = enc.save(tmp_path / "ret")
+    meta = json.loads((out / ENCODER_FILE).read_text())
+    assert meta["config"]["proj_dim"] == 16 and meta["fingerprint"] == enc.fingerprint()
+    assert meta["doc_fingerprint"] == enc.fingerprint("doc") != enc.fingerprint("query")
+    for tower in ("query", "doc"):
+        assert (out / tower / "model.safetensors").is_file() and (
+            out / tower / "projection.safetensors"
+        ).is_file()
+        assert not list((out / tower).glob("*.bin"))
+        assert AutoModel.from_pretrained(str(out / tower)).config.hidden_size == 64
+    back = DualEncoder.from_pretrained(out)
+    assert back.config == cfg and back.fingerprint() == enc.fingerprint()
+    np.testing.assert_array_equal(back.encode_queries(QUERIES), q)
+    np.testing.assert_array_equal(back.encode_docs(TITLES, TEXTS), d)
+    enc.save(out)  # overwriting a saved encoder is allowed (and atomic)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ret"]
+    with pytest.raises(RalmError, match="proj_dim"):
+        DualEncoder.from_pretrained(out, EncoderConfig(pooling="cls", proj_dim=32))
+
+
+def test_shared_round_trip(tiny_dir, tmp_path):
+    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(shared=True))
+    back = DualEncoder.from_pretrained(enc.save(tmp_path / "shared"))
+    assert back.query_tower is back.doc_tower
+    np.testing.assert_array_equal(back.encode_docs(None, TEXTS), enc.encode_docs(None, TEXTS))
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [EncoderConfig(pooling="mean"), EncoderConfig(pooling="cls", proj_dim=16, normalize=True)],
+    ids=["mean", "cls-dense-normalize"],
+)
+def test_sentence_transformers_loads_a_saved_tower(tiny_dir, tmp_path, cfg):
+    from sentence_transformers import SentenceTransformer
+
+    enc = DualEncoder.from_pretrained(tiny_dir, cfg)
+    out = enc.save(tmp_path / "st")
+    st = SentenceTransformer(str(out / "query"), device="cpu")
+    np.testing.assert_allclose(st.encode(QUERIES), enc.encode_queries(QUERIES), atol=1e-5)
+
+
+def test_not_a_model_directory(tmp_path, tiny_dir):
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("hi")
+    with pytest.raises(RalmError, match=r"junk: not a Hugging Face model directory"):
+        DualEncoder.from_pretrained(tmp_path / "junk")
+    with pytest.raises(RalmError, match="no such model directory"):
+        DualEncoder.from_pretrained(tmp_path / "missing")
+    only_vocab = tmp_path / "vocab_only"
+    only_vocab.mkdir()
+    shutil.copy(tiny_dir / "vocab.txt", only_vocab / "vocab.txt")
+    with pytest.raises(RalmError, match=r"vocab_only: not a Hugging Face model directory \(no config.json\)"):
+        DualEncoder.from_pretrained(only_vocab)
+    no_tok = tmp_path / "no_tok"
+    no_tok.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_dir / f, no_tok / f)
+    with pytest.raises(RalmError, match="no_tok: could not load a tokenizer"):
+        DualEncoder.from_pretrained(no_tok)
+    with pytest.raises(RalmError, match="exists and is not a saved encoder"):
+        DualEncoder.from_pretrained(tiny_dir).save(tmp_path / "junk")
+    with pytest.raises(RalmError, match="pooling"):
+        EncoderConfig(pooling="max")
+
+
+def test_autocast_choice():
+    cpu = torch.device("cpu")
+    assert autocast_dtype(cpu, "off", torch.float32) is None
+    assert autocast_dtype(cpu, None, torch.float32) is None
+    assert autocast_dtype(cpu, "bf16", torch.float32) == torch.bfloat16
+    assert autocast_dtype(cpu, "bf16", torch.bfloat16) is None  # already half precision
+    assert autocast_dtype(cpu, "auto", torch.float32) in (None, torch.bfloat16)
+    with pytest.raises(RalmError, match="autocast"):
+        autocast_dtype(cpu, "fp8", torch.float32)
+
+
+def test_bundled_minilm_matches_sentence_transformers(minilm_dir):
+    """The real backbone: mean pooling + L2 norm reproduces all-MiniLM-L6-v2's own embeddings."""
+    from sentence_transformers import SentenceTransformer
+
+    enc = DualEncoder.from_pretrained(None, EncoderConfig(pooling="mean", normalize=True))
+    assert enc.dim == 384
+    ref = SentenceTransformer(str(minilm_dir), device="cpu").encode(QUERIES)
+    np.testing.assert_allclose(enc.encode_queries(QUERIES), ref, atol=1e-5)
