@@ -36,13 +36,14 @@ from ralm import __version__
 from ralm.backbones import load_tokenizer, tokenizer_fingerprint
 from ralm.corpus.chunking import Chunk, Chunker
 from ralm.corpus.docstore import (
+    ARTICLE_SCHEMA,
     FORMAT,
     FORMAT_VERSION,
     LINK_TYPE,
     MANIFEST,
     DocStore,
     DocStoreWriter,
-    write_articles,
+    iter_parquet_batches,
 )
 from ralm.corpus.entities import AutoAnnotator, EntityVocab
 from ralm.corpus.readers import detect_format, iter_articles
@@ -309,7 +310,8 @@ def _build_into(
     # ---- pass 1: read, chunk, stage; count links and redirects
     stage_path = root / "stage.parquet"
     stage = pq.ParquetWriter(stage_path, STAGE_SCHEMA)
-    articles: list[dict[str, Any]] = []
+    article_writer = pq.ParquetWriter(root / "articles.parquet", ARTICLE_SCHEMA)
+    n_articles = 0
     link_counts: Counter[str] = Counter()
     redirects: dict[str, str] = {}
     n_chunks = n_links = n_empty = 0
@@ -324,17 +326,17 @@ def _build_into(
                 stream = iter_articles(src, fmt, text_mode=text_mode, redirects=redirects)
             for batch in _batched(stream, cfg.batch_articles):
                 if cfg.max_articles is not None:
-                    batch = batch[: max(0, cfg.max_articles - len(articles))]
+                    batch = batch[: max(0, cfg.max_articles - n_articles)]
                     if not batch:
                         break
-                chunked = chunker.chunk(batch, first_index=len(articles))
-                rows = []
+                chunked = chunker.chunk(batch, first_index=n_articles)
+                rows, article_rows = [], []
                 for art, chunks in zip(batch, chunked, strict=True):
                     if not chunks:
                         n_empty += 1
-                    articles.append(
+                    article_rows.append(
                         {
-                            "article": len(articles),
+                            "article": n_articles + len(article_rows),
                             "source_id": art.source_id,
                             "title": art.title,
                             "source": src_index,
@@ -350,11 +352,14 @@ def _build_into(
                     n_chunks += len(chunks)
                 if rows:
                     stage.write_table(pa.Table.from_pylist(rows, schema=STAGE_SCHEMA))
+                article_writer.write_table(pa.Table.from_pylist(article_rows, schema=ARTICLE_SCHEMA))
+                n_articles += len(article_rows)
                 bar.update(len(batch))
-            if cfg.max_articles is not None and len(articles) >= cfg.max_articles:
+            if cfg.max_articles is not None and n_articles >= cfg.max_articles:
                 break
     finally:
         stage.close()
+        article_writer.close()
         bar.close()
     if n_chunks == 0:
         names = ", ".join(str(s) for s, _ in srcs)
@@ -379,7 +384,7 @@ def _build_into(
         total=n_chunks, desc="pass 2/2: salient spans", unit=" chunks", disable=not progress, mininterval=1.0
     )
     try:
-        for batch in pq.ParquetFile(stage_path).iter_batches(batch_size=512):
+        for batch in iter_parquet_batches(stage_path, 512):
             rows = batch.to_pydict()
             salient = tagger(rows)
             for i in range(len(rows["text"])):
@@ -401,7 +406,6 @@ def _build_into(
         layout = writer.close()
         bar.close()
     stage_path.unlink()
-    write_articles(root / "articles.parquet", articles)
 
     # ---- manifest
     fp = hashlib.sha256()
@@ -433,7 +437,7 @@ def _build_into(
         "chunk_size": cfg.chunk_size,
         "config": asdict(cfg),
         "counts": {
-            "articles": len(articles),
+            "articles": n_articles,
             "empty_articles": n_empty,
             "chunks": n_chunks,
             "tokens": writer.n_tokens,

@@ -39,6 +39,10 @@ FORMAT = "ralm-docstore"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
+# Min/max statistics only where they help (pruning by id/article); on text and list columns
+# they would bloat the footer and the writer's memory with every row group.
+STATISTICS_COLUMNS = ["id", "article", "position", "char_start", "char_end"]
+
 # Salient span sources, in the integer code stored in tokens/salient.bin.
 SALIENT_SOURCES = ("link", "auto", "ner", "date")
 
@@ -80,6 +84,22 @@ ARTICLE_SCHEMA = pa.schema(
 )
 
 
+def iter_parquet_batches(
+    path: Path, batch_size: int, columns: Sequence[str] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of a Parquet file, one row group at a time.
+
+    `ParquetFile.iter_batches` over a whole file lets Arrow buffer ahead across row groups
+    (measured: Arrow memory growing with the file, 40 -> 134 MB over a 160k-chunk staging
+    file); asking for one row group at a time keeps memory at one row group.
+    """
+    pf = pq.ParquetFile(path)
+    for rg in range(pf.num_row_groups):
+        yield from pf.iter_batches(
+            batch_size=batch_size, row_groups=[rg], columns=list(columns) if columns else None
+        )
+
+
 # ----------------------------------------------------------------------------- ragged arrays
 class RaggedWriter:
     """Appends variable-length rows of `width` values to `PREFIX.bin`; offsets go to `PREFIX.idx`.
@@ -87,23 +107,33 @@ class RaggedWriter:
     Example: append([1, 2]); append([]); append([3]) -> bin [1 2 3], idx [0 2 2 3] (int64, rows).
     """
 
-    def __init__(self, prefix: Path, dtype: str = "int32", width: int = 1) -> None:
+    def __init__(self, prefix: Path, dtype: str = "int32", width: int = 1, block: int = 65536) -> None:
         self.prefix = Path(prefix)
         self.dtype = np.dtype(dtype)
         self.width = width
         self._bin = open(self.prefix.with_suffix(".bin"), "wb")  # noqa: SIM115 - closed in close()
-        self._offsets = [0]
+        self._idx = open(self.prefix.with_suffix(".idx"), "wb")  # noqa: SIM115 - closed in close()
+        self._end = 0  # rows of `width` values written so far
+        self._pending = [0]  # offsets not yet on disk: memory stays flat however many rows
+        self._block = block
 
     def append(self, row: np.ndarray | Sequence) -> None:
-        arr = np.ascontiguousarray(row, dtype=self.dtype).reshape(-1, self.width) if len(row) else None
-        n = 0 if arr is None else arr.shape[0]
-        if arr is not None:
+        if len(row):
+            arr = np.ascontiguousarray(row, dtype=self.dtype).reshape(-1, self.width)
             self._bin.write(arr.tobytes())
-        self._offsets.append(self._offsets[-1] + n)
+            self._end += arr.shape[0]
+        self._pending.append(self._end)
+        if len(self._pending) >= self._block:
+            self._flush_idx()
+
+    def _flush_idx(self) -> None:
+        np.asarray(self._pending, dtype=np.int64).tofile(self._idx)
+        self._pending = []
 
     def close(self) -> None:
+        self._flush_idx()
         self._bin.close()
-        np.asarray(self._offsets, dtype=np.int64).tofile(self.prefix.with_suffix(".idx"))
+        self._idx.close()
 
 
 class RaggedArray:
@@ -181,7 +211,9 @@ class DocStoreWriter:
         if self._writer is None:
             name = f"part-{len(self.shards):05d}.parquet"
             self.shards.append(name)
-            self._writer = pq.ParquetWriter(self.root / "chunks" / name, CHUNK_SCHEMA)
+            self._writer = pq.ParquetWriter(
+                self.root / "chunks" / name, CHUNK_SCHEMA, write_statistics=STATISTICS_COLUMNS
+            )
         table = pa.Table.from_pylist(self._buffer, schema=CHUNK_SCHEMA)
         self._writer.write_table(table, row_group_size=self.row_group_size)
         self._buffer = []
@@ -202,11 +234,6 @@ class DocStoreWriter:
             "row_group_size": self.row_group_size,
             "shards": [f"chunks/{s}" for s in self.shards],
         }
-
-
-def write_articles(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write the article table (ARTICLE_SCHEMA rows)."""
-    pq.write_table(pa.Table.from_pylist(rows, schema=ARTICLE_SCHEMA), path)
 
 
 # ----------------------------------------------------------------------------- reader
@@ -339,8 +366,7 @@ class DocStore:
     ) -> Iterator[dict[str, list]]:
         """Batches in id order as {column: list}, streaming shard by shard (memory: one batch)."""
         for path in self.shard_paths:
-            pf = pq.ParquetFile(path)
-            for batch in pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns else None):
+            for batch in iter_parquet_batches(path, batch_size, columns):
                 yield batch.to_pydict()
 
     def salient_spans(self, i: int) -> list[SalientSpan]:
