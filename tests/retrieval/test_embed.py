@@ -1,39 +1,14 @@
 """embed_docstore: equals encode_docs, bf16, resume after interruption, shards merge, checks."""
 
 import json
-import shutil
 
 import numpy as np
 import pytest
-import torch
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.errors import RalmError
 from ralm.retrieval.embed import embed_docstore, load_embeddings, merge_shards, plan_batches, shard_path
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, minilm_dir):
-    """A random 2-layer BERT (hidden 64) on the MiniLM vocabulary, as a HF model directory."""
-    from transformers import BertConfig, BertModel
-
-    d = tmp_path_factory.mktemp("tiny") / "bert"
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=30522,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=128,
-    )
-    BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
-    for f in TOKENIZER_FILES:
-        shutil.copy(minilm_dir / f, d / f)
-    return d
 
 
 def _docs(n=24):

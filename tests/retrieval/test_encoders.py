@@ -17,31 +17,9 @@ from ralm.retrieval.encoders import (
     autocast_dtype,
 )
 
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 QUERIES = ["who was the king of norway", "albedo", "the 16th president of the united states of america"]
 TITLES = ["Oslo", None, "Abraham Lincoln"]
 TEXTS = ["Oslo is the capital of Norway.", "Albedo is reflectivity.", "He was born in 1809 in Kentucky."]
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, minilm_dir):
-    """A random 2-layer BERT (hidden 64) on the MiniLM vocabulary, as a HF model directory."""
-    from transformers import BertConfig, BertModel
-
-    d = tmp_path_factory.mktemp("tiny") / "bert"
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=30522,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=128,
-    )
-    BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
-    for f in TOKENIZER_FILES:
-        shutil.copy(minilm_dir / f, d / f)
-    return d
 
 
 def _manual(enc, texts, pooling):

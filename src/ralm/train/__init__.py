@@ -1,0 +1,1 @@
+"""Training plumbing shared by every trainer in ralm: optimisers, schedules, metric logs."""

@@ -1,0 +1,54 @@
+"""AdamW parameter groups and learning-rate schedules shared by ralm's trainers.
+
+Biases, LayerNorm weights and any parameter named in `no_decay` get no weight decay (the
+BERT/REALM convention). Schedules: linear or cosine decay after a linear warm-up, or constant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "layernorm.weight", "norm.weight")
+
+
+def param_groups(
+    model: nn.Module, lr: float, weight_decay: float = 0.01, no_decay: Iterable[str] = NO_DECAY
+) -> list[dict]:
+    """Two AdamW groups for `model`: with decay, and without (biases, norms, `no_decay` names)."""
+    no_decay = tuple(no_decay)
+    decay, plain = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (plain if p.ndim < 2 or name.endswith(no_decay) else decay).append(p)
+    groups = [{"params": decay, "lr": lr, "weight_decay": weight_decay}]
+    if plain:
+        groups.append({"params": plain, "lr": lr, "weight_decay": 0.0})
+    return [g for g in groups if g["params"]]
+
+
+def warmup_schedule(
+    optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Multiplier on each group's lr: 0 -> 1 linearly over `warmup_steps`, then `kind` decay to 0.
+
+    kind: "linear", "cosine" or "constant". Example (linear, warmup 2, total 4): steps 0..4 ->
+    0, 0.5, 1, 0.5, 0.
+    """
+    if kind not in ("linear", "cosine", "constant"):
+        raise ValueError(f"unknown schedule {kind!r}; choose linear, cosine or constant")
+
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return step / warmup_steps
+        if kind == "constant":
+            return 1.0
+        rest = max(1, total_steps - warmup_steps)
+        progress = min(1.0, (step - warmup_steps) / rest)
+        return 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
