@@ -1,6 +1,14 @@
 import numpy as np
 
-from ralm.retrieval.evaluate import answer_tokens, has_answer, hit_matrix, normalize_answer, recall_at_k
+from ralm.retrieval.evaluate import (
+    answer_tokens,
+    answerable,
+    has_answer,
+    hit_matrix,
+    normalize_answer,
+    recall_at_k,
+    token_string,
+)
 
 
 def test_normalize_answer_squad_rules():
@@ -31,3 +39,15 @@ def test_hit_matrix_and_recall_by_hand():
     assert hits.tolist() == [[False, True, True], [True, False, False], [False, False, False]]
     assert recall_at_k(hits, ks=(1, 2, 3, 5)) == {1: 1 / 3, 2: 2 / 3, 3: 2 / 3}
     assert recall_at_k(np.array([[0, 1], [0, 0]]), ks=(1, 2)) == {1: 0.0, 2: 0.5}
+
+
+def test_token_string_and_answerable():
+    assert token_string("Sputnik-1.") == " sputnik 1 "
+    texts = ["Sputnik 1 was launched in 1957.", "The Moon orbits the Earth."]
+    pairs = [
+        ("first satellite?", ["Sputnik 1"]),
+        ("year?", ["1958", "1957"]),
+        ("planet?", ["Mars"]),
+        ("x", ["196"]),
+    ]
+    assert answerable(pairs, texts) == [("first satellite?", ["Sputnik 1"]), ("year?", ["1958", "1957"])]

@@ -40,22 +40,19 @@ def answer_tokens(s: str, lang: str = "en") -> list[str]:
     return _TOKEN.findall(normalize_answer(s, lang))
 
 
-def _contains(haystack: list[str], needle: list[str]) -> bool:
-    n = len(needle)
-    if n == 0:
-        return False
-    first = needle[0]
-    return any(
-        haystack[i : i + n] == needle
-        for i, tok in enumerate(haystack[: len(haystack) - n + 1])
-        if tok == first
-    )
+def token_string(s: str, lang: str = "en") -> str:
+    """Normalised tokens joined and framed by spaces: "Sputnik-1." -> " sputnik 1 ".
+
+    Tokens hold no spaces, so `needle in haystack` on two such strings is exactly a whole-token
+    contiguous match (and far faster than comparing token lists).
+    """
+    return " " + " ".join(answer_tokens(s, lang)) + " "
 
 
 def has_answer(text: str, answers: Sequence[str], lang: str = "en") -> bool:
     """True if `text` contains any of `answers` as a whole-token sequence after normalisation."""
-    toks = answer_tokens(text, lang)
-    return any(_contains(toks, answer_tokens(a, lang)) for a in answers)
+    hay = token_string(text, lang)
+    return any(n.strip() and n in hay for n in (token_string(a, lang) for a in answers))
 
 
 def hit_matrix(
@@ -65,19 +62,32 @@ def hit_matrix(
 
     texts: chunk id -> chunk text for every id in `ids` (e.g. from DocStore.get_many).
     """
-    cache: dict[int, list[str]] = {}
+    cache: dict[int, str] = {}
     out = np.zeros(ids.shape, dtype=bool)
     for q, row in enumerate(ids):
-        needles = [answer_tokens(a, lang) for a in answers[q]]
+        needles = [n for n in (token_string(a, lang) for a in answers[q]) if n.strip()]
         for j, cid in enumerate(row):
             cid = int(cid)
             if cid < 0:
                 continue
-            toks = cache.get(cid)
-            if toks is None:
-                toks = cache[cid] = answer_tokens(texts[cid], lang)
-            out[q, j] = any(_contains(toks, n) for n in needles)
+            hay = cache.get(cid)
+            if hay is None:
+                hay = cache[cid] = token_string(texts[cid], lang)
+            out[q, j] = any(n in hay for n in needles)
     return out
+
+
+def answerable(
+    pairs: Sequence[tuple[str, Sequence[str]]], texts: Sequence[str], lang: str = "en"
+) -> list[tuple[str, list[str]]]:
+    """The (question, answers) pairs with an answer somewhere in `texts` (e.g. all chunks of a store)."""
+    hays = [token_string(t, lang) for t in texts]
+    keep = []
+    for q, answers in pairs:
+        needles = [n for n in (token_string(a, lang) for a in answers) if n.strip()]
+        if any(n in h for h in hays for n in needles):
+            keep.append((q, list(answers)))
+    return keep
 
 
 def recall_at_k(hits: np.ndarray, ks: Sequence[int] = (1, 5, 10, 20)) -> dict[int, float]:

@@ -1,0 +1,321 @@
+"""`ralm index build`, `ralm search`, `ralm ict`, `ralm eval-retrieval`: thin CLI over ralm.retrieval."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from ralm.errors import RalmError
+
+KINDS = ("flat", "ivf-flat", "hnsw", "sq8", "ivf-pq")
+
+
+def _encoder_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--encoder",
+        default=None,
+        metavar="MODEL_DIR",
+        help="local HF encoder or saved ralm encoder (default: bundled MiniLM)",
+    )
+    p.add_argument(
+        "--pooling",
+        choices=["mean", "cls"],
+        default=None,
+        help="pooling of a fresh encoder (default mean; REALM used cls)",
+    )
+    p.add_argument(
+        "--proj-dim", type=int, default=None, help="linear projection to this size (REALM: 128; default none)"
+    )
+    p.add_argument("--scale", action="store_true", help="divide scores by sqrt(dim), as BRENT does")
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="one tower for queries and documents (default: separate, as REALM/BRENT)",
+    )
+    p.add_argument(
+        "--max-length", type=int, default=128, help="max tokens of a query or document (default 128)"
+    )
+
+
+def _encoder_config(args: argparse.Namespace):
+    from ralm.retrieval.encoders import EncoderConfig
+
+    return EncoderConfig(
+        pooling=args.pooling or "mean",
+        proj_dim=args.proj_dim,
+        scale_by_sqrt_dim=args.scale,
+        shared=args.shared,
+        max_length=args.max_length,
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `index`, `search`, `ict` and `eval-retrieval` to the top-level parser."""
+    index = sub.add_parser("index", help="build a dense (FAISS) and optional BM25 index over a DocStore")
+    isub = index.add_subparsers(dest="index_command", metavar="SUBCOMMAND")
+    index.set_defaults(func=lambda a: (index.print_help(), 2)[1])
+    b = isub.add_parser(
+        "build",
+        help="embed a DocStore and index it",
+        description="Embed every chunk of a DocStore with the document tower (length-sorted batches, bf16 "
+        "where supported, resumable) and build a FAISS index; --bm25 adds a BM25 index over the same chunks.",
+    )
+    b.add_argument("store", type=Path, help="DocStore directory (ralm corpus build)")
+    b.add_argument(
+        "--out", type=Path, required=True, help="index directory to create (an unfinished one is resumed)"
+    )
+    b.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="flat",
+        help="flat = exact inner product (default, as BRENT); compressed: sq8, ivf-pq",
+    )
+    b.add_argument("--bm25", action="store_true", help="also build a BM25 index")
+    b.add_argument("--batch-size", type=int, default=64, help="chunks per embedding batch (default 64)")
+    b.add_argument(
+        "--dtype",
+        choices=["float16", "float32"],
+        default="float16",
+        help="embedding file precision (default float16)",
+    )
+    b.add_argument("--nlist", type=int, default=None, help="IVF lists (default ~4 sqrt(N))")
+    b.add_argument("--nprobe", type=int, default=None, help="IVF lists searched per query")
+    b.add_argument("--m", type=int, default=None, help="PQ sub-quantisers (ivf-pq) or HNSW links (hnsw)")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    _encoder_args(b)
+    b.set_defaults(func=_index_build)
+
+    s = sub.add_parser(
+        "search",
+        help="search an index with a text query",
+        description="Print the top-k chunks: rank, score, title, snippet.",
+    )
+    s.add_argument("index", type=Path, help="index directory (ralm index build)")
+    s.add_argument("query", help="query text")
+    s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    s.add_argument("--retriever", choices=["dense", "bm25"], default="dense", help="dense (default) or bm25")
+    s.add_argument("--store", type=Path, default=None, help="DocStore, if it moved since the index was built")
+    s.add_argument("--json", action="store_true", help="print results as JSON lines")
+    s.set_defaults(func=_search)
+
+    t = sub.add_parser(
+        "ict",
+        help="Inverse Cloze Task warm start of a dual encoder",
+        description="Train query and document towers with ICT (Lee et al. 2019) on a DocStore: a random sentence "
+        "is the query, its chunk (sentence removed 90%% of the time) the document, in-batch negatives. Logs "
+        "loss, in-batch accuracy and held-out recall@k to RUN/metrics.jsonl; saves RUN/encoder.",
+    )
+    t.add_argument("store", type=Path, help="DocStore directory")
+    t.add_argument("--out", type=Path, required=True, help="run directory")
+    t.add_argument("--steps", type=int, default=1000, help="optimiser steps (default 1000)")
+    t.add_argument("--batch-size", type=int, default=32, help="queries per step (default 32; BRENT used 128)")
+    t.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default 1e-4, as BRENT)")
+    t.add_argument(
+        "--remove-prob",
+        type=float,
+        default=0.9,
+        help="probability of removing the query sentence from its document",
+    )
+    t.add_argument(
+        "--heldout-frac",
+        type=float,
+        default=0.05,
+        help="fraction of chunks held out for recall (default 0.05)",
+    )
+    t.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations")
+    t.add_argument("--seed", type=int, default=0, help="random seed")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    _encoder_args(t)
+    t.set_defaults(func=_ict)
+
+    e = sub.add_parser(
+        "eval-retrieval",
+        help="recall@k of BM25 and dense retrievers on question/answer pairs",
+        description="A hit is a top-k chunk containing a normalised answer (SQuAD normalisation, whole tokens). "
+        "QA: 'trivia' (the bundled trivia pairs whose answer occurs in the corpus) or a JSONL file of "
+        '{"question", "answers"}. Retrievers: BM25 and each --dense encoder, side by side.',
+    )
+    e.add_argument("store", type=Path, help="DocStore directory")
+    e.add_argument("--qa", default="trivia", help="'trivia' or a JSONL file of {question, answers}")
+    e.add_argument(
+        "--dense",
+        action="append",
+        default=None,
+        metavar="ENCODER",
+        help="'minilm' or an encoder dir (e.g. RUN/encoder); repeatable (default: minilm)",
+    )
+    e.add_argument("--no-bm25", dest="bm25", action="store_false", help="leave BM25 out")
+    e.add_argument("-k", type=int, nargs="+", default=[1, 5, 20], help="cut-offs (default 1 5 20)")
+    e.add_argument(
+        "--work", type=Path, default=None, help="cache directory for embeddings (default: a temporary one)"
+    )
+    e.add_argument("--json-out", type=Path, default=None, help="also write the table as JSON")
+    e.add_argument("--quiet", action="store_true", help="no progress bars")
+    e.set_defaults(func=_eval)
+
+
+def _index_build(args: argparse.Namespace) -> int:
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.search import build_index_dir
+
+    params = {
+        k: v for k, v in {"nlist": args.nlist, "nprobe": args.nprobe, "m": args.m}.items() if v is not None
+    }
+    if "m" in params and args.kind == "hnsw":
+        params["M"] = params.pop("m")
+    store = DocStore(args.store)
+    out = build_index_dir(
+        store,
+        args.out,
+        encoder=args.encoder,
+        encoder_config=_encoder_config(args),
+        kind=args.kind,
+        bm25=args.bm25,
+        batch_size=args.batch_size,
+        dtype=args.dtype,
+        progress=not args.quiet,
+        log=lambda m: print(m, file=sys.stderr),
+        **params,
+    )
+    print(
+        f"index {out}: {len(store)} chunks, {args.kind}" + (" + bm25" if args.bm25 else ""), file=sys.stderr
+    )
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    from ralm.retrieval.search import load_retriever, snippet
+
+    if not args.query.strip():
+        raise RalmError("empty query; pass some text to search for")
+    store, retriever = load_retriever(args.index, args.retriever, args.store)
+    if args.k < 1 or args.k > len(store):
+        raise RalmError(f"-k {args.k}: must be between 1 and the number of chunks ({len(store)})")
+    res = retriever.search_text([args.query], args.k)
+    for rank, (cid, score) in enumerate(zip(res.ids[0], res.scores[0], strict=True), start=1):
+        row = store.get(int(cid))
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "rank": rank,
+                        "id": int(cid),
+                        "score": float(score),
+                        "title": row["title"],
+                        "text": row["text"],
+                    },
+                    ensure_ascii=False,
+                )
+            )
+        else:
+            print(f"{rank:>3}  {score:8.3f}  [{int(cid)}] {row['title']}: {snippet(row['text'])}")
+    return 0
+
+
+def _ict(args: argparse.Namespace) -> int:
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.ict import ICTConfig, train_ict
+
+    for name in ("steps", "batch_size", "eval_every"):
+        if getattr(args, name) < 1:
+            raise RalmError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if not 0.0 <= args.remove_prob <= 1.0:
+        raise RalmError(f"--remove-prob {args.remove_prob}: must be between 0 and 1")
+    store = DocStore(args.store)
+    enc = DualEncoder.from_pretrained(args.encoder, _encoder_config(args))
+    cfg = ICTConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        remove_prob=args.remove_prob,
+        heldout_frac=args.heldout_frac,
+        eval_every=args.eval_every,
+        seed=args.seed,
+    )
+    last = train_ict(enc, store, args.out, cfg, progress=not args.quiet)
+    print(json.dumps({"run": str(args.out), **last}))
+    return 0
+
+
+def load_qa(spec: str, store) -> list[tuple[str, list[str]]]:
+    """Question/answer pairs: 'trivia' (filtered to those answerable in `store`) or a JSONL file."""
+    from ralm.retrieval.evaluate import answerable
+    from ralm.samples import trivia_qa_pairs
+
+    if spec == "trivia":
+        texts = [t for b in store.iter_batches(4096, columns=["text"]) for t in b["text"]]
+        return answerable(trivia_qa_pairs(), texts)
+    path = Path(spec)
+    if not path.is_file():
+        raise RalmError(f"{path}: no such QA file; pass 'trivia' or a JSONL file of {{question, answers}}")
+    pairs = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            pairs.append((str(obj["question"]), [str(a) for a in obj["answers"]]))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise RalmError(f'{path}:{n}: expected {{"question": ..., "answers": [...]}} ({exc})') from None
+    return pairs
+
+
+def evaluate_retrievers(store, pairs, retrievers: dict, ks: list[int]) -> dict[str, dict[int, float]]:
+    """recall@k per retriever name on the same questions."""
+    from ralm.retrieval.evaluate import hit_matrix, recall_at_k
+    from ralm.retrieval.search import top_texts
+
+    kmax = max(ks)
+    table = {}
+    questions = [q for q, _ in pairs]
+    answers = [a for _, a in pairs]
+    for name, retriever in retrievers.items():
+        res = retriever.search_text(questions, kmax)
+        table[name] = recall_at_k(hit_matrix(res.ids, top_texts(store, res), answers), ks)
+    return table
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.search import dense_retriever_for
+
+    store = DocStore(args.store)
+    if max(args.k) > len(store) or min(args.k) < 1:
+        raise RalmError(f"-k {args.k}: cut-offs must be between 1 and the number of chunks ({len(store)})")
+    pairs = load_qa(args.qa, store)
+    if not pairs:
+        raise RalmError(f"{args.qa}: no question has an answer in {store.root}; nothing to evaluate")
+    retrievers = {}
+    if args.bm25:
+        retrievers["bm25"] = BM25Retriever.build(store)
+    work = args.work or Path(tempfile.mkdtemp(prefix="ralm-eval-"))
+    for i, spec in enumerate(args.dense or ["minilm"]):
+        enc = DualEncoder.from_pretrained(None if spec == "minilm" else spec)
+        name = f"dense:{spec}"
+        retrievers[name] = dense_retriever_for(store, enc, work / f"dense{i}", progress=not args.quiet)
+    table = evaluate_retrievers(store, pairs, retrievers, args.k)
+    ks = sorted(args.k)
+    print(f"recall@k on {len(pairs)} questions ({args.qa}) over {len(store)} chunks of {store.root}")
+    print(f"{'retriever':<40}" + "".join(f"{'R@' + str(k):>8}" for k in ks))
+    for name, rec in table.items():
+        print(f"{name:<40}" + "".join(f"{rec[k]:>8.3f}" for k in ks))
+    if args.json_out:
+        args.json_out.write_text(
+            json.dumps(
+                {
+                    "questions": len(pairs),
+                    "qa": args.qa,
+                    "store": str(store.root),
+                    "recall": {n: {str(k): v for k, v in r.items()} for n, r in table.items()},
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    return 0

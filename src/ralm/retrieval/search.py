@@ -1,0 +1,197 @@
+"""A retrieval index directory: everything `ralm search` needs to answer text queries.
+
+    INDEX/
+      retrieval.json     DocStore path + fingerprint, encoder fingerprints, index kind (written last)
+      encoder/           the DualEncoder (queries are embedded with its query tower)
+      embeddings.npy     doc vectors (resumable while being written; see ralm.retrieval.embed)
+      dense/             the FAISS index (index.faiss + index.json)
+      bm25/              the BM25 index, when built with bm25
+
+A directory without retrieval.json is an unfinished build: `ralm index build` resumes it and
+nothing searches it. `DenseRetriever` and `BM25Retriever` answer `search_text` the same way,
+so every caller can switch between "dense" and "bm25".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ralm.corpus.docstore import DocStore
+from ralm.errors import RalmError
+from ralm.retrieval.base import ExcludeIds, SearchResult
+from ralm.retrieval.bm25 import BM25Retriever
+from ralm.retrieval.embed import embed_docstore
+from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+from ralm.retrieval.index import DenseIndex, estimate
+
+MANIFEST = "retrieval.json"
+
+
+class DenseRetriever:
+    """Text queries -> query tower -> FAISS index over the DocStore's doc vectors."""
+
+    def __init__(
+        self, encoder: DualEncoder, index: DenseIndex, batch_size: int = 64, autocast: str = "auto"
+    ) -> None:
+        self.encoder = encoder
+        self.index = index
+        self.batch_size = batch_size
+        self.autocast = autocast
+
+    def search_text(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
+        """Top-k chunk ids and scores for each query string."""
+        queries = list(queries)
+        for q in queries:
+            if not q.strip():
+                raise RalmError("empty query; pass some text to search for")
+        q = self.encoder.encode_queries(queries, batch_size=self.batch_size, autocast=self.autocast)
+        return self.index.search(q, k, exclude_ids=exclude_ids)
+
+
+def dense_retriever_for(
+    store: DocStore,
+    encoder: DualEncoder,
+    work: Path,
+    *,
+    kind: str = "flat",
+    batch_size: int = 64,
+    progress: bool = True,
+    **params: Any,
+) -> DenseRetriever:
+    """Embed `store` with `encoder` into `work/` (resumable) and index it."""
+    work.mkdir(parents=True, exist_ok=True)
+    vectors = embed_docstore(
+        encoder, store, work / "embeddings.npy", batch_size=batch_size, progress=progress
+    )
+    index = DenseIndex.build(
+        vectors,
+        kind=kind,
+        docstore_fingerprint=store.fingerprint,
+        encoder_fingerprint=encoder.fingerprint("doc"),
+        **params,
+    )
+    return DenseRetriever(encoder, index)
+
+
+def build_index_dir(
+    store: DocStore,
+    out: str | os.PathLike,
+    *,
+    encoder: str | os.PathLike | None = None,
+    encoder_config: EncoderConfig | None = None,
+    kind: str = "flat",
+    bm25: bool = False,
+    batch_size: int = 64,
+    dtype: str = "float16",
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    **params: Any,
+) -> Path:
+    """Build (or resume building) a retrieval index directory for `store`; returns its path."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RalmError(f"{out}: exists and is not a directory; choose another --out")
+    if (
+        out.is_dir()
+        and any(out.iterdir())
+        and not (out / "encoder").exists()
+        and not (out / MANIFEST).exists()
+    ):
+        raise RalmError(
+            f"{out}: exists and is not a ralm index; refusing to write into it, choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    enc_dir = out / "encoder"
+    if enc_dir.exists():
+        enc = DualEncoder.from_pretrained(enc_dir)  # resuming: the encoder the embeddings were made with
+    else:
+        enc = DualEncoder.from_pretrained(encoder, encoder_config)
+        enc.save(enc_dir)
+    est = estimate(kind, len(store), enc.dim, **params)
+    log(f"index plan: {est['text']}")
+    vectors = embed_docstore(
+        enc, store, out / "embeddings.npy", batch_size=batch_size, dtype=dtype, progress=progress
+    )
+    index = DenseIndex.build(
+        vectors,
+        kind=kind,
+        docstore_fingerprint=store.fingerprint,
+        encoder_fingerprint=enc.fingerprint("doc"),
+        **params,
+    )
+    index.save(out / "dense")
+    if bm25:
+        BM25Retriever.build(store).save(out / "bm25")
+    manifest = {
+        "format": "ralm-retrieval-index",
+        "version": 1,
+        "docstore": str(Path(store.root).resolve()),
+        "docstore_fingerprint": store.fingerprint,
+        "encoder_fingerprint": enc.fingerprint("all"),
+        "doc_encoder_fingerprint": enc.fingerprint("doc"),
+        "kind": kind,
+        "count": len(store),
+        "dim": enc.dim,
+        "bm25": bm25,
+    }
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out / MANIFEST)
+    return out
+
+
+def open_index_dir(
+    path: str | os.PathLike, store: str | os.PathLike | None = None
+) -> tuple[DocStore, dict[str, Any]]:
+    """The DocStore an index directory was built from (or `store`, checked) and its manifest."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RalmError(f"{path}: no such index directory; build one with `ralm index build`")
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        if (path / "encoder").exists():
+            raise RalmError(f"{path}: unfinished index build; rerun `ralm index build` (it resumes)")
+        raise RalmError(f"{path}: not a ralm index (no {MANIFEST}); build one with `ralm index build`")
+    manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    ds = DocStore(store if store is not None else manifest["docstore"])
+    if ds.fingerprint != manifest["docstore_fingerprint"]:
+        raise RalmError(
+            f"{path}: built from another corpus than {ds.root} (fingerprint {manifest['docstore_fingerprint'][:12]} "
+            f"vs {ds.fingerprint[:12]}); rebuild it with `ralm index build`"
+        )
+    return ds, manifest
+
+
+def load_retriever(path: str | os.PathLike, kind: str = "dense", store: str | os.PathLike | None = None):
+    """(DocStore, retriever) from an index directory; kind "dense" or "bm25"."""
+    path = Path(path)
+    ds, manifest = open_index_dir(path, store)
+    if kind == "bm25":
+        if not manifest.get("bm25"):
+            raise RalmError(f"{path}: built without BM25; rebuild with `ralm index build --bm25`")
+        return ds, BM25Retriever.load(path / "bm25", docstore_fingerprint=ds.fingerprint)
+    if kind != "dense":
+        raise RalmError(f"retriever {kind!r}: choose dense or bm25")
+    enc = DualEncoder.from_pretrained(path / "encoder")
+    index = DenseIndex.load(
+        path / "dense", docstore_fingerprint=ds.fingerprint, encoder_fingerprint=enc.fingerprint("doc")
+    )
+    return ds, DenseRetriever(enc, index)
+
+
+def snippet(text: str, width: int = 100) -> str:
+    """One line of at most `width` characters."""
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+def top_texts(store: DocStore, result: SearchResult) -> dict[int, str]:
+    """Chunk id -> text for every id in a search result."""
+    ids = sorted({int(i) for i in np.asarray(result.ids).ravel() if i >= 0})
+    return {i: store.get(i)["text"] for i in ids}
