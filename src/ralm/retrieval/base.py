@@ -14,6 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ralm.errors import RalmError
+
 
 @dataclass
 class SearchResult:
@@ -36,3 +38,18 @@ class Retriever(Protocol):
     def search_text(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
         """Top-k chunk ids and scores for each query string."""
         ...
+
+
+def check_queries(queries: Sequence[str]) -> list[str]:
+    """The query batch as a list; RalmError for a single string, an empty batch or an empty query."""
+    if isinstance(queries, str):
+        raise RalmError("queries must be a list of strings, got a single string; wrap it in a list")
+    queries = list(queries)
+    if not queries:
+        raise RalmError("empty query batch: pass at least one query")
+    for i, q in enumerate(queries):
+        if not isinstance(q, str):
+            raise RalmError(f"query {i} is a {type(q).__name__}, not a string")
+        if not q.strip():
+            raise RalmError(f"query {i} is empty; pass some words to search for")
+    return queries

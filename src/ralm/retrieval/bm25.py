@@ -41,8 +41,8 @@ from bm25s.tokenization import Tokenizer
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.retrieval.base import ExcludeIds, SearchResult
-from ralm.retrieval.index import check_fingerprints, filter_excluded, prepare_exclude
+from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
+from ralm.retrieval.index import check_fingerprints, filter_excluded, prepare_exclude, read_manifest
 
 MANIFEST_FILE = "bm25.json"
 FORMAT = "ralm-bm25"
@@ -211,16 +211,7 @@ class BM25Retriever:
         Always k results; RalmError for an empty batch, an empty query, or k larger than the
         chunks left after exclusion.
         """
-        if isinstance(queries, str):
-            raise RalmError("queries must be a list of strings, got a single string; wrap it in a list")
-        queries = list(queries)
-        if not queries:
-            raise RalmError("empty query batch: pass at least one query")
-        for i, q in enumerate(queries):
-            if not isinstance(q, str):
-                raise RalmError(f"query {i} is a {type(q).__name__}, not a string")
-            if not q.strip():
-                raise RalmError(f"query {i} is empty; pass some words to search for")
+        queries = check_queries(queries)
         excl = prepare_exclude(exclude_ids, len(queries), self.count, k)
         out_ids = np.empty((len(queries), k), dtype=np.int64)
         out_scores = np.empty((len(queries), k), dtype=np.float32)
@@ -261,16 +252,7 @@ class BM25Retriever:
         for p in (mpath, *(d / f for f in BM25S_FILES)):
             if not p.is_file():
                 raise RalmError(f"{p}: no such file; build the BM25 index with `ralm index build`")
-        try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RalmError(
-                f"{mpath}: unreadable BM25 manifest ({exc}); rebuild it with `ralm index build`"
-            ) from None
-        if manifest.get("format") != FORMAT:
-            raise RalmError(f"{mpath}: not a {FORMAT} manifest; rebuild it with `ralm index build`")
-        if manifest.get("version", 0) > FORMAT_VERSION:
-            raise RalmError(f"{mpath}: BM25 index format v{manifest['version']} is newer than this ralm")
+        manifest = read_manifest(mpath, FORMAT, FORMAT_VERSION, "BM25 index")
         check_fingerprints(d, manifest, docstore_fingerprint, None)
         for name, size in manifest.get("files", {}).items():
             if os.path.getsize(d / name) != size:

@@ -735,16 +735,7 @@ class DenseIndex:
         for p in (mpath, ipath):
             if not p.is_file():
                 raise RalmError(f"{p}: no such file; build the index with `ralm index build`")
-        try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RalmError(
-                f"{mpath}: unreadable index manifest ({exc}); rebuild it with `ralm index build`"
-            ) from None
-        if manifest.get("format") != FORMAT:
-            raise RalmError(f"{mpath}: not a {FORMAT} manifest; rebuild it with `ralm index build`")
-        if manifest.get("version", 0) > FORMAT_VERSION:
-            raise RalmError(f"{mpath}: index format v{manifest['version']} is newer than this ralm")
+        manifest = read_manifest(mpath, FORMAT, FORMAT_VERSION, "index")
         check_fingerprints(d, manifest, docstore_fingerprint, encoder_fingerprint)
         size = manifest.get("index_bytes")
         if size is not None and os.path.getsize(ipath) != size:
@@ -765,6 +756,21 @@ class DenseIndex:
                 f"{manifest['count']} x {manifest['dim']}; rebuild it with `ralm index build`"
             )
         return cls(index, manifest, device=device)
+
+
+def read_manifest(mpath: Path, fmt: str, version: int, what: str) -> dict[str, Any]:
+    """A saved index's JSON manifest, checked for its format name and a version this ralm reads."""
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RalmError(
+            f"{mpath}: unreadable {what} manifest ({exc}); rebuild it with `ralm index build`"
+        ) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        raise RalmError(f"{mpath}: not a {fmt} manifest; rebuild it with `ralm index build`")
+    if manifest.get("version", 0) > version:
+        raise RalmError(f"{mpath}: {what} format v{manifest['version']} is newer than this ralm")
+    return manifest
 
 
 def check_fingerprints(

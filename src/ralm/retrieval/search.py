@@ -24,7 +24,7 @@ import numpy as np
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.retrieval.base import ExcludeIds, SearchResult
+from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
 from ralm.retrieval.bm25 import BM25Retriever
 from ralm.retrieval.embed import embed_docstore
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
@@ -46,10 +46,7 @@ class DenseRetriever:
 
     def search_text(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
         """Top-k chunk ids and scores for each query string."""
-        queries = list(queries)
-        for q in queries:
-            if not q.strip():
-                raise RalmError("empty query; pass some text to search for")
+        queries = check_queries(queries)
         q = self.encoder.encode_queries(queries, batch_size=self.batch_size, autocast=self.autocast)
         return self.index.search(q, k, exclude_ids=exclude_ids)
 
