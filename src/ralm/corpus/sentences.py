@@ -103,17 +103,19 @@ ABBREVIATIONS = frozenset(
 _END = r"[.!?…]+|[。！？।؟]"
 _CLOSE = r"[\"'”’»)\]]*"
 # A candidate boundary: end punctuation, closing marks, then whitespace (not a newline).
+_WORD_BEFORE = re.compile(r"(\S+)$")
 _CANDIDATE = re.compile(rf"(?:{_END}){_CLOSE}(?=[ \t\u00a0]+(\S))")
+# The first non-space character of every line (lines are boundaries on their own).
+_LINE_START = re.compile(r"^[^\S\n]*(\S)", re.MULTILINE)
 
 
 def _is_abbreviation(text: str, dot_pos: int) -> bool:
     """True if the word ending at `dot_pos` (the index of a '.') is an abbreviation or initial."""
-    k = dot_pos
-    while k > 0 and not text[k - 1].isspace():  # back to the start of the word (words are short)
-        k -= 1
-    if k == dot_pos:
+    # abbreviations are short: look back at most 40 chars (a longer word is never one)
+    m = _WORD_BEFORE.search(text, max(0, dot_pos - 40), dot_pos)
+    if m is None:
         return False
-    word = text[k:dot_pos].lstrip("(\"'“‘«[")
+    word = m.group(1).lstrip("(\"'“‘«[")
     if len(word) == 1 and word.isalpha() and word.isupper():
         return True  # an initial: "J. R. R. Tolkien"
     return word.lower() in ABBREVIATIONS
@@ -124,26 +126,14 @@ def sentence_boundaries(text: str) -> list[int]:
 
     The positions point at the first non-whitespace character of each sentence.
     """
-    starts: list[int] = []
-    pos = 0
-    for line in text.split("\n"):
-        line_start = pos
-        pos += len(line) + 1
-        stripped = line.lstrip()
-        if not stripped:
+    starts = [m.start(1) for m in _LINE_START.finditer(text)]
+    for m in _CANDIDATE.finditer(text):
+        if m.group(1)[0].islower():
             continue
-        starts.append(line_start + len(line) - len(stripped))
-        for m in _CANDIDATE.finditer(line):
-            nxt = m.group(1)
-            if nxt[0].islower():
-                continue
-            if line[m.start()] == "." and m.end() - m.start() == 1 and _is_abbreviation(line, m.start()):
-                continue
-            # the next sentence starts at the next non-space character
-            j = m.end()
-            while j < len(line) and line[j] in " \t\u00a0":
-                j += 1
-            starts.append(line_start + j)
+        if text[m.start()] == "." and m.end() - m.start() == 1 and _is_abbreviation(text, m.start()):
+            continue
+        starts.append(m.start(1))  # the next sentence starts at the next non-space character
+    starts.sort()
     return starts
 
 
