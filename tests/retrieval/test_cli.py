@@ -140,3 +140,35 @@ def test_eval_retrieval_table_and_json(built, tmp_path, capsys, tiny_dir):
     assert "recall@k on 2 questions" in out
     code, _, err = run(capsys, "eval-retrieval", built / "store", "--qa", qa, "-k", "99")
     assert code == 2 and "-k" in err[0]
+
+
+def test_eval_retrieval_all_retrievers_in_one_table(built, tmp_path, capsys, tiny_dir):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"question": "who taught aristotle", "answers": ["Plato"]}) + "\n")
+    out_json = tmp_path / "all.json"
+    code, out, _ = run(
+        capsys,
+        "eval-retrieval",
+        built / "store",
+        "--qa",
+        qa,
+        "--dense",
+        tiny_dir,
+        "--ql",
+        "--colbert-rerank",
+        "4",
+        "-k",
+        "1",
+        "3",
+        "--json-out",
+        out_json,
+        "--quiet",
+    )
+    assert code == 0
+    recall = json.loads(out_json.read_text())["recall"]
+    assert list(recall) == ["bm25", "query_likelihood", "colbert_rerank_bm25@4", f"dense:{tiny_dir}"]
+    # "aristotle" occurs only in Aristotle's chunk: both lexical retrievers rank it first
+    assert recall["bm25"]["1"] == 1.0 and recall["query_likelihood"]["1"] == 1.0
+    # MaxSim with the real MiniLM puts the Aristotle/Plato chunk first among BM25's top 4
+    assert recall["colbert_rerank_bm25@4"] == {"1": 1.0, "3": 1.0}
+    assert all(name in out for name in recall)

@@ -1,4 +1,6 @@
-"""Language models of the lecture: n-gram LMs now (`ralm.lm.ngram`); neural LMs come later.
+"""Language models of the lecture: n-gram LMs (`ralm.lm.ngram`), small neural LMs
+(`ralm.lm.neural`, the perplexity ladder in `ralm.lm.ladder`) and query-likelihood retrieval
+(`ralm.lm.query_likelihood`).
 
 Importing this package pulls in numpy only (the CLI imports it on every `ralm` call).
 """

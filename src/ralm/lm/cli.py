@@ -3,6 +3,7 @@
   ralm ngram train TEXT --order 3 --estimator mkn --out model.arpa
   ralm ngram score MODEL.arpa TEXT          (prints the perplexity)
   ralm ngram sample MODEL.arpa --seed 0 -n 5
+  ralm lm ladder lee --json-out ladder.json   (n-gram -> FFNN -> LSTM -> transformer perplexities)
 
 TEXT is UTF-8, one sentence per line (blank lines are skipped), `-` for stdin. The
 tokenizer ("word": `\\w+|[^\\w\\s]`, or "whitespace") and lower-casing chosen at training
@@ -198,3 +199,83 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--context", default="", help="text to continue (tokenised like the model)")
     text_opts(g, training=False)
     g.set_defaults(func=cmd_sample)
+    register_lm(subparsers)
+
+
+def cmd_ladder(args: argparse.Namespace) -> int:
+    """Fit the lecture's ladder of LMs on one split of TEXT_OR_SAMPLE and print one table."""
+    from ralm.lm.ladder import LadderConfig, format_table, run_ladder, write_json
+
+    if args.threads is not None:
+        import torch
+
+        if args.threads < 1:
+            raise RalmError(f"--threads {args.threads}: must be >= 1")
+        torch.set_num_threads(args.threads)
+    neural = tuple(m for m in (args.models or "ffnn,lstm,transformer").split(",") if m and m != "ngram")
+    cfg = LadderConfig(
+        max_tokens=args.max_tokens,
+        vocab_size=args.vocab_size,
+        min_count=args.min_count,
+        lowercase=args.lowercase,
+        seed=args.seed,
+        ngrams=args.models is None or "ngram" in args.models.split(","),
+        neural=neural,
+        epochs=args.epochs,
+        time_budget_s=args.time_budget,
+        autocast=args.autocast,
+    )
+    if cfg.epochs < 1:
+        raise RalmError(f"--epochs {cfg.epochs}: must be >= 1")
+    log = None if args.quiet else (lambda m: print(m, file=sys.stderr))
+    result = run_ladder(args.source, cfg, log=log, save_dir=args.save_dir)
+    print(format_table(result))
+    if args.json_out:
+        write_json(result, args.json_out)
+        print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+def register_lm(subparsers: argparse._SubParsersAction) -> None:
+    """Add `ralm lm ladder` to the top-level parser."""
+    parser = subparsers.add_parser(
+        "lm",
+        help="neural LMs next to the n-gram ones: the perplexity ladder",
+        description="Neural language models of the lecture (ralm.lm.neural) compared with n-gram models.",
+    )
+    sub = parser.add_subparsers(dest="lm_command", metavar="SUBCOMMAND")
+
+    def _help(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    parser.set_defaults(func=_help)
+    lad = sub.add_parser(
+        "ladder",
+        help="one perplexity table: add-one, Katz, KN, modified KN, FFNN, LSTM, transformer",
+        description=(
+            "Split TEXT_OR_SAMPLE by document into train/valid/test (80/10/10, seeded), build one "
+            "vocabulary, fit every model on the same training sentences and print their test "
+            "perplexities (every token incl. </s>; <s> never predicted). TEXT_OR_SAMPLE: lee (default "
+            "news sample), enwiki, a DocStore directory, or a text file (one document per line) / JSONL."
+        ),
+    )
+    lad.add_argument("source", metavar="TEXT_OR_SAMPLE", nargs="?", default="lee")
+    lad.add_argument("--max-tokens", type=int, default=None, help="use only the first N training words")
+    lad.add_argument("--epochs", type=int, default=20, help="max epochs per neural model (default 20)")
+    lad.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                     help="max training seconds per neural model")  # fmt: skip
+    lad.add_argument("--models", default=None,
+                     help="comma-separated subset of ngram,ffnn,lstm,transformer (default: all)")  # fmt: skip
+    lad.add_argument("--vocab-size", type=int, default=10_000, help="vocabulary cap incl. specials")
+    lad.add_argument("--min-count", type=int, default=2, help="rarer training words become <unk> (default 2)")
+    lad.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
+                     help="lower-case the text (default: yes)")  # fmt: skip
+    lad.add_argument("--seed", type=int, default=0)
+    lad.add_argument("--autocast", default="auto", choices=("auto", "bf16", "off"),
+                     help="bf16 autocast for training (auto: where the CPU/GPU has native bf16)")  # fmt: skip
+    lad.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    lad.add_argument("--json-out", default=None, metavar="PATH", help="also write the table as JSON")
+    lad.add_argument("--save-dir", default=None, metavar="DIR", help="save each neural model to DIR/KIND")
+    lad.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    lad.set_defaults(func=cmd_ladder)

@@ -148,6 +148,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="'minilm' or an encoder dir (e.g. RUN/encoder); repeatable (default: minilm)",
     )
     e.add_argument("--no-bm25", dest="bm25", action="store_false", help="leave BM25 out")
+    e.add_argument("--ql", action="store_true", help="add query-likelihood retrieval (Dirichlet, mu 200)")
+    e.add_argument(
+        "--colbert-rerank",
+        type=int,
+        default=None,
+        metavar="DEPTH",
+        help="add ColBERT MaxSim (bundled MiniLM token embeddings) re-ranking BM25's top DEPTH",
+    )
     e.add_argument("-k", type=int, nargs="+", default=[1, 5, 20], help="cut-offs (default 1 5 20)")
     e.add_argument(
         "--work", type=Path, default=None, help="cache directory for embeddings (default: a temporary one)"
@@ -294,6 +302,23 @@ def _eval(args: argparse.Namespace) -> int:
     retrievers = {}
     if args.bm25:
         retrievers["bm25"] = BM25Retriever.build(store)
+    if args.ql:
+        from ralm.lm.query_likelihood import QueryLikelihoodRetriever
+
+        retrievers["query_likelihood"] = QueryLikelihoodRetriever.build(store)
+    if args.colbert_rerank:
+        from ralm.retrieval.late_interaction import LateInteractionRetriever
+        from ralm.retrieval.search import RerankRetriever
+
+        if args.colbert_rerank < max(args.k) or args.colbert_rerank > len(store):
+            raise RalmError(
+                f"--colbert-rerank {args.colbert_rerank}: must be between max(-k) and the number of chunks"
+            )
+        first = retrievers.get("bm25") or BM25Retriever.build(store)
+        colbert = LateInteractionRetriever.from_pretrained(None, store)
+        retrievers[f"colbert_rerank_bm25@{args.colbert_rerank}"] = RerankRetriever(
+            first, colbert, args.colbert_rerank
+        )
     work = args.work or Path(tempfile.mkdtemp(prefix="ralm-eval-"))
     for i, spec in enumerate(args.dense or ["minilm"]):
         enc = DualEncoder.from_pretrained(None if spec == "minilm" else spec)

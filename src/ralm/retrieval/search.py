@@ -51,6 +51,24 @@ class DenseRetriever:
         return self.index.search(q, k, exclude_ids=exclude_ids)
 
 
+class RerankRetriever:
+    """A first-stage retriever's top `depth` chunks, re-scored by `reranker.rerank` (e.g. ColBERT MaxSim)."""
+
+    def __init__(self, first, reranker, depth: int = 100) -> None:
+        self.first = first
+        self.reranker = reranker
+        self.depth = depth
+
+    def search_text(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
+        """Top-k after re-ranking; k <= depth."""
+        if k > self.depth:
+            raise RalmError(f"k {k} is larger than the re-ranking depth {self.depth}; raise the depth")
+        queries = check_queries(queries)
+        cand = self.first.search_text(queries, self.depth, exclude_ids)
+        res = self.reranker.rerank(queries, cand.ids)
+        return SearchResult(ids=res.ids[:, :k], scores=res.scores[:, :k])
+
+
 def dense_retriever_for(
     store: DocStore,
     encoder: DualEncoder,
