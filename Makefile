@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
+	$(BIN)/python -m ralm.samples fetch-triviaqa
 	touch $(STAMP)
 
 # The main job on the bundled sample: build a DocStore from the gensim English Wikipedia

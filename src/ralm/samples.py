@@ -6,6 +6,10 @@ Samples (install with `pip install 'ralm[samples]'`):
     lee      gensim: lee_background.cor, 300 news articles, one per line
     chitchat chitchat-dataset: 7,168 English conversations (JSON)
     trivia   chatterbot-corpus: 261 trivia question / short answer pairs (YAML)
+    triviaqa the TriviaQA sample (11 questions, 24 evidence documents: Wikipedia and web) from the
+             test fixtures of the allennlp 0.9.0 wheel, fetched from PyPI at set-up time
+             (`python -m ralm.samples fetch-triviaqa`, run by `make setup`) and converted to
+             evidence.jsonl + qa.jsonl under `<venv>/share/ralm/triviaqa-sample/`
 Wikipedia text is CC BY-SA; see each package for its licence.
 """
 
@@ -13,6 +17,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,8 +50,18 @@ def _package_dir(package: str) -> Path:
     return Path(spec.origin).parent
 
 
+TRIVIAQA_DIR = Path(sys.prefix) / "share" / "ralm" / "triviaqa-sample"
+
+
 def sample_path(name: str) -> Path:
     """Path of a named sample file (see the module docstring for the names)."""
+    if name == "triviaqa":
+        path = TRIVIAQA_DIR / "evidence.jsonl"
+        if not path.is_file():
+            raise RalmError(
+                f"{path}: TriviaQA sample not fetched; run `python -m ralm.samples fetch-triviaqa`"
+            )
+        return path
     if name not in SAMPLES:
         raise RalmError(f"unknown sample {name!r}; choose one of {', '.join(SAMPLES)}")
     package, rel, _ = SAMPLES[name]
@@ -52,7 +72,9 @@ def sample_path(name: str) -> Path:
 
 
 def sample_format(name: str) -> str:
-    """How `ralm corpus build` reads the sample: "wiki", "text-lines", "json" or "yaml"."""
+    """How `ralm corpus build` reads the sample: "wiki", "text-lines", "jsonl", "json" or "yaml"."""
+    if name == "triviaqa":
+        return "jsonl"
     if name not in SAMPLES:
         raise RalmError(f"unknown sample {name!r}; choose one of {', '.join(SAMPLES)}")
     return SAMPLES[name][2]
@@ -79,3 +101,68 @@ def chitchat_messages() -> Iterator[list[str]]:
         for turn in data[conv_id]["messages"]:
             messages.extend(m["text"] for m in turn)
         yield messages
+
+
+def triviaqa_qa_pairs() -> list[tuple[str, list[str]]]:
+    """The TriviaQA sample's (question, answer aliases) pairs (see fetch_triviaqa)."""
+    path = TRIVIAQA_DIR / "qa.jsonl"
+    if not path.is_file():
+        raise RalmError(f"{path}: TriviaQA sample not fetched; run `python -m ralm.samples fetch-triviaqa`")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [(r["question"], r["answers"]) for r in rows]
+
+
+def convert_triviaqa(tgz: Path, out: Path) -> tuple[int, int]:
+    """Turn TriviaQA's sample archive into evidence.jsonl (one document per evidence file, title =
+    file name) and qa.jsonl ({question, answers}: the answer value and its aliases). Returns counts."""
+    docs: dict[str, str] = {}
+    qa: list[dict] = []
+    with tarfile.open(tgz) as tar:
+        for m in sorted(tar.getmembers(), key=lambda m: m.name):
+            if not m.isfile():
+                continue
+            name = m.name.lstrip("./")
+            data = tar.extractfile(m).read()
+            if "/evidence/" in f"/{name}" and name.endswith(".txt"):
+                stem = Path(name).stem
+                title = stem.replace("_", " ") if "/wikipedia/" in f"/{name}" else stem
+                docs[name] = json.dumps(
+                    {"id": name, "title": title, "text": data.decode("utf-8")}, ensure_ascii=False
+                )
+            elif name.startswith("qa/") and name.endswith(".json"):
+                for item in json.loads(data.decode("utf-8"))["Data"]:
+                    ans = item["Answer"]
+                    answers = sorted({ans["Value"], *ans.get("Aliases", [])})
+                    qa.append({"question": item["Question"], "answers": answers, "id": item["QuestionId"]})
+    out.mkdir(parents=True, exist_ok=True)
+    for fname, lines in (
+        ("evidence.jsonl", list(docs.values())),
+        ("qa.jsonl", [json.dumps(q, ensure_ascii=False) for q in qa]),
+    ):
+        tmp = out / (fname + ".tmp")
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(tmp, out / fname)
+    return len(docs), len(qa)
+
+
+def fetch_triviaqa(out: Path = TRIVIAQA_DIR) -> Path:
+    """Download the allennlp 0.9.0 wheel from PyPI (set-up time only) and convert its TriviaQA sample."""
+    if (out / "evidence.jsonl").is_file() and (out / "qa.jsonl").is_file():
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "allennlp==0.9.0", "-d", tmp]
+        if subprocess.run(cmd).returncode != 0:
+            raise RalmError("could not download allennlp==0.9.0 from PyPI (it carries the TriviaQA sample)")
+        wheel = next(Path(tmp).glob("allennlp-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            tgz = Path(tmp) / "triviaqa-sample.tgz"
+            tgz.write_bytes(z.read("allennlp/tests/fixtures/data/triviaqa-sample.tgz"))
+        n_docs, n_qa = convert_triviaqa(tgz, out)
+    print(f"TriviaQA sample: {n_docs} evidence documents, {n_qa} questions -> {out}", file=sys.stderr)
+    return out
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["fetch-triviaqa"]:
+        raise SystemExit("usage: python -m ralm.samples fetch-triviaqa")
+    fetch_triviaqa()

@@ -119,3 +119,34 @@ def test_ner_spans_and_foreign_entity_vocab(tmp_path, enwiki):
     assert ("May 1861", "ner") in got or ("May 1861", "date") in got
     assert any(t == "Abraham Lincoln" for t, _ in got) and any(t == "Alabama" for t, _ in got)
     assert any(src_ == "ner" for _, src_ in got)
+
+
+def test_triviaqa_sample_corpus_and_questions(tmp_path, tiny_dir):
+    """The TriviaQA sample (fetched by `make setup`) as corpus + questions, end to end."""
+    import json as _json
+
+    out = tmp_path / "tq"
+    assert main(["corpus", "build", "--sample", "triviaqa", "--out", str(out), "--quiet"]) == 0
+    store = DocStore(out)
+    assert store.manifest["counts"]["articles"] == 19
+    table = tmp_path / "tq.json"
+    code = main(
+        [
+            "eval-retrieval",
+            str(out),
+            "--qa",
+            "triviaqa",
+            "--dense",
+            str(tiny_dir),
+            "-k",
+            "1",
+            "20",
+            "--json-out",
+            str(table),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    result = _json.loads(table.read_text())
+    assert result["questions"] == 11
+    assert result["recall"]["bm25"]["20"] > 0.5  # the evidence was collected for these questions

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ralm.errors import CorpusError
 
-CORPUS_SAMPLES = ("enwiki", "bgwiki", "lee")
+CORPUS_SAMPLES = ("enwiki", "bgwiki", "lee", "triviaqa")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -139,7 +139,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         '{"question", "answers"}. Retrievers: BM25 and each --dense encoder, side by side.',
     )
     e.add_argument("store", type=Path, help="DocStore directory")
-    e.add_argument("--qa", default="trivia", help="'trivia' or a JSONL file of {question, answers}")
+    e.add_argument(
+        "--qa",
+        default="trivia",
+        help="'trivia', 'triviaqa' (the TriviaQA sample; build its corpus with --sample triviaqa) "
+        "or a JSONL file of {question, answers}",
+    )
     e.add_argument(
         "--dense",
         action="append",
@@ -257,6 +262,10 @@ def load_qa(spec: str, store) -> list[tuple[str, list[str]]]:
     if spec == "trivia":
         texts = [t for b in store.iter_batches(4096, columns=["text"]) for t in b["text"]]
         return answerable(trivia_qa_pairs(), texts)
+    if spec == "triviaqa":
+        from ralm.samples import triviaqa_qa_pairs
+
+        return triviaqa_qa_pairs()
     path = Path(spec)
     if not path.is_file():
         raise RalmError(f"{path}: no such QA file; pass 'trivia' or a JSONL file of {{question, answers}}")
