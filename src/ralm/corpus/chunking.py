@@ -21,6 +21,7 @@ Example: with budget 4 text tokens, "A b. C d e f g." (one token per word/stop) 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -125,6 +126,7 @@ class Chunker:
         self._backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
         self._backend.no_padding()
         self._backend.no_truncation()
+        self._pool: ThreadPoolExecutor | None = None
 
     def encode(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Tokenize whole texts in one batch: [(ids (T,), starts (T,), ends (T,)) int32 each]."""
@@ -138,9 +140,16 @@ class Chunker:
         return out
 
     def chunk_encoded(
-        self, article: Article, article_index: int, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray
+        self,
+        article: Article,
+        article_index: int,
+        ids: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        sentence_starts: list[int] | None = None,
     ) -> list[Chunk]:
-        """Chunks of one article given its full tokenization (see `encode`)."""
+        """Chunks of one article given its full tokenization (see `encode`) and, optionally, its
+        sentence starts (`sentence_boundaries(article.text)`, computed here when not given)."""
         keep = ends > starts  # tokens with empty offsets (rare normaliser artefacts) carry no text
         if not keep.all():
             ids, starts, ends = ids[keep], starts[keep], ends[keep]
@@ -148,7 +157,9 @@ class Chunker:
         if n == 0:
             return []
         text = article.text
-        sent_starts = np.asarray(sentence_boundaries(text), dtype=np.int64)
+        if sentence_starts is None:
+            sentence_starts = sentence_boundaries(text)
+        sent_starts = np.asarray(sentence_starts, dtype=np.int64)
         # the token holding a sentence's first char (byte-level BPE tokens start at the space before)
         unit_starts = np.searchsorted(ends, sent_starts, side="right")
         ranges = token_ranges(
@@ -187,9 +198,17 @@ class Chunker:
         return chunks
 
     def chunk(self, articles: Sequence[Article], first_index: int = 0) -> list[list[Chunk]]:
-        """Chunk a batch of articles; article i gets index `first_index + i`."""
-        encoded = self.encode([a.text for a in articles])
+        """Chunk a batch of articles; article i gets index `first_index + i`.
+
+        Sentence splitting runs in a helper thread while the tokenizer (which releases the GIL)
+        encodes the batch: the two do not depend on each other.
+        """
+        texts = [a.text for a in articles]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralm-sentences")
+        bounds = self._pool.submit(lambda: [sentence_boundaries(t) for t in texts])
+        encoded = self.encode(texts)
         return [
-            self.chunk_encoded(a, first_index + i, *enc)
-            for i, (a, enc) in enumerate(zip(articles, encoded, strict=True))
+            self.chunk_encoded(a, first_index + i, *enc, sentence_starts=b)
+            for i, (a, enc, b) in enumerate(zip(articles, encoded, bounds.result(), strict=True))
         ]
