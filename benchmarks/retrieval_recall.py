@@ -28,7 +28,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=150, help="ICT steps")
     ap.add_argument("--batch-size", type=int, default=16, help="ICT batch size")
-    ap.add_argument("--lr", type=float, default=2e-5, help="ICT learning rate (MiniLM is already a retriever)")
+    ap.add_argument(
+        "--lr", type=float, default=2e-5, help="ICT learning rate (MiniLM is already a retriever)"
+    )
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20])
     args = ap.parse_args()
 
@@ -43,7 +45,9 @@ def main() -> None:
     pairs = load_qa("trivia", store)
     work = Path(tempfile.mkdtemp(prefix="ralm-recall-"))
     t = time.perf_counter()
-    cfg = ICTConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=max(1, args.steps // 3))
+    cfg = ICTConfig(
+        steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=max(1, args.steps // 3)
+    )
     held = train_ict(DualEncoder.from_pretrained(None), store, work / "ict", cfg, progress=False)
     ict_seconds = time.perf_counter() - t
     log = [json.loads(x) for x in (work / "ict" / "metrics.jsonl").read_text().splitlines()]
@@ -51,14 +55,20 @@ def main() -> None:
 
     retrievers = {
         "bm25": BM25Retriever.build(store),
-        "dense_minilm": dense_retriever_for(store, DualEncoder.from_pretrained(None), work / "d0", progress=False),
+        "dense_minilm": dense_retriever_for(
+            store, DualEncoder.from_pretrained(None), work / "d0", progress=False
+        ),
         "dense_ict": dense_retriever_for(
             store, DualEncoder.from_pretrained(work / "ict" / "encoder"), work / "d1", progress=False
         ),
     }
     table = evaluate_retrievers(store, pairs, retrievers, args.ks)
-    metrics: dict[str, float] = {"questions": len(pairs), "chunks": len(store), "ict_steps": args.steps,
-                                 "ict_seconds": round(ict_seconds, 1)}
+    metrics: dict[str, float] = {
+        "questions": len(pairs),
+        "chunks": len(store),
+        "ict_steps": args.steps,
+        "ict_seconds": round(ict_seconds, 1),
+    }
     for name, rec in table.items():
         for k, v in rec.items():
             metrics[f"{name}_recall_at_{k}"] = round(v, 4)

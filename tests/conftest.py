@@ -70,3 +70,14 @@ def tiny_dir(tmp_path_factory, minilm_dir):
     for f in TOKENIZER_FILES:
         shutil.copy(minilm_dir / f, d / f)
     return d
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: one torch thread is faster, and much faster when another process holds a core."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

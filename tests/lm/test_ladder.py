@@ -6,7 +6,6 @@ import json
 import math
 
 import pytest
-import torch
 
 from ralm.cli import main
 from ralm.errors import RalmError
@@ -20,12 +19,7 @@ DOCS = [
 ]  # 60 documents
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/conftest.py
 
 
 def test_sentences_of_cuts_long_sentences():

@@ -35,13 +35,7 @@ SMALL = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one thread is faster, and much faster when another process holds a core."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/conftest.py
 
 
 def small(kind: str, vocab_size: int = 20, **kw) -> torch.nn.Module:
