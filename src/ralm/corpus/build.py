@@ -182,11 +182,11 @@ class SalientTagger:
         """rows: a staged batch as {column: list}; returns the salient rows of each chunk."""
         texts = rows["text"]
         ner_spans = self.ner(texts) if self.ner is not None else [[] for _ in texts]
+        resolve = self.vocab.resolve if self.vocab is not None else (lambda t: t)
         out = []
         for text, links, starts, ends, ner in zip(
             texts, rows["links"], rows["token_starts"], rows["token_ends"], ner_spans, strict=True
         ):
-            resolve = self.vocab.resolve if self.vocab is not None else (lambda t: t)
             link_spans = [Span(s["start"], s["end"], "link", resolve(s["target"])) for s in links]
             groups = [link_spans, ner]
             if self.annotator is not None:

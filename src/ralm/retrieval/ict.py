@@ -56,12 +56,16 @@ class ICTConfig:
     seed: int = 0
 
 
-def ict_pair(text: str, sentence: int, remove: bool) -> tuple[str, str]:
+def ict_pair(
+    text: str, sentence: int, remove: bool, spans: list[tuple[int, int]] | None = None
+) -> tuple[str, str]:
     """(pseudo-query, pseudo-document) of `text` taking sentence number `sentence` as the query.
 
+    spans: `split_sentences(text)` when the caller already has it.
     Example: ict_pair("A b. C d. E f.", 1, True) -> ("C d.", "A b. E f.").
     """
-    spans = split_sentences(text)
+    if spans is None:
+        spans = split_sentences(text)
     s, e = spans[sentence]
     query = text[s:e]
     if not remove:
@@ -84,12 +88,12 @@ class ICTSampler:
     def example(self, cid: int, remove: bool | None = None) -> tuple[str, str, str] | None:
         """(query, title, document) for chunk `cid`, or None when it has fewer than 2 sentences."""
         row = self.store.get(cid)
-        n = len(split_sentences(row["text"]))
-        if n < 2:
+        spans = split_sentences(row["text"])
+        if len(spans) < 2:
             return None
         if remove is None:
             remove = bool(self.rng.random() < self.remove_prob)
-        q, d = ict_pair(row["text"], int(self.rng.integers(n)), remove)
+        q, d = ict_pair(row["text"], int(self.rng.integers(len(spans))), remove, spans)
         return q, row["title"], d
 
     def batch(self, size: int, max_tries: int = 20) -> list[tuple[str, str, str]]:

@@ -28,9 +28,11 @@ from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
 from ralm.retrieval.bm25 import BM25Retriever
 from ralm.retrieval.embed import embed_docstore
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-from ralm.retrieval.index import DenseIndex, estimate
+from ralm.retrieval.index import DenseIndex, estimate, read_manifest
 
 MANIFEST = "retrieval.json"
+INDEX_DIR_FORMAT = "ralm-retrieval-index"
+INDEX_DIR_VERSION = 1
 
 
 class DenseRetriever:
@@ -144,8 +146,8 @@ def build_index_dir(
     if bm25:
         BM25Retriever.build(store).save(out / "bm25")
     manifest = {
-        "format": "ralm-retrieval-index",
-        "version": 1,
+        "format": INDEX_DIR_FORMAT,
+        "version": INDEX_DIR_VERSION,
         "docstore": str(Path(store.root).resolve()),
         "docstore_fingerprint": store.fingerprint,
         "encoder_fingerprint": enc.fingerprint("all"),
@@ -173,7 +175,7 @@ def open_index_dir(
         if (path / "encoder").exists():
             raise RalmError(f"{path}: unfinished index build; rerun `ralm index build` (it resumes)")
         raise RalmError(f"{path}: not a ralm index (no {MANIFEST}); build one with `ralm index build`")
-    manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    manifest = read_manifest(mpath, INDEX_DIR_FORMAT, INDEX_DIR_VERSION, "retrieval index")
     ds = DocStore(store if store is not None else manifest["docstore"])
     if ds.fingerprint != manifest["docstore_fingerprint"]:
         raise RalmError(
