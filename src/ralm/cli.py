@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ralm.retrieval import cli as retrieval_cli
 
     retrieval_cli.register(sub)
+    from ralm.realm import cli as realm_cli
+
+    realm_cli.register(sub)
     try:  # the lecture's LMs; optional while that subpackage is being built
         from ralm.lm import cli as lm_cli
     except ImportError:

@@ -349,6 +349,11 @@ class MaskingCollator:
             if ex is not None:
                 kept.append(int(cid))
                 examples.append(ex)
+        return self.collate(kept, examples)
+
+    def collate(self, ids: Sequence[int], examples: Sequence[MaskedExample]) -> dict[str, Any]:
+        """The batch of already masked `examples` of chunks `ids` (what `__call__` returns)."""
+        kept = [int(i) for i in ids]
         B = len(examples)
         lens = np.array([ex.input_ids.shape[0] for ex in examples], dtype=np.int64)
         L = int(lens.max()) + 2 if B else 2

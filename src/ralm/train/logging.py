@@ -28,15 +28,26 @@ class MetricsLogger:
                 self._tb = None
 
     def log(self, step: int, **metrics: Any) -> None:
-        row = {"step": step, **{k: (float(v) if hasattr(v, "__float__") else v) for k, v in metrics.items()}}
+        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
         self._f.write(json.dumps(row) + "\n")
         self._f.flush()
         if self._tb is not None:
             for k, v in row.items():
-                if k != "step" and isinstance(v, float):
+                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
                     self._tb.add_scalar(k, v, step)
 
     def close(self) -> None:
         self._f.close()
         if self._tb is not None:
             self._tb.close()
+
+
+def _plain(v: Any) -> Any:
+    """JSON-ready scalar: ints stay ints (steps, versions), other numbers (tensors too) become floats."""
+    if isinstance(v, (bool, int, str)) or v is None:
+        return v
+    if hasattr(v, "dtype") and getattr(v.dtype, "is_floating_point", None) is False and hasattr(v, "item"):
+        return int(v.item())  # an integer torch tensor
+    if hasattr(v, "dtype") and str(getattr(v, "dtype", "")).startswith(("int", "uint")):
+        return int(v)  # a numpy integer
+    return float(v) if hasattr(v, "__float__") else v

@@ -32,12 +32,16 @@ def param_groups(
 
 
 def warmup_schedule(
-    optimizer: torch.optim.Optimizer, kind: str, warmup_steps: int, total_steps: int
+    optimizer: torch.optim.Optimizer,
+    kind: str,
+    warmup_steps: int,
+    total_steps: int,
+    min_ratio: float = 0.0,
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """Multiplier on each group's lr: 0 -> 1 linearly over `warmup_steps`, then `kind` decay to 0.
+    """Multiplier on each group's lr: 0 -> 1 linearly over `warmup_steps`, then `kind` decay to `min_ratio`.
 
     kind: "linear", "cosine" or "constant". Example (linear, warmup 2, total 4): steps 0..4 ->
-    0, 0.5, 1, 0.5, 0.
+    0, 0.5, 1, 0.5, 0; with min_ratio 0.1 the last two are 0.55, 0.1 (BRENT decays 2e-5 to 2e-6).
     """
     if kind not in ("linear", "cosine", "constant"):
         raise ValueError(f"unknown schedule {kind!r}; choose linear, cosine or constant")
@@ -49,6 +53,7 @@ def warmup_schedule(
             return 1.0
         rest = max(1, total_steps - warmup_steps)
         progress = min(1.0, (step - warmup_steps) / rest)
-        return 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        decay = 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return min_ratio + (1.0 - min_ratio) * decay
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -1,0 +1,214 @@
+"""REALM/BRENT commands: pre-train, evaluate, export, fill, plot.
+
+ralm pretrain CONFIG.toml [--steps 300 --out runs/x ...]   (or flags only: --docstore D --out R)
+ralm pretrain CONFIG.toml --resume                           (continue from the newest checkpoint)
+ralm evaluate-mlm RUN [--baseline RUN_MLM]                   (held-out salient perplexity table)
+ralm export-reader RUN OUT [--retriever-out DIR]             (AutoModelForMaskedLM directory)
+ralm fill RUN "Fermat's little theorem says ... is a [MASK] prime."
+ralm plot RUN [RUN...] --out curves.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+
+from ralm.errors import RalmError
+
+# flag -> PretrainConfig field, for the settings worth a flag of their own; `--set NAME=VALUE` reaches the rest
+FLAGS = {
+    "docstore": str,
+    "out": str,
+    "mode": str,
+    "queries": str,
+    "reader": str,
+    "retriever": str,
+    "steps": int,
+    "batch_size": int,
+    "grad_accum": int,
+    "k": int,
+    "null_doc": str,
+    "lr_reader": float,
+    "lr_retriever": float,
+    "warmup_steps": int,
+    "schedule": str,
+    "refresh_every": int,
+    "checkpoint_every": int,
+    "heldout": int,
+    "seed": int,
+    "device": str,
+    "autocast": str,
+}
+
+
+def _parse_value(text: str):
+    from ralm.realm.config import tomllib
+
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare string
+
+
+def config_from_args(args: argparse.Namespace):
+    from ralm.realm.config import PretrainConfig
+
+    overrides: dict = {}
+    for name in FLAGS:
+        v = getattr(args, name, None)
+        if v is not None:
+            overrides[name] = v
+    masking: dict = {}
+    known = {f.name for f in fields(PretrainConfig)}
+    for item in args.set or []:
+        if "=" not in item:
+            raise RalmError(f"--set {item!r}: write NAME=VALUE (e.g. --set masking.salient_rate=0.2)")
+        key, val = item.split("=", 1)
+        key = key.strip()
+        if key.startswith("masking."):
+            masking[key.removeprefix("masking.")] = _parse_value(val)
+        elif key in known:
+            overrides[key] = _parse_value(val)
+        else:
+            raise RalmError(f"--set {key}: unknown setting; known: {', '.join(sorted(known))}")
+    if args.config:
+        return PretrainConfig.from_toml(args.config, **overrides, masking=masking)
+    return PretrainConfig.from_dict({**overrides, "masking": masking}, source="command line")
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from ralm.realm.config import CONFIG_FILE, PretrainConfig
+    from ralm.realm.trainer import pretrain
+
+    if args.resume and args.config is None and args.out and not args.docstore:
+        from pathlib import Path
+
+        saved = Path(args.out) / CONFIG_FILE
+        if saved.is_file():  # `ralm pretrain --out RUN --resume`: the run's own config
+            args.config = str(saved)
+    cfg = config_from_args(args)
+    assert isinstance(cfg, PretrainConfig)
+    run = pretrain(cfg, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet)
+    print(f"run: {run} (metrics.jsonl, checkpoints/, config.toml)")
+    return 0
+
+
+def _load(run: str, device: str | None):
+    from ralm.realm.trainer import load_run
+
+    return load_run(run, device=device)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ralm.realm.evaluate import evaluate_mlm, format_table
+
+    run = _load(args.run, args.device)
+    base = _load(args.baseline, args.device) if args.baseline else None
+    rows = evaluate_mlm(run, base, n=args.n, batch_size=args.batch_size)
+    print(format_table(rows))
+    out = Path(args.json_out) if args.json_out else Path(args.run) / "eval_mlm.json"
+    payload = {
+        "run": args.run,
+        "baseline": args.baseline,
+        "checkpoint": run.checkpoint.name,
+        "heldout_chunks": int(len(run.heldout_ids) if args.n is None else min(args.n, len(run.heldout_ids))),
+        "rows": [r.as_dict() for r in rows],
+    }
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out)
+    print(f"written: {out}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ralm.realm.export import export_reader, export_retriever
+
+    run = _load(args.run, "cpu")
+    print(f"reader: {export_reader(run, args.out, overwrite=args.overwrite)}")
+    if args.retriever_out:
+        print(f"retriever: {export_retriever(run, args.retriever_out, overwrite=args.overwrite)}")
+    return 0
+
+
+def cmd_fill(args: argparse.Namespace) -> int:
+    from ralm.realm.fill import fill
+
+    run = _load(args.run, args.device)
+    for text in args.text:
+        res = fill(run, text, k=args.k, top=args.top)
+        print(json.dumps(res.as_dict(), ensure_ascii=False) if args.json else res.format())
+        if not args.json and len(args.text) > 1:
+            print()
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ralm.realm.plot import plot_runs
+
+    print(f"written: {plot_runs(args.runs, args.out, alpha=args.alpha)}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pretrain",
+        help="REALM/BRENT retrieval-augmented pre-training (or --mode mlm, the baseline)",
+        description="Pre-train from a TOML config and/or flags; the config is saved in the run directory.",
+    )
+    p.add_argument("config", nargs="?", help="TOML config (flags override it)")
+    for name, typ in FLAGS.items():
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None)
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        help="any other setting, e.g. masking.salient_rate=0.2",
+    )
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of --out")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_pretrain)
+
+    p = sub.add_parser(
+        "evaluate-mlm", help="held-out salient-masked perplexity: with retrieval, reader alone, baseline"
+    )
+    p.add_argument("run")
+    p.add_argument("--baseline", help="an MLM-only run on the same corpus and split")
+    p.add_argument("--n", type=int, default=None, help="use only the first N held-out chunks")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default=None)
+    p.add_argument("--json-out", help="where to write the table as JSON (default RUN/eval_mlm.json)")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("export-reader", help="write the run's reader as an AutoModelForMaskedLM directory")
+    p.add_argument("run")
+    p.add_argument("out")
+    p.add_argument("--retriever-out", help="also write the query/doc towers as a DualEncoder directory")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("fill", help="predict [MASK] tokens, showing retrieved documents (REALM Table 3)")
+    p.add_argument("run")
+    p.add_argument("text", nargs="+", help="text(s) with [MASK]")
+    p.add_argument("--k", type=int, default=None, help="documents incl. the null one (default: the run's k)")
+    p.add_argument("--top", type=int, default=5, help="alternatives shown per mask")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default=None)
+    p.set_defaults(func=cmd_fill)
+
+    p = sub.add_parser("plot", help="PNG of loss and perplexity curves of one or more runs")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--out", required=True, help="PNG file")
+    p.add_argument("--alpha", type=float, default=0.9, help="EMA smoothing (BRENT: 0.99)")
+    p.set_defaults(func=cmd_plot)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from ralm.cli import main
+
+    sys.exit(main())

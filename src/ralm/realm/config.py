@@ -1,0 +1,155 @@
+"""`PretrainConfig`: everything a REALM/BRENT (or MLM-only baseline) pre-training run needs.
+
+Read from TOML (top-level keys, plus a ``[masking]`` table of `MaskingConfig` fields), overridden
+by command-line flags, and saved as ``config.toml`` in the run directory. Defaults follow BRENT's
+Table 4 where it applies (k = 8 incl. the null document, refresh every 100 steps, exact inner
+product index, AdamW, cosine schedule with warm-up to a final lr of 0.1x, weight decay 0.1,
+seed 42, score scaled by 1/sqrt(d)); batch size and steps are laptop-sized.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ralm.errors import RalmError
+from ralm.realm.masking import MaskingConfig
+from ralm.realm.model import NULL_DOCS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MODES = ("realm", "mlm")
+CONFIG_FILE = "config.toml"
+
+
+@dataclass
+class PretrainConfig:
+    """One pre-training run. Paths are strings; None means "the default" (see each field)."""
+
+    docstore: str = ""  # knowledge corpus Z (a DocStore directory); also the query corpus by default
+    out: str = ""  # run directory
+    mode: str = "realm"  # realm (retrieve-then-predict) | mlm (the MLM-only baseline, same reader)
+    queries: str | None = None  # pre-training corpus X when it is not Z (a DocStore, same tokenizer)
+    reader: str | None = None  # HF masked-LM or encoder directory; None = the bundled MiniLM
+    retriever: str | None = None  # saved DualEncoder (e.g. from `ralm ict`) or HF encoder; None = reader's
+    pooling: str = "mean"  # for a retriever started from a plain encoder: mean (MiniLM) | cls (REALM)
+    proj_dim: int | None = None  # REALM projects to 128; None keeps the backbone's size
+    scale_by_sqrt_dim: bool = True  # BRENT: f(x, z) = q.d / sqrt(d)
+    encoder_max_length: int = 128  # tokens of a query / document for the towers
+    reader_max_length: int = 288  # tokens of [CLS] x [SEP] title [SEP] body [SEP] (REALM: 288)
+    k: int = 8  # documents per query incl. the null document (BRENT: 8)
+    null_doc: str = "empty"  # empty (REALM, BRENT code) | zeros (BRENT paper) | none
+    steps: int = 300
+    batch_size: int = 8  # queries per micro-batch
+    grad_accum: int = 1  # micro-batches per optimiser step
+    lr_reader: float = 1e-4
+    lr_retriever: float = 1e-5
+    weight_decay: float = 0.1
+    schedule: str = "cosine"  # cosine | linear | constant
+    warmup_steps: int = 30
+    min_lr_ratio: float = 0.1  # BRENT: 2e-5 -> 2e-6
+    max_grad_norm: float = 1.0  # 0 = no clipping
+    seed: int = 42
+    device: str = "auto"  # auto (cuda if available) | cpu | cuda | cuda:N
+    autocast: str = "auto"  # auto (bf16 where the hardware has it) | bf16 | off
+    refresh_every: int = 100  # BRENT: 100; 0 = never re-index
+    index_kind: str = "flat"  # exact inner product (BRENT); any DenseIndex kind
+    embed_batch_size: int = 128
+    heldout: int = 200  # chunks held out of the training queries for `ralm evaluate-mlm`
+    checkpoint_every: int = 100  # 0 = only at the end
+    keep_checkpoints: int = 2
+    tensorboard: bool = True
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.masking, dict):
+            try:
+                self.masking = MaskingConfig(**self.masking)
+            except (TypeError, ValueError) as exc:
+                raise RalmError(f"[masking]: {exc}") from None
+        checks = [
+            (self.mode in MODES, f"mode {self.mode!r}: choose {' or '.join(MODES)}"),
+            (self.null_doc in NULL_DOCS, f"null_doc {self.null_doc!r}: choose {', '.join(NULL_DOCS)}"),
+            (self.k >= 1, f"k={self.k}: must be >= 1"),
+            (self.steps >= 1, f"steps={self.steps}: must be >= 1"),
+            (self.batch_size >= 1, f"batch_size={self.batch_size}: must be >= 1"),
+            (self.grad_accum >= 1, f"grad_accum={self.grad_accum}: must be >= 1"),
+            (
+                self.schedule in ("cosine", "linear", "constant"),
+                f"schedule {self.schedule!r}: cosine, linear or constant",
+            ),
+            (0.0 <= self.min_lr_ratio <= 1.0, f"min_lr_ratio={self.min_lr_ratio}: must be in [0, 1]"),
+            (self.refresh_every >= 0, f"refresh_every={self.refresh_every}: must be >= 0"),
+            (self.heldout >= 0, f"heldout={self.heldout}: must be >= 0"),
+            (self.keep_checkpoints >= 1, f"keep_checkpoints={self.keep_checkpoints}: must be >= 1"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise RalmError(msg)
+        if self.mode == "realm" and self.k - (self.null_doc != "none") < 1:
+            raise RalmError(f"k={self.k} leaves no retrieved document; use k >= 2 with a null document")
+
+    # -- TOML
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> PretrainConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise RalmError(
+                f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
+            )
+        return cls(**d)
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> PretrainConfig:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RalmError(f"{p}: no such config file") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise RalmError(f"{p}: not valid TOML ({exc})") from None
+        masking = {**data.pop("masking", {}), **overrides.pop("masking", {})}
+        data.update(overrides)
+        data["masking"] = masking
+        return cls.from_dict(data, source=str(p))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_toml(self) -> str:
+        d = self.to_dict()
+        masking = d.pop("masking")
+        lines = [_toml_line(k, v) for k, v in d.items() if v is not None]
+        lines += ["", "[masking]"] + [_toml_line(k, v) for k, v in masking.items() if v is not None]
+        return "\n".join(lines) + "\n"
+
+    def save(self, run_dir: str | os.PathLike) -> Path:
+        p = Path(run_dir) / CONFIG_FILE
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
+        tmp.write_text(self.to_toml(), encoding="utf-8")
+        os.replace(tmp, p)
+        return p
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _toml_line(k: str, v: Any) -> str:
+    return f"{k} = {_toml_value(v)}"

@@ -1,0 +1,164 @@
+"""Fill in [MASK] tokens with a pre-training run, shown as REALM's Table 3.
+
+For a text with one or more [MASK] tokens, `fill(run, text)` retrieves the top documents for the
+masked text (nothing excluded: the text is not a corpus chunk), and gives
+
+* each document z with p(z|x), the reader's prediction given z (the argmax token at every mask)
+  and p(y|z,x) of that prediction (the product over the masks);
+* the null document's line the same way (when the run has one);
+* the marginal prediction: per mask, argmax_y Σ_z p(z|x) p(y_j=y|z,x), and its probability
+  p(y|x) = Σ_z p(z|x) Π_j p(y_j|z,x) under the full model.
+
+A run trained without retrieval (the MLM-only baseline) gives the reader's prediction alone.
+Consecutive masks are predicted per position (each mask independently given z), as REALM does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ralm.errors import RalmError
+from ralm.realm.reader import build_reader_inputs
+from ralm.realm.trainer import LoadedRun
+
+__all__ = ["FillDoc", "FillResult", "fill"]
+
+
+@dataclass
+class FillDoc:
+    """One retrieved document (chunk_id -1 = the null document) and the reader's guess given it."""
+
+    chunk_id: int
+    title: str
+    text: str
+    p_z: float
+    prediction: list[str]
+    p_y: float
+
+
+@dataclass
+class FillResult:
+    """`fill`'s answer: the query, the documents (best p(z|x) first, null last), the marginal guess."""
+
+    text: str
+    docs: list[FillDoc]
+    prediction: list[str]
+    p_y: float
+    alternatives: list[list[tuple[str, float]]] = field(default_factory=list)  # per mask: top tokens, p
+
+    def as_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "prediction": self.prediction,
+            "p_y": self.p_y,
+            "alternatives": self.alternatives,
+            "docs": [d.__dict__ for d in self.docs],
+        }
+
+    def format(self, width: int = 100) -> str:
+        """REALM Table 3 as text: one block per document, then the marginal prediction."""
+        lines = [f"x: {self.text}", ""]
+        for d in self.docs:
+            name = "(null document)" if d.chunk_id < 0 else f"[{d.chunk_id}] {d.title}"
+            lines.append(f"p(z|x) = {d.p_z:.4f}  {name}")
+            if d.chunk_id >= 0:
+                snippet = d.text if len(d.text) <= width else d.text[: width - 3] + "..."
+                lines.append(f"    {snippet}")
+            lines.append(f"    prediction: {' | '.join(d.prediction)}   p(y|z,x) = {d.p_y:.4g}")
+        lines.append("")
+        lines.append(f"marginal: {' | '.join(self.prediction)}   p(y|x) = {self.p_y:.4g}")
+        for j, alts in enumerate(self.alternatives):
+            lines.append(f"  mask {j + 1}: " + ", ".join(f"{t} {p:.3f}" for t, p in alts))
+        return "\n".join(lines)
+
+
+def _tokens(tok, ids) -> list[str]:
+    return [tok.convert_ids_to_tokens(int(i)) for i in ids]
+
+
+@torch.inference_mode()
+def fill(run: LoadedRun, text: str, *, k: int | None = None, top: int = 5) -> FillResult:
+    """Predict the [MASK] tokens of `text` with the run's model (see the module docstring).
+
+    k: documents incl. the null one (default: the run's k). top: alternatives listed per mask.
+    """
+    tok = run.tokenizer
+    mask_tok = tok.mask_token or "[MASK]"
+    if mask_tok not in text:
+        raise RalmError(f"the text has no {mask_tok}; put {mask_tok} where a token should be predicted")
+    enc = tok(text, truncation=True, max_length=run.cfg.encoder_max_length, return_tensors="pt")
+    ids = enc["input_ids"]
+    masked = (ids[0] == tok.mask_token_id).nonzero().flatten()
+    if len(masked) == 0:
+        raise RalmError(
+            f"every {mask_tok} of the text lies beyond {run.cfg.encoder_max_length} tokens; shorten it"
+        )
+    labels = torch.full_like(ids, -100)
+    labels[0, masked] = tok.mask_token_id  # placeholder labels mark the positions to read
+    model, dev = run.model, run.device
+    batch = {
+        "input_ids": ids.to(dev),
+        "attention_mask": enc["attention_mask"].to(dev),
+        "labels": labels.to(dev),
+    }
+
+    if not model.retrieval:
+        logits = model.reader.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        lp = torch.log_softmax(logits[0, masked].float(), -1)  # (M, V)
+        best = lp.argmax(-1)
+        p = float(lp.gather(1, best[:, None]).sum().exp())
+        alts = _alternatives(tok, lp.exp(), top)
+        return FillResult(text, [], _tokens(tok, best), p, alts)
+
+    kk = run.cfg.k if k is None else int(k)
+    n_ret = kk - (0 if model.null_doc == "none" else 1)
+    if n_ret < 1 or n_ret > len(run.store):
+        raise RalmError(f"k={kk}: choose between {2 if model.null_doc != 'none' else 1} and {len(run.store)}")
+    q = model.embed_queries(batch)
+    doc_ids = run.refresher.index.search(q.float().cpu().numpy(), n_ret).ids[0]
+    d = model.encoder.doc_tower(**{kx: t.to(dev) for kx, t in model.docs.tower_batch(doc_ids).items()})
+    scores = model._scale(q @ d.T)  # (1, n_ret)
+    from ralm.realm.marginal import doc_log_probs
+
+    log_p_z = doc_log_probs(scores, model.null_score(q))[0]  # (K,)
+    docs = [model.docs.reader_doc(i) for i in doc_ids]
+    if model.null_doc != "none":
+        docs.append(([], []))
+    rin = build_reader_inputs(ids, labels, [docs], model.sep_id, model.pad_id, model.reader_max_length)
+    logits = model.reader.mlm(**{kx: v.to(dev) for kx, v in rin.items() if kx != "labels"}).logits
+    rows, cols = (rin["labels"] != -100).nonzero(as_tuple=True)
+    lp = torch.log_softmax(logits[rows.to(dev), cols.to(dev)].float(), -1).view(len(docs), len(masked), -1)
+    best = lp.argmax(-1)  # (K, M)
+    lp_best = lp.gather(2, best[..., None])[..., 0].sum(1)  # (K,) log p(argmax|z,x)
+    p_marg = (log_p_z.float()[:, None, None] + lp).exp().sum(0)  # (M, V) per-mask marginal
+    y = p_marg.argmax(-1)
+    joint = torch.logsumexp(
+        log_p_z.float() + lp.gather(2, y[None, :, None].expand(len(docs), -1, 1))[..., 0].sum(1), 0
+    )
+    out_docs = []
+    for j in range(len(docs)):
+        cid = int(doc_ids[j]) if j < len(doc_ids) else -1
+        row = run.store.get(cid) if cid >= 0 else {"title": "", "text": ""}
+        out_docs.append(
+            FillDoc(
+                cid,
+                row.get("title") or "",
+                row.get("text") or "",
+                float(log_p_z[j].exp()),
+                _tokens(tok, best[j]),
+                float(lp_best[j].exp()),
+            )
+        )
+    null = [x for x in out_docs if x.chunk_id < 0]
+    ranked = sorted((x for x in out_docs if x.chunk_id >= 0), key=lambda x: -x.p_z) + null
+    return FillResult(text, ranked, _tokens(tok, y), float(joint.exp()), _alternatives(tok, p_marg, top))
+
+
+def _alternatives(tok, probs: torch.Tensor, top: int) -> list[list[tuple[str, float]]]:
+    p, i = probs.topk(min(top, probs.shape[-1]), dim=-1)
+    return [
+        [(t, float(v)) for t, v in zip(_tokens(tok, ii), pp, strict=True)]
+        for ii, pp in zip(i, p, strict=True)
+    ]

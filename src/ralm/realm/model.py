@@ -1,0 +1,219 @@
+"""The REALM/BRENT model: retriever (query and document towers) + null document + reader.
+
+One training step for a batch of masked queries x (REALM §3, BRENT §3.1-3.2):
+
+1. the live query tower embeds x: q (B, d), with gradient;
+2. the MIPS index (built from an earlier snapshot of the doc tower, see `ralm.realm.refresh`)
+   returns the top k_r chunks for q, never the query's own source chunk;
+3. the live document tower re-embeds those chunks, with gradient: D (B, k_r, d);
+4. scores f(x, z) = q . D (divided by sqrt(d) when the encoder config says so, BRENT) and the
+   null document's score give log p(z|x) over k = k_r + 1 documents (null last);
+5. the reader scores log p(y|z, x) for each ``[CLS] x [SEP] title [SEP] body [SEP]``;
+6. log p(y|x) = logsumexp_z [log p(z|x) + log p(y|z,x)]; its gradient reaches the reader and,
+   through log p(z|x), both towers (and the learned null vector).
+
+Null document (`null_doc`):
+
+* "empty" (the default): the document tower's embedding of the empty document ``[CLS] [SEP]``,
+  recomputed with gradient each step (REALM; BRENT's released code). It lives in the same space
+  as every other document, so its initial score is on the scale of the retrieved documents'
+  scores, whatever the backbone; it costs one extra doc-tower row per step.
+* "zeros": a learned vector initialised to zeros (BRENT §3.2): score q . v, which starts at 0
+  regardless of the query; cheaper, but its starting share of p(z|x) depends on how large the
+  retrieved documents' scores happen to be for the backbone.
+* "none": no null document (the ablation of BRENT Figure 3); k documents are all retrieved.
+
+The reader's view of the null document is always the empty document: ``[CLS] x [SEP] [SEP]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ralm.corpus.docstore import DocStore
+from ralm.errors import RalmError
+from ralm.realm.marginal import doc_log_probs, marginal_log_likelihood
+from ralm.realm.masking import IGNORE_INDEX
+from ralm.realm.reader import Reader, build_reader_inputs
+from ralm.retrieval.embed import DocInputs
+from ralm.retrieval.encoders import DualEncoder
+
+NULL_DOCS = ("empty", "zeros", "none")
+
+__all__ = ["NULL_DOCS", "ChunkDocs", "RealmModel", "RealmOutput"]
+
+
+class ChunkDocs:
+    """Token ids of DocStore chunks as the doc tower and the reader see them.
+
+    `tower_batch(ids)`: padded ``[CLS] title [SEP] chunk [SEP]`` (B, T) tensors for the doc tower
+    (truncated to the encoder's max_length). `reader_doc(i)`: (title ids, chunk ids) for
+    `build_reader_inputs`. Titles are tokenized once, per article.
+    """
+
+    def __init__(self, store: DocStore, encoder: DualEncoder, titles: bool = True) -> None:
+        self.store = store
+        self.inputs = DocInputs(encoder.doc_tower, store, encoder.config.max_length, titles=titles)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def tower_batch(self, ids: np.ndarray) -> dict[str, torch.Tensor]:
+        return self.inputs.batch(np.asarray(ids, dtype=np.int64))
+
+    def empty_batch(self) -> dict[str, torch.Tensor]:
+        """The doc tower's input for the empty document: ``[CLS] [SEP]`` (1, 2)."""
+        tpl = self.inputs.template
+        return tpl.collate(
+            [tpl.build(None, np.zeros(0, dtype=np.int64), 4)], self.inputs.tower.uses_token_types
+        )
+
+    def title_ids(self, i: int) -> np.ndarray:
+        a = int(self.inputs.article[i])
+        if a < 0 or not len(self.inputs.title_ids):
+            return np.zeros(0, dtype=np.int64)
+        return self.inputs.title_ids[a]
+
+    def reader_doc(self, i: int) -> tuple[list[int], list[int]]:
+        return self.title_ids(int(i)).tolist(), self.store.input_ids(int(i)).tolist()
+
+
+@dataclass
+class RealmOutput:
+    """What one forward pass gives, for B queries and K documents (null last when present).
+
+    log_p_y: (B,) log p(y|x), the joint over each query's masked tokens.
+    log_p_z: (B, K) log p(z|x). log_p_y_given_z: (B, K) log p(y|z,x).
+    n_masked: (B,) masked tokens per query. doc_ids: (B, k_r) retrieved chunk ids (numpy).
+    """
+
+    log_p_y: torch.Tensor
+    log_p_z: torch.Tensor | None
+    log_p_y_given_z: torch.Tensor | None
+    n_masked: torch.Tensor
+    doc_ids: np.ndarray | None = None
+
+    def loss(self) -> torch.Tensor:
+        """Mean negative log-likelihood per masked token: -Σ_b log p(y_b|x_b) / Σ_b n_b."""
+        return -self.log_p_y.sum() / self.n_masked.sum().clamp(min=1)
+
+
+class RealmModel(nn.Module):
+    """Dual encoder + null document + reader; `encoder` None makes the MLM-only baseline.
+
+    `forward(batch, search)`: `batch` from `MaskingCollator` (input_ids/attention_mask/labels
+    (B, Lq), source_ids (B,)); `search(q_vectors (B, d) float32 numpy, source_ids (B,), k_r)` ->
+    (B, k_r) chunk ids, never a query's own source id (see `ralm.realm.refresh`).
+    """
+
+    def __init__(
+        self,
+        reader: Reader,
+        encoder: DualEncoder | None = None,
+        docs: ChunkDocs | None = None,
+        *,
+        k: int = 8,
+        null_doc: str = "empty",
+        reader_max_length: int = 288,
+    ) -> None:
+        super().__init__()
+        if null_doc not in NULL_DOCS:
+            raise RalmError(f"null_doc {null_doc!r}: choose one of {', '.join(NULL_DOCS)}")
+        self.reader = reader
+        self.encoder = encoder
+        self.docs = docs
+        self.null_doc = null_doc
+        self.k = int(k)
+        self.reader_max_length = int(reader_max_length)
+        if encoder is not None:
+            if docs is None:
+                raise ValueError("a retrieval model needs `docs` (ChunkDocs of the knowledge corpus)")
+            if self.n_retrieved < 1:
+                raise RalmError(f"k={k} leaves no retrieved document; use k >= 2 with a null document")
+            self.null_vector = nn.Parameter(torch.zeros(encoder.dim)) if null_doc == "zeros" else None
+        self.sep_id = int(reader_tokenizer_id(docs, "sep_token_id")) if docs is not None else None
+
+    @property
+    def retrieval(self) -> bool:
+        return self.encoder is not None
+
+    @property
+    def n_retrieved(self) -> int:
+        """Documents taken from the index per query: k - 1 with a null document, else k."""
+        return self.k - (0 if self.null_doc == "none" else 1)
+
+    def _scale(self, s: torch.Tensor) -> torch.Tensor:
+        assert self.encoder is not None
+        return s / (self.encoder.dim**0.5) if self.encoder.config.scale_by_sqrt_dim else s
+
+    def embed_queries(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """(B, d) query vectors of the masked queries ``[CLS] x [SEP]``, with gradient."""
+        assert self.encoder is not None
+        return self.encoder.query_tower(batch["input_ids"], batch["attention_mask"])
+
+    def null_score(self, q: torch.Tensor) -> torch.Tensor | None:
+        """(B,) score of the null document for query vectors q (B, d), or None without one."""
+        if self.null_doc == "none":
+            return None
+        if self.null_doc == "zeros":
+            v = self.null_vector
+        else:
+            assert self.docs is not None and self.encoder is not None
+            dev = q.device
+            v = self.encoder.doc_tower(**{k: t.to(dev) for k, t in self.docs.empty_batch().items()})[0]
+        return self._scale(q @ v.to(q.dtype))
+
+    def forward(self, batch: Mapping[str, torch.Tensor], search=None) -> RealmOutput:
+        labels = batch["labels"]
+        n_masked = (labels != IGNORE_INDEX).sum(1)
+        if self.encoder is None:  # MLM-only: the reader on [CLS] x [SEP]
+            lp = self.reader.log_p_y_given_z(
+                {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}, labels.shape[0], 1
+            )[:, 0]
+            return RealmOutput(lp, None, None, n_masked)
+        if search is None:
+            raise ValueError("a retrieval model needs `search` to find documents")
+        assert self.docs is not None
+        B, kr = labels.shape[0], self.n_retrieved
+        q = self.embed_queries(batch)  # (B, d)
+        doc_ids = np.asarray(
+            search(q.detach().float().cpu().numpy(), batch["source_ids"].cpu().numpy(), kr), dtype=np.int64
+        )
+        dev = q.device
+        d = self.encoder.doc_tower(
+            **{k: t.to(dev) for k, t in self.docs.tower_batch(doc_ids.ravel()).items()}
+        )
+        scores = self._scale(torch.einsum("bd,bkd->bk", q, d.view(B, kr, -1)))
+        log_p_z = doc_log_probs(scores, self.null_score(q))
+        docs = [[self.docs.reader_doc(i) for i in row] for row in doc_ids]
+        if self.null_doc != "none":
+            docs = [row + [([], [])] for row in docs]
+        K = len(docs[0])
+        rin = build_reader_inputs(
+            batch["input_ids"].cpu(), labels.cpu(), docs, self.sep_id, self.pad_id, self.reader_max_length
+        )
+        lpyz = self.reader.log_p_y_given_z({k: t.to(dev) for k, t in rin.items()}, B, K)
+        return RealmOutput(
+            marginal_log_likelihood(log_p_z, lpyz.to(log_p_z.dtype)), log_p_z, lpyz, n_masked, doc_ids
+        )
+
+    @property
+    def pad_id(self) -> int:
+        return int(reader_tokenizer_id(self.docs, "pad_token_id"))
+
+
+def reader_tokenizer_id(docs: ChunkDocs | None, attr: str) -> int:
+    """A special token id of the doc tower's tokenizer (the reader shares the tokenizer)."""
+    if docs is None:
+        raise ValueError("no documents")
+    v = getattr(docs.inputs.tower.tokenizer, attr, None)
+    if v is None:
+        raise RalmError(
+            f"the tokenizer has no {attr.removesuffix('_id')}; REALM needs [CLS]/[SEP]/[PAD]/[MASK]"
+        )
+    return int(v)

@@ -1,0 +1,169 @@
+"""The MIPS index REALM searches during pre-training, and how it is refreshed.
+
+REALM §3.4 re-embeds the knowledge corpus with a snapshot of the document tower every few
+hundred steps (asynchronously, on other machines); BRENT §4 does it synchronously every 100
+steps with an exact FAISS inner-product index. `SyncRefresher` does the latter: at a refresh
+the training loop stops, every chunk is embedded with the current doc tower (eval mode, no
+gradient, bf16 autocast where the hardware has it) and a new `DenseIndex` replaces the old one.
+
+The training loop only talks to the `IndexRefresher` protocol: `search(...)` with the current
+index, `maybe_refresh(step, encoder)` after each optimiser step, and `version`. An asynchronous
+refresher (the scale-out issue) implements the same three by embedding a snapshot of the doc
+tower in another process and swapping the index in when it is ready.
+
+Index versions count from 0 (the index built before the first step). Each version is saved
+under ``run_dir/index/v{version:05d}`` (a `DenseIndex` directory whose manifest carries the
+version and the step that built it), so a checkpoint can name the exact index its step used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from ralm.errors import RalmError
+from ralm.realm.model import ChunkDocs
+from ralm.retrieval.embed import plan_batches
+from ralm.retrieval.encoders import DualEncoder, autocast_context, autocast_dtype, eval_on
+from ralm.retrieval.index import DenseIndex
+
+__all__ = ["IndexRefresher", "SyncRefresher", "embed_chunks"]
+
+
+class IndexRefresher(Protocol):
+    """What the pre-training loop needs from an index that follows the document tower."""
+
+    version: int
+
+    def search(self, q: np.ndarray, source_ids: np.ndarray, k: int) -> np.ndarray:
+        """(B, k) chunk ids of the top k for q (B, d), never the query's own source chunk."""
+        ...
+
+    def maybe_refresh(self, step: int, encoder: DualEncoder) -> float | None:
+        """Called after optimiser step `step`; returns seconds spent when a refresh happened."""
+        ...
+
+
+def embed_chunks(
+    encoder: DualEncoder,
+    docs: ChunkDocs,
+    *,
+    batch_size: int = 128,
+    autocast: str = "auto",
+    ids: np.ndarray | None = None,
+) -> np.ndarray:
+    """(N, d) float32 doc-tower vectors of the chunks `ids` (default: all), in memory.
+
+    Batches are length-sorted; the tower runs in eval mode without gradient on its own device.
+    """
+    tower = encoder.doc_tower
+    ids = np.arange(len(docs), dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
+    dev = next(tower.parameters()).device
+    ac = autocast_dtype(dev, autocast, next(tower.parameters()).dtype)
+    out = np.empty((len(ids), tower.dim), dtype=np.float32)
+    with eval_on(tower, dev), torch.inference_mode():
+        for pos in plan_batches(docs.inputs.lengths(ids), batch_size):
+            batch = docs.tower_batch(ids[pos])
+            with autocast_context(dev, ac):
+                v = tower(**{k: t.to(dev) for k, t in batch.items()})
+            out[pos] = v.float().cpu().numpy()
+    if not np.isfinite(out).all():
+        raise RalmError(
+            "the doc tower produced non-finite vectors; lower the learning rate or use autocast='off'"
+        )
+    return out
+
+
+class SyncRefresher:
+    """Rebuilds an exact (or any `kind`) index from the live doc tower every `every` steps.
+
+    every: refresh period in optimiser steps (BRENT: 100); 0 = never (a frozen index).
+    root: directory for the saved versions (None = keep them in memory only).
+    """
+
+    def __init__(
+        self,
+        docs: ChunkDocs,
+        *,
+        every: int = 100,
+        kind: str = "flat",
+        batch_size: int = 128,
+        autocast: str = "auto",
+        root: str | os.PathLike | None = None,
+        keep: int = 1,
+    ) -> None:
+        if every < 0:
+            raise RalmError(f"refresh_every {every}: use 0 (never) or a positive number of steps")
+        self.docs = docs
+        self.every = every
+        self.kind = kind
+        self.batch_size = batch_size
+        self.autocast = autocast
+        self.root = Path(root) if root is not None else None
+        self.keep = keep
+        self.version = -1
+        self.built_at_step = -1
+        self.index: DenseIndex | None = None
+        self.last_seconds = 0.0
+
+    # -- the protocol
+    def search(self, q: np.ndarray, source_ids: np.ndarray, k: int) -> np.ndarray:
+        if self.index is None:
+            raise RuntimeError("no index yet: call refresh() (or load()) before searching")
+        if k > self.index.count - 1:
+            raise RalmError(
+                f"k={k} retrieved documents per query, but the corpus has {self.index.count} chunks "
+                "(one is the query's own); lower k"
+            )
+        return self.index.search(q, k, exclude_ids=np.asarray(source_ids, dtype=np.int64)).ids
+
+    def maybe_refresh(self, step: int, encoder: DualEncoder) -> float | None:
+        if self.every and step > 0 and step % self.every == 0 and step != self.built_at_step:
+            return self.refresh(encoder, step)
+        return None
+
+    # -- building, saving, loading
+    def refresh(self, encoder: DualEncoder, step: int) -> float:
+        """Embed every chunk with the current doc tower and swap in a new index; returns seconds."""
+        t0 = time.perf_counter()
+        vectors = embed_chunks(encoder, self.docs, batch_size=self.batch_size, autocast=self.autocast)
+        index = DenseIndex.build(
+            vectors,
+            kind=self.kind,
+            docstore_fingerprint=self.docs.store.fingerprint,
+            encoder_fingerprint=encoder.fingerprint("doc"),
+        )
+        self.version += 1
+        self.built_at_step = step
+        index.manifest = {**index.manifest, "index_version": self.version, "built_at_step": step}
+        self.index = index
+        if self.root is not None:
+            self._save()
+        self.last_seconds = time.perf_counter() - t0
+        return self.last_seconds
+
+    def version_dir(self, version: int) -> Path:
+        assert self.root is not None
+        return self.root / f"v{version:05d}"
+
+    def _save(self) -> None:
+        assert self.index is not None and self.root is not None
+        self.index.save(self.version_dir(self.version))
+        old = sorted(p for p in self.root.glob("v[0-9]*") if p.is_dir())
+        for p in old[: max(0, len(old) - self.keep)]:
+            shutil.rmtree(p, ignore_errors=True)
+
+    def load(self, directory: str | os.PathLike) -> None:
+        """Use the saved index version in `directory` (a checkpoint's copy or `version_dir(v)`)."""
+        index = DenseIndex.load(directory, docstore_fingerprint=self.docs.store.fingerprint)
+        self.index = index
+        self.version = int(index.manifest.get("index_version", 0))
+        self.built_at_step = int(index.manifest.get("built_at_step", 0))
+        if self.root is not None and Path(directory).resolve() != self.version_dir(self.version).resolve():
+            self._save()

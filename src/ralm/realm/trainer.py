@@ -1,0 +1,520 @@
+"""REALM/BRENT pre-training loop, and the MLM-only baseline in the same loop.
+
+`pretrain(cfg)` builds the model from `cfg` (`ralm.realm.config.PretrainConfig`), builds index
+version 0 with the initial doc tower, then per optimiser step: masks `batch_size x grad_accum`
+training chunks, runs retrieve-then-predict, backpropagates the marginal likelihood, clips,
+steps AdamW and the schedule, logs metrics, refreshes the index every `refresh_every` steps and
+checkpoints every `checkpoint_every` steps. `pretrain(cfg, resume=True)` continues from the newest
+checkpoint and reaches the same parameters as an uninterrupted run (same device, fixed seed).
+
+Determinism: the data order is a fixed permutation per epoch (seeded by `seed` and the epoch);
+the masking of micro-batch m of step s draws from ``default_rng([seed, s, m])``; dropout uses the
+torch RNG, whose state is checkpointed. So a checkpoint needs only the step, the torch RNG,
+the model, optimizer and scheduler states and the index version (saved next to it).
+
+Run directory layout::
+
+    config.toml  split.json  metrics.jsonl  tb/  index/v00003/
+    checkpoints/step-0000300/{model.safetensors, optim.pt, rng.safetensors, state.json, index/}
+
+Metrics per step (JSONL and TensorBoard): loss (NLL per masked token), ppl (masked-token
+perplexity of the batch), lr_reader, lr_retriever, grad_norm, index_version, step_seconds and,
+with retrieval, null_mass (mean p(null|x)), entropy (of p(z|x), nats), utility_1..utility_{k-1}
+(REALM's retrieval utility log p(y|z,x) - log p(y|null,x) by retrieval rank, needs a null
+document), refresh_seconds on refresh steps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ralm.corpus.docstore import DocStore
+from ralm.errors import RalmError
+from ralm.realm.config import CONFIG_FILE, PretrainConfig
+from ralm.realm.masking import MaskingCollator, eligible_ids
+from ralm.realm.model import ChunkDocs, RealmModel, RealmOutput
+from ralm.realm.refresh import SyncRefresher
+from ralm.retrieval.encoders import autocast_context, autocast_dtype
+from ralm.train.logging import MetricsLogger
+from ralm.train.optim import NO_DECAY, warmup_schedule
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LoadedRun", "batch_positions", "build_model", "latest_checkpoint", "load_run", "pretrain"]
+
+SPLIT_FILE = "split.json"
+CKPT_DIR = "checkpoints"
+
+
+# ----------------------------------------------------------------------------- building
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise RalmError(f"device {name!r}: use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RalmError(f"device {name!r}: no CUDA GPU is available here; use --device cpu")
+    return dev
+
+
+def load_reader(path: str | None):
+    """The reader: `Reader.from_pretrained`, with one clear error when no MLM head can be had."""
+    from ralm.backbones import resolve_model_dir
+    from ralm.realm.reader import Reader
+    from ralm.retrieval.encoders import quiet_transformers
+
+    d = resolve_model_dir(path)
+    try:
+        with quiet_transformers():
+            return Reader.from_pretrained(str(d)), d
+    except (ValueError, KeyError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RalmError(
+            f"{d}: cannot be loaded as a masked LM ({first[:200]}); give --reader a BERT-style "
+            "encoder or masked-LM directory"
+        ) from None
+
+
+def build_model(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
+    """The model `cfg` asks for, on CPU, in train mode; returns (model, tokenizer)."""
+    from ralm.backbones import load_tokenizer, tokenizer_fingerprint
+    from ralm.retrieval.embed import check_tokenizer
+    from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+
+    reader, reader_dir = load_reader(cfg.reader)
+    tokenizer = load_tokenizer(reader_dir)
+    want = store.manifest.get("tokenizer", {}).get("sha256")
+    if want and tokenizer_fingerprint(tokenizer) != want:
+        raise RalmError(
+            f"{store.root}: built with another tokenizer than the reader {reader_dir}; rebuild the "
+            "DocStore with --tokenizer set to the reader's directory"
+        )
+    vocab = reader.mlm.get_output_embeddings()
+    if vocab is not None and len(tokenizer) > vocab.weight.shape[0]:
+        raise RalmError(f"{reader_dir}: the tokenizer has more tokens than the reader's vocabulary")
+    encoder = docs = None
+    if cfg.mode == "realm":
+        enc_cfg = EncoderConfig(
+            pooling=cfg.pooling,
+            proj_dim=cfg.proj_dim,
+            scale_by_sqrt_dim=cfg.scale_by_sqrt_dim,
+            max_length=cfg.encoder_max_length,
+        )
+        from ralm.retrieval.encoders import ENCODER_FILE
+
+        src = cfg.retriever or str(reader_dir)
+        if (Path(src).expanduser() / ENCODER_FILE).is_file():  # a saved DualEncoder keeps its own shape
+            encoder = DualEncoder.from_pretrained(src)
+            encoder.config.scale_by_sqrt_dim = cfg.scale_by_sqrt_dim
+            encoder.config.max_length = cfg.encoder_max_length
+        else:
+            encoder = DualEncoder.from_pretrained(src, enc_cfg)
+        check_tokenizer(encoder.doc_tower, store)
+        docs = ChunkDocs(store, encoder)
+    model = RealmModel(
+        reader, encoder, docs, k=cfg.k, null_doc=cfg.null_doc, reader_max_length=cfg.reader_max_length
+    )
+    if model.retrieval and cfg.k - (cfg.null_doc != "none") > len(store) - 1:
+        raise RalmError(
+            f"k={cfg.k} needs {model.n_retrieved} retrieved chunks per query but {store.root} has "
+            f"{len(store)} (one is the query's own); lower k"
+        )
+    return model.train(), tokenizer
+
+
+def optimizer_for(model: RealmModel, cfg: PretrainConfig) -> torch.optim.AdamW:
+    """AdamW: reader and retriever at their own lr; no decay on biases, norms and the null vector."""
+    groups = []
+    parts = [("reader", model.reader, cfg.lr_reader)]
+    if model.encoder is not None:
+        parts.append(("retriever", model.encoder, cfg.lr_retriever))
+    seen: set[int] = set()
+    for name, module, lr in parts:
+        decay, plain = [], []
+        for pname, p in module.named_parameters():
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            (plain if p.ndim < 2 or pname.endswith(NO_DECAY) else decay).append(p)
+        if name == "retriever" and getattr(model, "null_vector", None) is not None:
+            plain.append(model.null_vector)
+        groups.append({"name": f"{name}", "params": decay, "lr": lr, "weight_decay": cfg.weight_decay})
+        groups.append({"name": f"{name}_no_decay", "params": plain, "lr": lr, "weight_decay": 0.0})
+    return torch.optim.AdamW([g for g in groups if g["params"]])
+
+
+# ----------------------------------------------------------------------------- data order
+def split_ids(cfg: PretrainConfig, qstore: DocStore) -> tuple[np.ndarray, np.ndarray]:
+    """(train ids, held-out ids): eligible query chunks, `cfg.heldout` of them held out (seeded)."""
+    ids = eligible_ids(qstore, cfg.masking)
+    if len(ids) <= cfg.heldout:
+        raise RalmError(
+            f"{qstore.root}: only {len(ids)} chunks can be masked with strategy "
+            f"{cfg.masking.strategy!r}; lower heldout (now {cfg.heldout}) or use a larger corpus"
+        )
+    rng = np.random.default_rng([cfg.seed, 7])
+    held = np.sort(rng.choice(ids, size=cfg.heldout, replace=False)) if cfg.heldout else ids[:0]
+    return np.setdiff1d(ids, held), held
+
+
+def batch_positions(train_ids: np.ndarray, seed: int, start: int, size: int) -> np.ndarray:
+    """Chunk ids at global example positions start..start+size-1 (one seeded permutation per epoch)."""
+    n = len(train_ids)
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    while filled < size:
+        pos = start + filled
+        epoch, off = divmod(pos, n)
+        order = np.random.default_rng([seed, 11, epoch]).permutation(n)
+        take = min(size - filled, n - off)
+        out[filled : filled + take] = train_ids[order[off : off + take]]
+        filled += take
+    return out
+
+
+# ----------------------------------------------------------------------------- metrics
+def step_metrics(outs: list[RealmOutput], model: RealmModel) -> dict[str, float]:
+    """Per-step numbers from the micro-batches' outputs (see the module docstring)."""
+    nll = -sum(float(o.log_p_y.detach().sum()) for o in outs)
+    n = sum(int(o.n_masked.sum()) for o in outs)
+    m: dict[str, float] = {"loss": nll / max(n, 1), "ppl": math.exp(min(nll / max(n, 1), 50.0))}
+    if model.retrieval:
+        lpz = torch.cat([o.log_p_z.detach().float() for o in outs])
+        p = lpz.exp()
+        m["entropy"] = float(-(p * lpz).sum(1).mean())
+        if model.null_doc != "none":
+            m["null_mass"] = float(p[:, -1].mean())
+            lpyz = torch.cat([o.log_p_y_given_z.detach().float() for o in outs])
+            util = (lpyz[:, :-1] - lpyz[:, -1:]).mean(0)
+            for i, u in enumerate(util.tolist(), start=1):
+                m[f"utility_{i}"] = u
+    return m
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    d = Path(run_dir) / CKPT_DIR
+    done = sorted(p for p in d.glob("step-*") if (p / "state.json").is_file()) if d.is_dir() else []
+    return done[-1] if done else None
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        try:
+            os.link(f, dst / f.name)
+        except OSError:
+            shutil.copy2(f, dst / f.name)
+
+
+def save_checkpoint(run: Path, step: int, model, opt, sched, refresher, cfg: PretrainConfig) -> Path:
+    """Write checkpoints/step-N atomically (temp dir + rename); keep the newest `keep_checkpoints`."""
+    from safetensors.torch import save_file, save_model
+
+    root = run / CKPT_DIR
+    final = root / f"step-{step:07d}"
+    tmp = root / f".step-{step:07d}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_model(model, str(tmp / "model.safetensors"))
+    torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict()}, tmp / "optim.pt")
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            rng[f"cuda{i}"] = s
+    save_file(rng, str(tmp / "rng.safetensors"))
+    state = {
+        "step": step,
+        "examples_seen": step * cfg.batch_size * cfg.grad_accum,
+        "index_version": refresher.version if refresher is not None else None,
+        "mode": cfg.mode,
+        "docstore_fingerprint": DocStore(cfg.docstore).fingerprint,
+    }
+    if refresher is not None:
+        _link_tree(refresher.version_dir(refresher.version), tmp / "index")
+    (tmp / "state.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    old = sorted(p for p in root.glob("step-*") if p.is_dir())
+    for p in old[: max(0, len(old) - cfg.keep_checkpoints)]:
+        shutil.rmtree(p, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(ckpt: Path, model, opt=None, sched=None, refresher=None) -> dict[str, Any]:
+    from safetensors.torch import load_file, load_model
+
+    load_model(model, str(ckpt / "model.safetensors"), device=str(next(model.parameters()).device))
+    if opt is not None:
+        st = torch.load(ckpt / "optim.pt", weights_only=True, map_location="cpu")
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+    state = json.loads((ckpt / "state.json").read_text(encoding="utf-8"))
+    if refresher is not None:
+        refresher.load(ckpt / "index")
+    return {**state, "rng": load_file(str(ckpt / "rng.safetensors"))}
+
+
+# ----------------------------------------------------------------------------- the run
+@dataclass
+class LoadedRun:
+    """A run directory read back: its config, model (eval mode), stores, index and split."""
+
+    cfg: PretrainConfig
+    model: RealmModel
+    tokenizer: Any
+    store: DocStore
+    query_store: DocStore
+    refresher: SyncRefresher | None
+    train_ids: np.ndarray
+    heldout_ids: np.ndarray
+    checkpoint: Path
+    state: dict[str, Any]
+    device: torch.device
+
+    def search(self, q: np.ndarray, source_ids: np.ndarray, k: int) -> np.ndarray:
+        assert self.refresher is not None
+        return self.refresher.search(q, source_ids, k)
+
+
+def _open_stores(cfg: PretrainConfig) -> tuple[DocStore, DocStore]:
+    from ralm.errors import CorpusError
+
+    try:
+        store = DocStore(cfg.docstore)
+        qstore = DocStore(cfg.queries) if cfg.queries else store
+    except CorpusError as exc:
+        raise RalmError(str(exc)) from None
+    return store, qstore
+
+
+def read_run_config(run_dir: str | os.PathLike) -> PretrainConfig:
+    p = Path(run_dir) / CONFIG_FILE
+    if not p.is_file():
+        raise RalmError(
+            f"{run_dir}: not a ralm pre-training run (no {CONFIG_FILE}); give a `ralm pretrain` --out directory"
+        )
+    return PretrainConfig.from_toml(p)
+
+
+def load_run(
+    run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None, device: str | None = None
+) -> LoadedRun:
+    """Read a run back for evaluation, `fill` or export (newest checkpoint unless one is given)."""
+    run = Path(run_dir)
+    cfg = read_run_config(run)
+    ckpt = Path(checkpoint) if checkpoint else latest_checkpoint(run)
+    if ckpt is None or not (ckpt / "state.json").is_file():
+        raise RalmError(f"{run}: no finished checkpoint yet; let `ralm pretrain` reach one (or --resume it)")
+    store, qstore = _open_stores(cfg)
+    state = json.loads((ckpt / "state.json").read_text(encoding="utf-8"))
+    if state.get("docstore_fingerprint") not in (None, store.fingerprint):
+        raise RalmError(
+            f"{run}: trained on another corpus than {store.root} (fingerprints differ); "
+            "point docstore in its config.toml back to the run's corpus"
+        )
+    dev = resolve_device(device or cfg.device)
+    model, tokenizer = build_model(cfg, store)
+    model.to(dev)
+    refresher = None
+    if model.retrieval:
+        refresher = SyncRefresher(model.docs, every=0, kind=cfg.index_kind, autocast=cfg.autocast)
+        load_checkpoint(ckpt, model, refresher=refresher)
+    else:
+        load_checkpoint(ckpt, model)
+    split = json.loads((run / SPLIT_FILE).read_text(encoding="utf-8"))
+    return LoadedRun(
+        cfg=cfg,
+        model=model.eval(),
+        tokenizer=tokenizer,
+        store=store,
+        query_store=qstore,
+        refresher=refresher,
+        train_ids=np.asarray(split["train"], dtype=np.int64),
+        heldout_ids=np.asarray(split["heldout"], dtype=np.int64),
+        checkpoint=ckpt,
+        state=state,
+        device=dev,
+    )
+
+
+def _write_split(run: Path, train_ids: np.ndarray, held: np.ndarray) -> None:
+    p = run / SPLIT_FILE
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps({"train": train_ids.tolist(), "heldout": held.tolist()}), encoding="utf-8")
+    os.replace(tmp, p)
+
+
+def _trim_metrics(run: Path, last_step: int) -> None:
+    """Drop metric rows past the checkpoint being resumed (they will be logged again)."""
+    p = run / "metrics.jsonl"
+    if not p.is_file():
+        return
+    keep = [
+        ln
+        for ln in p.read_text(encoding="utf-8").splitlines()
+        if ln and json.loads(ln).get("step", 0) <= last_step
+    ]
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+    os.replace(tmp, p)
+
+
+def pretrain(
+    cfg: PretrainConfig, *, resume: bool = False, overwrite: bool = False, progress: bool = True
+) -> Path:
+    """Train (or continue) the run `cfg.out`; returns its directory. See the module docstring."""
+    from tqdm.auto import tqdm
+
+    if not cfg.docstore or not cfg.out:
+        raise RalmError(
+            "pretrain needs a docstore and an out directory (--docstore, --out or the config file)"
+        )
+    run = Path(cfg.out)
+    ckpt = latest_checkpoint(run) if resume else None
+    if run.exists() and any(run.iterdir()) and not resume:
+        if not overwrite:
+            raise RalmError(f"{run}: exists; pass --resume to continue it or --overwrite to start over")
+        if not (run / CONFIG_FILE).is_file():
+            raise RalmError(
+                f"{run}: not a ralm run directory; refusing to overwrite it, choose another --out"
+            )
+        shutil.rmtree(run)
+    if resume and (run / CONFIG_FILE).is_file():
+        saved = read_run_config(run)
+        for f in (
+            "docstore",
+            "queries",
+            "mode",
+            "seed",
+            "batch_size",
+            "grad_accum",
+            "k",
+            "null_doc",
+            "reader",
+        ):
+            if getattr(saved, f) != getattr(cfg, f):
+                raise RalmError(
+                    f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
+                    "resume it with its own config.toml"
+                )
+    store, qstore = _open_stores(cfg)
+    torch.manual_seed(cfg.seed)
+    dev = resolve_device(cfg.device)
+    model, tokenizer = build_model(cfg, store)
+    model.to(dev)
+    same_corpus = qstore is store
+    train_ids, held = split_ids(cfg, qstore)
+    run.mkdir(parents=True, exist_ok=True)
+    cfg.save(run)
+    _write_split(run, train_ids, held)
+    collator = MaskingCollator(qstore, tokenizer, cfg.masking, return_tensors="pt")
+    opt = optimizer_for(model, cfg)
+    sched = warmup_schedule(opt, cfg.schedule, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
+    refresher = None
+    if model.retrieval:
+        refresher = SyncRefresher(
+            model.docs,
+            every=cfg.refresh_every,
+            kind=cfg.index_kind,
+            batch_size=cfg.embed_batch_size,
+            autocast=cfg.autocast,
+            root=run / "index",
+        )
+    start = 0
+    if ckpt is not None:
+        state = load_checkpoint(ckpt, model, opt, sched, refresher)
+        start = int(state["step"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if dev.type == "cuda":
+            torch.cuda.set_rng_state_all(
+                [state["rng"][k] for k in sorted(state["rng"]) if k.startswith("cuda")]
+            )
+        _trim_metrics(run, start)
+        logger.info("resumed %s at step %d (index version %s)", run, start, state["index_version"])
+    elif refresher is not None:
+        t = refresher.refresh(model.encoder, 0)
+        logger.info("index version 0 built in %.1fs", t)
+    ac = autocast_dtype(dev, cfg.autocast, torch.float32)
+    metrics = MetricsLogger(run, tensorboard=cfg.tensorboard)
+    if start == 0 and refresher is not None:
+        metrics.log(0, refresh_seconds=refresher.last_seconds, index_version=refresher.version)
+    per_step = cfg.batch_size * cfg.grad_accum
+    search = refresher.search if refresher is not None else None
+    if refresher is not None and not same_corpus:
+
+        def search(q, _src, k):  # another query corpus: its chunk ids mean nothing in Z
+            return refresher.search(q, np.full(len(q), -1, dtype=np.int64), k)
+
+    bar = tqdm(total=cfg.steps, initial=start, disable=not progress, unit="step", desc=f"pretrain {cfg.mode}")
+    try:
+        for step in range(start + 1, cfg.steps + 1):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            outs: list[RealmOutput] = []
+            version = refresher.version if refresher is not None else None
+            for m in range(cfg.grad_accum):
+                ids = batch_positions(
+                    train_ids, cfg.seed, (step - 1) * per_step + m * cfg.batch_size, cfg.batch_size
+                )
+                batch = collator(ids, rng=np.random.default_rng([cfg.seed, step, m]))
+                batch = {k: v.to(dev) for k, v in batch.items()}
+                with autocast_context(dev, ac):
+                    out = model(batch, search)
+                (out.loss() / cfg.grad_accum).backward()
+                outs.append(out)
+            gn = (
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                if cfg.max_grad_norm > 0
+                else torch.sqrt(
+                    sum((p.grad.float() ** 2).sum() for p in model.parameters() if p.grad is not None)
+                )
+            )
+            opt.step()
+            sched.step()
+            row = step_metrics(outs, model)
+            lrs = {g["name"]: g["lr"] for g in opt.param_groups}
+            row["lr_reader"] = lrs.get("reader", lrs.get("reader_no_decay", 0.0))
+            if model.retrieval:
+                row["lr_retriever"] = lrs.get("retriever", lrs.get("retriever_no_decay", 0.0))
+                row["index_version"] = version
+            row["grad_norm"] = float(gn)
+            row["examples_seen"] = step * per_step
+            row["step_seconds"] = time.perf_counter() - t0
+            if refresher is not None:
+                t = refresher.maybe_refresh(step, model.encoder)
+                if t is not None:
+                    row["refresh_seconds"] = t
+            if not math.isfinite(row["loss"]):
+                raise RalmError(
+                    f"step {step}: the loss is not finite; lower the learning rates or use --autocast off"
+                )
+            metrics.log(step, **row)
+            bar.update(1)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.1f}")
+            last = step == cfg.steps
+            if last and refresher is not None and refresher.every and refresher.built_at_step != step:
+                metrics.log(
+                    step,
+                    refresh_seconds=refresher.refresh(model.encoder, step),
+                    index_version=refresher.version,
+                )
+            if last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                save_checkpoint(run, step, model, opt, sched, refresher, cfg)
+    finally:
+        bar.close()
+        metrics.close()
+    return run
