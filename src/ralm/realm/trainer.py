@@ -374,9 +374,18 @@ def _trim_metrics(run: Path, last_step: int) -> None:
 
 
 def pretrain(
-    cfg: PretrainConfig, *, resume: bool = False, overwrite: bool = False, progress: bool = True
+    cfg: PretrainConfig,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    stop_after: int | None = None,
 ) -> Path:
-    """Train (or continue) the run `cfg.out`; returns its directory. See the module docstring."""
+    """Train (or continue) the run `cfg.out`; returns its directory. See the module docstring.
+
+    stop_after: end this call after that step (checkpointed), as a time-limited job would; the
+    schedule still follows `cfg.steps` and `resume=True` continues the run.
+    """
     from tqdm.auto import tqdm
 
     if not cfg.docstore or not cfg.out:
@@ -512,8 +521,11 @@ def pretrain(
                     refresh_seconds=refresher.refresh(model.encoder, step),
                     index_version=refresher.version,
                 )
-            if last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            stop = stop_after is not None and step >= stop_after
+            if last or stop or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 save_checkpoint(run, step, model, opt, sched, refresher, cfg)
+            if stop:
+                break
     finally:
         bar.close()
         metrics.close()

@@ -1,0 +1,99 @@
+"""A small linked corpus and tiny-model REALM configs shared by the REALM tests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+FACTS = [
+    ("Oslo", "Oslo is the capital of [[Norway]]. It was founded in 1040 by [[Harald Hardrada]]."),
+    ("Bergen", "Bergen is a city in [[Norway]] on the west coast. It was founded in 1070 by [[Olav Kyrre]]."),
+    (
+        "Norway",
+        "Norway is a country in [[Scandinavia]]. Its capital is [[Oslo]] and its king is [[Harald V]].",
+    ),
+    ("Harald Hardrada", "Harald Hardrada was king of [[Norway]]. He died at [[Stamford Bridge]] in 1066."),
+    ("Copenhagen", "Copenhagen is the capital of [[Denmark]]. It lies on the island of [[Zealand]]."),
+    (
+        "Denmark",
+        "Denmark is a country in [[Scandinavia]]. Its capital is [[Copenhagen]] and its queen was [[Margrethe II]].",
+    ),
+    (
+        "Stockholm",
+        "Stockholm is the capital of [[Sweden]]. It lies where [[Lake Malaren]] meets the [[Baltic Sea]].",
+    ),
+    (
+        "Sweden",
+        "Sweden is a country in [[Scandinavia]]. Its capital is [[Stockholm]] and it borders [[Norway]].",
+    ),
+    ("Helsinki", "Helsinki is the capital of [[Finland]]. It was founded in 1550 by [[Gustav Vasa]]."),
+    ("Finland", "Finland is a country east of [[Sweden]]. Its capital is [[Helsinki]]."),
+    ("Reykjavik", "Reykjavik is the capital of [[Iceland]]. It was settled by [[Ingolfur Arnarson]] in 874."),
+    ("Iceland", "Iceland is an island country in the North Atlantic. Its capital is [[Reykjavik]]."),
+]
+
+
+def wiki_jsonl(path):
+    """The FACTS as JSONL with link spans (text without the brackets)."""
+    import re
+
+    rows = []
+    for title, marked in FACTS:
+        text, links, pos = "", [], 0
+        for m in re.finditer(r"\[\[([^\]]+)\]\]", marked):
+            text += marked[pos : m.start()]
+            links.append({"start": len(text), "end": len(text) + len(m.group(1)), "target": m.group(1)})
+            text += m.group(1)
+            pos = m.end()
+        text += marked[pos:]
+        rows.append({"title": title, "text": (text + " ") * 2, "links": links})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def realm_store(tmp_path_factory, tiny_dir):
+    from ralm.corpus.build import BuildConfig, build_docstore
+
+    tmp = tmp_path_factory.mktemp("realm-corpus")
+    src = wiki_jsonl(tmp / "wiki.jsonl")
+    build_docstore(
+        [src],
+        tmp / "store",
+        BuildConfig(chunk_size=24, tokenizer=str(tiny_dir)),
+        progress=False,
+        log=lambda m: None,
+    )
+    return tmp / "store"
+
+
+@pytest.fixture
+def tiny_cfg(realm_store, tiny_dir, tmp_path):
+    """A factory of fast PretrainConfigs on the tiny model (fp32, CPU)."""
+    from ralm.realm.config import PretrainConfig
+
+    def make(**kw):
+        base = dict(
+            docstore=str(realm_store),
+            out=str(tmp_path / "run"),
+            reader=str(tiny_dir),
+            steps=4,
+            batch_size=3,
+            k=3,
+            encoder_max_length=32,
+            reader_max_length=96,
+            heldout=3,
+            refresh_every=2,
+            checkpoint_every=2,
+            warmup_steps=1,
+            lr_reader=1e-3,
+            lr_retriever=1e-3,
+            device="cpu",
+            autocast="off",
+            tensorboard=False,
+        )
+        base.update(kw)
+        return PretrainConfig(**base)
+
+    return make

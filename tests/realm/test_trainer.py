@@ -1,0 +1,158 @@
+"""The pre-training loop on a tiny model: resume == uninterrupted, checkpoints, metrics, config, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from ralm.errors import RalmError
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _tensors(run):
+    from safetensors.torch import load_file
+
+    from ralm.realm.trainer import latest_checkpoint
+
+    return load_file(str(latest_checkpoint(run) / "model.safetensors"))
+
+
+def _losses(run):
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
+
+
+@pytest.mark.parametrize("mode", ["realm", "mlm"])
+def test_resume_reaches_the_same_parameters(tiny_cfg, tmp_path, mode):
+    from ralm.realm.trainer import pretrain
+
+    kw = dict(mode=mode, steps=5, checkpoint_every=2, refresh_every=2, grad_accum=2)
+    full = pretrain(tiny_cfg(out=str(tmp_path / "full"), **kw), progress=False)
+    part = tiny_cfg(out=str(tmp_path / "part"), **kw)
+    pretrain(part, progress=False, stop_after=3)  # interrupted after step 3 (checkpointed)
+    state = json.loads((tmp_path / "part" / "checkpoints" / "step-0000003" / "state.json").read_text())
+    assert state["step"] == 3 and state["examples_seen"] == 3 * 3 * 2
+    if mode == "realm":
+        assert state["index_version"] == 1  # v0 at start, v1 after step 2
+    pretrain(part, resume=True, progress=False)
+    a, b = _tensors(full), _tensors(tmp_path / "part")
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+    assert _losses(full) == _losses(tmp_path / "part")  # also: no duplicated metric rows
+
+
+def test_run_directory_metrics_and_checkpoints(tiny_cfg, tmp_path):
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.trainer import pretrain
+
+    cfg = tiny_cfg(steps=4, k=3, checkpoint_every=1, keep_checkpoints=2, refresh_every=2)
+    run = pretrain(cfg, progress=False)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "loss" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    want = {"loss", "ppl", "entropy", "null_mass", "utility_1", "utility_2", "lr_reader", "lr_retriever",
+            "grad_norm", "index_version", "step_seconds", "examples_seen"}  # fmt: skip
+    assert want <= set(steps[0])
+    assert [r["index_version"] for r in steps] == [0, 0, 1, 1]  # the version each step searched
+    assert [r["step"] for r in rows if "refresh_seconds" in r] == [0, 2, 4]
+    for r in steps:
+        assert r["ppl"] == pytest.approx(np.exp(r["loss"]))
+        assert 0 <= r["null_mass"] <= 1 and 0 <= r["entropy"] <= np.log(3) + 1e-6
+    assert steps[0]["lr_reader"] == pytest.approx(1e-3)  # warm-up of 1 step done
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert ckpts == ["step-0000003", "step-0000004"]
+    assert sorted(p.name for p in (run / "index").iterdir()) == ["v00002"]
+    assert json.loads((run / "checkpoints/step-0000004/index/index.json").read_text())["index_version"] == 2
+    again = PretrainConfig.from_toml(run / "config.toml")
+    assert again == cfg
+    split = json.loads((run / "split.json").read_text())
+    assert len(split["heldout"]) == 3 and not set(split["heldout"]) & set(split["train"])
+
+
+def test_optimizer_groups_and_schedule(tiny_cfg, realm_store):
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.trainer import build_model, optimizer_for
+
+    cfg = tiny_cfg(null_doc="zeros", lr_reader=3e-4, lr_retriever=1e-5, weight_decay=0.1)
+    model, _ = build_model(cfg, DocStore(realm_store))
+    opt = optimizer_for(model, cfg)
+    groups = {g["name"]: g for g in opt.param_groups}
+    assert set(groups) == {"reader", "reader_no_decay", "retriever", "retriever_no_decay"}
+    assert groups["reader"]["lr"] == 3e-4 and groups["retriever"]["lr"] == 1e-5
+    assert groups["reader_no_decay"]["weight_decay"] == 0.0 and groups["retriever"]["weight_decay"] == 0.1
+    assert any(p is model.null_vector for p in groups["retriever_no_decay"]["params"])
+    n_params = sum(len(g["params"]) for g in opt.param_groups)
+    assert n_params == len({id(p) for p in model.parameters()})  # each parameter once (tied decoder too)
+    for name, p in model.named_parameters():
+        if name.endswith("bias") or "LayerNorm" in name:
+            assert not any(p is q for g in ("reader", "retriever") for q in groups[g]["params"]), name
+
+
+def test_separate_query_corpus(tiny_cfg, realm_store, tmp_path):
+    """X != Z: queries come from another store; nothing is excluded (ids mean nothing in Z)."""
+    from ralm.realm.trainer import pretrain
+
+    run = pretrain(tiny_cfg(queries=str(realm_store), steps=1, refresh_every=0), progress=False)
+    assert (run / "checkpoints" / "step-0000001").is_dir()
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_bad_inputs_are_one_clear_error(tiny_cfg, tmp_path, realm_store):
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.trainer import pretrain
+
+    with pytest.raises(RalmError, match="lower k"):
+        pretrain(tiny_cfg(k=500), progress=False)
+    with pytest.raises(RalmError, match="null_doc"):
+        tiny_cfg(null_doc="learned")
+    with pytest.raises(RalmError, match="k=1 leaves no retrieved document"):
+        tiny_cfg(k=1)
+    with pytest.raises(RalmError, match="unknown setting"):
+        PretrainConfig.from_dict({"docstore": "x", "stepz": 3})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("steps = [oops\n")
+    with pytest.raises(RalmError, match="not valid TOML"):
+        PretrainConfig.from_toml(bad)
+    # a reader that has no MLM head and none can be added (a config AutoModelForMaskedLM lacks)
+    gpt = tmp_path / "gpt"
+    from transformers import GPT2Config, GPT2Model
+
+    GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=100, n_positions=32)).save_pretrained(gpt)
+    with pytest.raises(RalmError, match="cannot be loaded as a masked LM"):
+        pretrain(tiny_cfg(reader=str(gpt), out=str(tmp_path / "g")), progress=False)
+    assert not (tmp_path / "g").exists()
+    # an existing run is neither overwritten nor mixed with a new one
+    run = pretrain(tiny_cfg(steps=1, out=str(tmp_path / "r")), progress=False)
+    with pytest.raises(RalmError, match="--resume"):
+        pretrain(tiny_cfg(steps=1, out=str(run)), progress=False)
+    with pytest.raises(RalmError, match="was started with batch_size"):
+        pretrain(tiny_cfg(steps=2, batch_size=2, out=str(run)), resume=True, progress=False)
+
+
+def test_run_from_another_corpus_is_refused(tiny_cfg, tmp_path, tiny_dir):
+    from ralm.corpus.build import BuildConfig, build_docstore
+    from ralm.realm.trainer import load_run, pretrain
+
+    run = pretrain(tiny_cfg(steps=1), progress=False)
+    other = tmp_path / "other.jsonl"
+    other.write_text(
+        json.dumps({"title": "Rome", "text": "Rome is the capital of Italy since 1871. " * 6}) + "\n"
+    )
+    build_docstore(
+        [other],
+        tmp_path / "other",
+        BuildConfig(chunk_size=24, tokenizer=str(tiny_dir)),
+        progress=False,
+        log=lambda m: None,
+    )
+    cfg_text = (run / "config.toml").read_text()
+    (run / "config.toml").write_text(cfg_text.replace(tiny_cfg().docstore, str(tmp_path / "other")))
+    with pytest.raises(RalmError, match="trained on another corpus"):
+        load_run(run)
+    with pytest.raises(RalmError, match="not a ralm pre-training run"):
+        load_run(tmp_path)
