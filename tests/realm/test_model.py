@@ -59,7 +59,8 @@ def test_marginal_equals_naive_loop_over_documents(parts):
         for b in range(batch["labels"].shape[0]):
             lq = int(batch["attention_mask"][b].sum())
             x = {k: batch[k][b : b + 1, :lq] for k in ("input_ids", "attention_mask", "labels")}
-            q = model.encoder.query_tower(x["input_ids"], x["attention_mask"])[0]
+            visible = x["attention_mask"] * (x["input_ids"] != model.mask_id)  # query_masks="hide"
+            q = model.encoder.query_tower(x["input_ids"], visible)[0]
             terms = []
             docs = [*out.doc_ids[b].tolist(), None]
             raw = []
@@ -180,3 +181,24 @@ def test_k_larger_than_corpus_is_one_clear_error(parts):
     ref = refresher_for(model)
     with pytest.raises(RalmError, match="lower k"):
         ref.search(np.zeros((1, model.encoder.dim), np.float32), np.array([0]), len(store))
+
+
+def test_query_masks_hide_and_keep(parts):
+    """hide: the query vector ignores what the [MASK] positions hold; keep: they change it."""
+    store, make, batch = parts
+    model = make("empty", k=3)
+    other = dict(batch)
+    ids = batch["input_ids"].clone()
+    ids[batch["labels"] != -100] = 1000  # another token at every masked position
+    other["input_ids"] = ids
+    with torch.no_grad():
+        keep_a = model.encoder.query_tower(batch["input_ids"], batch["attention_mask"])
+        hide_a = model.embed_queries(batch)
+        model.query_masks = "keep"
+        torch.testing.assert_close(model.embed_queries(batch), keep_a)
+        assert not torch.allclose(model.embed_queries(other), keep_a)
+        model.query_masks = "hide"
+        # positions whose attention is off change nothing: with 1000 there it is the same vector
+        vis = other["attention_mask"] * (batch["labels"] == -100)
+        torch.testing.assert_close(model.encoder.query_tower(ids, vis), hide_a, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(hide_a, keep_a)

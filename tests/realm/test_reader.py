@@ -133,3 +133,32 @@ def test_gradient_reaches_reader(reader):
     assert layer.grad is not None and layer.grad.abs().sum() > 0
     assert scores.grad is not None and scores.grad.abs().sum() > 0
     reader.zero_grad()
+
+
+def test_masked_logits_equal_full_logits_at_those_positions(reader):
+    """The head on masked positions only == the full model's logits there (BERT splits into bert + cls)."""
+    assert reader._split() is not None and reader._split()[0] is reader.mlm.bert
+    batch = _batch(B=2, K=2)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    rows, cols = (batch["labels"] != -100).nonzero(as_tuple=True)
+    reader.eval()
+    with torch.no_grad():
+        full = reader.mlm(**inputs).logits[rows, cols]
+        torch.testing.assert_close(reader.masked_logits(inputs, rows, cols), full, rtol=1e-5, atol=1e-5)
+
+
+def test_masked_logits_fallback_for_models_without_one_head(reader):
+    """A model that is not encoder + one head (here: the head wrapped away) uses the full logits."""
+    r = Reader(reader.mlm)
+    r._split_cache = None
+    batch = _batch(B=1, K=2)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    rows, cols = (batch["labels"] != -100).nonzero(as_tuple=True)
+    r.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            r.masked_logits(inputs, rows, cols),
+            reader.masked_logits(inputs, rows, cols),
+            rtol=1e-5,
+            atol=1e-5,
+        )

@@ -17,7 +17,7 @@ from typing import Any
 
 from ralm.errors import RalmError
 from ralm.realm.masking import MaskingConfig
-from ralm.realm.model import NULL_DOCS
+from ralm.realm.model import NULL_DOCS, QUERY_MASKS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,6 +45,7 @@ class PretrainConfig:
     reader_max_length: int = 288  # tokens of [CLS] x [SEP] title [SEP] body [SEP] (REALM: 288)
     k: int = 8  # documents per query incl. the null document (BRENT: 8)
     null_doc: str = "empty"  # empty (REALM, BRENT code) | zeros (BRENT paper) | none
+    query_masks: str = "hide"  # hide [MASK]s from the query tower (default) | keep them (REALM)
     steps: int = 300
     batch_size: int = 8  # queries per micro-batch
     grad_accum: int = 1  # micro-batches per optimiser step
@@ -76,6 +77,10 @@ class PretrainConfig:
         checks = [
             (self.mode in MODES, f"mode {self.mode!r}: choose {' or '.join(MODES)}"),
             (self.null_doc in NULL_DOCS, f"null_doc {self.null_doc!r}: choose {', '.join(NULL_DOCS)}"),
+            (
+                self.query_masks in QUERY_MASKS,
+                f"query_masks {self.query_masks!r}: choose {', '.join(QUERY_MASKS)}",
+            ),
             (self.k >= 1, f"k={self.k}: must be >= 1"),
             (self.steps >= 1, f"steps={self.steps}: must be >= 1"),
             (self.batch_size >= 1, f"batch_size={self.batch_size}: must be >= 1"),

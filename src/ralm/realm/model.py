@@ -24,6 +24,14 @@ Null document (`null_doc`):
 * "none": no null document (the ablation of BRENT Figure 3); k documents are all retrieved.
 
 The reader's view of the null document is always the empty document: ``[CLS] x [SEP] [SEP]``.
+
+What the query tower sees (`query_masks`): "hide" (the default) leaves the [MASK] positions out
+of its attention mask, so the query vector is made of the visible words only; "keep" feeds the
+masked sequence as it is (REALM). Measured on the English sample with the MiniLM towers
+(mean pooling, 64-token chunks, ~19% of tokens masked), "keep" makes every masked query look
+alike: 8% of the top-3 chunks come from the query's own article and 1.9% of the masked spans
+occur in them, against 62% and 15.6% with "hide" (benchmarks/README.md). A CLS-pooled,
+ICT-warmed retriever suffers less; REALM relied on that warm start.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from ralm.retrieval.embed import DocInputs
 from ralm.retrieval.encoders import DualEncoder
 
 NULL_DOCS = ("empty", "zeros", "none")
+QUERY_MASKS = ("hide", "keep")
 
 __all__ = ["NULL_DOCS", "ChunkDocs", "RealmModel", "RealmOutput"]
 
@@ -120,6 +129,7 @@ class RealmModel(nn.Module):
         k: int = 8,
         null_doc: str = "empty",
         reader_max_length: int = 288,
+        query_masks: str = "hide",
     ) -> None:
         super().__init__()
         if null_doc not in NULL_DOCS:
@@ -136,7 +146,11 @@ class RealmModel(nn.Module):
             if self.n_retrieved < 1:
                 raise RalmError(f"k={k} leaves no retrieved document; use k >= 2 with a null document")
             self.null_vector = nn.Parameter(torch.zeros(encoder.dim)) if null_doc == "zeros" else None
+        if query_masks not in QUERY_MASKS:
+            raise RalmError(f"query_masks {query_masks!r}: choose one of {', '.join(QUERY_MASKS)}")
+        self.query_masks = query_masks
         self.sep_id = int(reader_tokenizer_id(docs, "sep_token_id")) if docs is not None else None
+        self.mask_id = int(reader_tokenizer_id(docs, "mask_token_id")) if docs is not None else None
 
     @property
     def retrieval(self) -> bool:
@@ -152,9 +166,16 @@ class RealmModel(nn.Module):
         return s / (self.encoder.dim**0.5) if self.encoder.config.scale_by_sqrt_dim else s
 
     def embed_queries(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """(B, d) query vectors of the masked queries ``[CLS] x [SEP]``, with gradient."""
+        """(B, d) query vectors of the masked queries ``[CLS] x [SEP]``, with gradient.
+
+        With `query_masks="hide"` the [MASK] positions are left out of the query tower's
+        attention mask (and so of its pooling): the tower sees the query's visible words only.
+        """
         assert self.encoder is not None
-        return self.encoder.query_tower(batch["input_ids"], batch["attention_mask"])
+        am = batch["attention_mask"]
+        if self.query_masks == "hide":
+            am = am * (batch["input_ids"] != self.mask_id).to(am.dtype)
+        return self.encoder.query_tower(batch["input_ids"], am)
 
     def null_score(self, q: torch.Tensor) -> torch.Tensor | None:
         """(B,) score of the null document for query vectors q (B, d), or None without one."""

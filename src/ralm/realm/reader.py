@@ -134,6 +134,32 @@ class Reader(nn.Module):
             )
         return cls(mlm)
 
+    def _split(self) -> tuple[nn.Module, nn.Module] | None:
+        """(encoder, MLM head) when the model is one base encoder plus one head module (BERT,
+        RoBERTa, XLM-R and their kin), else None."""
+        if not hasattr(self, "_split_cache"):
+            base = getattr(self.mlm, getattr(self.mlm, "base_model_prefix", ""), None)
+            heads = [m for _, m in self.mlm.named_children() if m is not base]
+            self._split_cache = (base, heads[0]) if base is not None and len(heads) == 1 else None
+        return self._split_cache
+
+    def masked_logits(
+        self, inputs: Mapping[str, torch.Tensor], rows: torch.Tensor, cols: torch.Tensor
+    ) -> torch.Tensor:
+        """(M, V) vocabulary logits at positions (rows[i], cols[i]) only.
+
+        The vocabulary projection costs about as much as the whole of a small encoder when it runs
+        on every position (L x H x V); only ~15% of the query positions are masked, so the head
+        runs on those alone when the model splits into encoder + head (the same numbers as
+        ``mlm(**inputs).logits[rows, cols]``, tested), else on everything.
+        """
+        split = self._split()
+        if split is None:
+            return self.mlm(**inputs).logits[rows, cols]
+        base, head = split
+        hidden = base(**inputs).last_hidden_state  # (N, L, H)
+        return head(hidden[rows, cols])
+
     def log_p_y_given_z(self, batch: Mapping[str, torch.Tensor], B: int, K: int) -> torch.Tensor:
         """log p(y|z,x) = Σ_j log p(y_j|z,x) over the masked positions, for each query and document.
 
@@ -150,10 +176,8 @@ class Reader(nn.Module):
         if labels.shape[0] != B * K:
             raise ValueError(f"batch has {labels.shape[0]} rows, expected B*K = {B * K}")
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-        logits = self.mlm(**inputs).logits  # (B*K, L, V)
         rows, cols = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
-        # log-softmax only at the masked positions: (M, V), never (B*K, L, V)
-        picked = logits[rows, cols]
+        picked = self.masked_logits(inputs, rows, cols)  # (M, V), never (B*K, L, V) log-probs
         token_lp = torch.log_softmax(picked.to(torch.promote_types(picked.dtype, torch.float32)), dim=-1)
         token_lp = token_lp.gather(1, labels[rows, cols].unsqueeze(1)).squeeze(1)
         per_row = torch.zeros(B * K, dtype=token_lp.dtype, device=token_lp.device).index_add(

@@ -125,7 +125,13 @@ def build_model(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
         check_tokenizer(encoder.doc_tower, store)
         docs = ChunkDocs(store, encoder)
     model = RealmModel(
-        reader, encoder, docs, k=cfg.k, null_doc=cfg.null_doc, reader_max_length=cfg.reader_max_length
+        reader,
+        encoder,
+        docs,
+        k=cfg.k,
+        null_doc=cfg.null_doc,
+        reader_max_length=cfg.reader_max_length,
+        query_masks=cfg.query_masks,
     )
     if model.retrieval and cfg.k - (cfg.null_doc != "none") > len(store) - 1:
         raise RalmError(
@@ -373,6 +379,45 @@ def _trim_metrics(run: Path, last_step: int) -> None:
     os.replace(tmp, p)
 
 
+def train_step(
+    model: RealmModel,
+    opt: torch.optim.Optimizer,
+    sched,
+    collator: MaskingCollator,
+    train_ids: np.ndarray,
+    cfg: PretrainConfig,
+    step: int,
+    search,
+    dev: torch.device,
+    ac: torch.dtype | None,
+) -> tuple[list[RealmOutput], float]:
+    """One optimiser step (1-based `step`): grad_accum micro-batches, clip, AdamW, schedule.
+
+    Returns the micro-batches' outputs and the gradient norm before clipping.
+    """
+    opt.zero_grad(set_to_none=True)
+    outs: list[RealmOutput] = []
+    per_step = cfg.batch_size * cfg.grad_accum
+    for m in range(cfg.grad_accum):
+        ids = batch_positions(train_ids, cfg.seed, (step - 1) * per_step + m * cfg.batch_size, cfg.batch_size)
+        batch = collator(ids, rng=np.random.default_rng([cfg.seed, step, m]))
+        batch = {k: v.to(dev) for k, v in batch.items()}
+        with autocast_context(dev, ac):
+            out = model(batch, search)
+        (out.loss() / cfg.grad_accum).backward()
+        outs.append(out)
+    params = [p for p in model.parameters() if p.grad is not None]
+    if cfg.max_grad_norm > 0:
+        gn = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+    else:
+        gn = float(
+            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params]))
+        )
+    opt.step()
+    sched.step()
+    return outs, gn
+
+
 def pretrain(
     cfg: PretrainConfig,
     *,
@@ -472,35 +517,15 @@ def pretrain(
     try:
         for step in range(start + 1, cfg.steps + 1):
             t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            outs: list[RealmOutput] = []
             version = refresher.version if refresher is not None else None
-            for m in range(cfg.grad_accum):
-                ids = batch_positions(
-                    train_ids, cfg.seed, (step - 1) * per_step + m * cfg.batch_size, cfg.batch_size
-                )
-                batch = collator(ids, rng=np.random.default_rng([cfg.seed, step, m]))
-                batch = {k: v.to(dev) for k, v in batch.items()}
-                with autocast_context(dev, ac):
-                    out = model(batch, search)
-                (out.loss() / cfg.grad_accum).backward()
-                outs.append(out)
-            gn = (
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                if cfg.max_grad_norm > 0
-                else torch.sqrt(
-                    sum((p.grad.float() ** 2).sum() for p in model.parameters() if p.grad is not None)
-                )
-            )
-            opt.step()
-            sched.step()
+            outs, gn = train_step(model, opt, sched, collator, train_ids, cfg, step, search, dev, ac)
             row = step_metrics(outs, model)
             lrs = {g["name"]: g["lr"] for g in opt.param_groups}
             row["lr_reader"] = lrs.get("reader", lrs.get("reader_no_decay", 0.0))
             if model.retrieval:
                 row["lr_retriever"] = lrs.get("retriever", lrs.get("retriever_no_decay", 0.0))
                 row["index_version"] = version
-            row["grad_norm"] = float(gn)
+            row["grad_norm"] = gn
             row["examples_seen"] = step * per_step
             row["step_seconds"] = time.perf_counter() - t0
             if refresher is not None:
