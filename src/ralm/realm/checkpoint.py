@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-from ralm.corpus.docstore import DocStore
 from ralm.realm.config import PretrainConfig
 
 CKPT_DIR = "checkpoints"
@@ -40,7 +39,9 @@ def _link_tree(src: Path, dst: Path) -> None:
             shutil.copy2(f, dst / f.name)
 
 
-def save_checkpoint(run: Path, step: int, model, opt, sched, refresher, cfg: PretrainConfig) -> Path:
+def save_checkpoint(
+    run: Path, step: int, model, opt, sched, refresher, cfg: PretrainConfig, docstore_fingerprint: str
+) -> Path:
     """Write checkpoints/step-N atomically (temp dir + rename); keep the newest `keep_checkpoints`."""
     from safetensors.torch import save_file, save_model
 
@@ -61,7 +62,7 @@ def save_checkpoint(run: Path, step: int, model, opt, sched, refresher, cfg: Pre
         "examples_seen": step * cfg.batch_size * cfg.grad_accum,
         "index_version": refresher.version if refresher is not None else None,
         "mode": cfg.mode,
-        "docstore_fingerprint": DocStore(cfg.docstore).fingerprint,
+        "docstore_fingerprint": docstore_fingerprint,
     }
     if refresher is not None:
         _link_tree(refresher.version_dir(refresher.version), tmp / "index")

@@ -76,15 +76,8 @@ def _score(run: LoadedRun, ids: np.ndarray, batch_size: int, how: str, model_run
     for batch in _batches(run, ids, batch_size):
         batch = {k: v.to(dev) for k, v in batch.items()}
         with autocast_context(dev, ac):
-            if how == "retrieval":
-                out = m(batch, model_run.search)
-                lp, nm = out.log_p_y, out.n_masked
-            else:
-                lab = batch["labels"]
-                lp = m.reader.log_p_y_given_z(
-                    {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}, lab.shape[0], 1
-                )[:, 0]
-                nm = (lab != -100).sum(1)
+            out = m(batch, model_run.search) if how == "retrieval" else m.reader_only(batch)
+            lp, nm = out.log_p_y, out.n_masked
         total += -float(lp.float().sum())
         n += int(nm.sum())
         ex += int(lp.shape[0])

@@ -189,14 +189,19 @@ class RealmModel(nn.Module):
             v = self.encoder.doc_tower(**{k: t.to(dev) for k, t in self.docs.empty_batch().items()})[0]
         return self._scale(q @ v.to(q.dtype))
 
+    def reader_only(self, batch: Mapping[str, torch.Tensor]) -> RealmOutput:
+        """The reader alone on ``[CLS] x [SEP]``: the MLM-only model, and BRENT's extracted reader."""
+        labels = batch["labels"]
+        lp = self.reader.log_p_y_given_z(
+            {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}, labels.shape[0], 1
+        )[:, 0]
+        return RealmOutput(lp, None, None, (labels != IGNORE_INDEX).sum(1))
+
     def forward(self, batch: Mapping[str, torch.Tensor], search=None) -> RealmOutput:
         labels = batch["labels"]
         n_masked = (labels != IGNORE_INDEX).sum(1)
-        if self.encoder is None:  # MLM-only: the reader on [CLS] x [SEP]
-            lp = self.reader.log_p_y_given_z(
-                {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}, labels.shape[0], 1
-            )[:, 0]
-            return RealmOutput(lp, None, None, n_masked)
+        if self.encoder is None:  # MLM-only
+            return self.reader_only(batch)
         if search is None:
             raise ValueError("a retrieval model needs `search` to find documents")
         assert self.docs is not None

@@ -484,7 +484,7 @@ def pretrain(
                 )
             stop = stop_after is not None and step >= stop_after
             if last or stop or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                save_checkpoint(run, step, model, opt, sched, refresher, cfg)
+                save_checkpoint(run, step, model, opt, sched, refresher, cfg, store.fingerprint)
             if stop:
                 break
     finally:
