@@ -48,7 +48,7 @@ from ralm.realm.model import ChunkDocs, RealmModel, RealmOutput
 from ralm.realm.refresh import SyncRefresher
 from ralm.retrieval.encoders import autocast_context, autocast_dtype
 from ralm.train.logging import MetricsLogger
-from ralm.train.optim import NO_DECAY, warmup_schedule
+from ralm.train.optim import adamw, param_groups, warmup_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -143,23 +143,14 @@ def build_model(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
 
 def optimizer_for(model: RealmModel, cfg: PretrainConfig) -> torch.optim.AdamW:
     """AdamW: reader and retriever at their own lr; no decay on biases, norms and the null vector."""
-    groups = []
-    parts = [("reader", model.reader, cfg.lr_reader)]
-    if model.encoder is not None:
-        parts.append(("retriever", model.encoder, cfg.lr_retriever))
     seen: set[int] = set()
-    for name, module, lr in parts:
-        decay, plain = [], []
-        for pname, p in module.named_parameters():
-            if not p.requires_grad or id(p) in seen:
-                continue
-            seen.add(id(p))
-            (plain if p.ndim < 2 or pname.endswith(NO_DECAY) else decay).append(p)
-        if name == "retriever" and getattr(model, "null_vector", None) is not None:
-            plain.append(model.null_vector)
-        groups.append({"name": f"{name}", "params": decay, "lr": lr, "weight_decay": cfg.weight_decay})
-        groups.append({"name": f"{name}_no_decay", "params": plain, "lr": lr, "weight_decay": 0.0})
-    return torch.optim.AdamW([g for g in groups if g["params"]])
+    groups = param_groups(model.reader, cfg.lr_reader, cfg.weight_decay, name="reader", skip=seen)
+    if model.encoder is not None:
+        null = [model.null_vector] if getattr(model, "null_vector", None) is not None else []
+        groups += param_groups(
+            model.encoder, cfg.lr_retriever, cfg.weight_decay, name="retriever", extra_no_decay=null, skip=seen
+        )
+    return adamw(groups)
 
 
 # ----------------------------------------------------------------------------- data order

@@ -32,7 +32,7 @@ from ralm.corpus.sentences import split_sentences
 from ralm.errors import RalmError
 from ralm.retrieval.encoders import DualEncoder, autocast_context, autocast_dtype
 from ralm.train.logging import MetricsLogger
-from ralm.train.optim import param_groups, warmup_schedule
+from ralm.train.optim import adamw, param_groups, warmup_schedule
 
 
 @dataclass
@@ -178,7 +178,7 @@ def train_ict(
     held = [ex for ex in (held_sampler.example(int(i), remove=True) for i in held_ids) if ex is not None]
     sampler = ICTSampler(store, train_ids, rng, cfg.remove_prob)
 
-    opt = torch.optim.AdamW(param_groups(encoder, cfg.lr, cfg.weight_decay))
+    opt = adamw(param_groups(encoder, cfg.lr, cfg.weight_decay))
     sched = warmup_schedule(opt, cfg.schedule, int(cfg.warmup_frac * cfg.steps), cfg.steps)
     logger = MetricsLogger(out)
     last: dict[str, Any] = {}
