@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ralm.realm import cli as realm_cli
 
     realm_cli.register(sub)
+    from ralm.surealm import cli as surealm_cli
+
+    surealm_cli.register(sub)
     try:  # the lecture's LMs; optional while that subpackage is being built
         from ralm.lm import cli as lm_cli
     except ImportError:

@@ -156,3 +156,23 @@ def test_run_from_another_corpus_is_refused(tiny_cfg, tmp_path, tiny_dir):
         load_run(run)
     with pytest.raises(RalmError, match="not a ralm pre-training run"):
         load_run(tmp_path)
+
+
+def test_heldout_split_does_not_depend_on_the_training_strategy(tiny_cfg, realm_store):
+    """A uniform-masking MLM warm-up holds out the chunks the salient runs are evaluated on."""
+    from dataclasses import replace
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.masking import eligible_ids
+    from ralm.realm.trainer import split_ids
+
+    store = DocStore(realm_store)
+    sal = tiny_cfg(heldout=4)
+    uni = tiny_cfg(heldout=4)
+    uni.masking = replace(uni.masking, strategy="uniform")
+    tr_s, held_s = split_ids(sal, store)
+    tr_u, held_u = split_ids(uni, store)
+    assert held_s.tolist() == held_u.tolist() and len(held_s) == 4
+    assert set(held_s) <= set(eligible_ids(store, sal.masking).tolist())  # scorable by evaluate-mlm
+    assert not set(held_s) & set(tr_u.tolist()) and not set(held_s) & set(tr_s.tolist())
+    assert sorted(tr_u.tolist() + held_u.tolist()) == list(range(len(store)))  # uniform: every chunk

@@ -32,7 +32,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,16 +155,28 @@ def optimizer_for(model: RealmModel, cfg: PretrainConfig) -> torch.optim.AdamW:
 
 # ----------------------------------------------------------------------------- data order
 def split_ids(cfg: PretrainConfig, qstore: DocStore) -> tuple[np.ndarray, np.ndarray]:
-    """(train ids, held-out ids): eligible query chunks, `cfg.heldout` of them held out (seeded)."""
-    ids = eligible_ids(qstore, cfg.masking)
-    if len(ids) <= cfg.heldout:
+    """(train ids, held-out ids): `cfg.heldout` query chunks held out (seeded), the rest eligible.
+
+    Held-out chunks are drawn from the chunks with a salient span (the only ones `evaluate-mlm`
+    can score), whatever the training strategy, so runs with the same seed and `heldout` hold
+    out the same chunks: an MLM warm-up with uniform masking never sees the chunks that the
+    REALM run and its baseline are later evaluated on.
+    """
+    scorable = eligible_ids(qstore, replace(cfg.masking, strategy="salient"))
+    if len(scorable) <= cfg.heldout:
         raise RalmError(
-            f"{qstore.root}: only {len(ids)} chunks can be masked with strategy "
-            f"{cfg.masking.strategy!r}; lower heldout (now {cfg.heldout}) or use a larger corpus"
+            f"{qstore.root}: only {len(scorable)} chunks have a salient span to mask; lower heldout "
+            f"(now {cfg.heldout}) or use a larger corpus"
         )
     rng = np.random.default_rng([cfg.seed, 7])
-    held = np.sort(rng.choice(ids, size=cfg.heldout, replace=False)) if cfg.heldout else ids[:0]
-    return np.setdiff1d(ids, held), held
+    held = np.sort(rng.choice(scorable, size=cfg.heldout, replace=False)) if cfg.heldout else scorable[:0]
+    train = np.setdiff1d(eligible_ids(qstore, cfg.masking), held)
+    if not len(train):
+        raise RalmError(
+            f"{qstore.root}: no chunk left to train on with strategy {cfg.masking.strategy!r} "
+            f"after holding out {cfg.heldout}"
+        )
+    return train, held
 
 
 def batch_positions(train_ids: np.ndarray, seed: int, start: int, size: int) -> np.ndarray:

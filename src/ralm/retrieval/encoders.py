@@ -295,13 +295,20 @@ class Tower(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(B, T) ids and mask -> (B, dim) vectors (float32 unless the weights are half precision)."""
+        """(B, T) ids and mask -> (B, dim) vectors (float32 unless the weights are half precision).
+
+        position_ids: optional (B, T) positions (e.g. a suffix embedded at its absolute positions
+        in the sentence, as SUREALM does); None = 0..T-1.
+        """
         kw = (
             {"token_type_ids": token_type_ids}
             if (token_type_ids is not None and self.uses_token_types)
             else {}
         )
+        if position_ids is not None:
+            kw["position_ids"] = position_ids
         h = self.model(
             input_ids=input_ids, attention_mask=attention_mask, **kw
         ).last_hidden_state  # (B, T, H)

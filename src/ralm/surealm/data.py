@@ -1,0 +1,157 @@
+"""Batches of sentences with their offline-retrieved memory, and the perplexity counts.
+
+A sentence W = w_1..w_N becomes ``[BOS] w_1 .. w_N`` (input, positions t = 0..N) and
+``w_1 .. w_N [EOS]`` (labels): every token of the sentence and its end are predicted, the start
+token never is. With retrieval, block j = 1..floor(N / delta) is the top-K of the data store for
+the query w_1..w_{j*delta} (`Datastore.neighbors`, computed offline, own sentence excluded for
+training sentences): K memory slots with the entry's prefix embedding as key, its suffix
+embedding as value, and block number j (see `ralm.surealm.model.memory_mask`).
+
+Perplexities (`PerplexityCounts`): token level exp(NLL / predicted tokens), and word level
+exp(NLL / words) where words are the sentence's whitespace-separated words plus one for its
+end (the [EOS] prediction), so the two share the numerator and differ only in what is counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ralm.errors import RalmError
+from ralm.surealm.datastore import Datastore
+
+IGNORE_INDEX = -100
+
+__all__ = ["IGNORE_INDEX", "PerplexityCounts", "SentenceBatcher", "lm_special_ids"]
+
+
+def lm_special_ids(tokenizer) -> tuple[int, int, int]:
+    """(bos, eos, pad) ids of an LM tokenizer: BOS/EOS, or [CLS]/[SEP] for a BERT vocabulary."""
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    if bos is None or eos is None:
+        raise RalmError("the LM tokenizer has no BOS/EOS (or [CLS]/[SEP]) token to frame sentences")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    return int(bos), int(eos), int(pad)
+
+
+@dataclass
+class PerplexityCounts:
+    """Summed NLL (nats) and what it is normalised by."""
+
+    nll: float = 0.0
+    tokens: int = 0
+    words: int = 0
+    sentences: int = 0
+
+    def add(self, other: PerplexityCounts) -> None:
+        self.nll += other.nll
+        self.tokens += other.tokens
+        self.words += other.words
+        self.sentences += other.sentences
+
+    @property
+    def token_ppl(self) -> float:
+        return math.exp(self.nll / max(self.tokens, 1))
+
+    @property
+    def word_ppl(self) -> float:
+        return math.exp(self.nll / max(self.words, 1))
+
+    def as_dict(self) -> dict:
+        return {
+            "token_ppl": self.token_ppl,
+            "word_ppl": self.word_ppl,
+            "nll": self.nll,
+            "tokens": self.tokens,
+            "words": self.words,
+            "sentences": self.sentences,
+        }
+
+
+class SentenceBatcher:
+    """Builds model inputs for a list of sentence ids of a data store."""
+
+    def __init__(self, store: Datastore, tokenizer, *, k: int, delta: int, retrieval: bool = True) -> None:
+        if retrieval and k > store.k:
+            raise RalmError(
+                f"K={k} but {store.root} kept only {store.k} neighbours per query; rebuild it with --k {k}"
+            )
+        self.store = store
+        self.k = k
+        self.delta = delta
+        self.retrieval = retrieval
+        self.bos, self.eos, self.pad = lm_special_ids(tokenizer)
+        self._words: dict[int, int] = {}
+
+    def words(self, sid: int) -> int:
+        """Whitespace words of sentence `sid` plus one for its end."""
+        if sid not in self._words:
+            self._words[sid] = len(self.store.text(sid).split()) + 1
+        return self._words[sid]
+
+    def batch(self, sids: np.ndarray | list[int]) -> dict[str, torch.Tensor]:
+        """input_ids/attention_mask/labels (B, T); with retrieval mem_keys/mem_values (B, J, d) float32
+        and mem_block (B, J) long (0 = padding slot)."""
+        toks = [self.store.tokens(int(s)) for s in sids]
+        B = len(toks)
+        T = max(len(t) for t in toks) + 1
+        ids = torch.full((B, T), self.pad, dtype=torch.long)
+        labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
+        mask = torch.zeros((B, T), dtype=torch.long)
+        for b, t in enumerate(toks):
+            n = len(t)
+            tt = torch.from_numpy(t.astype(np.int64))
+            ids[b, 0] = self.bos
+            ids[b, 1 : n + 1] = tt
+            labels[b, :n] = tt
+            labels[b, n] = self.eos
+            mask[b, : n + 1] = 1
+        out = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        if self.retrieval:
+            out.update(self.memory(sids, toks))
+        return out
+
+    def memory(self, sids, toks) -> dict[str, torch.Tensor]:
+        K, delta = self.k, self.delta
+        entries, blocks = [], []
+        for s, t in zip(sids, toks, strict=True):
+            nb = len(t) // delta  # blocks fetched at t = delta, 2*delta, ... <= N
+            nbr = self.store.sentence_neighbors(int(s), K)  # (N, K): row L-1 = query w_1..w_L
+            rows = np.arange(1, nb + 1) * delta - 1
+            entries.append(nbr[rows].reshape(-1))
+            blocks.append(np.repeat(np.arange(1, nb + 1), K))
+        J = max((len(e) for e in entries), default=0)
+        B = len(entries)
+        d = self.store.dim
+        ent = np.full((B, J), -1, dtype=np.int64)
+        blk = np.zeros((B, J), dtype=np.int64)
+        for b, (e, j) in enumerate(zip(entries, blocks, strict=True)):
+            ent[b, : len(e)] = e
+            blk[b, : len(j)] = j
+        flat = ent.reshape(-1)
+        valid = flat >= 0
+        keys = np.zeros((B * J, d), dtype=np.float32)
+        values = np.zeros((B * J, d), dtype=np.float32)
+        if valid.any():
+            idx = flat[valid]
+            order = np.argsort(idx, kind="stable")  # sorted reads from the memory maps
+            got = np.empty((len(idx), d), dtype=np.float32)
+            got[order] = self.store.keys[idx[order]]
+            keys[valid] = got
+            got[order] = self.store.values[idx[order]]
+            values[valid] = got
+        return {
+            "mem_keys": torch.from_numpy(keys.reshape(B, J, d)),
+            "mem_values": torch.from_numpy(values.reshape(B, J, d)),
+            "mem_block": torch.from_numpy(blk),
+            "mem_entries": torch.from_numpy(ent),
+        }
+
+    def counts(self, sids) -> PerplexityCounts:
+        """Predicted tokens, words and sentences of `sids` (NLL 0): the denominators."""
+        toks = sum(len(self.store.tokens(int(s))) + 1 for s in sids)
+        return PerplexityCounts(0.0, toks, sum(self.words(int(s)) for s in sids), len(sids))

@@ -1,0 +1,215 @@
+"""SUREALM generation through the backbone's own `generate` (greedy, top-p sampling, beam search).
+
+SUREALM §3.3: decoding starts from the start symbol; every `delta` tokens the current prefix is
+embedded with the data store's sentence transformer, its top-K entries are fetched, and their
+prefix/suffix embeddings join the memory that every later position may attend to.
+
+How: while `generate` runs, a forward pre-hook on the backbone reads each row's tokens (the
+backbone runs without its KV cache, so every call sees the whole sequence, beams included),
+retrieves for every prefix length j*delta it has not seen before (`PrefixRetriever`, cached per
+prefix), and hands the backbone the memory cache and the 4D mask of `ralm.surealm.model`; a
+forward hook drops the memory cache from the outputs so `generate` never mistakes it for its own.
+No decoding loop is written here. Re-running the whole prefix at every step costs O(n^2) per
+sentence, which is what short dialogue turns need; long documents would want the cache.
+
+Left out: batches of prompts of different lengths (one prompt per call; beams and
+`num_return_sequences` are fine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ralm.errors import RalmError
+from ralm.surealm.data import lm_special_ids
+from ralm.surealm.datastore import Datastore
+from ralm.surealm.model import SurealmLM, memory_mask
+
+STRATEGIES = ("greedy", "top-p", "beam")
+
+__all__ = ["PrefixRetriever", "Retrieval", "generate"]
+
+
+@dataclass
+class Retrieval:
+    """One retrieval made during generation: the prefix (LM token ids) and its top-K entries."""
+
+    prefix: tuple[int, ...]
+    entries: np.ndarray
+
+
+@dataclass
+class PrefixRetriever:
+    """Embeds a prefix with the store's sentence transformer and returns its top-K entry ids."""
+
+    store: Datastore
+    tokenizer: object
+    k: int
+    embedder: object = None
+    cache: dict = field(default_factory=dict)
+    log: list[Retrieval] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from ralm.surealm.embedder import SpanEmbedder
+
+        if self.k > len(self.store):
+            raise RalmError(
+                f"K={self.k} is more than the {len(self.store)} entries of {self.store.root}; lower K"
+            )
+        if self.embedder is None:
+            self.embedder = SpanEmbedder(self.store.manifest["encoder"])
+        if self.embedder.fingerprint != self.store.manifest["encoder_fingerprint"]:
+            raise RalmError(
+                f"{self.store.root}: built with another sentence encoder than {self.embedder.path}; "
+                "use the encoder the data store names or rebuild it"
+            )
+
+    def __call__(self, prefix: tuple[int, ...]) -> np.ndarray:
+        """(K,) entry ids for the prefix w_1..w_L (LM token ids, no start token)."""
+        if prefix not in self.cache:
+            text = self.tokenizer.decode(list(prefix), skip_special_tokens=True)
+            ids = self.embedder.tokenizer(text, add_special_tokens=False)["input_ids"][
+                : self.embedder.max_length - 2
+            ]
+            q = self.embedder.embed([(ids, list(range(1, len(ids) + 1)))])
+            self.cache[prefix] = self.store.search(q, self.k)[0]
+            self.log.append(Retrieval(prefix, self.cache[prefix]))
+        return self.cache[prefix]
+
+
+def _memory_for_rows(model: SurealmLM, retriever: PrefixRetriever, rows: torch.Tensor):
+    """Memory tensors for full rows ``[BOS] w_1 .. w_n`` (B, T): blocks at j*delta <= n."""
+    store, K, delta = retriever.store, model.config.k, model.config.delta
+    B, T = rows.shape
+    nb = (T - 1) // delta
+    ent = np.zeros((B, nb * K), dtype=np.int64)
+    for b in range(B):
+        words = tuple(int(x) for x in rows[b, 1:].tolist())
+        for j in range(1, nb + 1):
+            ent[b, (j - 1) * K : j * K] = retriever(words[: j * delta])
+    blk = np.repeat(np.arange(1, nb + 1), K)[None].repeat(B, axis=0)
+    flat = ent.reshape(-1)
+    keys = torch.from_numpy(np.asarray(store.keys[flat], dtype=np.float32).reshape(B, nb * K, -1))
+    values = torch.from_numpy(np.asarray(store.values[flat], dtype=np.float32).reshape(B, nb * K, -1))
+    return keys, values, torch.from_numpy(blk)
+
+
+@contextmanager
+def retrieval_hooks(model: SurealmLM, retriever: PrefixRetriever) -> Iterator[None]:
+    """While active, every backbone call gets the memory of its rows' prefixes (see module docstring)."""
+    backbone = model.backbone
+
+    def pre(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            raise RalmError("SUREALM generation needs input_ids")
+        am = kwargs.get("attention_mask")
+        if am is not None and am.dim() == 2 and not bool(am.all()):
+            raise RalmError("SUREALM generation takes one prompt at a time (no padded batches)")
+        dev = ids.device
+        B, T = ids.shape
+        mask2d = torch.ones((B, T), dtype=torch.long, device=dev)
+        kw = {
+            k: v
+            for k, v in kwargs.items()
+            if k not in ("input_ids", "attention_mask", "position_ids", "past_key_values", "cache_position")
+        }
+        kw["input_ids"] = ids
+        kw["use_cache"] = False
+        kw["position_ids"] = torch.arange(T, device=dev).expand(B, T)
+        keys, values, blk = _memory_for_rows(model, retriever, ids.cpu())
+        dtype = None if model.attn_impl == "sdpa" else torch.float32
+        if model.config.retrieval and blk.shape[1]:
+            kw["past_key_values"] = model.memory_cache(keys.to(dev), values.to(dev), blk.to(dev))
+            kw["attention_mask"] = memory_mask(mask2d, blk.to(dev), model.config.delta, additive_dtype=dtype)
+        else:
+            kw["attention_mask"] = memory_mask(
+                mask2d, blk[:, :0].to(dev), model.config.delta, additive_dtype=dtype
+            )
+        return (), kw
+
+    def post(_module, _args, _kwargs, output):
+        if hasattr(output, "past_key_values"):
+            output.past_key_values = None
+        return output
+
+    h1 = backbone.register_forward_pre_hook(pre, with_kwargs=True)
+    h2 = backbone.register_forward_hook(post, with_kwargs=True)
+    try:
+        yield
+    finally:
+        h1.remove()
+        h2.remove()
+
+
+@torch.inference_mode()
+def generate(
+    model: SurealmLM,
+    tokenizer,
+    store: Datastore,
+    prompt: str,
+    *,
+    strategy: str = "greedy",
+    max_new_tokens: int = 20,
+    top_p: float = 0.9,
+    temperature: float = 1.0,
+    num_beams: int = 4,
+    num_return_sequences: int = 1,
+    seed: int = 0,
+    retriever: PrefixRetriever | None = None,
+) -> tuple[list[str], PrefixRetriever]:
+    """Continuations of `prompt` (decoded, without the prompt) and the retriever with its log."""
+    if strategy not in STRATEGIES:
+        raise RalmError(f"strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    bos, eos, pad = lm_special_ids(tokenizer)
+    words = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    max_tokens = int(store.manifest.get("max_tokens", 64))
+    if len(words) >= max_tokens:
+        raise RalmError(
+            f"the prompt has {len(words)} tokens; the model was trained on sentences of at most {max_tokens}"
+        )
+    retriever = retriever or PrefixRetriever(store, tokenizer, model.config.k)
+    dev = next(model.parameters()).device
+    input_ids = torch.tensor([[bos, *words]], device=dev)
+    gen: dict = {
+        "max_new_tokens": max_new_tokens,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+        "use_cache": False,
+        "num_return_sequences": num_return_sequences,
+    }
+    if strategy == "greedy":
+        gen.update(do_sample=False, num_beams=1)
+    elif strategy == "top-p":
+        torch.manual_seed(seed)
+        gen.update(do_sample=True, top_p=top_p, temperature=temperature, top_k=0)
+    else:
+        if num_return_sequences > num_beams:
+            raise RalmError(f"--num-return {num_return_sequences} is more than --beams {num_beams}")
+        gen.update(do_sample=False, num_beams=num_beams, early_stopping=True)
+    model.eval()
+    with retrieval_hooks(model, retriever):
+        out = model.backbone.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **gen)
+    texts = [tokenizer.decode(row[input_ids.shape[1] :].tolist(), skip_special_tokens=True) for row in out]
+    return texts, retriever
+
+
+def describe_retrievals(retriever: PrefixRetriever, tokenizer, max_entries: int = 3) -> list[str]:
+    """SUREALM Table 1 lines: query prefix, then each entry's (retrieved word, retrieved suffix)."""
+    store = retriever.store
+    lines = []
+    for r in retriever.log:
+        q = tokenizer.decode(list(r.prefix), skip_special_tokens=True)
+        lines.append(f"query {q!r}:")
+        for e in r.entries[:max_entries]:
+            sid, i = store.entry(int(e))
+            toks = store.tokens(sid)
+            word = tokenizer.decode([int(toks[i - 1])], skip_special_tokens=True).strip()
+            suffix = tokenizer.decode(toks[i : i + store.m].tolist(), skip_special_tokens=True)
+            lines.append(f"    word {word!r:<16} suffix {suffix!r}")
+    return lines

@@ -1,0 +1,222 @@
+"""SUREALM: a causal LM that attends to retrieved prefix (key) and suffix (value) embeddings.
+
+For a sentence W = w_1..w_N the model reads ``[BOS] w_1 .. w_N`` (positions t = 0..N) and
+predicts ``w_1 .. w_N [EOS]``: position t predicts w_{t+1} from the prefix w_1..w_t. Retrieval
+happens every `delta` positions: block j = 1, 2, ... is fetched at position t = j*delta with
+the query w_1..w_{j*delta} and holds K data-store entries (prefix embedding as key, suffix
+embedding as value). Position t may attend to the tokens 0..t and to every block fetched so far,
+j <= floor(t / delta). This is equation 6 of the paper with i = t + 1 and |Q| = N + 1:
+K * (ceil(i / delta) - 1) = K * floor(t / delta) memory slots visible (`memory_mask`; the memory
+is placed before the tokens here, which only permutes the key axis).
+
+The retrieved embeddings (sentence-transformer space, d_mem) are mapped to the LM's hidden size
+by a learned linear map and a LayerNorm (one for keys, one for values), then every layer projects
+them with its own key/value weights (`ralm.surealm.backbone.MemoryAdapter`) into its cache. With
+`retrieval=False` the same backbone runs as a plain causal LM: the no-retrieval baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ralm.errors import RalmError
+from ralm.surealm.backbone import MemoryAdapter, load_causal_lm, load_lm_tokenizer
+
+MODEL_FILE = "surealm.json"
+WEIGHTS_FILE = "model.safetensors"
+
+__all__ = ["SurealmConfig", "SurealmLM", "memory_mask"]
+
+
+@dataclass
+class SurealmConfig:
+    """What a SUREALM model is (saved as surealm.json next to its weights)."""
+
+    lm: str = "minilm"  # backbone spec (see ralm.surealm.backbone)
+    retrieval: bool = True  # False: the same backbone as a plain causal LM (the baseline)
+    k: int = 8  # entries per retrieval (SUREALM: 8)
+    delta: int = 1  # retrieve every delta positions (SUREALM: 1)
+    mem_dim: int = 384  # sentence-transformer dimension
+    datastore_fingerprint: str = ""
+    encoder_fingerprint: str = ""
+    lm_tokenizer_sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise RalmError(f"K={self.k}: must be >= 1")
+        if self.delta < 1:
+            raise RalmError(f"delta={self.delta}: must be >= 1")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SurealmConfig:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def memory_mask(
+    attention_mask: torch.Tensor,
+    mem_block: torch.Tensor,
+    delta: int,
+    *,
+    additive_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """The (B, 1, T, J + T) attention mask: memory slots first, then the tokens.
+
+    attention_mask: (B, T) 1 for real tokens, 0 for right padding.
+    mem_block: (B, J) block number j >= 1 of each memory slot, 0 for padding slots.
+    Returns a bool mask (True = may attend), or an additive one (0 / dtype min) when
+    `additive_dtype` is given (for eager attention).
+
+    Example: T = 3, delta = 1, one block of K = 1 slot fetched at t = 1 (mem_block [[1]]) ->
+    row t=0: [0 | 1 0 0], t=1: [1 | 1 1 0], t=2: [1 | 1 1 1].
+    """
+    B, T = attention_mask.shape
+    dev = attention_mask.device
+    t = torch.arange(T, device=dev)
+    seen_blocks = torch.div(t, delta, rounding_mode="floor")  # (T,) blocks fetched by position t
+    blk = mem_block.to(dev)
+    mem_ok = (blk[:, None, :] >= 1) & (blk[:, None, :] <= seen_blocks[None, :, None])  # (B, T, J)
+    causal = t[None, :] <= t[:, None]  # (T, T)
+    tok_ok = causal[None] & attention_mask.bool()[:, None, :]  # (B, T, T)
+    mask = torch.cat([mem_ok, tok_ok], dim=-1)[:, None]  # (B, 1, T, J+T)
+    if additive_dtype is None:
+        return mask
+    return torch.zeros(mask.shape, dtype=additive_dtype, device=dev).masked_fill(
+        ~mask, torch.finfo(additive_dtype).min
+    )
+
+
+class SurealmLM(nn.Module):
+    """Backbone causal LM + memory projections. `forward` returns (B, T, V) next-token logits."""
+
+    def __init__(self, backbone: nn.Module, config: SurealmConfig) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.config = config
+        self.adapter = MemoryAdapter(backbone)
+        H = self.adapter.hidden
+        if config.retrieval:
+            self.key_proj = nn.Linear(config.mem_dim, H)
+            self.value_proj = nn.Linear(config.mem_dim, H)
+            self.key_norm = nn.LayerNorm(H)
+            self.value_norm = nn.LayerNorm(H)
+        impl = getattr(backbone.config, "_attn_implementation", "eager") or "eager"
+        if impl not in ("sdpa", "eager"):
+            raise RalmError(
+                f"attention implementation {impl!r} cannot take SUREALM's custom mask; load the backbone "
+                "with attn_implementation='sdpa' or 'eager'"
+            )
+        self.attn_impl = impl
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.backbone.get_output_embeddings().weight.shape[0])
+
+    def memory_cache(self, mem_keys: torch.Tensor, mem_values: torch.Tensor, mem_block: torch.Tensor):
+        """A DynamicCache holding every layer's keys/values of the memory slots (B, J, d_mem) each."""
+        from transformers import DynamicCache
+
+        dt = self.key_proj.weight.dtype
+        k = self.key_norm(self.key_proj(mem_keys.to(dt)))  # (B, J, H)
+        v = self.value_norm(self.value_proj(mem_values.to(dt)))
+        rope = None
+        if self.adapter.kind == "llama":
+            rope = self.adapter.rotary_embeddings(k, mem_block.to(k.device) * self.config.delta)
+        cache = DynamicCache(config=self.backbone.config)
+        for i in range(len(self.adapter)):
+            ki, vi = self.adapter.key_value(i, k, v, rope)
+            cache.update(ki, vi, i)
+        return cache
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        mem_keys: torch.Tensor | None = None,
+        mem_values: torch.Tensor | None = None,
+        mem_block: torch.Tensor | None = None,
+        return_hidden: bool = False,
+    ):
+        """Logits (B, T, V) for ``[BOS] w_1..`` (B, T); memory (B, J, d_mem) x 2 and block ids (B, J).
+
+        return_hidden: also return what the output projection reads, (B, T, H): the last hidden
+            states after any final norm/transform (kNN-LM's context vectors).
+        """
+        B, T = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
+        kw: dict = {"position_ids": position_ids, "use_cache": False}
+        if self.config.retrieval and mem_block is not None and mem_block.shape[1] > 0:
+            if mem_keys is None or mem_values is None:
+                raise ValueError("memory keys and values are needed with mem_block")
+            kw["past_key_values"] = self.memory_cache(mem_keys, mem_values, mem_block)
+            dtype = None if self.attn_impl == "sdpa" else torch.float32
+            kw["attention_mask"] = memory_mask(
+                attention_mask, mem_block, self.config.delta, additive_dtype=dtype
+            )
+        else:
+            no_memory = torch.zeros((B, 0), dtype=torch.long, device=input_ids.device)
+            dtype = None if self.attn_impl == "sdpa" else torch.float32
+            kw["attention_mask"] = memory_mask(
+                attention_mask, no_memory, self.config.delta, additive_dtype=dtype
+            )
+        if not return_hidden:
+            return self.backbone(input_ids=input_ids, **kw).logits
+        captured: list[torch.Tensor] = []
+        head = self.backbone.get_output_embeddings()
+        handle = head.register_forward_hook(lambda _m, args, _out: captured.append(args[0]))
+        try:
+            logits = self.backbone(input_ids=input_ids, **kw).logits
+        finally:
+            handle.remove()
+        return logits, captured[0]
+
+    # -- saving and loading
+    def save(self, out: str | os.PathLike, tokenizer=None) -> Path:
+        """Write surealm.json, the backbone's config.json, tokenizer files and model.safetensors."""
+        from safetensors.torch import save_model
+
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / MODEL_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n", encoding="utf-8")
+        self.backbone.config.save_pretrained(str(d))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(d))
+        save_model(self, str(d / WEIGHTS_FILE))
+        return d
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> tuple[SurealmLM, object]:
+        """(model in eval mode, tokenizer) from a directory written by `save`."""
+        from safetensors.torch import load_model
+
+        d = Path(path)
+        if not (d / MODEL_FILE).is_file():
+            raise RalmError(
+                f"{d}: not a SUREALM model (no {MODEL_FILE}); pass a `ralm surealm train` --out directory"
+            )
+        try:
+            cfg = SurealmConfig.from_dict(json.loads((d / MODEL_FILE).read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
+            raise RalmError(f"{d / MODEL_FILE}: unreadable ({exc}); re-save the model") from None
+        backbone = load_causal_lm(d, config_only=True)
+        model = cls(backbone, cfg)
+        try:
+            load_model(model, str(d / WEIGHTS_FILE), strict=True)
+        except (OSError, RuntimeError) as exc:
+            raise RalmError(
+                f"{d / WEIGHTS_FILE}: cannot load ({str(exc).splitlines()[0][:200]}); re-save the model"
+            ) from None
+        tok, _ = load_lm_tokenizer(d)
+        return model.eval(), tok
+
+    @classmethod
+    def from_backbone(cls, config: SurealmConfig) -> SurealmLM:
+        return cls(load_causal_lm(config.lm), config)

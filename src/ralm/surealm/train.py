@@ -1,0 +1,304 @@
+"""Training and evaluating SUREALM and its no-retrieval baseline (the same backbone, same loop).
+
+`train(cfg)`: cross-entropy over every predicted token of the training sentences (shuffled per
+epoch, seeded), AdamW with no decay on biases and norms, linear (SUREALM §4.2) or cosine decay
+after warm-up, clipping, bf16 autocast where the hardware has it. Every `eval_every` steps the
+validation perplexity is measured and the best model so far is kept (the paper keeps the
+checkpoint of minimum validation perplexity): `out/` holds surealm.json, config.json, tokenizer
+files and model.safetensors of that model, plus train.json (the config and the data store path),
+metrics.jsonl and eval.json.
+
+`evaluate(model, tokenizer, store, split)`: token- and word-level perplexity
+(`ralm.surealm.data.PerplexityCounts`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ralm.errors import RalmError
+from ralm.retrieval.encoders import autocast_context, autocast_dtype
+from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
+from ralm.surealm.datastore import Datastore
+from ralm.surealm.model import SurealmConfig, SurealmLM
+from ralm.train.logging import MetricsLogger
+from ralm.train.optim import adamw, param_groups, warmup_schedule
+
+logger = logging.getLogger(__name__)
+
+TRAIN_FILE = "train.json"
+
+__all__ = ["TrainConfig", "evaluate", "load_trained", "train"]
+
+
+@dataclass
+class TrainConfig:
+    """One SUREALM (or baseline) training run."""
+
+    datastore: str = ""
+    out: str = ""
+    lm: str = "minilm"  # backbone spec: minilm | smollm2 | a model directory
+    retrieval: bool = True  # False: the no-retrieval baseline
+    k: int = 8  # SUREALM: 8
+    delta: int = 1  # SUREALM: 1
+    steps: int = 1000
+    batch_size: int = 32  # sentences per step (SUREALM small models: 128)
+    lr: float = 1e-4  # SUREALM: 2e-5 for 200 epochs; more for a laptop's few thousand steps
+    lr_memory: float | None = None  # lr of the memory projections (None = 10 x lr: they start from scratch)
+    weight_decay: float = 0.01
+    warmup_steps: int = 100  # SUREALM: 500
+    schedule: str = "linear"  # linear (SUREALM) | cosine | constant
+    max_grad_norm: float = 1.0
+    eval_every: int = 250  # validation perplexity; the best model is kept
+    eval_sentences: int | None = 2000  # validation sentences per evaluation (None = all)
+    seed: int = 0
+    device: str = "auto"
+    autocast: str = "auto"
+    tensorboard: bool = True
+
+    def check(self) -> None:
+        for name, v in (
+            ("steps", self.steps),
+            ("batch_size", self.batch_size),
+            ("eval_every", self.eval_every),
+        ):
+            if v < 1:
+                raise RalmError(f"{name}={v}: must be >= 1")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def check_compatible(store: Datastore, cfg: SurealmConfig, tokenizer_sha: str) -> None:
+    """Refuse a data store built with another encoder or LM tokenizer than the model's."""
+    m = store.manifest
+    if tokenizer_sha and m.get("lm_tokenizer_sha256") != tokenizer_sha:
+        raise RalmError(
+            f"{store.root}: built with another LM tokenizer than the model's; rebuild it with --lm set to the model's backbone"
+        )
+    if cfg.encoder_fingerprint and m.get("encoder_fingerprint") != cfg.encoder_fingerprint:
+        raise RalmError(
+            f"{store.root}: built with another sentence encoder than the model was trained with; "
+            "use the model's data store or retrain"
+        )
+    if cfg.retrieval and int(m["dim"]) != cfg.mem_dim:
+        raise RalmError(f"{store.root}: embeddings of dim {m['dim']}, the model expects {cfg.mem_dim}")
+
+
+def _nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Summed NLL over labelled positions: logits (B, T, V), labels (B, T)."""
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]),
+        labels.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
+
+
+def _inputs(batch: dict, dev: torch.device) -> dict:
+    keep = ("input_ids", "attention_mask", "mem_keys", "mem_values", "mem_block")
+    return {k: batch[k].to(dev) for k in keep if k in batch}
+
+
+@torch.inference_mode()
+def evaluate(
+    model: SurealmLM,
+    batcher: SentenceBatcher,
+    sids: np.ndarray,
+    *,
+    batch_size: int = 64,
+    device: torch.device | None = None,
+    autocast: str = "auto",
+) -> PerplexityCounts:
+    """Summed NLL and counts over sentences `sids` (token- and word-level perplexity)."""
+    dev = device or next(model.parameters()).device
+    ac = autocast_dtype(dev, autocast, torch.float32)
+    was = model.training
+    model.eval()
+    total = PerplexityCounts()
+    order = np.asarray(sids)[np.argsort([len(batcher.store.tokens(int(s))) for s in sids], kind="stable")]
+    for s0 in range(0, len(order), batch_size):
+        ids = order[s0 : s0 + batch_size]
+        batch = batcher.batch(ids)
+        with autocast_context(dev, ac):
+            logits = model(**_inputs(batch, dev))
+        c = batcher.counts(ids)
+        c.nll = float(_nll(logits, batch["labels"].to(dev)))
+        total.add(c)
+    model.train(was)
+    return total
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _save_atomic(model: SurealmLM, tokenizer, out: Path, extra: dict) -> None:
+    """Write the model into a temp dir next to `out`, then swap it in (metrics files stay)."""
+    tmp = out / ".model.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save(tmp, tokenizer)
+    for p in tmp.iterdir():
+        os.replace(p, out / p.name)
+    tmp.rmdir()
+    _write_json(out / TRAIN_FILE, extra)
+
+
+def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -> Path:
+    """Train SUREALM (or the baseline with retrieval=False); returns the output directory."""
+    from tqdm.auto import tqdm
+
+    from ralm.surealm.backbone import load_causal_lm, load_lm_tokenizer
+
+    cfg.check()
+    store = Datastore(cfg.datastore)
+    out = Path(cfg.out)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise RalmError(f"{out}: exists; pass --overwrite to replace it")
+        if not (out / TRAIN_FILE).is_file():
+            raise RalmError(f"{out}: exists and is not a SUREALM training run; refusing to replace it")
+        shutil.rmtree(out)
+    tokenizer, tok_sha = load_lm_tokenizer(cfg.lm)
+    mcfg = SurealmConfig(
+        lm=cfg.lm,
+        retrieval=cfg.retrieval,
+        k=cfg.k,
+        delta=cfg.delta,
+        mem_dim=store.dim,
+        datastore_fingerprint=store.fingerprint,
+        encoder_fingerprint=store.manifest["encoder_fingerprint"],
+        lm_tokenizer_sha256=tok_sha,
+    )
+    check_compatible(store, mcfg, tok_sha)
+    if cfg.retrieval and cfg.k > len(store):
+        raise RalmError(f"K={cfg.k} is more than the {len(store)} entries of {store.root}; lower K")
+    torch.manual_seed(cfg.seed)
+    dev = _device(cfg.device)
+    model = SurealmLM(load_causal_lm(cfg.lm), mcfg).to(dev).train()
+    batcher = SentenceBatcher(store, tokenizer, k=cfg.k, delta=cfg.delta, retrieval=cfg.retrieval)
+    train_ids, valid_ids = store.split_ids("train"), store.split_ids("valid")
+    if not len(train_ids):
+        raise RalmError(f"{store.root}: no training sentences")
+    rng_eval = np.random.default_rng([cfg.seed, 5])
+    if cfg.eval_sentences is not None and len(valid_ids) > cfg.eval_sentences:
+        valid_ids = np.sort(rng_eval.choice(valid_ids, cfg.eval_sentences, replace=False))
+
+    seen: set[int] = set()
+    groups = param_groups(model.backbone, cfg.lr, cfg.weight_decay, name="lm", skip=seen)
+    if cfg.retrieval:
+        mem = nn_modules(model)
+        lr_mem = cfg.lr_memory if cfg.lr_memory is not None else 10 * cfg.lr
+        for m in mem:
+            groups += param_groups(m, lr_mem, cfg.weight_decay, name="memory", skip=seen)
+    opt = adamw(groups)
+    sched = warmup_schedule(opt, cfg.schedule, cfg.warmup_steps, cfg.steps)
+    ac = autocast_dtype(dev, cfg.autocast, torch.float32)
+    out.mkdir(parents=True, exist_ok=True)
+    extra = {"config": asdict(cfg), "datastore": str(Path(cfg.datastore).resolve())}
+    metrics = MetricsLogger(out, tensorboard=cfg.tensorboard)
+    best = math.inf
+    n = len(train_ids)
+    bar = tqdm(
+        total=cfg.steps, disable=not progress, unit="step", desc="surealm" if cfg.retrieval else "baseline"
+    )
+    try:
+        for step in range(1, cfg.steps + 1):
+            t0 = time.perf_counter()
+            pos = (step - 1) * cfg.batch_size
+            epoch, off = divmod(pos, n)
+            order = np.random.default_rng([cfg.seed, 11, epoch]).permutation(n)
+            idx = order[off : off + cfg.batch_size]
+            if len(idx) < cfg.batch_size:  # wrap into the next epoch's order
+                nxt = np.random.default_rng([cfg.seed, 11, epoch + 1]).permutation(n)
+                idx = np.concatenate([idx, nxt[: cfg.batch_size - len(idx)]])
+            batch = batcher.batch(train_ids[idx])
+            with autocast_context(dev, ac):
+                logits = model(**_inputs(batch, dev))
+            labels = batch["labels"].to(dev)
+            ntok = int((labels != IGNORE_INDEX).sum())
+            loss = _nll(logits, labels) / max(ntok, 1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            lv = float(loss.detach())
+            gn = (
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                if cfg.max_grad_norm > 0
+                else 0.0
+            )
+            opt.step()
+            sched.step()
+            if not math.isfinite(lv):
+                raise RalmError(
+                    f"step {step}: the loss is not finite; lower the learning rate or use --autocast off"
+                )
+            row = {
+                "loss": lv,
+                "ppl": math.exp(min(lv, 50.0)),
+                "lr": sched.get_last_lr()[0],
+                "grad_norm": float(gn),
+                "epoch": pos / n,
+                "step_seconds": time.perf_counter() - t0,
+            }
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                c = evaluate(model, batcher, valid_ids, device=dev, autocast=cfg.autocast)
+                row.update({"valid_token_ppl": c.token_ppl, "valid_word_ppl": c.word_ppl})
+                if c.token_ppl < best:
+                    best = c.token_ppl
+                    _save_atomic(model, tokenizer, out, {**extra, "best_step": step, "valid": c.as_dict()})
+            metrics.log(step, **row)
+            bar.update(1)
+            bar.set_postfix(loss=f"{row['loss']:.3f}")
+    finally:
+        bar.close()
+        metrics.close()
+    return out
+
+
+def nn_modules(model: SurealmLM) -> list[torch.nn.Module]:
+    """The memory projections (trained from scratch, so at their own learning rate)."""
+    return [model.key_proj, model.value_proj, model.key_norm, model.value_norm]
+
+
+def load_trained(path: str | os.PathLike, datastore: str | os.PathLike | None = None, device: str = "auto"):
+    """(model, tokenizer, store, batcher) of a trained run; `datastore` overrides the recorded one."""
+    d = Path(path)
+    model, tok = SurealmLM.load(d)
+    info = {}
+    if (d / TRAIN_FILE).is_file():
+        info = json.loads((d / TRAIN_FILE).read_text(encoding="utf-8"))
+    ds = datastore or info.get("datastore")
+    if not ds:
+        raise RalmError(f"{d}: no data store recorded; pass --datastore")
+    store = Datastore(ds)
+    from ralm.backbones import tokenizer_fingerprint
+
+    check_compatible(store, model.config, tokenizer_fingerprint(tok))
+    if model.config.retrieval and model.config.datastore_fingerprint not in ("", store.fingerprint):
+        logger.warning("%s: not the data store the model was trained with (fingerprints differ)", store.root)
+    model.to(_device(device))
+    batcher = SentenceBatcher(
+        store, tok, k=model.config.k, delta=model.config.delta, retrieval=model.config.retrieval
+    )
+    return model, tok, store, batcher
