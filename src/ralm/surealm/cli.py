@@ -131,7 +131,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise RalmError("the prompt is empty; give the start of a sentence")
     model, tok, store, _ = load_trained(args.model, args.datastore, args.device)
-    texts, retriever = generate(
+    res = generate(
         model,
         tok,
         store,
@@ -144,14 +144,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
         num_return_sequences=args.num_return,
         seed=args.seed,
     )
-    for t in texts:
+    for t in res.texts:
         print(f"{args.prompt} {t}".strip())
     if args.show_retrievals:
         if not model.config.retrieval:
             print("(no retrieval: a baseline model)")
         else:
             print("\nretrievals (every delta tokens):")
-            print("\n".join(describe_retrievals(retriever, tok, args.show_entries)))
+            print("\n".join(describe_retrievals(res.retriever, tok, args.show_entries)))
     return 0
 
 

@@ -32,7 +32,7 @@ from ralm.surealm.model import SurealmLM, memory_mask
 
 STRATEGIES = ("greedy", "top-p", "beam")
 
-__all__ = ["PrefixRetriever", "Retrieval", "generate"]
+__all__ = ["Generation", "PrefixRetriever", "Retrieval", "generate"]
 
 
 @dataclass
@@ -41,6 +41,16 @@ class Retrieval:
 
     prefix: tuple[int, ...]
     entries: np.ndarray
+
+
+@dataclass
+class Generation:
+    """What `generate` returns: continuations (text and LM token ids, prompt excluded) and the
+    retriever, whose `log` lists every retrieval made."""
+
+    texts: list[str]
+    token_ids: list[list[int]]
+    retriever: PrefixRetriever
 
 
 @dataclass
@@ -156,14 +166,15 @@ def generate(
     *,
     strategy: str = "greedy",
     max_new_tokens: int = 20,
+    min_new_tokens: int = 0,
     top_p: float = 0.9,
     temperature: float = 1.0,
     num_beams: int = 4,
     num_return_sequences: int = 1,
     seed: int = 0,
     retriever: PrefixRetriever | None = None,
-) -> tuple[list[str], PrefixRetriever]:
-    """Continuations of `prompt` (decoded, without the prompt) and the retriever with its log."""
+) -> Generation:
+    """Continue `prompt` with the backbone's `generate` while retrieving every delta tokens."""
     if strategy not in STRATEGIES:
         raise RalmError(f"strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
     bos, eos, pad = lm_special_ids(tokenizer)
@@ -178,6 +189,7 @@ def generate(
     input_ids = torch.tensor([[bos, *words]], device=dev)
     gen: dict = {
         "max_new_tokens": max_new_tokens,
+        "min_new_tokens": min_new_tokens,
         "eos_token_id": eos,
         "pad_token_id": pad,
         "use_cache": False,
@@ -195,8 +207,9 @@ def generate(
     model.eval()
     with retrieval_hooks(model, retriever):
         out = model.backbone.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **gen)
-    texts = [tokenizer.decode(row[input_ids.shape[1] :].tolist(), skip_special_tokens=True) for row in out]
-    return texts, retriever
+    new = [[int(x) for x in row[input_ids.shape[1] :].tolist()] for row in out]
+    texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in new]
+    return Generation(texts, new, retriever)
 
 
 def describe_retrievals(retriever: PrefixRetriever, tokenizer, max_entries: int = 3) -> list[str]:

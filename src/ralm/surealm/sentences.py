@@ -11,6 +11,8 @@ Sources:
 * Plain text: one sentence per line; a blank line starts a new group (so a file of
   paragraphs or dialogues separated by blank lines splits by paragraph or dialogue).
 
+An empty JSONL text is an error (it names the line); blank lines in a text file separate groups.
+
 Splits are drawn per group (seeded), so no conversation has sentences in two splits. Duplicates
 are removed globally after grouping: the first occurrence (in file order) keeps the sentence and
 its group, so a sentence never appears in two splits either. Whitespace is normalised
@@ -84,6 +86,8 @@ def _from_jsonl(path: Path) -> Iterator[tuple[str, str, str | None]]:
                 raise RalmError(f"{path}:{n}: not JSON ({exc.msg}); write one object per line") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise RalmError(f'{path}:{n}: needs a "text" string (optional "group", "split")')
+            if not obj["text"].strip():
+                raise RalmError(f'{path}:{n}: empty "text"; drop the line or give the sentence')
             split = obj.get("split")
             if split is not None and split not in SPLITS:
                 raise RalmError(f"{path}:{n}: split {split!r}: use one of {', '.join(SPLITS)}")
