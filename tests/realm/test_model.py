@@ -202,3 +202,11 @@ def test_query_masks_hide_and_keep(parts):
         vis = other["attention_mask"] * (batch["labels"] == -100)
         torch.testing.assert_close(model.encoder.query_tower(ids, vis), hide_a, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(hide_a, keep_a)
+
+
+def test_answers_found_counts_masked_tokens_present_in_titles_or_bodies():
+    from ralm.realm.model import answers_found
+
+    labels = torch.tensor([[-100, 7, 9], [5, -100, 5]])
+    docs = [[([7], [1, 2]), ([], [3])], [([], []), ([], [5, 6])]]
+    assert answers_found(labels, docs).tolist() == [1, 2]

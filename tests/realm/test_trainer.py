@@ -55,7 +55,7 @@ def test_run_directory_metrics_and_checkpoints(tiny_cfg, tmp_path):
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
-    want = {"loss", "ppl", "entropy", "null_mass", "utility_1", "utility_2", "lr_reader", "lr_retriever",
+    want = {"loss", "ppl", "entropy", "null_mass", "utility_1", "utility_2", "lr_reader", "lr_retriever", "answers_in_docs",
             "grad_norm", "index_version", "step_seconds", "examples_seen"}  # fmt: skip
     assert want <= set(steps[0])
     assert [r["index_version"] for r in steps] == [0, 0, 1, 1]  # the version each step searched

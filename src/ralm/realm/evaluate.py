@@ -37,15 +37,19 @@ class EvalRow:
     nll: float
     tokens: int
     examples: int
+    answers_in_docs: float | None = None  # retrieval rows: masked tokens found in a retrieved chunk
 
     def as_dict(self) -> dict:
-        return {
+        d = {
             "name": self.name,
             "ppl": self.ppl,
             "nll": self.nll,
             "tokens": self.tokens,
             "examples": self.examples,
         }
+        if self.answers_in_docs is not None:
+            d["answers_in_docs"] = self.answers_in_docs
+        return d
 
 
 def _eval_collator(run: LoadedRun) -> MaskingCollator:
@@ -72,17 +76,26 @@ def _score(run: LoadedRun, ids: np.ndarray, batch_size: int, how: str, model_run
     m = model_run.model
     dev = model_run.device
     ac = autocast_dtype(dev, model_run.cfg.autocast, torch.float32)
-    total, n, ex = 0.0, 0, 0
+    total, n, ex, found = 0.0, 0, 0, 0
     for batch in _batches(run, ids, batch_size):
         batch = {k: v.to(dev) for k, v in batch.items()}
         with autocast_context(dev, ac):
             out = m(batch, model_run.search) if how == "retrieval" else m.reader_only(batch)
             lp, nm = out.log_p_y, out.n_masked
+        if out.answers_found is not None:
+            found += int(out.answers_found.sum())
         total += -float(lp.float().sum())
         n += int(nm.sum())
         ex += int(lp.shape[0])
     nll = total / max(n, 1)
-    return EvalRow(name="", ppl=math.exp(nll), nll=nll, tokens=n, examples=ex)
+    return EvalRow(
+        name="",
+        ppl=math.exp(nll),
+        nll=nll,
+        tokens=n,
+        examples=ex,
+        answers_in_docs=found / max(n, 1) if how == "retrieval" else None,
+    )
 
 
 def evaluate_mlm(
@@ -121,7 +134,9 @@ def evaluate_mlm(
 def format_table(rows: list[EvalRow]) -> str:
     """A plain-text table: model, perplexity, NLL/token, masked tokens, examples."""
     w = max(len(r.name) for r in rows)
-    head = f"{'model':<{w}}  {'ppl':>10}  {'nll/token':>9}  {'tokens':>7}  {'examples':>8}"
+    head = f"{'model':<{w}}  {'ppl':>10}  {'nll/token':>9}  {'tokens':>7}  {'examples':>8}  {'answers in docs':>15}"
     lines = [head, "-" * len(head)]
-    lines += [f"{r.name:<{w}}  {r.ppl:>10.2f}  {r.nll:>9.4f}  {r.tokens:>7}  {r.examples:>8}" for r in rows]
+    for r in rows:
+        found = f"{r.answers_in_docs:>15.3f}" if r.answers_in_docs is not None else f"{'-':>15}"
+        lines.append(f"{r.name:<{w}}  {r.ppl:>10.2f}  {r.nll:>9.4f}  {r.tokens:>7}  {r.examples:>8}  {found}")
     return "\n".join(lines)

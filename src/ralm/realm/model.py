@@ -99,6 +99,8 @@ class RealmOutput:
     log_p_y: (B,) log p(y|x), the joint over each query's masked tokens.
     log_p_z: (B, K) log p(z|x). log_p_y_given_z: (B, K) log p(y|z,x).
     n_masked: (B,) masked tokens per query. doc_ids: (B, k_r) retrieved chunk ids (numpy).
+    answers_found: (B,) numpy, masked tokens per query that occur in some retrieved chunk (title
+    or body): how often retrieval can bring the answer at all (REALM's reader can only copy those).
     """
 
     log_p_y: torch.Tensor
@@ -106,6 +108,7 @@ class RealmOutput:
     log_p_y_given_z: torch.Tensor | None
     n_masked: torch.Tensor
     doc_ids: np.ndarray | None = None
+    answers_found: np.ndarray | None = None
 
     def loss(self) -> torch.Tensor:
         """Mean negative log-likelihood per masked token: -Σ_b log p(y_b|x_b) / Σ_b n_b."""
@@ -225,12 +228,33 @@ class RealmModel(nn.Module):
         )
         lpyz = self.reader.log_p_y_given_z({k: t.to(dev) for k, t in rin.items()}, B, K)
         return RealmOutput(
-            marginal_log_likelihood(log_p_z, lpyz.to(log_p_z.dtype)), log_p_z, lpyz, n_masked, doc_ids
+            marginal_log_likelihood(log_p_z, lpyz.to(log_p_z.dtype)),
+            log_p_z,
+            lpyz,
+            n_masked,
+            doc_ids,
+            answers_found(labels.cpu(), docs),
         )
 
     @property
     def pad_id(self) -> int:
         return int(reader_tokenizer_id(self.docs, "pad_token_id"))
+
+
+def answers_found(labels: torch.Tensor, docs: list[list[tuple[list[int], list[int]]]]) -> np.ndarray:
+    """(B,) masked tokens of each query (labels (B, L), -100 elsewhere) found in its documents.
+
+    Example: labels [[-100, 7, 9]], docs [[([7], [1, 2]), ([], [3])]] -> [1] (7 is in a title, 9 nowhere).
+    """
+    out = np.zeros(len(docs), dtype=np.int64)
+    for b, row in enumerate(docs):
+        seen: set[int] = set()
+        for title, body in row:
+            seen.update(title)
+            seen.update(body)
+        y = labels[b][labels[b] != IGNORE_INDEX].tolist()
+        out[b] = sum(t in seen for t in y)
+    return out
 
 
 def reader_tokenizer_id(docs: ChunkDocs | None, attr: str) -> int:

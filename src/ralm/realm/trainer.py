@@ -21,7 +21,8 @@ Metrics per step (JSONL and TensorBoard): loss (NLL per masked token), ppl (mask
 perplexity of the batch), lr_reader, lr_retriever, grad_norm, index_version, step_seconds and,
 with retrieval, null_mass (mean p(null|x)), entropy (of p(z|x), nats), utility_1..utility_{k-1}
 (REALM's retrieval utility log p(y|z,x) - log p(y|null,x) by retrieval rank, needs a null
-document), refresh_seconds on refresh steps.
+document), answers_in_docs (fraction of masked tokens that occur in some retrieved chunk: the
+reader can only copy those), refresh_seconds on refresh steps.
 """
 
 from __future__ import annotations
@@ -148,7 +149,12 @@ def optimizer_for(model: RealmModel, cfg: PretrainConfig) -> torch.optim.AdamW:
     if model.encoder is not None:
         null = [model.null_vector] if getattr(model, "null_vector", None) is not None else []
         groups += param_groups(
-            model.encoder, cfg.lr_retriever, cfg.weight_decay, name="retriever", extra_no_decay=null, skip=seen
+            model.encoder,
+            cfg.lr_retriever,
+            cfg.weight_decay,
+            name="retriever",
+            extra_no_decay=null,
+            skip=seen,
         )
     return adamw(groups)
 
@@ -204,6 +210,8 @@ def step_metrics(outs: list[RealmOutput], model: RealmModel) -> dict[str, float]
         lpz = torch.cat([o.log_p_z.detach().float() for o in outs])
         p = lpz.exp()
         m["entropy"] = float(-(p * lpz).sum(1).mean())
+        if all(o.answers_found is not None for o in outs):
+            m["answers_in_docs"] = sum(int(o.answers_found.sum()) for o in outs) / max(n, 1)
         if model.null_doc != "none":
             m["null_mass"] = float(p[:, -1].mean())
             lpyz = torch.cat([o.log_p_y_given_z.detach().float() for o in outs])

@@ -1,0 +1,108 @@
+"""Quality (SUREALM's headline): held-out perplexity of SUREALM vs the same backbone without retrieval.
+
+Data: the chitchat-dataset conversations (`--groups` of them), every turn a sentence, duplicates
+removed, train/valid/test split by conversation. Data store: MiniLM tokens, all-MiniLM-L6-v2
+prefix/suffix embeddings, m=10, K=8 (SUREALM §4.2), exact inner-product index.
+Models: MiniLM run as a causal LM with a fresh LM head, trained the same number of steps with
+the same batches, learning rate and seed, with retrieval (K=8, delta=1) and without; the checkpoint
+with the lowest validation perplexity is kept for each (as the paper does). kNN-LM on top of the
+baseline (k nearest training contexts; lambda and temperature tuned on validation) in the same table.
+
+Also recorded: data store build throughput (entries/s) and bytes per entry.
+
+Run: python benchmarks/surealm_quality.py [--groups 800] [--steps 3000]
+Writes benchmarks/results/surealm_quality.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_result  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--groups", type=int, default=800, help="chitchat conversations used")
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--delta", type=int, default=1)
+    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--knn-k", type=int, default=64)
+    ap.add_argument("--work", default="/tmp/ralm-bench-surealm")
+    ap.add_argument("--rebuild", action="store_true")
+    args = ap.parse_args()
+
+    from ralm.surealm.cli import evaluate_models, format_rows
+    from ralm.surealm.datastore import Datastore, DatastoreConfig, build_datastore
+    from ralm.surealm.sentences import read_sentences
+    from ralm.surealm.train import TrainConfig, train
+
+    work = Path(args.work)
+    ds = work / f"chitchat-{args.groups}"
+    if args.rebuild or not (ds / "manifest.json").is_file():
+        sents = read_sentences(["chitchat"], limit_groups=args.groups)
+        build_datastore(sents, ds, DatastoreConfig(k=args.k), overwrite=True, progress=False)
+    store = Datastore(ds)
+    seconds = {}
+    for name, retrieval in (("surealm", True), ("baseline", False)):
+        t = time.perf_counter()
+        cfg = TrainConfig(
+            datastore=str(ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
+            steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
+            tensorboard=False,
+        )  # fmt: skip
+        train(cfg, overwrite=True, progress=False)
+        seconds[name] = time.perf_counter() - t
+    rows = evaluate_models(
+        [str(work / "surealm"), str(work / "baseline")],
+        "test",
+        None,
+        str(work / "baseline"),
+        "auto",
+        args.knn_k,
+    )
+    print(format_rows(rows, "test"))
+    sure, base, knn = rows
+    valid = {n: json.loads((work / n / "train.json").read_text())["valid"] for n in ("surealm", "baseline")}
+    m = store.manifest
+    write_result(
+        "surealm_quality",
+        "python benchmarks/surealm_quality.py " + " ".join(sys.argv[1:]),
+        {
+            "test_token_ppl_surealm": sure["token_ppl"],
+            "test_token_ppl_baseline": base["token_ppl"],
+            "test_token_ppl_knnlm": knn["token_ppl"],
+            "test_word_ppl_surealm": sure["word_ppl"],
+            "test_word_ppl_baseline": base["word_ppl"],
+            "test_word_ppl_knnlm": knn["word_ppl"],
+            "test_ppl_reduction_surealm_vs_baseline": 1.0 - sure["token_ppl"] / base["token_ppl"],
+            "test_ppl_reduction_knnlm_vs_baseline": 1.0 - knn["token_ppl"] / base["token_ppl"],
+            "valid_token_ppl_surealm": valid["surealm"]["token_ppl"],
+            "valid_token_ppl_baseline": valid["baseline"]["token_ppl"],
+            "test_tokens": sure["tokens"],
+            "test_words": sure["words"],
+            "test_sentences": sure["sentences"],
+            "train_sentences": m["split_sentences"]["train"],
+            "datastore_entries": m["entries"],
+            "datastore_entries_per_second": m["entries_per_second"],
+            "datastore_build_seconds": m["seconds"]["total"],
+            "datastore_bytes_per_entry": m["bytes_per_entry"],
+            "train_seconds_surealm": seconds["surealm"],
+            "train_seconds_baseline": seconds["baseline"],
+        },
+        {"test_ppl_reduction_surealm_vs_baseline": ">= 0.07"},
+        settings=vars(args),
+        knnlm=knn["kind"],
+    )
+
+
+if __name__ == "__main__":
+    main()
