@@ -42,7 +42,6 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/ralm-bench-realm")
     args = ap.parse_args()
 
-    import numpy as np
     import torch
 
     from ralm.corpus.docstore import DocStore
@@ -50,7 +49,7 @@ def main() -> None:
     from ralm.realm.masking import MaskingCollator
     from ralm.realm.reader import build_reader_inputs
     from ralm.realm.refresh import SyncRefresher
-    from ralm.realm.trainer import build_model, optimizer_for, split_ids, train_step
+    from ralm.realm.trainer import build_model, example_rngs, optimizer_for, split_ids, train_step
     from ralm.retrieval.encoders import autocast_context, autocast_dtype
     from ralm.train.optim import warmup_schedule
 
@@ -77,7 +76,7 @@ def main() -> None:
         from ralm.realm.trainer import batch_positions
 
         ids = batch_positions(train_ids, cfg.seed, (step - 1) * cfg.batch_size, cfg.batch_size)
-        batch = col(ids, rng=np.random.default_rng([cfg.seed, step, 0]))
+        batch = col(ids, rngs=example_rngs(cfg.seed, step, 0, range(len(ids))))
         with torch.no_grad():
             q = model.embed_queries(batch)
         doc_ids = ref.search(q.numpy(), batch["source_ids"].numpy(), model.n_retrieved)

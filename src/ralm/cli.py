@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a relaunch (torchrun) repeats
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -2,6 +2,7 @@
 
 ralm pretrain CONFIG.toml [--steps 300 --out runs/x ...]   (or flags only: --docstore D --out R)
 ralm pretrain CONFIG.toml --resume                           (continue from the newest checkpoint)
+ralm pretrain CONFIG.toml --nproc 4                          (= torchrun --nproc_per_node 4 -m ralm pretrain ...)
 ralm evaluate-mlm RUN [--baseline RUN_MLM]                   (held-out salient perplexity table)
 ralm export-reader RUN OUT [--retriever-out DIR]             (AutoModelForMaskedLM directory)
 ralm fill RUN "Fermat's little theorem says ... is a [MASK] prime."
@@ -78,9 +79,30 @@ def config_from_args(args: argparse.Namespace):
     return PretrainConfig.from_dict({**overrides, "masking": masking}, source="command line")
 
 
+def _without_nproc(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
+    return out
+
+
 def cmd_pretrain(args: argparse.Namespace) -> int:
+    import os
+    import subprocess
+
     from ralm.realm.config import CONFIG_FILE, PretrainConfig
     from ralm.realm.trainer import pretrain
+    from ralm.train.distributed import torchrun_command
+
+    if args.nproc is not None and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        cmd = torchrun_command(args.nproc, _without_nproc(args.argv))
+        print("launching: " + " ".join(cmd), flush=True)
+        return subprocess.run(cmd, check=False).returncode
 
     if args.resume and args.config is None and args.out and not args.docstore:
         from pathlib import Path
@@ -90,7 +112,9 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
             args.config = str(saved)
     cfg = config_from_args(args)
     assert isinstance(cfg, PretrainConfig)
-    run = pretrain(cfg, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet)
+    run = pretrain(
+        cfg, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet, stop_after=args.stop_after
+    )
     print(f"run: {run} (metrics.jsonl, checkpoints/, config.toml)")
     return 0
 
@@ -172,6 +196,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of --out")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        help="checkpoint and stop after this step (continue with --resume)",
+    )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help="run N local processes through torchrun (DDP; gloo on CPU, NCCL on GPU)",
+    )
     p.set_defaults(func=cmd_pretrain)
 
     p = sub.add_parser(

@@ -60,7 +60,12 @@ class PretrainConfig:
     device: str = "auto"  # auto (cuda if available) | cpu | cuda | cuda:N
     autocast: str = "auto"  # auto (bf16 where the hardware has it) | bf16 | off
     refresh_every: int = 100  # BRENT: 100; 0 = never re-index
-    index_kind: str = "flat"  # exact inner product (BRENT); any DenseIndex kind
+    index_kind: str = "flat"  # exact inner product (BRENT); any DenseIndex kind, or "auto" (by corpus size)
+    refresh_mode: str = "sync"  # sync (BRENT: stop, re-embed, rebuild) | async (REALM: a builder process)
+    builder_threads: int = 1  # async: torch threads of the index builder
+    builder_cores: list[int] | None = None  # async: CPU cores to pin the builder to (e.g. [1])
+    builder_device: str = "cpu"  # async: where the builder embeds (e.g. "cuda:1")
+    dist_timeout_s: float = 600.0  # multi-process: collectives fail after this instead of hanging
     embed_batch_size: int = 128
     heldout: int = 200  # chunks held out of the training queries for `ralm evaluate-mlm`
     checkpoint_every: int = 100  # 0 = only at the end
@@ -91,6 +96,14 @@ class PretrainConfig:
             ),
             (0.0 <= self.min_lr_ratio <= 1.0, f"min_lr_ratio={self.min_lr_ratio}: must be in [0, 1]"),
             (self.refresh_every >= 0, f"refresh_every={self.refresh_every}: must be >= 0"),
+            (
+                self.refresh_mode in ("sync", "async"),
+                f"refresh_mode {self.refresh_mode!r}: choose sync or async",
+            ),
+            (
+                self.refresh_mode == "sync" or self.refresh_every >= 1,
+                "refresh_mode async needs refresh_every >= 1",
+            ),
             (self.heldout >= 0, f"heldout={self.heldout}: must be >= 0"),
             (self.keep_checkpoints >= 1, f"keep_checkpoints={self.keep_checkpoints}: must be >= 1"),
         ]

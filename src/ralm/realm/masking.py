@@ -341,11 +341,20 @@ class MaskingCollator:
             special_ids=self.special_ids,
         )
 
-    def __call__(self, ids: Sequence[int], rng: np.random.Generator | None = None) -> dict[str, Any]:
+    def __call__(
+        self,
+        ids: Sequence[int],
+        rng: np.random.Generator | None = None,
+        rngs: Sequence[np.random.Generator] | None = None,
+    ) -> dict[str, Any]:
+        """Mask and collate chunks `ids`; `rngs` gives each example its own generator (so an
+        example's masks do not depend on which others share its batch or its process)."""
+        if rngs is not None and len(rngs) != len(ids):
+            raise ValueError(f"{len(rngs)} generators for {len(ids)} ids")
         kept: list[int] = []
         examples: list[MaskedExample] = []
-        for cid in ids:
-            ex = self.mask(int(cid), rng)
+        for j, cid in enumerate(ids):
+            ex = self.mask(int(cid), rngs[j] if rngs is not None else rng)
             if ex is not None:
                 kept.append(int(cid))
                 examples.append(ex)

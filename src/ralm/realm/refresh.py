@@ -18,6 +18,7 @@ version and the step that built it), so a checkpoint can name the exact index it
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -31,9 +32,12 @@ from ralm.errors import RalmError
 from ralm.realm.model import ChunkDocs
 from ralm.retrieval.embed import plan_batches
 from ralm.retrieval.encoders import DualEncoder, autocast_context, autocast_dtype, eval_on
-from ralm.retrieval.index import DenseIndex
+from ralm.retrieval.index import DenseIndex, auto_kind, estimate
+from ralm.train.distributed import Dist
 
-__all__ = ["IndexRefresher", "SyncRefresher", "embed_chunks"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["IndexRefresher", "SyncRefresher", "build_index_version", "embed_chunks"]
 
 
 class IndexRefresher(Protocol):
@@ -57,8 +61,10 @@ def embed_chunks(
     batch_size: int = 128,
     autocast: str = "auto",
     ids: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """(N, d) float32 doc-tower vectors of the chunks `ids` (default: all), in memory.
+    """(N, d) doc-tower vectors of the chunks `ids` (default: all), written into `out` when given
+    (e.g. a float16 memory map; row i for ids[i]) or returned as float32.
 
     Batches are length-sorted; the tower runs in eval mode without gradient on its own device.
     """
@@ -66,18 +72,91 @@ def embed_chunks(
     ids = np.arange(len(docs), dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
     dev = next(tower.parameters()).device
     ac = autocast_dtype(dev, autocast, next(tower.parameters()).dtype)
-    out = np.empty((len(ids), tower.dim), dtype=np.float32)
+    if out is None:
+        out = np.empty((len(ids), tower.dim), dtype=np.float32)
     with eval_on(tower, dev), torch.inference_mode():
         for pos in plan_batches(docs.inputs.lengths(ids), batch_size):
             batch = docs.tower_batch(ids[pos])
             with autocast_context(dev, ac):
-                v = tower(**{k: t.to(dev) for k, t in batch.items()})
-            out[pos] = v.float().cpu().numpy()
-    if not np.isfinite(out).all():
-        raise RalmError(
-            "the doc tower produced non-finite vectors; lower the learning rate or use autocast='off'"
-        )
+                v = tower(**{k: t.to(dev) for k, t in batch.items()}).float()
+            if not torch.isfinite(v).all():
+                raise RalmError(
+                    "the doc tower produced non-finite vectors; lower the learning rate or use autocast='off'"
+                )
+            out[pos] = v.cpu().numpy().astype(out.dtype, copy=False)
     return out
+
+
+def build_index_version(
+    encoder: DualEncoder,
+    docs: ChunkDocs,
+    *,
+    kind: str,
+    batch_size: int,
+    autocast: str,
+    version: int,
+    step: int,
+    root: Path | None,
+    dist: Dist | None = None,
+) -> DenseIndex:
+    """Embed the corpus with the doc tower and index it: one index version.
+
+    Vectors are float16 (half the memory of float32; the flat index stores them exactly). With a
+    `root`, they go to a memory map ``root/.build-vNNNNN/vectors.npy`` that every rank of `dist`
+    fills with its contiguous share; rank 0 then builds the index and saves it to
+    ``root/vNNNNN`` (a directory renamed into place when complete), and every rank loads that.
+    Without a root (single process) everything stays in memory.
+    """
+    dist = dist or Dist()
+    n, d = len(docs), encoder.doc_tower.dim
+    if kind == "auto":
+        kind = auto_kind(n, d)
+    if version == 0 and dist.is_main:
+        print(f"index: {estimate(kind, n, d)['text']}", flush=True)
+    fp = docs.store.fingerprint
+    enc_fp = encoder.fingerprint("doc")
+    if root is None:
+        if dist.enabled:
+            raise ValueError("a multi-process refresh needs a root directory")
+        vectors = embed_chunks(
+            encoder, docs, batch_size=batch_size, autocast=autocast, out=np.empty((n, d), np.float16)
+        )
+        index = DenseIndex.build(vectors, kind=kind, docstore_fingerprint=fp, encoder_fingerprint=enc_fp)
+        index.manifest = {**index.manifest, "index_version": version, "built_at_step": step}
+        return index
+    build = root / f".build-v{version:05d}"
+    final = root / f"v{version:05d}"
+    if dist.is_main:
+        shutil.rmtree(build, ignore_errors=True)
+        build.mkdir(parents=True)
+        np.lib.format.open_memmap(build / "vectors.npy", mode="w+", dtype=np.float16, shape=(n, d)).flush()
+    dist.barrier()
+    start, stop = dist.share(n)
+    vectors = np.load(build / "vectors.npy", mmap_mode="r+")
+    embed_chunks(
+        encoder,
+        docs,
+        batch_size=batch_size,
+        autocast=autocast,
+        ids=np.arange(start, stop),
+        out=vectors[start:stop],
+    )
+    vectors.flush()
+    del vectors
+    dist.barrier()
+    if dist.is_main:
+        vectors = np.load(build / "vectors.npy", mmap_mode="r")
+        index = DenseIndex.build(vectors, kind=kind, docstore_fingerprint=fp, encoder_fingerprint=enc_fp)
+        index.manifest = {**index.manifest, "index_version": version, "built_at_step": step}
+        index.save(build / "index")
+        del vectors
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(build / "index", final)
+        shutil.rmtree(build, ignore_errors=True)
+    dist.barrier()
+    if not dist.is_main:
+        index = DenseIndex.load(final, docstore_fingerprint=fp)
+    return index
 
 
 class SyncRefresher:
@@ -97,6 +176,7 @@ class SyncRefresher:
         autocast: str = "auto",
         root: str | os.PathLike | None = None,
         keep: int = 1,
+        dist: Dist | None = None,
     ) -> None:
         if every < 0:
             raise RalmError(f"refresh_every {every}: use 0 (never) or a positive number of steps")
@@ -107,6 +187,7 @@ class SyncRefresher:
         self.autocast = autocast
         self.root = Path(root) if root is not None else None
         self.keep = keep
+        self.dist = dist or Dist()
         self.version = -1
         self.built_at_step = -1
         self.index: DenseIndex | None = None
@@ -132,19 +213,22 @@ class SyncRefresher:
     def refresh(self, encoder: DualEncoder, step: int) -> float:
         """Embed every chunk with the current doc tower and swap in a new index; returns seconds."""
         t0 = time.perf_counter()
-        vectors = embed_chunks(encoder, self.docs, batch_size=self.batch_size, autocast=self.autocast)
-        index = DenseIndex.build(
-            vectors,
+        index = build_index_version(
+            encoder,
+            self.docs,
             kind=self.kind,
-            docstore_fingerprint=self.docs.store.fingerprint,
-            encoder_fingerprint=encoder.fingerprint("doc"),
+            batch_size=self.batch_size,
+            autocast=self.autocast,
+            version=self.version + 1,
+            step=step,
+            root=self.root,
+            dist=self.dist,
         )
         self.version += 1
         self.built_at_step = step
-        index.manifest = {**index.manifest, "index_version": self.version, "built_at_step": step}
         self.index = index
         if self.root is not None:
-            self._save()
+            self._prune()
         self.last_seconds = time.perf_counter() - t0
         return self.last_seconds
 
@@ -154,7 +238,15 @@ class SyncRefresher:
 
     def _save(self) -> None:
         assert self.index is not None and self.root is not None
-        self.index.save(self.version_dir(self.version))
+        if self.dist.is_main:
+            self.index.save(self.version_dir(self.version))
+        self._prune()
+
+    def _prune(self) -> None:
+        """Keep the newest `keep` saved versions (rank 0 only; checkpoints hold hard links)."""
+        assert self.root is not None
+        if not self.dist.is_main:
+            return
         old = sorted(p for p in self.root.glob("v[0-9]*") if p.is_dir())
         for p in old[: max(0, len(old) - self.keep)]:
             shutil.rmtree(p, ignore_errors=True)

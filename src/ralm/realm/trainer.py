@@ -33,6 +33,7 @@ import math
 import os
 import shutil
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from ralm.realm.masking import MaskingCollator, eligible_ids
 from ralm.realm.model import ChunkDocs, RealmModel, RealmOutput
 from ralm.realm.refresh import SyncRefresher
 from ralm.retrieval.encoders import autocast_context, autocast_dtype
+from ralm.train.distributed import Dist, init_distributed, peer_failure_message
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
@@ -326,8 +328,13 @@ def _trim_metrics(run: Path, last_step: int) -> None:
     os.replace(tmp, p)
 
 
+def example_rngs(seed: int, step: int, micro: int, positions: range) -> list[np.random.Generator]:
+    """One generator per example, keyed by (seed, step, micro-batch, position in the global micro-batch)."""
+    return [np.random.default_rng([seed, step, micro, j]) for j in positions]
+
+
 def train_step(
-    model: RealmModel,
+    model,
     opt: torch.optim.Optimizer,
     sched,
     collator: MaskingCollator,
@@ -337,21 +344,41 @@ def train_step(
     search,
     dev: torch.device,
     ac: torch.dtype | None,
-) -> tuple[list[RealmOutput], float]:
+    dist: Dist | None = None,
+) -> tuple[list[RealmOutput], float, tuple[float, int]]:
     """One optimiser step (1-based `step`): grad_accum micro-batches, clip, AdamW, schedule.
 
-    Returns the micro-batches' outputs and the gradient norm before clipping.
+    `model` is the RealmModel or its DistributedDataParallel wrapper. A micro-batch is
+    `cfg.batch_size` queries in all (the global batch); rank r of `dist` takes its contiguous
+    share, and every query's masks come from its own generator (`example_rngs`), so the examples
+    and masks of a step do not depend on the number of processes. The loss of a micro-batch is
+    its summed NLL over the masked tokens of all ranks, so the averaged gradients equal a single
+    process's on the whole batch.
+
+    Returns this rank's micro-batch outputs, the gradient norm before clipping and the step's
+    (summed NLL, masked tokens) over all ranks.
     """
+    dist = dist or Dist()
     opt.zero_grad(set_to_none=True)
     outs: list[RealmOutput] = []
     per_step = cfg.batch_size * cfg.grad_accum
+    lo, hi = dist.share(cfg.batch_size)
+    nll_sum, n_sum = 0.0, 0
     for m in range(cfg.grad_accum):
         ids = batch_positions(train_ids, cfg.seed, (step - 1) * per_step + m * cfg.batch_size, cfg.batch_size)
-        batch = collator(ids, rng=np.random.default_rng([cfg.seed, step, m]))
+        batch = collator(ids[lo:hi], rngs=example_rngs(cfg.seed, step, m, range(lo, hi)))
         batch = {k: v.to(dev) for k, v in batch.items()}
-        with autocast_context(dev, ac):
-            out = model(batch, search)
-        (out.loss() / cfg.grad_accum).backward()
+        last = m == cfg.grad_accum - 1
+        sync = model.no_sync() if (dist.enabled and not last and hasattr(model, "no_sync")) else nullcontext()
+        with sync:
+            with autocast_context(dev, ac):
+                out = model(batch, search)
+            nll_local = -out.log_p_y.sum()
+            nll_all, n_all = dist.all_reduce_sum([float(nll_local.detach()), float(out.n_masked.sum())])
+            # DDP averages gradients over ranks: scale so the average is d(global mean NLL)
+            (nll_local * (dist.world / max(n_all, 1.0) / cfg.grad_accum)).backward()
+        nll_sum += nll_all
+        n_sum += int(n_all)
         outs.append(out)
     params = [p for p in model.parameters() if p.grad is not None]
     if cfg.max_grad_norm > 0:
@@ -362,7 +389,48 @@ def train_step(
         )
     opt.step()
     sched.step()
-    return outs, gn
+    return outs, gn, (nll_sum, n_sum)
+
+
+def _make_refresher(cfg: PretrainConfig, model: RealmModel, run: Path, dist: Dist) -> SyncRefresher:
+    common = dict(
+        every=cfg.refresh_every,
+        kind=cfg.index_kind,
+        batch_size=cfg.embed_batch_size,
+        autocast=cfg.autocast,
+        root=run / "index",
+        dist=dist,
+    )
+    if cfg.refresh_mode == "sync":
+        return SyncRefresher(model.docs, **common)
+    from ralm.realm.async_refresh import AsyncRefresher
+
+    assert model.encoder is not None
+    return AsyncRefresher(
+        model.docs,
+        **common,
+        encoder_src=cfg.retriever or str(resolve_reader_dir(cfg)),
+        encoder_config=model.encoder.config,
+        threads=cfg.builder_threads,
+        cores=cfg.builder_cores,
+        device=cfg.builder_device,
+    )
+
+
+def resolve_reader_dir(cfg: PretrainConfig) -> Path:
+    from ralm.backbones import resolve_model_dir
+
+    return resolve_model_dir(cfg.reader)
+
+
+def _check_resume(run: Path, cfg: PretrainConfig) -> None:
+    saved = read_run_config(run)
+    for f in ("docstore", "queries", "mode", "seed", "batch_size", "grad_accum", "k", "null_doc", "reader"):
+        if getattr(saved, f) != getattr(cfg, f):
+            raise RalmError(
+                f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
+                "resume it with its own config.toml"
+            )
 
 
 def pretrain(
@@ -375,83 +443,93 @@ def pretrain(
 ) -> Path:
     """Train (or continue) the run `cfg.out`; returns its directory. See the module docstring.
 
+    Under `torchrun` every process runs this: the model is wrapped in DistributedDataParallel,
+    each rank takes its share of every global batch and of every corpus re-embedding, and rank 0
+    alone writes the run directory, metrics and checkpoints.
+
     stop_after: end this call after that step (checkpointed), as a time-limited job would; the
     schedule still follows `cfg.steps` and `resume=True` continues the run.
     """
-    from tqdm.auto import tqdm
-
     if not cfg.docstore or not cfg.out:
         raise RalmError(
             "pretrain needs a docstore and an out directory (--docstore, --out or the config file)"
         )
+    dist = init_distributed(cfg.device, cfg.dist_timeout_s)
+    try:
+        return _pretrain(
+            cfg, dist, resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after
+        )
+    except RuntimeError as exc:
+        msg = peer_failure_message(dist, exc)
+        if msg is None:
+            raise
+        raise RalmError(msg) from None
+    finally:
+        dist.close()
+
+
+def _pretrain(
+    cfg: PretrainConfig, dist: Dist, *, resume: bool, overwrite: bool, progress: bool, stop_after: int | None
+) -> Path:
+    from tqdm.auto import tqdm
+
+    if cfg.batch_size % dist.world:
+        raise RalmError(
+            f"batch_size={cfg.batch_size} (queries per micro-batch over all processes) is not divisible by "
+            f"the {dist.world} processes; use a multiple of {dist.world}"
+        )
     run = Path(cfg.out)
-    ckpt = latest_checkpoint(run) if resume else None
-    if run.exists() and any(run.iterdir()) and not resume:
-        if not overwrite:
-            raise RalmError(f"{run}: exists; pass --resume to continue it or --overwrite to start over")
-        if not (run / CONFIG_FILE).is_file():
-            raise RalmError(
-                f"{run}: not a ralm run directory; refusing to overwrite it, choose another --out"
-            )
-        shutil.rmtree(run)
-    if resume and (run / CONFIG_FILE).is_file():
-        saved = read_run_config(run)
-        for f in (
-            "docstore",
-            "queries",
-            "mode",
-            "seed",
-            "batch_size",
-            "grad_accum",
-            "k",
-            "null_doc",
-            "reader",
-        ):
-            if getattr(saved, f) != getattr(cfg, f):
+    if dist.is_main:
+        if run.exists() and any(run.iterdir()) and not resume:
+            if not overwrite:
+                raise RalmError(f"{run}: exists; pass --resume to continue it or --overwrite to start over")
+            if not (run / CONFIG_FILE).is_file():
                 raise RalmError(
-                    f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
-                    "resume it with its own config.toml"
+                    f"{run}: not a ralm run directory; refusing to overwrite it, choose another --out"
                 )
+            shutil.rmtree(run)
+        if resume and (run / CONFIG_FILE).is_file():
+            _check_resume(run, cfg)
+    dist.barrier()
+    ckpt = latest_checkpoint(run) if resume else None
     store, qstore = _open_stores(cfg)
     torch.manual_seed(cfg.seed)
-    dev = resolve_device(cfg.device)
+    dev = dist.device if dist.enabled else resolve_device(cfg.device)
     model, tokenizer = build_model(cfg, store)
     model.to(dev)
     same_corpus = qstore is store
     train_ids, held = split_ids(cfg, qstore)
-    run.mkdir(parents=True, exist_ok=True)
-    cfg.save(run)
-    _write_split(run, train_ids, held)
+    if dist.is_main:
+        run.mkdir(parents=True, exist_ok=True)
+        cfg.save(run)
+        _write_split(run, train_ids, held)
+    dist.barrier()
     collator = MaskingCollator(qstore, tokenizer, cfg.masking, return_tensors="pt")
     opt = optimizer_for(model, cfg)
     sched = warmup_schedule(opt, cfg.schedule, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
-    refresher = None
-    if model.retrieval:
-        refresher = SyncRefresher(
-            model.docs,
-            every=cfg.refresh_every,
-            kind=cfg.index_kind,
-            batch_size=cfg.embed_batch_size,
-            autocast=cfg.autocast,
-            root=run / "index",
-        )
+    refresher = _make_refresher(cfg, model, run, dist) if model.retrieval else None
     start = 0
     if ckpt is not None:
         state = load_checkpoint(ckpt, model, opt, sched, refresher)
         start = int(state["step"])
         torch.set_rng_state(state["rng"]["torch"])
-        if dev.type == "cuda":
+        if dev.type == "cuda" and dist.world == 1:
             torch.cuda.set_rng_state_all(
                 [state["rng"][k] for k in sorted(state["rng"]) if k.startswith("cuda")]
             )
-        _trim_metrics(run, start)
+        if dist.is_main:
+            _trim_metrics(run, start)
+        if refresher is not None and hasattr(refresher, "last_snapshot_step"):
+            refresher.last_snapshot_step = start
         logger.info("resumed %s at step %d (index version %s)", run, start, state["index_version"])
     elif refresher is not None:
         t = refresher.refresh(model.encoder, 0)
         logger.info("index version 0 built in %.1fs", t)
+    if dist.world > 1:
+        torch.manual_seed(cfg.seed + 1000 * dist.rank + start)  # dropout differs per rank
     ac = autocast_dtype(dev, cfg.autocast, torch.float32)
-    metrics = MetricsLogger(run, tensorboard=cfg.tensorboard)
-    if start == 0 and refresher is not None:
+    metrics = MetricsLogger(run, tensorboard=cfg.tensorboard) if dist.is_main else None
+    if metrics is not None and start == 0 and refresher is not None:
         metrics.log(0, refresh_seconds=refresher.last_seconds, index_version=refresher.version)
     per_step = cfg.batch_size * cfg.grad_accum
     search = refresher.search if refresher is not None else None
@@ -460,13 +538,31 @@ def pretrain(
         def search(q, _src, k):  # another query corpus: its chunk ids mean nothing in Z
             return refresher.search(q, np.full(len(q), -1, dtype=np.int64), k)
 
-    bar = tqdm(total=cfg.steps, initial=start, disable=not progress, unit="step", desc=f"pretrain {cfg.mode}")
+    net = model
+    if dist.enabled:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    fault = _fault_injection(dist)
+    bar = tqdm(
+        total=cfg.steps,
+        initial=start,
+        disable=not (progress and dist.is_main),
+        unit="step",
+        desc=f"pretrain {cfg.mode}",
+    )
     try:
         for step in range(start + 1, cfg.steps + 1):
+            if fault is not None and step == fault:
+                os._exit(3)  # RALM_TEST_KILL_RANK_AT: this rank dies as if killed
             t0 = time.perf_counter()
             version = refresher.version if refresher is not None else None
-            outs, gn = train_step(model, opt, sched, collator, train_ids, cfg, step, search, dev, ac)
+            outs, gn, (nll, n) = train_step(
+                net, opt, sched, collator, train_ids, cfg, step, search, dev, ac, dist
+            )
             row = step_metrics(outs, model)
+            row["loss"] = nll / max(n, 1)  # over all ranks
+            row["ppl"] = math.exp(min(row["loss"], 50.0))
             lrs = {g["name"]: g["lr"] for g in opt.param_groups}
             row["lr_reader"] = lrs.get("reader", lrs.get("reader_no_decay", 0.0))
             if model.retrieval:
@@ -479,26 +575,46 @@ def pretrain(
                 t = refresher.maybe_refresh(step, model.encoder)
                 if t is not None:
                     row["refresh_seconds"] = t
+                    row.update(getattr(refresher, "last_swap", {}))
             if not math.isfinite(row["loss"]):
                 raise RalmError(
                     f"step {step}: the loss is not finite; lower the learning rates or use --autocast off"
                 )
-            metrics.log(step, **row)
+            if metrics is not None:
+                metrics.log(step, **row)
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.1f}")
             last = step == cfg.steps
-            if last and refresher is not None and refresher.every and refresher.built_at_step != step:
-                metrics.log(
-                    step,
-                    refresh_seconds=refresher.refresh(model.encoder, step),
-                    index_version=refresher.version,
-                )
+            if (
+                last
+                and refresher is not None
+                and refresher.every
+                and cfg.refresh_mode == "sync"
+                and refresher.built_at_step != step
+            ):
+                t = refresher.refresh(model.encoder, step)
+                if metrics is not None:
+                    metrics.log(step, refresh_seconds=t, index_version=refresher.version)
             stop = stop_after is not None and step >= stop_after
             if last or stop or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                save_checkpoint(run, step, model, opt, sched, refresher, cfg, store.fingerprint)
+                if dist.is_main:
+                    save_checkpoint(run, step, model, opt, sched, refresher, cfg, store.fingerprint)
+                dist.barrier()
             if stop:
                 break
     finally:
         bar.close()
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
+        if refresher is not None and hasattr(refresher, "close"):
+            refresher.close()
     return run
+
+
+def _fault_injection(dist: Dist) -> int | None:
+    """RALM_TEST_KILL_RANK_AT="RANK:STEP" makes that rank exit abruptly at that step (fault tests)."""
+    spec = os.environ.get("RALM_TEST_KILL_RANK_AT")
+    if not spec:
+        return None
+    rank, step = (int(x) for x in spec.split(":"))
+    return step if rank == dist.rank else None

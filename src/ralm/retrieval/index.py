@@ -339,6 +339,22 @@ def estimate(kind: str, n: int, d: int, **params: Any) -> dict[str, Any]:
     }
 
 
+AUTO_FLAT_MAX_BYTES = 4 * 2**30  # "auto": exact search while the flat index stays under 4 GiB
+AUTO_SQ8_MAX_BYTES = 16 * 2**30  # then 8-bit scalar quantisation (4x smaller) up to this flat size
+
+
+def auto_kind(n: int, d: int) -> str:
+    """The index kind "auto" picks for n vectors of dimension d: flat (exact) while it needs at most
+    4 GiB, sq8 (recall@10 ~0.99, 4x smaller) while flat would need at most 16 GiB, else ivf-pq.
+
+    Example: 735k x 768 (BRENT's Norwegian Wikipedia) -> flat (2.1 GiB); 13M x 128 (REALM) -> sq8.
+    """
+    flat = 4.0 * n * d
+    if flat <= AUTO_FLAT_MAX_BYTES:
+        return "flat"
+    return "sq8" if flat <= AUTO_SQ8_MAX_BYTES else "ivf-pq"
+
+
 def _check_vectors(vectors: Any) -> np.ndarray:
     if not hasattr(vectors, "shape") or not hasattr(vectors, "dtype"):
         vectors = np.asarray(vectors)

@@ -1,0 +1,167 @@
+"""Multi-process training on torch.distributed, as `torchrun` launches it.
+
+`init_distributed()` reads torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR...),
+joins the process group (NCCL on GPU, gloo on CPU) and returns a `Dist` that the trainers pass
+around; without torchrun it returns the single-process `Dist` and nothing else happens, so the
+same code runs everywhere. Multi-node runs use torchrun's usual rendezvous flags; nothing here
+launches processes or implements a collective.
+
+Fault handling: collectives time out after `timeout_s` instead of torch's 30 minutes, and a rank
+that torchrun stops because another rank failed prints one line saying so before exiting.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as tdist
+
+__all__ = ["Dist", "init_distributed", "peer_failure_message", "torchrun_command"]
+
+
+@dataclass
+class Dist:
+    """This process's place in the job. Single process: rank 0 of 1, every collective a no-op."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.enabled:
+            tdist.barrier()
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum of a list of numbers over ranks (float64 on the CPU/GPU of the group)."""
+        if not self.enabled:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self._coll_device)
+        tdist.all_reduce(t)
+        return t.tolist()
+
+    def broadcast_object(self, obj):
+        """Rank 0's `obj` on every rank."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        tdist.broadcast_object_list(box, src=0, device=self._coll_device)
+        return box[0]
+
+    def share(self, n: int) -> tuple[int, int]:
+        """[start, stop) of this rank's contiguous share of n items (the first ranks take the remainder)."""
+        base, extra = divmod(n, self.world)
+        start = self.rank * base + min(self.rank, extra)
+        return start, start + base + (1 if self.rank < extra else 0)
+
+    @property
+    def _coll_device(self) -> torch.device:
+        return self.device if self.device.type == "cuda" else torch.device("cpu")
+
+    def close(self) -> None:
+        if self.enabled and tdist.is_initialized():
+            tdist.destroy_process_group()
+
+
+PEER_FAILURE_SIGNS = (
+    "gloo",
+    "nccl",
+    "connection reset",
+    "connection closed",
+    "broken pipe",
+    "timed out",
+    "socket",
+)
+
+
+def peer_failure_message(dist: Dist, exc: BaseException) -> str | None:
+    """One line for an error that means another rank died or hung (a collective broke), else None."""
+    if not dist.enabled:
+        return None
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, getattr(tdist, "DistError", ())) or any(s in text.lower() for s in PEER_FAILURE_SIGNS):
+        _STATE["reported"] = True  # the launcher's SIGTERM that may follow need not say it again
+        return (
+            f"rank {dist.rank}: lost another process of the job ({text[:160]}); it failed or was killed, "
+            "see its error above. Resume with --resume."
+        )
+    return None
+
+
+_STATE = {"reported": False}
+
+
+def _on_sigterm(rank: int):
+    def handler(signum, frame):  # torchrun stops the others when one rank fails
+        if _STATE["reported"]:
+            os._exit(1)
+        print(
+            f"ralm: rank {rank} stopped by the launcher (signal {signum}): another process of the job "
+            "failed or was killed; see its error above. Resume with --resume.",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
+
+    return handler
+
+
+def init_distributed(device: str = "auto", timeout_s: float = 600.0) -> Dist:
+    """Join the torchrun job if there is one; returns this process's `Dist` (see the module docstring)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if world <= 1:
+        dev = torch.device(device)
+        return Dist(0, 1, 0, dev)
+    rank = int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+        backend = "nccl"
+    else:
+        dev = torch.device("cpu")
+        backend = "gloo"
+    if not tdist.is_initialized():
+        tdist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s))
+    signal.signal(signal.SIGTERM, _on_sigterm(rank))
+    return Dist(rank, world, local, dev)
+
+
+def torchrun_command(nproc: int, argv: list[str]) -> list[str]:
+    """The torchrun command line that runs `ralm ARGV...` in `nproc` local processes."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(nproc),
+        "-m",
+        "ralm",
+        *argv,
+    ]
+
+
+def gather_rows(dist: Dist, local: np.ndarray) -> np.ndarray:
+    """Concatenate every rank's (n_r, ...) array in rank order (all ranks get the result)."""
+    if not dist.enabled:
+        return local
+    parts: list = [None] * dist.world
+    tdist.all_gather_object(parts, local)
+    return np.concatenate(parts)
