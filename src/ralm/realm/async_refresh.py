@@ -144,6 +144,7 @@ class AsyncRefresher(SyncRefresher):
         self.pending: tuple[int, int] | None = None  # (version, snapshot step) being built
         self.last_snapshot_step = 0
         self.last_swap: dict[str, float] = {}
+        self._held: tuple | None = None  # a report already read from the queue by `wait`
 
     # -- process management (rank 0)
     def start(self) -> None:
@@ -182,11 +183,13 @@ class AsyncRefresher(SyncRefresher):
         """A finished build's report, if any (rank 0), shared with every rank."""
         report = None
         if self.dist.is_main and self.pending is not None:
-            try:
-                report = self.results.get_nowait()
-            except queue.Empty:
-                if self.proc is not None and not self.proc.is_alive():
-                    report = ("error", self.pending[0], self.pending[1], "the index builder process died")
+            report, self._held = self._held, None
+            if report is None:
+                try:
+                    report = self.results.get_nowait()
+                except queue.Empty:
+                    if self.proc is not None and not self.proc.is_alive():
+                        report = ("error", self.pending[0], self.pending[1], "the index builder process died")
         return self.dist.broadcast_object(report)
 
     # -- the protocol
@@ -231,13 +234,12 @@ class AsyncRefresher(SyncRefresher):
         if not self.dist.is_main or self.pending is None:
             return
         deadline = time.monotonic() + timeout
-        while self.proc is not None and self.proc.is_alive() and time.monotonic() < deadline:
+        while self._held is None and time.monotonic() < deadline:
             try:
-                item = self.results.get(timeout=0.5)
+                self._held = self.results.get(timeout=0.5)  # kept for the next maybe_refresh
             except queue.Empty:
-                continue
-            self.results.put(item)  # leave it for the next maybe_refresh
-            return
+                if self.proc is None or not self.proc.is_alive():
+                    return
 
     def _prune(self) -> None:
         super()._prune()
