@@ -176,3 +176,25 @@ def test_heldout_split_does_not_depend_on_the_training_strategy(tiny_cfg, realm_
     assert set(held_s) <= set(eligible_ids(store, sal.masking).tolist())  # scorable by evaluate-mlm
     assert not set(held_s) & set(tr_u.tolist()) and not set(held_s) & set(tr_s.tolist())
     assert sorted(tr_u.tolist() + held_u.tolist()) == list(range(len(store)))  # uniform: every chunk
+
+
+def test_initial_index_is_used_and_must_match_the_corpus(tiny_cfg, tmp_path):
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.trainer import build_model, pretrain
+
+    cfg = tiny_cfg(out=str(tmp_path / "a"), steps=3, refresh_every=2)
+    model, _ = build_model(cfg, DocStore(cfg.docstore))
+    ref = SyncRefresher(model.docs, every=0, autocast="off")
+    ref.refresh(model.encoder, 0)
+    ref.index.save(tmp_path / "prebuilt")
+    run = pretrain(tiny_cfg(out=str(tmp_path / "b"), steps=3, refresh_every=2, initial_index=str(tmp_path / "prebuilt")),
+                   progress=False)  # fmt: skip
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["index_version"] for r in rows if "loss" in r] == [0, 0, 1]
+    assert all(r["elapsed_seconds"] >= r["step_seconds"] for r in rows if "loss" in r)
+    man = json.loads((tmp_path / "prebuilt" / "index.json").read_text())
+    man["docstore_fingerprint"] = "0" * 64
+    (tmp_path / "prebuilt" / "index.json").write_text(json.dumps(man))
+    with pytest.raises(RalmError, match="fingerprint|another"):
+        pretrain(tiny_cfg(out=str(tmp_path / "c"), initial_index=str(tmp_path / "prebuilt")), progress=False)

@@ -61,6 +61,7 @@ class PretrainConfig:
     autocast: str = "auto"  # auto (bf16 where the hardware has it) | bf16 | off
     refresh_every: int = 100  # BRENT: 100; 0 = never re-index
     index_kind: str = "flat"  # exact inner product (BRENT); any DenseIndex kind, or "auto" (by corpus size)
+    initial_index: str | None = None  # a saved DenseIndex of this corpus to start from (else built at step 0)
     refresh_mode: str = "sync"  # sync (BRENT: stop, re-embed, rebuild) | async (REALM: a builder process)
     builder_threads: int = 1  # async: torch threads of the index builder
     builder_cores: list[int] | None = None  # async: CPU cores to pin the builder to (e.g. [1])

@@ -522,6 +522,13 @@ def _pretrain(
         if refresher is not None and hasattr(refresher, "last_snapshot_step"):
             refresher.last_snapshot_step = start
         logger.info("resumed %s at step %d (index version %s)", run, start, state["index_version"])
+    elif refresher is not None and cfg.initial_index:
+        t0 = time.perf_counter()
+        refresher.load(cfg.initial_index)  # checked against the corpus fingerprint
+        refresher.version, refresher.built_at_step = 0, 0
+        refresher.last_seconds = time.perf_counter() - t0
+        if hasattr(refresher, "last_snapshot_step"):
+            refresher.last_snapshot_step = 0
     elif refresher is not None:
         t = refresher.refresh(model.encoder, 0)
         logger.info("index version 0 built in %.1fs", t)
@@ -544,6 +551,7 @@ def _pretrain(
 
         net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     fault = _fault_injection(dist)
+    t_run = time.perf_counter()
     bar = tqdm(
         total=cfg.steps,
         initial=start,
@@ -571,6 +579,7 @@ def _pretrain(
             row["grad_norm"] = gn
             row["examples_seen"] = step * per_step
             row["step_seconds"] = time.perf_counter() - t0
+            row["elapsed_seconds"] = time.perf_counter() - t_run
             if refresher is not None:
                 t = refresher.maybe_refresh(step, model.encoder)
                 if t is not None:
