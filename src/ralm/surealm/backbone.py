@@ -10,8 +10,8 @@ Backbones (`load_causal_lm(spec)`):
   or a directory holding one ``.gguf`` file.
 
 Retrieved prefix/suffix embeddings reach attention through the backbone's own key/value cache:
-for every layer, `MemoryAdapter.key_value` runs the layer's own key and value projections (after
-its own input norm where the architecture has one) on the projected prefix embeddings (keys)
+for every layer, `MemoryAdapter.key_value` runs the layer's own key and value projections on the
+projected and normalised prefix embeddings (keys)
 and suffix embeddings (values); the results are put in a ``DynamicCache`` ahead of the tokens,
 and a 4D attention mask says which query position may see which memory slot. No attention code
 is copied: the backbone's layers run unchanged. Rotary backbones rotate a memory key by the
@@ -125,7 +125,7 @@ def load_causal_lm(spec: str | os.PathLike | None, *, config_only: bool = False)
             f"{d}: cannot be loaded as a causal LM ({first[:200]}); pass a decoder or BERT-style directory"
         ) from None
     MemoryAdapter(model)  # fail early on an attention layout we cannot feed
-    return model.float()
+    return model
 
 
 class MemoryAdapter:
@@ -190,10 +190,11 @@ class MemoryAdapter:
             att = layer.attention.self
             k = att.key(keys)
             v = att.value(values)
-        else:
+        else:  # memory is already normalised (SurealmLM's LayerNorms); the layer's RMSNorm would
+            # blow up the gradient of the zero-initialised memory (its Jacobian at 0 is 1/sqrt(eps))
             att = layer.self_attn
-            k = att.k_proj(layer.input_layernorm(keys))
-            v = att.v_proj(layer.input_layernorm(values))
+            k = att.k_proj(keys)
+            v = att.v_proj(values)
         k = k.view(B, J, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(B, J, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.kind == "llama" and rope is not None:

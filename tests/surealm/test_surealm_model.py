@@ -71,7 +71,15 @@ def model(request, tiny_dir):
 
     bb = _bert(tiny_dir) if request.param == "bert" else _llama()
     torch.manual_seed(1)
-    return SurealmLM(bb, SurealmConfig(k=2, delta=2, mem_dim=16)).eval()
+    return _awake(SurealmLM(bb, SurealmConfig(k=2, delta=2, mem_dim=16)).eval())
+
+
+def _awake(m):
+    """Give the memory norms random gains (they start at 0: memory inert) so memory content matters."""
+    with torch.no_grad():
+        m.key_norm.weight.uniform_(0.5, 1.5)
+        m.value_norm.weight.uniform_(0.5, 1.5)
+    return m
 
 
 def _memory(B, n_blocks, K, d=16, seed=0):
@@ -119,6 +127,21 @@ def test_memory_order_within_visible_blocks_does_not_matter(model):
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+def test_memory_starts_with_zero_keys_and_values(tiny_dir):
+    from ralm.surealm.model import SurealmConfig, SurealmLM
+
+    m = SurealmLM(_llama(), SurealmConfig(k=2, delta=1, mem_dim=16)).eval()
+    keys, values, blk = _memory(1, 2, 2)
+    cache = m.memory_cache(keys, values, blk)
+    for i in range(len(m.adapter)):
+        k, v = cache.layers[i].keys, cache.layers[i].values
+        assert k.shape == (1, 2, 4, 8) and not k.any() and not v.any()
+    m.train()
+    ids = torch.randint(5, 100, (1, 5))
+    m(ids, None, keys, values, blk).logsumexp(-1).sum().backward()
+    assert m.key_norm.weight.grad.abs().sum() > 0 and m.value_norm.weight.grad.abs().sum() > 0
+
+
 def test_gradients_reach_memory_projections_and_backbone(model):
     ids = torch.randint(5, 100, (2, 5))
     keys, values, blk = _memory(2, 2, 2)
@@ -134,7 +157,7 @@ def test_save_and_load_give_the_same_logits(tmp_path, tiny_dir):
     from ralm.surealm.model import SurealmConfig, SurealmLM
 
     tok, _ = load_lm_tokenizer(str(tiny_dir))
-    m = SurealmLM(_bert(tiny_dir), SurealmConfig(k=2, delta=1, mem_dim=16)).eval()
+    m = _awake(SurealmLM(_bert(tiny_dir), SurealmConfig(k=2, delta=1, mem_dim=16)).eval())
     m.save(tmp_path / "m", tok)
     m2, tok2 = SurealmLM.load(tmp_path / "m")
     ids = torch.randint(5, 100, (1, 4))
