@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -53,17 +52,9 @@ def _env():
 
 
 def _torchrun(argv, nproc=2, env=None, timeout=240):
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(nproc),
-        "-m",
-        "ralm",
-        *argv,
-    ]
+    from ralm.train.distributed import torchrun_command
+
+    cmd = torchrun_command(nproc, argv)  # what `ralm pretrain --nproc N` runs
     return subprocess.run(cmd, capture_output=True, text=True, env=env or _env(), timeout=timeout)
 
 

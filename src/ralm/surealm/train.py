@@ -48,7 +48,7 @@ class TrainConfig:
 
     datastore: str = ""
     out: str = ""
-    lm: str = "minilm"  # backbone spec: minilm | smollm2 | a model directory
+    lm: str | None = None  # backbone spec: minilm | smollm2 | a directory; None = the data store's LM
     retrieval: bool = True  # False: the no-retrieval baseline
     k: int = 8  # SUREALM: 8
     delta: int = 1  # SUREALM: 1
@@ -173,6 +173,8 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
 
     cfg.check()
     store = Datastore(cfg.datastore)
+    if cfg.lm is None:
+        cfg.lm = str(store.manifest.get("lm", "minilm"))
     out = Path(cfg.out)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
@@ -208,7 +210,7 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
     seen: set[int] = set()
     groups = param_groups(model.backbone, cfg.lr, cfg.weight_decay, name="lm", skip=seen)
     if cfg.retrieval:
-        mem = nn_modules(model)
+        mem = memory_modules(model)
         lr_mem = cfg.lr_memory if cfg.lr_memory is not None else 10 * cfg.lr
         for m in mem:
             groups += param_groups(m, lr_mem, cfg.weight_decay, name="memory", skip=seen)
@@ -276,7 +278,7 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
     return out
 
 
-def nn_modules(model: SurealmLM) -> list[torch.nn.Module]:
+def memory_modules(model: SurealmLM) -> list[torch.nn.Module]:
     """The memory projections (trained from scratch, so at their own learning rate)."""
     return [model.key_proj, model.value_proj, model.key_norm, model.value_norm]
 
