@@ -115,13 +115,17 @@ def build_index_version(
         print(f"index: {estimate(kind, n, d)['text']}", flush=True)
     fp = docs.store.fingerprint
     enc_fp = encoder.fingerprint("doc")
+    # the FAISS GPU index when faiss sees a GPU (one process; under DDP every rank searches on the CPU)
+    dev = "cpu" if dist.enabled else "auto"
     if root is None:
         if dist.enabled:
             raise ValueError("a multi-process refresh needs a root directory")
         vectors = embed_chunks(
             encoder, docs, batch_size=batch_size, autocast=autocast, out=np.empty((n, d), np.float16)
         )
-        index = DenseIndex.build(vectors, kind=kind, docstore_fingerprint=fp, encoder_fingerprint=enc_fp)
+        index = DenseIndex.build(
+            vectors, kind=kind, docstore_fingerprint=fp, encoder_fingerprint=enc_fp, device=dev
+        )
         index.manifest = {**index.manifest, "index_version": version, "built_at_step": step}
         return index
     build = root / f".build-v{version:05d}"
@@ -146,7 +150,9 @@ def build_index_version(
     dist.barrier()
     if dist.is_main:
         vectors = np.load(build / "vectors.npy", mmap_mode="r")
-        index = DenseIndex.build(vectors, kind=kind, docstore_fingerprint=fp, encoder_fingerprint=enc_fp)
+        index = DenseIndex.build(
+            vectors, kind=kind, docstore_fingerprint=fp, encoder_fingerprint=enc_fp, device=dev
+        )
         index.manifest = {**index.manifest, "index_version": version, "built_at_step": step}
         index.save(build / "index")
         del vectors
@@ -155,7 +161,7 @@ def build_index_version(
         shutil.rmtree(build, ignore_errors=True)
     dist.barrier()
     if not dist.is_main:
-        index = DenseIndex.load(final, docstore_fingerprint=fp)
+        index = DenseIndex.load(final, docstore_fingerprint=fp, device=dev)
     return index
 
 
@@ -253,7 +259,11 @@ class SyncRefresher:
 
     def load(self, directory: str | os.PathLike) -> None:
         """Use the saved index version in `directory` (a checkpoint's copy or `version_dir(v)`)."""
-        index = DenseIndex.load(directory, docstore_fingerprint=self.docs.store.fingerprint)
+        index = DenseIndex.load(
+            directory,
+            docstore_fingerprint=self.docs.store.fingerprint,
+            device="cpu" if self.dist.enabled else "auto",
+        )
         self.index = index
         self.version = int(index.manifest.get("index_version", 0))
         self.built_at_step = int(index.manifest.get("built_at_step", 0))
