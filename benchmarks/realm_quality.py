@@ -59,28 +59,45 @@ def main() -> None:
     ap.add_argument("--warm-lr", type=float, default=3e-4)
     ap.add_argument("--work", default="/tmp/ralm-bench-realm")
     ap.add_argument("--name", default="realm_quality")
+    ap.add_argument(
+        "--reuse", action="store_true",
+        help="keep a stage whose run under --work finished with the same config (its time is read from its metrics)",
+    )  # fmt: skip
     args = ap.parse_args()
 
     from ralm.realm.config import PretrainConfig
     from ralm.realm.evaluate import evaluate_mlm, format_table
     from ralm.realm.export import export_reader
     from ralm.realm.masking import BERT_REPLACE, MaskingConfig
-    from ralm.realm.trainer import load_run, pretrain
+    from ralm.realm.trainer import latest_checkpoint, load_run, pretrain, read_run_config
 
     work = Path(args.work)
+
+    def run_stage(cfg: PretrainConfig) -> float:
+        """Train `cfg` (or keep its finished run under --reuse); returns its training seconds."""
+        out = Path(cfg.out)
+        if args.reuse and (out / "config.toml").is_file():
+            done = read_run_config(out).to_dict() == cfg.to_dict() and latest_checkpoint(out) is not None
+            log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()] if done else []
+            last = [r for r in log if r.get("step") == cfg.steps and "elapsed_seconds" in r]
+            if last:
+                print(f"reusing {out} (finished {cfg.steps} steps)")
+                return float(last[-1]["elapsed_seconds"])
+        t = time.perf_counter()
+        pretrain(cfg, overwrite=True, progress=False)
+        return time.perf_counter() - t
+
     store = ensure_store(work / f"enwiki-{args.chunk_size}", args.chunk_size)
     reader = None
     seconds = {}
     if args.warm_steps:
-        t = time.perf_counter()
         warm = PretrainConfig(
             docstore=str(store), out=str(work / "warm"), mode="mlm", steps=args.warm_steps,
             batch_size=args.warm_batch_size, lr_reader=args.warm_lr, warmup_steps=50, heldout=args.heldout,
             checkpoint_every=0, tensorboard=False, masking=MaskingConfig(strategy="uniform", replace_probs=BERT_REPLACE),
         )  # fmt: skip
-        pretrain(warm, overwrite=True, progress=False)
+        seconds["warm"] = run_stage(warm)
         reader = str(export_reader(load_run(work / "warm"), work / "warm-reader", overwrite=True))
-        seconds["warm"] = time.perf_counter() - t
     common = dict(
         docstore=str(store),
         steps=args.steps,
@@ -99,9 +116,7 @@ def main() -> None:
         retriever="minilm",  # the towers start from the bundled MiniLM either way
     )
     for mode in ("realm", "mlm"):
-        t = time.perf_counter()
-        pretrain(PretrainConfig(out=str(work / mode), mode=mode, **common), overwrite=True, progress=False)
-        seconds[mode] = time.perf_counter() - t
+        seconds[mode] = run_stage(PretrainConfig(out=str(work / mode), mode=mode, **common))
     run, base = load_run(work / "realm"), load_run(work / "mlm")
     rows = {r.name: r for r in evaluate_mlm(run, base)}
     print(format_table(list(rows.values())))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import resource
 import subprocess
 import sys
 import time
@@ -49,9 +48,7 @@ def synthetic_jsonl(sample_store, out: Path, copies: int, seed: int = 0) -> int:
     texts: dict[int, list[str]] = {}
     titles: dict[int, str] = {}
     for b in store.iter_batches(1024, columns=["article", "title", "text"]):
-        for a, t, x in zip(
-            b["article"].to_pylist(), b["title"].to_pylist(), b["text"].to_pylist(), strict=True
-        ):
+        for a, t, x in zip(b["article"], b["title"], b["text"], strict=True):
             texts.setdefault(a, []).append(x)
             titles[a] = t
     rng = np.random.default_rng(seed)
@@ -74,17 +71,29 @@ def synthetic_jsonl(sample_store, out: Path, copies: int, seed: int = 0) -> int:
     return n
 
 
-def peak_rss_of(cmd: list[str]) -> tuple[float, float]:
-    """(peak RSS MiB, seconds) of a child process."""
+_RSS_WRAPPER = """
+import resource, runpy, sys
+out = sys.argv.pop(1)
+sys.argv[0] = "ralm"
+try:
+    runpy.run_module("ralm", run_name="__main__")
+finally:
+    with open(out, "w") as f:
+        f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+"""
+
+
+def peak_rss_of(args: list[str], work: Path) -> tuple[float, float]:
+    """(peak RSS MiB, seconds) of `python -m ralm ARGS` in a child process that reports its own
+    `ru_maxrss` (RUSAGE_CHILDREN would give the largest of all children so far)."""
     t = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    out = work / "rss.txt"
+    res = subprocess.run(
+        [sys.executable, "-c", _RSS_WRAPPER, str(out), *args], capture_output=True, text=True
+    )
     if res.returncode:
         raise SystemExit(res.stderr[-3000:])
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if after <= before:
-        print("warning: ru_maxrss did not grow; the peak is an earlier child's", file=sys.stderr)
-    return after / 1024, time.perf_counter() - t
+    return int(out.read_text()) / 1024, time.perf_counter() - t
 
 
 def main() -> None:
@@ -181,26 +190,31 @@ def main() -> None:
         del idx
     # trainer peak RSS per index kind (subprocesses), and on the 12k-chunk sample
     rss = {}
-    base = [sys.executable, "-m", "ralm", "pretrain", "--steps", str(args.steps), "--batch-size", "4", "--k", "4",
+    base = ["pretrain", "--steps", str(args.steps), "--batch-size", "4", "--k", "4",
             "--refresh-every", "0", "--checkpoint-every", "0", "--heldout", "0", "--set", "encoder_max_length=64",
             "--set", "reader_max_length=160", "--set", "tensorboard=false", "--set", "masking.strategy=\"uniform\"",
             "--quiet", "--overwrite"]  # fmt: skip
     for kind in ("flat", "sq8", "ivf-pq"):
         rss[kind], secs = peak_rss_of(base + ["--docstore", str(big), "--out", str(work / f"run-{kind}"),
-                                              "--set", f"initial_index=\"{work / f'index-{kind}'}\""])  # fmt: skip
+                                              "--set", f"initial_index=\"{work / f'index-{kind}'}\""], work)  # fmt: skip
         print(f"trainer RSS with {kind}: {rss[kind]:.0f} MiB ({secs:.0f}s)", flush=True)
-    rss["sample"], _ = peak_rss_of(base + ["--docstore", str(sample), "--out", str(work / "run-sample")])
+    rss["sample"], _ = peak_rss_of(
+        base + ["--docstore", str(sample), "--out", str(work / "run-sample")], work
+    )
     per100k = 100_000 / embed_rate
     metrics = {
         "chunks": N,
         "dim": d,
         "doc_tower_chunks_per_second": embed_rate,
         "refresh_embed_seconds_per_100k_chunks": per100k,
-        **{f"index_build_seconds_{k}": v["build_seconds"] for k, v in built.items()},
-        **{f"index_memory_mib_{k}": v["memory_bytes"] / 2**20 for k, v in built.items()},
+        **{f"index_build_seconds_{k.replace('-', '')}": v["build_seconds"] for k, v in built.items()},
+        **{f"index_memory_mib_{k.replace('-', '')}": v["memory_bytes"] / 2**20 for k, v in built.items()},
         "recall_at_10_sq8_vs_flat": built["sq8"]["recall_at_10_vs_flat"],
         "recall_at_10_ivfpq_vs_flat": built["ivf-pq"]["recall_at_10_vs_flat"],
-        **{f"refresh_seconds_estimate_{k}": N / embed_rate + v["build_seconds"] for k, v in built.items()},
+        **{
+            f"refresh_seconds_estimate_{k.replace('-', '')}": N / embed_rate + v["build_seconds"]
+            for k, v in built.items()
+        },
         **{f"trainer_peak_rss_mib_{re.sub('[^a-z0-9]', '', k)}": v for k, v in rss.items()},
     }
     write_result(
