@@ -333,8 +333,9 @@ def estimate(kind: str, n: int, d: int, **params: Any) -> dict[str, Any]:
         "build_time": build,
         "train_vectors": train_vectors,
         "text": (
-            f"{kind} index of {n:,} x {d}: about {_human_bytes(size)} in memory "
-            f"({flat / size:.1f}x smaller than flat), build time: {build}"
+            f"{kind} index of {n:,} x {d}: about {_human_bytes(size)} in memory"
+            + ("" if kind == "flat" else f" ({flat / size:.1f}x smaller than flat)")
+            + f", build time: {build}"
         ),
     }
 
