@@ -134,3 +134,24 @@ def test_generation_retrieves_every_delta_tokens_and_matches_the_forward_pass(ti
     for strategy in ("top-p", "beam"):
         out = generate(model, tok, store, prompt, strategy=strategy, max_new_tokens=3, num_return_sequences=2)
         assert len(out.texts) == len(out.token_ids) == 2
+
+
+def test_overwrite_replaces_an_interrupted_run_but_not_a_foreign_directory(tiny_store, tiny_dir, tmp_path):
+    from ralm.errors import RalmError
+    from ralm.surealm.train import train
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(RalmError, match="not a SUREALM training run"):
+        train(_cfg(tiny_store, foreign, lm=tiny_dir, steps=1, eval_every=1), overwrite=True, progress=False)
+    assert (foreign / "notes.txt").read_text() == "mine"
+    interrupted = tmp_path / "interrupted"
+    interrupted.mkdir()
+    (interrupted / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')  # killed before train.json
+    with pytest.raises(RalmError, match="pass --overwrite"):
+        train(_cfg(tiny_store, interrupted, lm=tiny_dir, steps=1, eval_every=1), progress=False)
+    train(_cfg(tiny_store, interrupted, lm=tiny_dir, steps=1, eval_every=1), overwrite=True, progress=False)
+    rows = [json.loads(x) for x in (interrupted / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1] and rows[0]["loss"] != 9.0
+    assert (interrupted / "train.json").is_file()

@@ -179,7 +179,7 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise RalmError(f"{out}: exists; pass --overwrite to replace it")
-        if not (out / TRAIN_FILE).is_file():
+        if not ((out / TRAIN_FILE).is_file() or (out / "metrics.jsonl").is_file()):  # finished or interrupted
             raise RalmError(f"{out}: exists and is not a SUREALM training run; refusing to replace it")
         shutil.rmtree(out)
     tokenizer, tok_sha = load_lm_tokenizer(cfg.lm)
