@@ -72,20 +72,22 @@ def synthetic_jsonl(sample_store, out: Path, copies: int, seed: int = 0) -> int:
 
 
 _RSS_WRAPPER = """
-import resource, runpy, sys
+import re, runpy, sys
 out = sys.argv.pop(1)
 sys.argv[0] = "ralm"
 try:
     runpy.run_module("ralm", run_name="__main__")
 finally:
+    status = open("/proc/self/status").read()
     with open(out, "w") as f:
-        f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+        f.write(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1))
 """
 
 
 def peak_rss_of(args: list[str], work: Path) -> tuple[float, float]:
     """(peak RSS MiB, seconds) of `python -m ralm ARGS` in a child process that reports its own
-    `ru_maxrss` (RUSAGE_CHILDREN would give the largest of all children so far)."""
+    high-water mark (VmHWM; ru_maxrss is carried over from the parent across fork+exec on Linux,
+    so a big parent would hide the child's own peak)."""
     t = time.perf_counter()
     out = work / "rss.txt"
     res = subprocess.run(
