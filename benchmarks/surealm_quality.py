@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +39,12 @@ def main() -> None:
     ap.add_argument("--knn-k", type=int, default=64)
     ap.add_argument("--work", default="/tmp/ralm-bench-surealm")
     ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--memory-init", default="zero", choices=["zero", "identity"])
+    ap.add_argument("--name", default="surealm_quality", help="results/NAME.json")
+    ap.add_argument(
+        "--reuse", action="store_true",
+        help="keep a run under --work that finished with the same settings (its time is not remeasured)",
+    )  # fmt: skip
     args = ap.parse_args()
 
     from ralm.surealm.cli import evaluate_models, format_rows
@@ -52,17 +59,31 @@ def main() -> None:
         build_datastore(sents, ds, DatastoreConfig(k=args.k), overwrite=True, progress=False)
     store = Datastore(ds)
     seconds = {}
-    for name, retrieval in (("surealm", True), ("baseline", False)):
-        t = time.perf_counter()
+    runs = {
+        "surealm" if args.memory_init == "zero" else f"surealm-{args.memory_init}": True,
+        "baseline": False,
+    }
+    for name, retrieval in runs.items():
         cfg = TrainConfig(
             datastore=str(ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
             steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
-            tensorboard=False,
+            tensorboard=False, memory_init=args.memory_init,
         )  # fmt: skip
+        done = work / name / "train.json"
+        if args.reuse and done.is_file():
+            old = json.loads(done.read_text())["config"]
+            new = asdict(cfg)
+            same = all(old[k] == new[k] for k in old if k in new and k != "lm")
+            same = same and (retrieval is False or old.get("memory_init", "zero") == args.memory_init)
+            if same:
+                print(f"reusing {work / name}")
+                seconds[name] = None
+                continue
+        t = time.perf_counter()
         train(cfg, overwrite=True, progress=False)
         seconds[name] = time.perf_counter() - t
     rows = evaluate_models(
-        [str(work / "surealm"), str(work / "baseline")],
+        [str(work / n) for n in runs],
         "test",
         None,
         str(work / "baseline"),
@@ -71,10 +92,14 @@ def main() -> None:
     )
     print(format_rows(rows, "test"))
     sure, base, knn = rows
-    valid = {n: json.loads((work / n / "train.json").read_text())["valid"] for n in ("surealm", "baseline")}
+    sname = next(iter(runs))
+    valid = {
+        n: json.loads((work / m / "train.json").read_text())["valid"]
+        for n, m in (("surealm", sname), ("baseline", "baseline"))
+    }
     m = store.manifest
     write_result(
-        "surealm_quality",
+        args.name,
         "python benchmarks/surealm_quality.py " + " ".join(sys.argv[1:]),
         {
             "test_token_ppl_surealm": sure["token_ppl"],
@@ -95,7 +120,7 @@ def main() -> None:
             "datastore_entries_per_second": m["entries_per_second"],
             "datastore_build_seconds": m["seconds"]["total"],
             "datastore_bytes_per_entry": m["bytes_per_entry"],
-            "train_seconds_surealm": seconds["surealm"],
+            "train_seconds_surealm": seconds[sname],
             "train_seconds_baseline": seconds["baseline"],
         },
         {"test_ppl_reduction_surealm_vs_baseline": ">= 0.07"},

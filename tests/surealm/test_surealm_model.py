@@ -165,3 +165,19 @@ def test_save_and_load_give_the_same_logits(tmp_path, tiny_dir):
     with torch.no_grad():
         torch.testing.assert_close(m(ids, None, keys, values, blk), m2(ids, None, keys, values, blk))
     assert tok2("hello world")["input_ids"] == tok("hello world")["input_ids"]
+
+
+def test_identity_memory_init_feeds_the_layer_normed_embeddings(tiny_dir):
+    from ralm.errors import RalmError
+    from ralm.surealm.model import SurealmConfig, SurealmLM
+
+    bb = _llama()  # hidden size 32
+    m = SurealmLM(bb, SurealmConfig(k=2, delta=1, mem_dim=32, memory_init="identity")).eval()
+    x = torch.randn(2, 3, 32)
+    ref = torch.nn.functional.layer_norm(x, (32,), eps=m.key_norm.eps)  # gain 1, bias 0
+    torch.testing.assert_close(m.key_norm(m.key_proj(x)), ref)
+    torch.testing.assert_close(m.value_norm(m.value_proj(x)), ref)
+    with pytest.raises(RalmError, match="embedding size \\(16\\) to equal the LM's hidden size \\(32\\)"):
+        SurealmLM(_llama(), SurealmConfig(k=2, delta=1, mem_dim=16, memory_init="identity"))
+    with pytest.raises(RalmError, match="memory_init='ones'"):
+        SurealmConfig(memory_init="ones")

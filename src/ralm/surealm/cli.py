@@ -55,6 +55,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         lr=args.lr,
         lr_memory=args.lr_memory,
+        memory_init=args.memory_init,
         warmup_steps=args.warmup_steps,
         schedule=args.schedule,
         eval_every=args.eval_every,
@@ -194,6 +195,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--lr-memory", type=float, default=None)
+    p.add_argument(
+        "--memory-init", choices=["zero", "identity"], default="zero",
+        help="zero: memory starts inert (default); identity: embeddings enter each layer as they are (paper eqs. 4-5)",
+    )  # fmt: skip
     p.add_argument("--warmup-steps", type=int, default=100)
     p.add_argument("--schedule", default="linear")
     p.add_argument("--eval-every", type=int, default=250)

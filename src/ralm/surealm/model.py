@@ -45,6 +45,10 @@ class SurealmConfig:
     k: int = 8  # entries per retrieval (SUREALM: 8)
     delta: int = 1  # retrieve every delta positions (SUREALM: 1)
     mem_dim: int = 384  # sentence-transformer dimension
+    # how the memory maps start: "zero" (inert: zero-gain LayerNorms, the backbone starts as itself)
+    # or "identity" (the paper's eqs. 4-5: the embeddings enter every layer as they are, LayerNorm'd;
+    # needs mem_dim == the LM's hidden size, e.g. a MiniLM backbone with MiniLM embeddings)
+    memory_init: str = "zero"
     datastore_fingerprint: str = ""
     encoder_fingerprint: str = ""
     lm_tokenizer_sha256: str = ""
@@ -54,6 +58,8 @@ class SurealmConfig:
             raise RalmError(f"K={self.k}: must be >= 1")
         if self.delta < 1:
             raise RalmError(f"delta={self.delta}: must be >= 1")
+        if self.memory_init not in ("zero", "identity"):
+            raise RalmError(f"memory_init={self.memory_init!r}: use 'zero' or 'identity'")
 
     @classmethod
     def from_dict(cls, d: dict) -> SurealmConfig:
@@ -111,8 +117,18 @@ class SurealmLM(nn.Module):
             # memory starts inert: zero keys and values (the norms' gains are learned from 0), so a
             # pretrained backbone starts as itself; measured on SmolLM2-135M, random memory
             # projections took a validation perplexity of 602 to 1.3M before any training, zero ones to 633
-            nn.init.zeros_(self.key_norm.weight)
-            nn.init.zeros_(self.value_norm.weight)
+            if config.memory_init == "zero":
+                nn.init.zeros_(self.key_norm.weight)
+                nn.init.zeros_(self.value_norm.weight)
+            else:
+                if config.mem_dim != H:
+                    raise RalmError(
+                        f"memory_init='identity' needs the embedding size ({config.mem_dim}) to equal the "
+                        f"LM's hidden size ({H}); use memory_init='zero'"
+                    )
+                for lin in (self.key_proj, self.value_proj):
+                    nn.init.eye_(lin.weight)
+                    nn.init.zeros_(lin.bias)
         impl = getattr(backbone.config, "_attn_implementation", "eager") or "eager"
         if impl not in ("sdpa", "eager"):
             raise RalmError(

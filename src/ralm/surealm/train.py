@@ -55,6 +55,9 @@ class TrainConfig:
     steps: int = 1000
     batch_size: int = 32  # sentences per step (SUREALM small models: 128)
     lr: float = 1e-4  # SUREALM: 2e-5 for 200 epochs; more for a laptop's few thousand steps
+    memory_init: str = (
+        "zero"  # zero (memory starts inert) | identity (eqs. 4-5 as written; see SurealmConfig)
+    )
     lr_memory: float | None = None  # lr of the memory projections (None = 10 x lr: they start from scratch)
     weight_decay: float = 0.01
     warmup_steps: int = 100  # SUREALM: 500
@@ -189,6 +192,7 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
         k=cfg.k,
         delta=cfg.delta,
         mem_dim=store.dim,
+        memory_init=cfg.memory_init,
         datastore_fingerprint=store.fingerprint,
         encoder_fingerprint=store.manifest["encoder_fingerprint"],
         lm_tokenizer_sha256=tok_sha,
