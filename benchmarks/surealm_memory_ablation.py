@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("run", help="a trained SUREALM run directory (retrieval on)")
     ap.add_argument("--split", default="valid", choices=["valid", "test"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default="surealm_memory_ablation", help="results/NAME.json")
     args = ap.parse_args()
 
     import numpy as np
@@ -67,7 +68,7 @@ def main() -> None:
         rows[name] = c
         print(f"{name:10s} token ppl {c.token_ppl:8.2f}  word ppl {c.word_ppl:8.2f}", flush=True)
     write_result(
-        "surealm_memory_ablation",
+        args.name,
         "python benchmarks/surealm_memory_ablation.py " + " ".join(sys.argv[1:]),
         {
             **{f"{args.split}_token_ppl_{k}": v.token_ppl for k, v in rows.items()},
