@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/ralm-bench-surealm")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--memory-init", default="zero", choices=["zero", "identity"])
+    ap.add_argument("--lr-memory", type=float, default=None, help="lr of the memory maps (default 10 x --lr)")
     ap.add_argument("--name", default="surealm_quality", help="results/NAME.json")
     ap.add_argument(
         "--reuse", action="store_true",
@@ -59,15 +60,14 @@ def main() -> None:
         build_datastore(sents, ds, DatastoreConfig(k=args.k), overwrite=True, progress=False)
     store = Datastore(ds)
     seconds = {}
-    runs = {
-        "surealm" if args.memory_init == "zero" else f"surealm-{args.memory_init}": True,
-        "baseline": False,
-    }
+    sname = "surealm" + ("" if args.memory_init == "zero" else f"-{args.memory_init}")
+    sname += f"-lrm{args.lr_memory:g}" if args.lr_memory is not None else ""
+    runs = {sname: True, "baseline": False}
     for name, retrieval in runs.items():
         cfg = TrainConfig(
             datastore=str(ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
             steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
-            tensorboard=False, memory_init=args.memory_init,
+            tensorboard=False, memory_init=args.memory_init, lr_memory=args.lr_memory if retrieval else None,
         )  # fmt: skip
         done = work / name / "train.json"
         if args.reuse and done.is_file():
@@ -92,7 +92,6 @@ def main() -> None:
     )
     print(format_rows(rows, "test"))
     sure, base, knn = rows
-    sname = next(iter(runs))
     valid = {
         n: json.loads((work / m / "train.json").read_text())["valid"]
         for n, m in (("surealm", sname), ("baseline", "baseline"))
