@@ -204,20 +204,24 @@ def main() -> None:
         base + ["--docstore", str(sample), "--out", str(work / "run-sample")], work
     )
     per100k = 100_000 / embed_rate
+
+    def key(kind: str) -> str:  # "ivf-pq" -> "ivfpq" in metric names
+        return re.sub("[^a-z0-9]", "", kind)
+
     metrics = {
         "chunks": N,
         "dim": d,
         "doc_tower_chunks_per_second": embed_rate,
         "refresh_embed_seconds_per_100k_chunks": per100k,
-        **{f"index_build_seconds_{k.replace('-', '')}": v["build_seconds"] for k, v in built.items()},
-        **{f"index_memory_mib_{k.replace('-', '')}": v["memory_bytes"] / 2**20 for k, v in built.items()},
+        **{f"index_build_seconds_{key(k)}": v["build_seconds"] for k, v in built.items()},
+        **{f"index_memory_mib_{key(k)}": v["memory_bytes"] / 2**20 for k, v in built.items()},
         "recall_at_10_sq8_vs_flat": built["sq8"]["recall_at_10_vs_flat"],
         "recall_at_10_ivfpq_vs_flat": built["ivf-pq"]["recall_at_10_vs_flat"],
         **{
-            f"refresh_seconds_estimate_{k.replace('-', '')}": N / embed_rate + v["build_seconds"]
+            f"refresh_seconds_estimate_{key(k)}": N / embed_rate + v["build_seconds"]
             for k, v in built.items()
         },
-        **{f"trainer_peak_rss_mib_{re.sub('[^a-z0-9]', '', k)}": v for k, v in rss.items()},
+        **{f"trainer_peak_rss_mib_{key(k)}": v for k, v in rss.items()},
     }
     write_result(
         "realm_scale",

@@ -44,16 +44,11 @@ def main() -> None:
 
     def random_memory(sids_, toks):
         out = real_memory(sids_, toks)
-        ent = out["mem_entries"]
+        ent = out["mem_entries"].numpy()
         rng = np.random.default_rng(args.seed + int(sids_[0]))
-        fake = torch.from_numpy(rng.integers(0, n_entries, size=tuple(ent.shape)))
-        keep = ent >= 0
-        idx = fake[keep].numpy()
-        order = np.argsort(idx, kind="stable")
-        for name, arr in (("mem_keys", store.keys), ("mem_values", store.values)):
-            got = np.empty((len(idx), store.dim), dtype=np.float32)
-            got[order] = arr[idx[order]]
-            out[name][keep] = torch.from_numpy(got)
+        fake = np.where(ent >= 0, rng.integers(0, n_entries, size=ent.shape), -1)
+        keys, values = batcher.read_entries(fake)
+        out["mem_keys"], out["mem_values"] = torch.from_numpy(keys), torch.from_numpy(values)
         return out
 
     def no_memory(sids_, toks):

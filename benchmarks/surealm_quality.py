@@ -67,15 +67,15 @@ def main() -> None:
         cfg = TrainConfig(
             datastore=str(ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
             steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
-            tensorboard=False, memory_init=args.memory_init, lr_memory=args.lr_memory if retrieval else None,
+            tensorboard=False,
+            **(dict(memory_init=args.memory_init, lr_memory=args.lr_memory) if retrieval else {}),
         )  # fmt: skip
         done = work / name / "train.json"
         if args.reuse and done.is_file():
-            old = json.loads(done.read_text())["config"]
-            new = asdict(cfg)
-            same = all(old[k] == new[k] for k in old if k in new and k != "lm")
-            same = same and (retrieval is False or old.get("memory_init", "zero") == args.memory_init)
-            if same:
+            # a saved config lacks the fields added after it was written: those had their defaults;
+            # `lm` is resolved from the data store at train time, so it is left out
+            old = {**asdict(TrainConfig()), **json.loads(done.read_text())["config"], "lm": None}
+            if old == {**asdict(cfg), "lm": None}:
                 print(f"reusing {work / name}")
                 seconds[name] = None
                 continue

@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from ralm.errors import RalmError
+from ralm.train.logging import METRICS_FILE
 
 __all__ = ["ema", "plot_runs", "read_metrics"]
 
 
 def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
     """{"step", "loss", "ppl"} arrays of a run's training steps (rows without a loss skipped)."""
-    p = Path(run_dir) / "metrics.jsonl"
+    p = Path(run_dir) / METRICS_FILE
     if not p.is_file():
         raise RalmError(f"{run_dir}: no metrics.jsonl; give a `ralm pretrain` run directory")
     steps, loss, ppl = [], [], []

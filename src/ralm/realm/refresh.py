@@ -87,6 +87,12 @@ def embed_chunks(
     return out
 
 
+def index_device(dist: Dist) -> str:
+    """Where an index version is searched: the FAISS GPU index when faiss sees a GPU in a single
+    process ("auto"); under DDP every rank searches on the CPU."""
+    return "cpu" if dist.enabled else "auto"
+
+
 def build_index_version(
     encoder: DualEncoder,
     docs: ChunkDocs,
@@ -115,8 +121,7 @@ def build_index_version(
         print(f"index: {estimate(kind, n, d)['text']}", flush=True)
     fp = docs.store.fingerprint
     enc_fp = encoder.fingerprint("doc")
-    # the FAISS GPU index when faiss sees a GPU (one process; under DDP every rank searches on the CPU)
-    dev = "cpu" if dist.enabled else "auto"
+    dev = index_device(dist)
     if root is None:
         if dist.enabled:
             raise ValueError("a multi-process refresh needs a root directory")
@@ -262,7 +267,7 @@ class SyncRefresher:
         index = DenseIndex.load(
             directory,
             docstore_fingerprint=self.docs.store.fingerprint,
-            device="cpu" if self.dist.enabled else "auto",
+            device=index_device(self.dist),
         )
         self.index = index
         self.version = int(index.manifest.get("index_version", 0))

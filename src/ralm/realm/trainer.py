@@ -50,7 +50,7 @@ from ralm.realm.model import ChunkDocs, RealmModel, RealmOutput
 from ralm.realm.refresh import SyncRefresher
 from ralm.retrieval.encoders import autocast_context, autocast_dtype
 from ralm.train.distributed import Dist, init_distributed, peer_failure_message
-from ralm.train.logging import MetricsLogger
+from ralm.train.logging import METRICS_FILE, MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
 logger = logging.getLogger(__name__)
@@ -319,7 +319,7 @@ def _write_split(run: Path, train_ids: np.ndarray, held: np.ndarray) -> None:
 
 def _trim_metrics(run: Path, last_step: int) -> None:
     """Drop metric rows past the checkpoint being resumed (they will be logged again)."""
-    p = run / "metrics.jsonl"
+    p = run / METRICS_FILE
     if not p.is_file():
         return
     keep = [

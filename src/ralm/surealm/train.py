@@ -32,7 +32,7 @@ from ralm.retrieval.encoders import autocast_context, autocast_dtype
 from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
 from ralm.surealm.datastore import Datastore
 from ralm.surealm.model import SurealmConfig, SurealmLM
-from ralm.train.logging import MetricsLogger
+from ralm.train.logging import METRICS_FILE, MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
 logger = logging.getLogger(__name__)
@@ -55,9 +55,8 @@ class TrainConfig:
     steps: int = 1000
     batch_size: int = 32  # sentences per step (SUREALM small models: 128)
     lr: float = 1e-4  # SUREALM: 2e-5 for 200 epochs; more for a laptop's few thousand steps
-    memory_init: str = (
-        "zero"  # zero (memory starts inert) | identity (eqs. 4-5 as written; see SurealmConfig)
-    )
+    # zero (memory starts inert) | identity (eqs. 4-5 as written); see SurealmConfig.memory_init
+    memory_init: str = "zero"
     lr_memory: float | None = None  # lr of the memory projections (None = 10 x lr: they start from scratch)
     weight_decay: float = 0.01
     warmup_steps: int = 100  # SUREALM: 500
@@ -182,7 +181,7 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise RalmError(f"{out}: exists; pass --overwrite to replace it")
-        if not ((out / TRAIN_FILE).is_file() or (out / "metrics.jsonl").is_file()):  # finished or interrupted
+        if not ((out / TRAIN_FILE).is_file() or (out / METRICS_FILE).is_file()):  # finished or interrupted
             raise RalmError(f"{out}: exists and is not a SUREALM training run; refusing to replace it")
         shutil.rmtree(out)
     tokenizer, tok_sha = load_lm_tokenizer(cfg.lm)

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+METRICS_FILE = "metrics.jsonl"  # in every run directory
+
 
 class MetricsLogger:
     """Appends one JSON object per `log(step, **metrics)` to `run_dir/metrics.jsonl`.
@@ -15,7 +17,7 @@ class MetricsLogger:
     """
 
     def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True) -> None:
-        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path = Path(run_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._tb = None
