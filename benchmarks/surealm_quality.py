@@ -41,6 +41,10 @@ def main() -> None:
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--memory-init", default="zero", choices=["zero", "identity"])
     ap.add_argument("--lr-memory", type=float, default=None, help="lr of the memory maps (default 10 x --lr)")
+    ap.add_argument(
+        "--include-current-word", action="store_true",
+        help="SUREALM's data store keeps the current word in the suffix (the paper's section 5 variant)",
+    )  # fmt: skip
     ap.add_argument("--name", default="surealm_quality", help="results/NAME.json")
     ap.add_argument(
         "--reuse", action="store_true",
@@ -58,14 +62,22 @@ def main() -> None:
     if args.rebuild or not (ds / "manifest.json").is_file():
         sents = read_sentences(["chitchat"], limit_groups=args.groups)
         build_datastore(sents, ds, DatastoreConfig(k=args.k), overwrite=True, progress=False)
-    store = Datastore(ds)
+    sds = ds  # the retrieval run's data store; the baseline needs only the sentences and tokens of `ds`
+    if args.include_current_word:
+        sds = work / f"chitchat-{args.groups}-cw"
+        if args.rebuild or not (sds / "manifest.json").is_file():
+            sents = read_sentences(["chitchat"], limit_groups=args.groups)
+            cfg = DatastoreConfig(k=args.k, include_current_word=True)
+            build_datastore(sents, sds, cfg, overwrite=True, progress=False)
+    store = Datastore(sds)
     seconds = {}
     sname = "surealm" + ("" if args.memory_init == "zero" else f"-{args.memory_init}")
     sname += f"-lrm{args.lr_memory:g}" if args.lr_memory is not None else ""
+    sname += "-cw" if args.include_current_word else ""
     runs = {sname: True, "baseline": False}
     for name, retrieval in runs.items():
         cfg = TrainConfig(
-            datastore=str(ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
+            datastore=str(sds if retrieval else ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
             steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
             tensorboard=False,
             **(dict(memory_init=args.memory_init, lr_memory=args.lr_memory) if retrieval else {}),
@@ -92,6 +104,10 @@ def main() -> None:
     )
     print(format_rows(rows, "test"))
     sure, base, knn = rows
+    if sure["tokens"] != base["tokens"]:
+        raise SystemExit(
+            f"the two runs were scored on different test tokens ({sure['tokens']} vs {base['tokens']})"
+        )
     valid = {
         n: json.loads((work / m / "train.json").read_text())["valid"]
         for n, m in (("surealm", sname), ("baseline", "baseline"))

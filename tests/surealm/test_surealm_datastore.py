@@ -100,6 +100,10 @@ def test_alignment_across_tokenizers_leaves_out_tokens_overlapping_the_current_w
     assert al.suffix(1, 10) == ([11, 12], [2, 3])  # after 'play': 'ing' cut, ' chess' kept
     assert al.suffix(2, 1) == ([11, 12], [2, 3])
     assert al.prefix(3) == ([10, 11, 12], [1, 2, 3])
+    # the section 5 variant: the suffix starts at the current word and keeps m tokens
+    assert al.suffix(1, 10, include_current=True) == ([10, 11, 12], [1, 2, 3])  # 'play' starts it
+    assert al.suffix(2, 2, include_current=True) == ([11, 12], [2, 3])  # 'playing' starts before 'ing'
+    assert al.suffix(2, 1, include_current=True) == ([], [])  # only 'ing', which no encoder token fits
 
 
 def test_build_in_small_batches_equals_one_batch(tmp_path, tiny_dir, dialogue_file, tiny_store):
@@ -116,6 +120,37 @@ def test_build_in_small_batches_equals_one_batch(tmp_path, tiny_dir, dialogue_fi
     np.testing.assert_array_equal(np.asarray(one.neighbors), np.asarray(small.neighbors))
     np.testing.assert_array_equal(np.asarray(one.keys), np.asarray(small.keys))
     np.testing.assert_array_equal(np.asarray(one.values), np.asarray(small.values))
+
+
+def test_current_word_variant_changes_only_the_values(tmp_path, tiny_dir, dialogue_file, tiny_store):
+    """include_current_word: values embed w_i..w_{i+m-1}; keys, neighbours and tokens are unchanged."""
+    from ralm.surealm.backbone import load_lm_tokenizer
+    from ralm.surealm.datastore import Datastore, DatastoreConfig, _tokenize, build_datastore
+    from ralm.surealm.embedder import SpanEmbedder
+    from ralm.surealm.sentences import read_sentences
+
+    sents = read_sentences([dialogue_file], fractions=(0.2, 0.2), seed=0)
+    cfg = DatastoreConfig(
+        lm=str(tiny_dir), encoder=str(tiny_dir), m=3, k=3, include_current_word=True, autocast="off"
+    )
+    cw = Datastore(build_datastore(sents, tmp_path / "cw", cfg, progress=False, log=lambda m: None))
+    base = Datastore(tiny_store)
+    assert cw.include_current_word and not base.include_current_word
+    assert cw.fingerprint != base.fingerprint
+    np.testing.assert_array_equal(np.asarray(cw.neighbors), np.asarray(base.neighbors))
+    np.testing.assert_array_equal(np.asarray(cw.keys), np.asarray(base.keys))
+    np.testing.assert_array_equal(np.asarray(cw.lm_ids), np.asarray(base.lm_ids))
+    tok, _ = load_lm_tokenizer(str(tiny_dir))
+    emb = SpanEmbedder(str(tiny_dir), autocast="off")
+    s = int(cw.split_ids("train")[0])
+    _, (off,) = _tokenize(tok, [cw.text(s)], 64)
+    n = len(off)
+    for i in range(1, n):
+        ids, pos = emb.align(cw.text(s), off).suffix(i, cw.m, include_current=True)
+        assert ids == cw.tokens(s)[i - 1 : i - 1 + cw.m].tolist() and pos == list(range(i, min(i + 2, n) + 1))
+        np.testing.assert_allclose(
+            cw.values[int(cw.entry_offset[s]) + i - 1], emb.embed([(ids, pos)])[0], atol=2e-3
+        )
 
 
 def test_bad_input(tmp_path, tiny_dir):

@@ -31,6 +31,7 @@ def cmd_datastore(args: argparse.Namespace) -> int:
         lm=args.lm,
         encoder=args.encoder,
         m=args.m,
+        include_current_word=args.include_current_word,
         k=args.k,
         max_tokens=args.max_tokens,
         index_kind=args.index_kind,
@@ -170,6 +171,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lm", default="minilm", help="LM whose tokens are split: minilm | smollm2 | DIR")
     p.add_argument("--encoder", default=None, help="sentence transformer directory (default: bundled MiniLM)")
     p.add_argument("--m", type=int, default=10, help="suffix truncation in tokens (SUREALM: 10)")
+    p.add_argument(
+        "--include-current-word", action="store_true",
+        help="suffixes start at the current word w_i (the paper's section 5 variant; default: w_i excluded)",
+    )  # fmt: skip
     p.add_argument("--k", type=int, default=8, help="neighbours kept per prefix (SUREALM: 8)")
     p.add_argument("--max-tokens", type=int, default=64, help="LM tokens kept per sentence")
     p.add_argument("--limit-groups", type=int, default=None, help="only the first N conversations/groups")

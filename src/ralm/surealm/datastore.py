@@ -3,7 +3,8 @@
 Every training sentence W = w_1..w_N (LM tokens, at most `max_tokens`) gives N-1 entries
 (p_i, w_i, s_i), 0 < i < N: the key is the sentence-transformer embedding of the prefix
 p_i = w_1..w_{i-1}, the value the embedding of the suffix s_i = w_{i+1}..w_{i+m} (the current
-word w_i is in neither; `ralm.surealm.embedder`). The store holds sum(N_i - 1) entries.
+word w_i is in neither; `ralm.surealm.embedder`). The store holds sum(N_i - 1) entries. With
+`include_current_word` (the paper's §5 variant) the suffix is w_i..w_{i+m-1} instead.
 
 Offline retrieval (SUREALM §3.2.1): for every sentence of every split and every prefix length
 L = 1..N, the query w_1..w_L is embedded and its top-K entries are kept, never an entry of the
@@ -60,6 +61,9 @@ class DatastoreConfig:
     lm: str = "minilm"  # LM whose tokens define w_i: "minilm", "smollm2" or a model directory
     encoder: str | None = None  # sentence transformer for prefixes/suffixes; None = bundled MiniLM
     m: int = 10  # suffix truncation (tokens)
+    # the paper's §5 variant: the suffix starts at the current word (s_i = w_i..w_{i+m-1}); by
+    # default w_i is in neither prefix nor suffix
+    include_current_word: bool = False
     k: int = 8  # neighbours kept per query (the model may use fewer)
     max_tokens: int = 64  # LM tokens kept per sentence (longer turns are cut)
     index_kind: str = "flat"  # DenseIndex kind over the keys
@@ -202,7 +206,7 @@ def _build_into(tmp: Path, sents: SentenceSet, cfg: DatastoreConfig, tokenizer, 
             al = emb.align(text, off)
             n = len(off)
             krows.extend(al.prefix(i - 1) for i in range(1, n))
-            vrows.extend(al.suffix(i, cfg.m) for i in range(1, n))
+            vrows.extend(al.suffix(i, cfg.m, include_current=cfg.include_current_word) for i in range(1, n))
         kv = emb.embed(krows + vrows, cfg.embed_batch_size)
         rows = np.concatenate([np.arange(entry_offset[s], entry_offset[s + 1]) for s in sids])
         keys[rows] = kv[: len(krows)].astype(np.float16)
@@ -276,6 +280,7 @@ def _build_into(tmp: Path, sents: SentenceSet, cfg: DatastoreConfig, tokenizer, 
         "encoder_normalize": emb.tower.normalize,
         "dim": d,
         "m": cfg.m,
+        "include_current_word": cfg.include_current_word,
         "k": cfg.k,
         "max_tokens": cfg.max_tokens,
         "index_kind": cfg.index_kind,
@@ -313,7 +318,8 @@ def _own_entries(sids: np.ndarray, entry_offset: np.ndarray) -> np.ndarray:
 
 
 def _fingerprint(enc_fp: str, tok_fp: str, cfg: DatastoreConfig, sents: SentenceSet) -> str:
-    h = hashlib.sha256(f"{FORMAT}|{enc_fp}|{tok_fp}|{cfg.m}|{cfg.max_tokens}|".encode())
+    variant = "|current-word" if cfg.include_current_word else ""  # default stores keep their fingerprint
+    h = hashlib.sha256(f"{FORMAT}|{enc_fp}|{tok_fp}|{cfg.m}|{cfg.max_tokens}{variant}|".encode())
     for t, sp in zip(sents.texts, sents.splits, strict=True):
         h.update(f"{sp}\t{t}\n".encode())
     return h.hexdigest()
@@ -370,6 +376,11 @@ class Datastore:
     @property
     def m(self) -> int:
         return int(self.manifest["m"])
+
+    @property
+    def include_current_word(self) -> bool:
+        """True when each suffix starts at its entry's current word (SUREALM §5's variant)."""
+        return bool(self.manifest.get("include_current_word", False))
 
     def __len__(self) -> int:
         """Number of entries."""

@@ -77,11 +77,19 @@ class Aligned:
         keep = np.flatnonzero(self.enc_end <= cut)
         return self.enc_ids[keep].tolist(), (keep + 1).tolist()
 
-    def suffix(self, i: int, m: int) -> Row:
-        """Encoder tokens of s_i = w_{i+1}..w_{i+m} (i is 1-based, 1 <= i < N) at their absolute positions."""
+    def suffix(self, i: int, m: int, *, include_current: bool = False) -> Row:
+        """Encoder tokens of s_i = w_{i+1}..w_{i+m} (i is 1-based, 1 <= i < N) at their absolute positions.
+
+        include_current: the paper's §5 variant, s_i = w_i..w_{i+m-1} (still m tokens, the current
+        word first).
+        """
         n = len(self.lm_start)
-        lo = self.lm_end[i - 1]
-        hi = self.lm_end[min(i + m, n) - 1]
+        if include_current:
+            lo = self.lm_start[i - 1]
+            hi = self.lm_end[min(i + m - 1, n) - 1]
+        else:
+            lo = self.lm_end[i - 1]
+            hi = self.lm_end[min(i + m, n) - 1]
         keep = np.flatnonzero((self.enc_start >= lo) & (self.enc_end <= hi))
         return self.enc_ids[keep].tolist(), (keep + 1).tolist()
 

@@ -223,6 +223,7 @@ def describe_retrievals(retriever: PrefixRetriever, tokenizer, max_entries: int 
             sid, i = store.entry(int(e))
             toks = store.tokens(sid)
             word = tokenizer.decode([int(toks[i - 1])], skip_special_tokens=True).strip()
-            suffix = tokenizer.decode(toks[i : i + store.m].tolist(), skip_special_tokens=True)
+            lo = i - 1 if store.include_current_word else i  # where the stored suffix starts
+            suffix = tokenizer.decode(toks[lo : lo + store.m].tolist(), skip_special_tokens=True)
             lines.append(f"    word {word!r:<16} suffix {suffix!r}")
     return lines
