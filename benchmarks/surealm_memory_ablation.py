@@ -7,6 +7,11 @@ Scores the validation sentences of a trained run three ways with the same weight
 * no memory: the memory slots masked out (mem_block = 0 everywhere).
 If the model uses its retrievals, "retrieved" is clearly below the other two.
 
+Also recorded: the share of attention that goes to memory slots, per layer (averaged over heads
+and over the positions that may see memory), and the mean |gain| of the memory LayerNorms next to
+the token embeddings' LayerNorm: a model can attend to memory slots as a sink (their value is the
+layer's value bias when the gains are ~0) without reading what they hold.
+
 Run: python benchmarks/surealm_memory_ablation.py RUN [--split valid]
 Writes benchmarks/results/surealm_memory_ablation.json.
 """
@@ -21,11 +26,48 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result  # noqa: E402
 
 
+def memory_attention_mass(model, batcher, sids, batch_size: int = 32) -> list[float]:
+    """Per layer: the attention probability on memory slots, averaged over heads and over the
+    real positions t >= delta (those that may see memory). Runs the backbone's eager attention."""
+    import torch
+
+    impl = model.attn_impl
+    model.eval()
+    model.backbone.set_attn_implementation("eager")
+    model.attn_impl = "eager"  # SurealmLM then builds an additive mask
+    caught: list = []
+    pre = model.backbone.register_forward_pre_hook(
+        lambda _m, a, kw: (a, {**kw, "output_attentions": True}), with_kwargs=True
+    )
+    post = model.backbone.register_forward_hook(lambda _m, _a, out: caught.extend(out.attentions))
+    total, count = None, 0
+    try:
+        with torch.no_grad():
+            for b0 in range(0, len(sids), batch_size):
+                b = batcher.batch(sids[b0 : b0 + batch_size])
+                caught.clear()
+                model(b["input_ids"], b["attention_mask"], b["mem_keys"], b["mem_values"], b["mem_block"])
+                J = b["mem_block"].shape[1]
+                sees = b["attention_mask"].bool().clone()
+                sees[:, : model.config.delta] = False  # no block fetched yet
+                per = torch.stack([a[..., :J].sum(-1).mean(1) for a in caught])  # (layers, B, T)
+                s = (per * sees).sum((1, 2))
+                total = s if total is None else total + s
+                count += int(sees.sum())
+    finally:
+        pre.remove()
+        post.remove()
+        model.backbone.set_attn_implementation(impl)
+        model.attn_impl = impl
+    return [float(x) for x in total / count]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", help="a trained SUREALM run directory (retrieval on)")
     ap.add_argument("--split", default="valid", choices=["valid", "test"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--attention-sentences", type=int, default=256, help="sentences for the attention share")
     ap.add_argument("--name", default="surealm_memory_ablation", help="results/NAME.json")
     args = ap.parse_args()
 
@@ -56,6 +98,13 @@ def main() -> None:
         out["mem_block"].zero_()
         return out
 
+    mass = memory_attention_mass(model, batcher, sids[: args.attention_sentences])
+    print("memory attention share per layer:", " ".join(f"{x:.3f}" for x in mass), flush=True)
+    gains = {n: float(getattr(model, n).weight.detach().abs().mean()) for n in ("key_norm", "value_norm")}
+    tok_norm = next(m for n, m in model.backbone.named_modules() if n.endswith("embeddings.LayerNorm"))
+    gains["token_embedding_norm"] = float(tok_norm.weight.detach().abs().mean())
+    print("mean |LayerNorm gain|:", gains, flush=True)
+
     rows = {}
     for name, fn in (("retrieved", real_memory), ("random", random_memory), ("no_memory", no_memory)):
         batcher.memory = fn
@@ -70,6 +119,8 @@ def main() -> None:
             "random_vs_retrieved_token_ppl": rows["random"].token_ppl / rows["retrieved"].token_ppl,
             "no_memory_vs_retrieved_token_ppl": rows["no_memory"].token_ppl / rows["retrieved"].token_ppl,
             "tokens": rows["retrieved"].tokens,
+            **{f"memory_attention_share_layer{i}": x for i, x in enumerate(mass)},
+            **{f"mean_abs_gain_{k}": v for k, v in gains.items()},
         },
         {"random_vs_retrieved_token_ppl": "> 1 if the model uses its retrievals (diagnostic, no bar)"},
         settings=vars(args),

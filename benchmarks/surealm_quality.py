@@ -45,6 +45,10 @@ def main() -> None:
         "--include-current-word", action="store_true",
         help="SUREALM's data store keeps the current word in the suffix (the paper's section 5 variant)",
     )  # fmt: skip
+    ap.add_argument(
+        "--init-from", default=None,
+        help="a finished run under --work (e.g. baseline): both runs start from its LM weights (two-stage)",
+    )  # fmt: skip
     ap.add_argument("--name", default="surealm_quality", help="results/NAME.json")
     ap.add_argument(
         "--reuse", action="store_true",
@@ -74,12 +78,17 @@ def main() -> None:
     sname = "surealm" + ("" if args.memory_init == "zero" else f"-{args.memory_init}")
     sname += f"-lrm{args.lr_memory:g}" if args.lr_memory is not None else ""
     sname += "-cw" if args.include_current_word else ""
-    runs = {sname: True, "baseline": False}
+    bname = "baseline"
+    init = None
+    if args.init_from:
+        init = str(work / args.init_from)
+        sname, bname = f"{sname}-from-{args.init_from}", f"baseline-from-{args.init_from}"
+    runs = {sname: True, bname: False}
     for name, retrieval in runs.items():
         cfg = TrainConfig(
             datastore=str(sds if retrieval else ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
             steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
-            tensorboard=False,
+            tensorboard=False, init_from=init,
             **(dict(memory_init=args.memory_init, lr_memory=args.lr_memory) if retrieval else {}),
         )  # fmt: skip
         done = work / name / "train.json"
@@ -98,7 +107,7 @@ def main() -> None:
         [str(work / n) for n in runs],
         "test",
         None,
-        str(work / "baseline"),
+        str(work / bname),
         "auto",
         args.knn_k,
     )
@@ -110,7 +119,7 @@ def main() -> None:
         )
     valid = {
         n: json.loads((work / m / "train.json").read_text())["valid"]
-        for n, m in (("surealm", sname), ("baseline", "baseline"))
+        for n, m in (("surealm", sname), ("baseline", bname))
     }
     m = store.manifest
     write_result(
@@ -136,7 +145,7 @@ def main() -> None:
             "datastore_build_seconds": m["seconds"]["total"],
             "datastore_bytes_per_entry": m["bytes_per_entry"],
             "train_seconds_surealm": seconds[sname],
-            "train_seconds_baseline": seconds["baseline"],
+            "train_seconds_baseline": seconds[bname],
         },
         {"test_ppl_reduction_surealm_vs_baseline": ">= 0.07"},
         settings=vars(args),

@@ -155,3 +155,30 @@ def test_overwrite_replaces_an_interrupted_run_but_not_a_foreign_directory(tiny_
     rows = [json.loads(x) for x in (interrupted / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1] and rows[0]["loss"] != 9.0
     assert (interrupted / "train.json").is_file()
+
+
+def test_init_from_a_trained_run_starts_from_its_backbone(trained, tiny_store, tiny_dir, tmp_path):
+    """With lr 0 the run's saved backbone is the source run's, tensor for tensor; memory maps start fresh."""
+    from ralm.errors import RalmError
+    from ralm.surealm.model import SurealmLM
+    from ralm.surealm.train import train
+
+    _sure, base = trained
+    cfg = _cfg(tiny_store, tmp_path / "two", lm=tiny_dir, steps=2, eval_every=2, lr=0.0, lr_memory=0.0)
+    cfg.init_from = str(base)
+    got, _ = SurealmLM.load(train(cfg, progress=False))
+    src, _ = SurealmLM.load(base)
+    fresh = SurealmLM.from_backbone(got.config)
+    want = src.backbone.state_dict()
+    have = got.backbone.state_dict()
+    assert have.keys() == want.keys()
+    for name, t in want.items():
+        assert torch.equal(have[name], t), name
+    changed = [n for n, t in fresh.backbone.state_dict().items() if not torch.equal(t, want[n])]
+    assert changed  # the source run really differs from a fresh backbone
+    assert torch.count_nonzero(got.value_norm.weight) == 0  # memory maps as initialised, not copied
+    bad = _cfg(tiny_store, tmp_path / "bad", lm=tiny_dir, steps=1, eval_every=1)
+    bad.init_from = str(tmp_path)
+    with pytest.raises(RalmError, match="not a SUREALM model"):
+        train(bad, progress=False)
+    assert not (tmp_path / "bad").exists()

@@ -57,6 +57,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         lr=args.lr,
         lr_memory=args.lr_memory,
         memory_init=args.memory_init,
+        init_from=args.init_from,
         warmup_steps=args.warmup_steps,
         schedule=args.schedule,
         eval_every=args.eval_every,
@@ -194,6 +195,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--lm", default="minilm", help="backbone: minilm | smollm2 | DIR (the data store's tokenizer)"
     )
     p.add_argument("--no-retrieval", action="store_true", help="the same LM without retrieval (baseline)")
+    p.add_argument(
+        "--init-from", default=None,
+        help="a trained run (e.g. the --no-retrieval baseline) whose LM weights start this run",
+    )  # fmt: skip
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--delta", type=int, default=1)
     p.add_argument("--steps", type=int, default=1000)

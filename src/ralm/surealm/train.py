@@ -49,6 +49,9 @@ class TrainConfig:
     datastore: str = ""
     out: str = ""
     lm: str | None = None  # backbone spec: minilm | smollm2 | a directory; None = the data store's LM
+    # a trained run (SUREALM or no-retrieval) whose backbone weights start this run, e.g. add
+    # retrieval to an LM already fine-tuned on the sentences; its memory maps are not taken
+    init_from: str | None = None
     retrieval: bool = True  # False: the no-retrieval baseline
     k: int = 8  # SUREALM: 8
     delta: int = 1  # SUREALM: 1
@@ -201,7 +204,10 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
         raise RalmError(f"K={cfg.k} is more than the {len(store)} entries of {store.root}; lower K")
     torch.manual_seed(cfg.seed)
     dev = _device(cfg.device)
-    model = SurealmLM(load_causal_lm(cfg.lm), mcfg).to(dev).train()
+    model = SurealmLM(load_causal_lm(cfg.lm), mcfg)
+    if cfg.init_from:
+        init_backbone(model, cfg.init_from, tok_sha)
+    model = model.to(dev).train()
     batcher = SentenceBatcher(store, tokenizer, k=cfg.k, delta=cfg.delta, retrieval=cfg.retrieval)
     train_ids, valid_ids = store.split_ids("train"), store.split_ids("valid")
     if not len(train_ids):
@@ -279,6 +285,22 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
         bar.close()
         metrics.close()
     return out
+
+
+def init_backbone(model: SurealmLM, run: str | os.PathLike, tokenizer_sha: str) -> None:
+    """Copy the backbone weights of the trained run `run` into `model` (same architecture and tokenizer)."""
+    src, _ = SurealmLM.load(run)
+    if src.config.lm_tokenizer_sha256 and src.config.lm_tokenizer_sha256 != tokenizer_sha:
+        raise RalmError(
+            f"{run}: trained with another LM tokenizer than this run's; start from a run of the same LM"
+        )
+    try:
+        model.backbone.load_state_dict(src.backbone.state_dict(), strict=True)
+    except RuntimeError as exc:
+        raise RalmError(
+            f"{run}: its backbone does not fit this run's ({str(exc).splitlines()[0][:160]}); "
+            "start from a run of the same LM"
+        ) from None
 
 
 def memory_modules(model: SurealmLM) -> list[torch.nn.Module]:
