@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/ralm-bench-surealm")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--memory-init", default="zero", choices=["zero", "identity"])
+    ap.add_argument("--memory-gain", type=float, default=None, help="starting gain of the memory LayerNorms")
     ap.add_argument("--lr-memory", type=float, default=None, help="lr of the memory maps (default 10 x --lr)")
     ap.add_argument(
         "--include-current-word", action="store_true",
@@ -77,6 +78,7 @@ def main() -> None:
     seconds = {}
     sname = "surealm" + ("" if args.memory_init == "zero" else f"-{args.memory_init}")
     sname += f"-lrm{args.lr_memory:g}" if args.lr_memory is not None else ""
+    sname += f"-gain{args.memory_gain:g}" if args.memory_gain is not None else ""
     sname += "-cw" if args.include_current_word else ""
     bname = "baseline"
     init = None
@@ -89,7 +91,8 @@ def main() -> None:
             datastore=str(sds if retrieval else ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
             steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
             tensorboard=False, init_from=init,
-            **(dict(memory_init=args.memory_init, lr_memory=args.lr_memory) if retrieval else {}),
+            **(dict(memory_init=args.memory_init, memory_gain=args.memory_gain, lr_memory=args.lr_memory)
+               if retrieval else {}),
         )  # fmt: skip
         done = work / name / "train.json"
         if args.reuse and done.is_file():

@@ -181,3 +181,21 @@ def test_identity_memory_init_feeds_the_layer_normed_embeddings(tiny_dir):
         SurealmLM(_llama(), SurealmConfig(k=2, delta=1, mem_dim=16, memory_init="identity"))
     with pytest.raises(RalmError, match="memory_init='ones'"):
         SurealmConfig(memory_init="ones")
+
+
+def test_memory_gain_sets_the_starting_gain_of_both_memory_norms():
+    from ralm.surealm.model import SurealmConfig, SurealmLM
+
+    x = torch.randn(2, 3, 32)
+    for init, gain, want in (
+        ("zero", None, 0.0),
+        ("identity", None, 1.0),
+        ("zero", 0.1, 0.1),
+        ("identity", 0.5, 0.5),
+    ):
+        torch.manual_seed(0)
+        m = SurealmLM(_llama(), SurealmConfig(k=2, mem_dim=32, memory_init=init, memory_gain=gain))
+        for norm, proj in ((m.key_norm, m.key_proj), (m.value_norm, m.value_proj)):
+            assert torch.equal(norm.weight, torch.full((32,), want))
+            ref = want * torch.nn.functional.layer_norm(proj(x), (32,), eps=norm.eps)
+            torch.testing.assert_close(norm(proj(x)), ref)

@@ -57,6 +57,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         lr=args.lr,
         lr_memory=args.lr_memory,
         memory_init=args.memory_init,
+        memory_gain=args.memory_gain,
         init_from=args.init_from,
         warmup_steps=args.warmup_steps,
         schedule=args.schedule,
@@ -208,6 +209,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--memory-init", choices=["zero", "identity"], default="zero",
         help="zero: memory starts inert (default); identity: embeddings enter each layer as they are (paper eqs. 4-5)",
+    )  # fmt: skip
+    p.add_argument(
+        "--memory-gain", type=float, default=None,
+        help="starting gain of the memory LayerNorms (default: 0 with zero, 1 with identity)",
     )  # fmt: skip
     p.add_argument("--warmup-steps", type=int, default=100)
     p.add_argument("--schedule", default="linear")

@@ -49,6 +49,9 @@ class SurealmConfig:
     # or "identity" (the paper's eqs. 4-5: the embeddings enter every layer as they are, LayerNorm'd;
     # needs mem_dim == the LM's hidden size, e.g. a MiniLM backbone with MiniLM embeddings)
     memory_init: str = "zero"
+    # the memory LayerNorms' starting gain; None = what memory_init implies (0 for zero, 1 for identity).
+    # A small gain (e.g. 0.1) lets the projections learn from the first step while the memory is still quiet
+    memory_gain: float | None = None
     datastore_fingerprint: str = ""
     encoder_fingerprint: str = ""
     lm_tokenizer_sha256: str = ""
@@ -129,6 +132,9 @@ class SurealmLM(nn.Module):
                 for lin in (self.key_proj, self.value_proj):
                     nn.init.eye_(lin.weight)
                     nn.init.zeros_(lin.bias)
+            if config.memory_gain is not None:
+                nn.init.constant_(self.key_norm.weight, config.memory_gain)
+                nn.init.constant_(self.value_norm.weight, config.memory_gain)
         impl = getattr(backbone.config, "_attn_implementation", "eager") or "eager"
         if impl not in ("sdpa", "eager"):
             raise RalmError(
