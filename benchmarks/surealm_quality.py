@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--memory-init", default="zero", choices=["zero", "identity"])
     ap.add_argument("--memory-gain", type=float, default=None, help="starting gain of the memory LayerNorms")
+    ap.add_argument("--memory-window", type=int, default=None, help="latest retrievals each position sees")
     ap.add_argument("--lr-memory", type=float, default=None, help="lr of the memory maps (default 10 x --lr)")
     ap.add_argument(
         "--include-current-word", action="store_true",
@@ -79,6 +80,7 @@ def main() -> None:
     sname = "surealm" + ("" if args.memory_init == "zero" else f"-{args.memory_init}")
     sname += f"-lrm{args.lr_memory:g}" if args.lr_memory is not None else ""
     sname += f"-gain{args.memory_gain:g}" if args.memory_gain is not None else ""
+    sname += f"-win{args.memory_window}" if args.memory_window is not None else ""
     sname += "-cw" if args.include_current_word else ""
     bname = "baseline"
     init = None
@@ -91,7 +93,8 @@ def main() -> None:
             datastore=str(sds if retrieval else ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
             steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
             tensorboard=False, init_from=init,
-            **(dict(memory_init=args.memory_init, memory_gain=args.memory_gain, lr_memory=args.lr_memory)
+            **(dict(memory_init=args.memory_init, memory_gain=args.memory_gain,
+                    memory_window=args.memory_window, lr_memory=args.lr_memory)
                if retrieval else {}),
         )  # fmt: skip
         done = work / name / "train.json"

@@ -35,6 +35,25 @@ def test_mask_equals_equation_6(N, K, delta):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize(
+    ("N", "K", "delta", "window"), [(5, 2, 1, 1), (7, 2, 1, 3), (8, 1, 2, 2), (6, 3, 3, 1)]
+)
+def test_memory_window_keeps_only_the_latest_blocks(N, K, delta, window):
+    from ralm.surealm.model import memory_mask
+
+    T = N + 1
+    n_blocks = N // delta
+    blk = torch.arange(1, n_blocks + 1).repeat_interleave(K)[None]
+    got = memory_mask(torch.ones((1, T), dtype=torch.long), blk, delta, window=window)[0, 0]
+    full = memory_mask(torch.ones((1, T), dtype=torch.long), blk, delta)[0, 0]
+    for t in range(T):
+        for slot in range(n_blocks * K):
+            b = slot // K + 1
+            assert bool(got[t, slot]) == (b <= t // delta and b > t // delta - window), (t, slot)
+    assert torch.equal(got[:, n_blocks * K :], full[:, n_blocks * K :])  # tokens as before
+    assert torch.equal(got & full, got)  # never more than eq. 6
+
+
 def test_mask_padding_and_additive_form():
     from ralm.surealm.model import memory_mask
 
@@ -115,6 +134,36 @@ def test_each_position_sees_exactly_the_blocks_fetched_so_far(model):
     assert torch.all(diff[:4] < 1e-5) and torch.all(diff[4:] > 1e-4)
     d0 = (base - no_mem).abs().amax(-1)[0]
     assert torch.all(d0[:2] < 1e-5) and torch.all(d0[2:] > 1e-4)  # block 1 arrives at t = 2
+
+
+def test_with_a_window_of_one_a_position_reads_only_its_latest_block():
+    """One-layer Llama (nothing passes between positions after the memory), delta=2: block 2
+    reaches positions 4..7 under eq. 6, but only 4 and 5 with a window of 1 (block 3 arrives at 6)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ralm.surealm.model import SurealmConfig, SurealmLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=120, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa",
+    )  # fmt: skip
+    ids = torch.randint(5, 100, (1, 8))  # N = 7 words -> 3 blocks (t = 2, 4, 6)
+    keys, values, blk = _memory(1, 3, 2)
+    k2, v2 = keys.clone(), values.clone()
+    k2[:, 2:4] += 3.0  # block 2
+    v2[:, 2:4] -= 3.0
+    reach = {}
+    for window in (None, 1):
+        m = _awake(
+            SurealmLM(
+                LlamaForCausalLM(cfg).eval(), SurealmConfig(k=2, delta=2, mem_dim=16, memory_window=window)
+            )
+        )
+        with torch.no_grad():
+            diff = (m(ids, None, k2, v2, blk) - m(ids, None, keys, values, blk)).abs().amax(-1)[0]
+        reach[window] = [t for t in range(8) if diff[t] > 1e-5]
+    assert reach == {None: [4, 5, 6, 7], 1: [4, 5]}
 
 
 def test_memory_order_within_visible_blocks_does_not_matter(model):

@@ -58,6 +58,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         lr_memory=args.lr_memory,
         memory_init=args.memory_init,
         memory_gain=args.memory_gain,
+        memory_window=args.memory_window,
         init_from=args.init_from,
         warmup_steps=args.warmup_steps,
         schedule=args.schedule,
@@ -213,6 +214,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--memory-gain", type=float, default=None,
         help="starting gain of the memory LayerNorms (default: 0 with zero, 1 with identity)",
+    )  # fmt: skip
+    p.add_argument(
+        "--memory-window", type=int, default=None,
+        help="each position sees only the latest W retrievals (default: all of them, as in eq. 6)",
     )  # fmt: skip
     p.add_argument("--warmup-steps", type=int, default=100)
     p.add_argument("--schedule", default="linear")

@@ -136,7 +136,13 @@ def retrieval_hooks(model: SurealmLM, retriever: PrefixRetriever) -> Iterator[No
         dtype = None if model.attn_impl == "sdpa" else torch.float32
         if model.config.retrieval and blk.shape[1]:
             kw["past_key_values"] = model.memory_cache(keys.to(dev), values.to(dev), blk.to(dev))
-            kw["attention_mask"] = memory_mask(mask2d, blk.to(dev), model.config.delta, additive_dtype=dtype)
+            kw["attention_mask"] = memory_mask(
+                mask2d,
+                blk.to(dev),
+                model.config.delta,
+                window=model.config.memory_window,
+                additive_dtype=dtype,
+            )
         else:
             kw["attention_mask"] = memory_mask(
                 mask2d, blk[:, :0].to(dev), model.config.delta, additive_dtype=dtype

@@ -52,6 +52,10 @@ class SurealmConfig:
     # the memory LayerNorms' starting gain; None = what memory_init implies (0 for zero, 1 for identity).
     # A small gain (e.g. 0.1) lets the projections learn from the first step while the memory is still quiet
     memory_gain: float | None = None
+    # None: position t sees every block fetched so far (eq. 6); W: only the latest W blocks. A
+    # backbone without relative positions (BERT) cannot tell a stale block from the latest one
+    # except by content; a window removes the stale ones
+    memory_window: int | None = None
     datastore_fingerprint: str = ""
     encoder_fingerprint: str = ""
     lm_tokenizer_sha256: str = ""
@@ -61,6 +65,8 @@ class SurealmConfig:
             raise RalmError(f"K={self.k}: must be >= 1")
         if self.delta < 1:
             raise RalmError(f"delta={self.delta}: must be >= 1")
+        if self.memory_window is not None and self.memory_window < 1:
+            raise RalmError(f"memory_window={self.memory_window}: must be >= 1 (or None for every block)")
         if self.memory_init not in ("zero", "identity"):
             raise RalmError(f"memory_init={self.memory_init!r}: use 'zero' or 'identity'")
 
@@ -75,12 +81,14 @@ def memory_mask(
     mem_block: torch.Tensor,
     delta: int,
     *,
+    window: int | None = None,
     additive_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """The (B, 1, T, J + T) attention mask: memory slots first, then the tokens.
 
     attention_mask: (B, T) 1 for real tokens, 0 for right padding.
     mem_block: (B, J) block number j >= 1 of each memory slot, 0 for padding slots.
+    window: None (eq. 6: every block fetched so far) or W (only the latest W blocks).
     Returns a bool mask (True = may attend), or an additive one (0 / dtype min) when
     `additive_dtype` is given (for eager attention).
 
@@ -93,6 +101,8 @@ def memory_mask(
     seen_blocks = torch.div(t, delta, rounding_mode="floor")  # (T,) blocks fetched by position t
     blk = mem_block.to(dev)
     mem_ok = (blk[:, None, :] >= 1) & (blk[:, None, :] <= seen_blocks[None, :, None])  # (B, T, J)
+    if window is not None:
+        mem_ok &= blk[:, None, :] > (seen_blocks - window)[None, :, None]
     causal = t[None, :] <= t[:, None]  # (T, T)
     tok_ok = causal[None] & attention_mask.bool()[:, None, :]  # (B, T, T)
     mask = torch.cat([mem_ok, tok_ok], dim=-1)[:, None]  # (B, 1, T, J+T)
@@ -188,7 +198,11 @@ class SurealmLM(nn.Module):
             kw["past_key_values"] = self.memory_cache(mem_keys, mem_values, mem_block)
             dtype = None if self.attn_impl == "sdpa" else torch.float32
             kw["attention_mask"] = memory_mask(
-                attention_mask, mem_block, self.config.delta, additive_dtype=dtype
+                attention_mask,
+                mem_block,
+                self.config.delta,
+                window=self.config.memory_window,
+                additive_dtype=dtype,
             )
         else:
             no_memory = torch.zeros((B, 0), dtype=torch.long, device=input_ids.device)

@@ -60,6 +60,7 @@ class TrainConfig:
     lr: float = 1e-4  # SUREALM: 2e-5 for 200 epochs; more for a laptop's few thousand steps
     # zero (memory starts inert) | identity (eqs. 4-5 as written); see SurealmConfig.memory_init
     memory_init: str = "zero"
+    memory_window: int | None = None  # latest blocks visible (None = all, eq. 6; SurealmConfig.memory_window)
     memory_gain: float | None = None  # starting gain of the memory LayerNorms (SurealmConfig.memory_gain)
     lr_memory: float | None = None  # lr of the memory projections (None = 10 x lr: they start from scratch)
     weight_decay: float = 0.01
@@ -197,6 +198,7 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
         mem_dim=store.dim,
         memory_init=cfg.memory_init,
         memory_gain=cfg.memory_gain,
+        memory_window=cfg.memory_window,
         datastore_fingerprint=store.fingerprint,
         encoder_fingerprint=store.manifest["encoder_fingerprint"],
         lm_tokenizer_sha256=tok_sha,
