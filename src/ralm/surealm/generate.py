@@ -28,7 +28,7 @@ import torch
 from ralm.errors import RalmError
 from ralm.surealm.data import lm_special_ids
 from ralm.surealm.datastore import Datastore
-from ralm.surealm.model import SurealmLM, memory_mask
+from ralm.surealm.model import SurealmLM
 
 STRATEGIES = ("greedy", "top-p", "beam")
 
@@ -133,20 +133,11 @@ def retrieval_hooks(model: SurealmLM, retriever: PrefixRetriever) -> Iterator[No
         kw["use_cache"] = False
         kw["position_ids"] = torch.arange(T, device=dev).expand(B, T)
         keys, values, blk = _memory_for_rows(model, retriever, ids.cpu())
-        dtype = None if model.attn_impl == "sdpa" else torch.float32
         if model.config.retrieval and blk.shape[1]:
             kw["past_key_values"] = model.memory_cache(keys.to(dev), values.to(dev), blk.to(dev))
-            kw["attention_mask"] = memory_mask(
-                mask2d,
-                blk.to(dev),
-                model.config.delta,
-                window=model.config.memory_window,
-                additive_dtype=dtype,
-            )
+            kw["attention_mask"] = model.attention_mask(mask2d, blk.to(dev))
         else:
-            kw["attention_mask"] = memory_mask(
-                mask2d, blk[:, :0].to(dev), model.config.delta, additive_dtype=dtype
-            )
+            kw["attention_mask"] = model.attention_mask(mask2d, None)
         return (), kw
 
     def post(_module, _args, _kwargs, output):

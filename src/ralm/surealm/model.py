@@ -173,6 +173,21 @@ class SurealmLM(nn.Module):
             cache.update(ki, vi, i)
         return cache
 
+    def attention_mask(self, attention_mask: torch.Tensor, mem_block: torch.Tensor | None) -> torch.Tensor:
+        """`memory_mask` with this model's delta and window, in the form its attention takes
+        (bool for sdpa, additive float for eager); mem_block None = no memory slots."""
+        if mem_block is None:
+            mem_block = torch.zeros(
+                (attention_mask.shape[0], 0), dtype=torch.long, device=attention_mask.device
+            )
+        return memory_mask(
+            attention_mask,
+            mem_block,
+            self.config.delta,
+            window=self.config.memory_window,
+            additive_dtype=None if self.attn_impl == "sdpa" else torch.float32,
+        )
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -196,20 +211,9 @@ class SurealmLM(nn.Module):
             if mem_keys is None or mem_values is None:
                 raise ValueError("memory keys and values are needed with mem_block")
             kw["past_key_values"] = self.memory_cache(mem_keys, mem_values, mem_block)
-            dtype = None if self.attn_impl == "sdpa" else torch.float32
-            kw["attention_mask"] = memory_mask(
-                attention_mask,
-                mem_block,
-                self.config.delta,
-                window=self.config.memory_window,
-                additive_dtype=dtype,
-            )
         else:
-            no_memory = torch.zeros((B, 0), dtype=torch.long, device=input_ids.device)
-            dtype = None if self.attn_impl == "sdpa" else torch.float32
-            kw["attention_mask"] = memory_mask(
-                attention_mask, no_memory, self.config.delta, additive_dtype=dtype
-            )
+            mem_block = None
+        kw["attention_mask"] = self.attention_mask(attention_mask, mem_block)
         if not return_hidden:
             return self.backbone(input_ids=input_ids, **kw).logits
         captured: list[torch.Tensor] = []
