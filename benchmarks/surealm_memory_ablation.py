@@ -89,7 +89,7 @@ def main() -> None:
         ent = out["mem_entries"].numpy()
         rng = np.random.default_rng(args.seed + int(sids_[0]))
         fake = np.where(ent >= 0, rng.integers(0, n_entries, size=ent.shape), -1)
-        keys, values = batcher.read_entries(fake)
+        keys, values = store.read_entries(fake)
         out["mem_keys"], out["mem_values"] = torch.from_numpy(keys), torch.from_numpy(values)
         return out
 

@@ -4,7 +4,8 @@ For every prediction w_{L+1} of a held-out sentence (L = 1..N-1) and its K offli
 (query w_1..w_L), counts how often the target token is
 * the current word w_i of some neighbour (the word the default data store leaves out, and the
   first word of the suffix in the `--include-current-word` variant);
-* anywhere in some neighbour's stored suffix (w_{i+1}..w_{i+m}).
+* anywhere in some neighbour's stored suffix (w_{i+1}..w_{i+m}, or w_i..w_{i+m-1} in an
+  `--include-current-word` store).
 These are upper bounds on what the memory can pass on: the model sees each suffix only as one
 pooled sentence embedding.
 
@@ -35,19 +36,17 @@ def main() -> None:
     store = Datastore(args.datastore)
     if args.k > store.k:
         raise SystemExit(f"--k {args.k}: the store kept {store.k} neighbours per query")
-    m = store.m
     positions = word_hits = suffix_hits = 0
     for s in store.split_ids(args.split):
         w = store.tokens(int(s))
         nbr = store.sentence_neighbors(int(s), args.k)  # row L-1: neighbours of w_1..w_L
         for L in range(1, len(w)):
-            target = w[L]
+            target = int(w[L])
             words, suffix = False, False
             for e in nbr[L - 1]:
-                sid, i = store.entry(int(e))
-                toks = store.tokens(sid)
-                words |= bool(toks[i - 1] == target)
-                suffix |= bool((toks[i : i + m] == target).any())
+                word, stored = store.entry_tokens(int(e))
+                words |= word == target
+                suffix |= bool((stored == target).any())
             positions += 1
             word_hits += words
             suffix_hits += suffix
@@ -63,7 +62,7 @@ def main() -> None:
             "target_in_a_neighbour_suffix": rates["suffix"],
         },
         {"target_is_a_neighbour_current_word": "diagnostic, no bar"},
-        settings={**vars(args), "m": m, "include_current_word": store.include_current_word},
+        settings={**vars(args), "m": store.m, "include_current_word": store.include_current_word},
     )
 
 

@@ -65,16 +65,17 @@ def main() -> None:
 
     work = Path(args.work)
     ds = work / f"chitchat-{args.groups}"
-    if args.rebuild or not (ds / "manifest.json").is_file():
-        sents = read_sentences(["chitchat"], limit_groups=args.groups)
-        build_datastore(sents, ds, DatastoreConfig(k=args.k), overwrite=True, progress=False)
+
+    def ensure_store(path: Path, cfg: DatastoreConfig) -> None:
+        if args.rebuild or not (path / "manifest.json").is_file():
+            sents = read_sentences(["chitchat"], limit_groups=args.groups)
+            build_datastore(sents, path, cfg, overwrite=True, progress=False)
+
+    ensure_store(ds, DatastoreConfig(k=args.k))
     sds = ds  # the retrieval run's data store; the baseline needs only the sentences and tokens of `ds`
     if args.include_current_word:
         sds = work / f"chitchat-{args.groups}-cw"
-        if args.rebuild or not (sds / "manifest.json").is_file():
-            sents = read_sentences(["chitchat"], limit_groups=args.groups)
-            cfg = DatastoreConfig(k=args.k, include_current_word=True)
-            build_datastore(sents, sds, cfg, overwrite=True, progress=False)
+        ensure_store(sds, DatastoreConfig(k=args.k, include_current_word=True))
     store = Datastore(sds)
     seconds = {}
     sname = "surealm" + ("" if args.memory_init == "zero" else f"-{args.memory_init}")

@@ -151,6 +151,11 @@ def test_current_word_variant_changes_only_the_values(tmp_path, tiny_dir, dialog
         np.testing.assert_allclose(
             cw.values[int(cw.entry_offset[s]) + i - 1], emb.embed([(ids, pos)])[0], atol=2e-3
         )
+        e, toks = int(cw.entry_offset[s]) + i - 1, cw.tokens(s)
+        word, stored = cw.entry_tokens(e)
+        assert word == toks[i - 1] and stored.tolist() == toks[i - 1 : i - 1 + cw.m].tolist()
+        word, stored = base.entry_tokens(e)
+        assert word == toks[i - 1] and stored.tolist() == toks[i : i + base.m].tolist()
 
 
 def test_bad_input(tmp_path, tiny_dir):

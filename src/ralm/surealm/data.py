@@ -131,31 +131,13 @@ class SentenceBatcher:
         for b, (e, j) in enumerate(zip(entries, blocks, strict=True)):
             ent[b, : len(e)] = e
             blk[b, : len(j)] = j
-        keys, values = self.read_entries(ent)
+        keys, values = self.store.read_entries(ent)
         return {
             "mem_keys": torch.from_numpy(keys),
             "mem_values": torch.from_numpy(values),
             "mem_block": torch.from_numpy(blk),
             "mem_entries": torch.from_numpy(ent),
         }
-
-    def read_entries(self, ent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Prefix (key) and suffix (value) embeddings of the entry ids `ent` (any shape), float32
-        arrays of shape ent.shape + (d,); slots with id -1 stay zero."""
-        d = self.store.dim
-        flat = ent.reshape(-1)
-        valid = flat >= 0
-        keys = np.zeros((flat.size, d), dtype=np.float32)
-        values = np.zeros((flat.size, d), dtype=np.float32)
-        if valid.any():
-            idx = flat[valid]
-            order = np.argsort(idx, kind="stable")  # sorted reads from the memory maps
-            got = np.empty((len(idx), d), dtype=np.float32)
-            got[order] = self.store.keys[idx[order]]
-            keys[valid] = got
-            got[order] = self.store.values[idx[order]]
-            values[valid] = got
-        return keys.reshape(*ent.shape, d), values.reshape(*ent.shape, d)
 
     def counts(self, sids) -> PerplexityCounts:
         """Predicted tokens, words and sentences of `sids` (NLL 0): the denominators."""

@@ -417,9 +417,36 @@ class Datastore:
         k = self.k if k is None else k
         return np.asarray(self.neighbors[self.token_offset[sid] : self.token_offset[sid + 1], :k])
 
+    def read_entries(self, ent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Prefix (key) and suffix (value) embeddings of the entry ids `ent` (any shape), float32
+        arrays of shape ent.shape + (d,); slots with id -1 stay zero. Reads the memory maps in
+        sorted order."""
+        d = self.dim
+        flat = ent.reshape(-1)
+        valid = flat >= 0
+        keys = np.zeros((flat.size, d), dtype=np.float32)
+        values = np.zeros((flat.size, d), dtype=np.float32)
+        if valid.any():
+            idx = flat[valid]
+            order = np.argsort(idx, kind="stable")
+            got = np.empty((len(idx), d), dtype=np.float32)
+            got[order] = self.keys[idx[order]]
+            keys[valid] = got
+            got[order] = self.values[idx[order]]
+            values[valid] = got
+        return keys.reshape(*ent.shape, d), values.reshape(*ent.shape, d)
+
     def entry(self, e: int) -> tuple[int, int]:
         """(sentence id, split point i) of entry e."""
         return int(self.entry_sid[e]), int(self.entry_pos[e])
+
+    def entry_tokens(self, e: int) -> tuple[int, np.ndarray]:
+        """LM tokens of entry e: its current word w_i and the suffix as stored (w_{i+1}..w_{i+m}, or
+        w_i..w_{i+m-1} in a store built with include_current_word)."""
+        sid, i = self.entry(e)
+        toks = self.tokens(sid)
+        lo = i - 1 if self.include_current_word else i
+        return int(toks[i - 1]), toks[lo : lo + self.m]
 
     # -- search (generation)
     @property

@@ -103,10 +103,8 @@ def _memory_for_rows(model: SurealmLM, retriever: PrefixRetriever, rows: torch.T
         for j in range(1, nb + 1):
             ent[b, (j - 1) * K : j * K] = retriever(words[: j * delta])
     blk = np.repeat(np.arange(1, nb + 1), K)[None].repeat(B, axis=0)
-    flat = ent.reshape(-1)
-    keys = torch.from_numpy(np.asarray(store.keys[flat], dtype=np.float32).reshape(B, nb * K, -1))
-    values = torch.from_numpy(np.asarray(store.values[flat], dtype=np.float32).reshape(B, nb * K, -1))
-    return keys, values, torch.from_numpy(blk)
+    keys, values = store.read_entries(ent)
+    return torch.from_numpy(keys), torch.from_numpy(values), torch.from_numpy(blk)
 
 
 @contextmanager
@@ -122,22 +120,14 @@ def retrieval_hooks(model: SurealmLM, retriever: PrefixRetriever) -> Iterator[No
         if am is not None and am.dim() == 2 and not bool(am.all()):
             raise RalmError("SUREALM generation takes one prompt at a time (no padded batches)")
         dev = ids.device
-        B, T = ids.shape
-        mask2d = torch.ones((B, T), dtype=torch.long, device=dev)
         kw = {
             k: v
             for k, v in kwargs.items()
             if k not in ("input_ids", "attention_mask", "position_ids", "past_key_values", "cache_position")
         }
-        kw["input_ids"] = ids
-        kw["use_cache"] = False
-        kw["position_ids"] = torch.arange(T, device=dev).expand(B, T)
         keys, values, blk = _memory_for_rows(model, retriever, ids.cpu())
-        if model.config.retrieval and blk.shape[1]:
-            kw["past_key_values"] = model.memory_cache(keys.to(dev), values.to(dev), blk.to(dev))
-            kw["attention_mask"] = model.attention_mask(mask2d, blk.to(dev))
-        else:
-            kw["attention_mask"] = model.attention_mask(mask2d, None)
+        kw.update(model.backbone_inputs(ids, None, keys.to(dev), values.to(dev), blk.to(dev)))
+        kw["input_ids"] = ids
         return (), kw
 
     def post(_module, _args, _kwargs, output):
@@ -217,10 +207,8 @@ def describe_retrievals(retriever: PrefixRetriever, tokenizer, max_entries: int 
         q = tokenizer.decode(list(r.prefix), skip_special_tokens=True)
         lines.append(f"query {q!r}:")
         for e in r.entries[:max_entries]:
-            sid, i = store.entry(int(e))
-            toks = store.tokens(sid)
-            word = tokenizer.decode([int(toks[i - 1])], skip_special_tokens=True).strip()
-            lo = i - 1 if store.include_current_word else i  # where the stored suffix starts
-            suffix = tokenizer.decode(toks[lo : lo + store.m].tolist(), skip_special_tokens=True)
+            word_id, suffix_ids = store.entry_tokens(int(e))
+            word = tokenizer.decode([word_id], skip_special_tokens=True).strip()
+            suffix = tokenizer.decode(suffix_ids.tolist(), skip_special_tokens=True)
             lines.append(f"    word {word!r:<16} suffix {suffix!r}")
     return lines

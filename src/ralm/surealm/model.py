@@ -173,20 +173,36 @@ class SurealmLM(nn.Module):
             cache.update(ki, vi, i)
         return cache
 
-    def attention_mask(self, attention_mask: torch.Tensor, mem_block: torch.Tensor | None) -> torch.Tensor:
-        """`memory_mask` with this model's delta and window, in the form its attention takes
-        (bool for sdpa, additive float for eager); mem_block None = no memory slots."""
-        if mem_block is None:
-            mem_block = torch.zeros(
-                (attention_mask.shape[0], 0), dtype=torch.long, device=attention_mask.device
-            )
-        return memory_mask(
+    def backbone_inputs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        mem_keys: torch.Tensor | None = None,
+        mem_values: torch.Tensor | None = None,
+        mem_block: torch.Tensor | None = None,
+    ) -> dict:
+        """The backbone's keyword arguments besides input_ids (B, T): position ids 0..T-1, the memory
+        in its KV cache (when retrieval is on and there are slots) and `memory_mask` with this
+        model's delta and window, in the form its attention takes (bool for sdpa, additive for eager)."""
+        B, T = input_ids.shape
+        dev = input_ids.device
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        kw: dict = {"position_ids": torch.arange(T, device=dev).expand(B, T), "use_cache": False}
+        if self.config.retrieval and mem_block is not None and mem_block.shape[1] > 0:
+            if mem_keys is None or mem_values is None:
+                raise ValueError("memory keys and values are needed with mem_block")
+            kw["past_key_values"] = self.memory_cache(mem_keys, mem_values, mem_block)
+        else:
+            mem_block = torch.zeros((B, 0), dtype=torch.long, device=dev)
+        kw["attention_mask"] = memory_mask(
             attention_mask,
             mem_block,
             self.config.delta,
             window=self.config.memory_window,
             additive_dtype=None if self.attn_impl == "sdpa" else torch.float32,
         )
+        return kw
 
     def forward(
         self,
@@ -202,18 +218,7 @@ class SurealmLM(nn.Module):
         return_hidden: also return what the output projection reads, (B, T, H): the last hidden
             states after any final norm/transform (kNN-LM's context vectors).
         """
-        B, T = input_ids.shape
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        kw: dict = {"position_ids": position_ids, "use_cache": False}
-        if self.config.retrieval and mem_block is not None and mem_block.shape[1] > 0:
-            if mem_keys is None or mem_values is None:
-                raise ValueError("memory keys and values are needed with mem_block")
-            kw["past_key_values"] = self.memory_cache(mem_keys, mem_values, mem_block)
-        else:
-            mem_block = None
-        kw["attention_mask"] = self.attention_mask(attention_mask, mem_block)
+        kw = self.backbone_inputs(input_ids, attention_mask, mem_keys, mem_values, mem_block)
         if not return_hidden:
             return self.backbone(input_ids=input_ids, **kw).logits
         captured: list[torch.Tensor] = []
