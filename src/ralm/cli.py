@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ralm.surealm import cli as surealm_cli
 
     surealm_cli.register(sub)
+    from ralm.tasks import cli as tasks_cli
+
+    tasks_cli.register(sub)
     try:  # the lecture's LMs; optional while that subpackage is being built
         from ralm.lm import cli as lm_cli
     except ImportError:

@@ -1,0 +1,339 @@
+"""One adapter per task: examples -> model inputs -> log-probabilities -> loss, predictions, metrics.
+
+Every task runs the same path with and without retrieval (BRENT Table 1's two columns):
+
+    x rows (the task's own input, special tokens included)
+      -> with retrieval: K rows ``x title [SEP] body [SEP]`` per input (`join_docs`), p(z|x) (B, K)
+         without:        one row x per input, p(z|x) = 1 (K = 1)
+      -> the HF task model on B*K rows -> per-document log-probs (B, K, ...) at x's own positions
+      -> log p(y|x) = logsumexp_z [log p(z|x) + log p(y|z,x)] (`marginalize`)
+
+Classification marginalises p(label|z,x); tagging marginalises each token's label distribution;
+extractive QA marginalises the start and end distributions over x's positions (the loss uses
+the joint: log Σ_z p(z|x) p(start|z,x) p(end|z,x)), so a retrieved chunk can only help
+choose the answer inside x, never be the answer. Open-domain QA (where the answer is in the
+retrieved chunks) is `ralm.tasks.openqa`.
+
+An adapter's `encode(examples)` gives training items (QA: one per doc-stride window); `loss`
+and `predict` take a list of items; `score(examples, predictions)` gives the task's metrics.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ralm.tasks import metrics as M
+from ralm.tasks.retrieval import TaskRetriever, join_docs, marginalize
+from ralm.tasks.tagging import IGNORE_INDEX, align_labels, word_predictions
+
+__all__ = ["ADAPTERS", "Adapter", "make_adapter"]
+
+
+@dataclass
+class Item:
+    """One model input: x ids/types (unpadded, special tokens included), the retrieval query text,
+    the training target (task-specific) and where it came from (example index)."""
+
+    ids: list[int]
+    types: list[int]
+    query: str
+    target: Any
+    example: int
+    extra: dict = field(default_factory=dict)
+
+
+class Adapter:
+    """Shared machinery: batching x rows with or without retrieved documents, marginalising."""
+
+    task = ""
+
+    def __init__(self, tokenizer, model, labels: list[str] | None, *, max_length: int, doc_length: int = 128):
+        self.tokenizer = tokenizer
+        self.model = model
+        self.labels = labels
+        self.label2id = {lab: i for i, lab in enumerate(labels or [])}
+        self.max_length = int(max_length)
+        self.doc_length = int(doc_length)
+        self.with_types = "token_type_ids" in inspect.signature(model.forward).parameters and (
+            getattr(model.config, "type_vocab_size", 2) >= 2
+        )
+
+    # -- the shared forward
+    def run(self, items: list[Item], retriever: TaskRetriever | None):
+        """(model output over B*K rows, log p(z|x) (B, K), K, retrieved ids or None)."""
+        B = len(items)
+        tok = self.tokenizer
+        dev = next(self.model.parameters()).device
+        if retriever is None:
+            L = max(len(it.ids) for it in items)
+            batch = {
+                "input_ids": torch.full((B, L), tok.pad_token_id, dtype=torch.long),
+                "attention_mask": torch.zeros((B, L), dtype=torch.long),
+                "token_type_ids": torch.zeros((B, L), dtype=torch.long),
+            }
+            for i, it in enumerate(items):
+                n = len(it.ids)
+                batch["input_ids"][i, :n] = torch.tensor(it.ids)
+                batch["attention_mask"][i, :n] = 1
+                batch["token_type_ids"][i, :n] = torch.tensor(it.types)
+            log_p_z, K, ids = torch.zeros(B, 1, device=dev), 1, None
+        else:
+            r = retriever([it.query for it in items])
+            docs = retriever.reader_docs(r.ids)
+            limit = max(len(it.ids) for it in items) + self.doc_length
+            batch = join_docs(
+                [it.ids for it in items],
+                [it.types for it in items],
+                docs,
+                tok.sep_token_id,
+                tok.pad_token_id,
+                min(limit, self.model_max_positions()),
+            )
+            log_p_z, K, ids = r.log_p_z.to(dev), r.log_p_z.shape[1], r.ids
+        if not self.with_types:
+            batch.pop("token_type_ids")
+        out = self.model(**{k: v.to(dev) for k, v in batch.items()})
+        return out, log_p_z, K, ids
+
+    def model_max_positions(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 512) or 512)
+
+    def x_length(self, items: list[Item]) -> int:
+        return max(len(it.ids) for it in items)
+
+    # -- what each task defines
+    def encode(self, examples: list) -> list[Item]:
+        raise NotImplementedError
+
+    def log_probs(self, out, items: list[Item], K: int) -> torch.Tensor:
+        """(B, K, ...) log p(y|z, x) for every input and document."""
+        raise NotImplementedError
+
+    def loss(self, items: list[Item], retriever: TaskRetriever | None) -> torch.Tensor:
+        out, lpz, K, _ = self.run(items, retriever)
+        return self.nll(lpz, self.log_probs(out, items, K), items)
+
+    def nll(self, lpz: torch.Tensor, lp: torch.Tensor, items: list[Item]) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def marginal(self, items: list[Item], retriever: TaskRetriever | None) -> tuple[torch.Tensor, Any]:
+        out, lpz, K, ids = self.run(items, retriever)
+        return marginalize(lpz, self.log_probs(out, items, K)), ids
+
+    def predict(self, examples: list, items: list[Item], retriever, batch_size: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def score(self, examples: list, predictions: dict[str, Any]) -> dict[str, float]:
+        raise NotImplementedError
+
+
+# ----------------------------------------------------------------------------- classification
+class ClassifyAdapter(Adapter):
+    task = "classify"
+
+    def encode(self, examples: list) -> list[Item]:
+        enc = self.tokenizer(
+            [ex.text for ex in examples],
+            truncation=True,
+            max_length=self.max_length,
+            return_token_type_ids=True,
+        )
+        return [
+            Item(enc["input_ids"][i], enc["token_type_ids"][i], ex.text, self.label2id.get(ex.label, -1), i)
+            for i, ex in enumerate(examples)
+        ]
+
+    def log_probs(self, out, items, K):
+        return out.logits.float().log_softmax(-1).view(len(items), K, -1)  # (B, K, C)
+
+    def nll(self, lpz, lp, items):
+        y = torch.tensor([it.target for it in items], device=lp.device)
+        return -marginalize(lpz, lp).gather(1, y[:, None]).mean()
+
+    def predict(self, examples, items, retriever, batch_size):
+        out = {}
+        for s in range(0, len(items), batch_size):
+            chunk = items[s : s + batch_size]
+            marg, _ = self.marginal(chunk, retriever)
+            for it, c in zip(chunk, marg.argmax(-1).tolist(), strict=True):
+                out[examples[it.example].id] = self.labels[c]
+        return out
+
+    def score(self, examples, predictions):
+        return M.classification_metrics(
+            [ex.label for ex in examples], [predictions[ex.id] for ex in examples]
+        )
+
+
+# ----------------------------------------------------------------------------- tagging (NER, POS)
+class TaggingAdapter(Adapter):
+    task = "ner"
+
+    def encode(self, examples: list) -> list[Item]:
+        enc = self.tokenizer(
+            [list(ex.tokens) for ex in examples],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=self.max_length,
+            return_token_type_ids=True,
+        )
+        items = []
+        for i, ex in enumerate(examples):
+            wids = enc.word_ids(i)
+            target = align_labels(wids, [self.label2id.get(lab, -1) for lab in ex.labels])
+            items.append(
+                Item(
+                    enc["input_ids"][i],
+                    enc["token_type_ids"][i],
+                    " ".join(ex.tokens),
+                    target,
+                    i,
+                    {"wids": wids},
+                )
+            )
+        return items
+
+    def log_probs(self, out, items, K):
+        Lx = self.x_length(items)
+        lp = out.logits[:, :Lx].float().log_softmax(-1)  # x sits at the same positions in every row
+        return lp.view(len(items), K, Lx, -1)  # (B, K, Lx, C)
+
+    def nll(self, lpz, lp, items):
+        Lx = lp.shape[2]
+        y = torch.full((len(items), Lx), IGNORE_INDEX, dtype=torch.long)
+        for b, it in enumerate(items):
+            y[b, : len(it.target)] = torch.tensor(it.target)
+        y = y.to(lp.device)
+        marg = marginalize(lpz, lp)  # (B, Lx, C)
+        keep = y != IGNORE_INDEX
+        return -marg[keep].gather(1, y[keep][:, None]).mean()
+
+    def predict(self, examples, items, retriever, batch_size):
+        fill = self.label2id.get("O", 0)
+        out = {}
+        for s in range(0, len(items), batch_size):
+            chunk = items[s : s + batch_size]
+            marg, _ = self.marginal(chunk, retriever)
+            for it, row in zip(chunk, marg.argmax(-1).tolist(), strict=True):
+                ex = examples[it.example]
+                ids = word_predictions(row, it.extra["wids"], len(ex.tokens), fill)
+                out[ex.id] = [self.labels[i] for i in ids]
+        return out
+
+    def score(self, examples, predictions):
+        gold = [ex.labels for ex in examples]
+        pred = [predictions[ex.id] for ex in examples]
+        if self.task == "pos":
+            return M.tagging_accuracy(gold, pred)
+        return {**M.entity_metrics(gold, pred), **M.tagging_accuracy(gold, pred)}
+
+
+class PosAdapter(TaggingAdapter):
+    task = "pos"
+
+
+# ----------------------------------------------------------------------------- extractive QA
+class ExtractiveQAAdapter(Adapter):
+    task = "extractive-qa"
+
+    def __init__(self, *args, doc_stride: int = 128, max_answer_len: int = 30, lang: str = "en", **kw):
+        super().__init__(*args, **kw)
+        self.doc_stride = int(doc_stride)
+        self.max_answer_len = int(max_answer_len)
+        self.lang = lang
+
+    def encode(self, examples: list) -> list[Item]:
+        from ralm.tasks.extractive_qa import qa_features
+
+        q = min(64, self.max_length // 4)  # question budget; short windows (tests, tiny models) scale down
+        stride = min(self.doc_stride, (self.max_length - q - 3) // 2)
+        f = qa_features(self.tokenizer, examples, self.max_length, doc_stride=stride, max_query_length=q)
+        items = []
+        n = f.attention_mask.sum(1).tolist()
+        for i in range(len(f.example_index)):
+            ex_i = int(f.example_index[i])
+            m = n[i]
+            items.append(
+                Item(
+                    f.input_ids[i, :m].tolist(),
+                    f.token_type_ids[i, :m].tolist(),
+                    examples[ex_i].question,
+                    (int(f.start_positions[i]), int(f.end_positions[i])),
+                    ex_i,
+                    {"feature": i, "features": f},
+                )
+            )
+        return items
+
+    def log_probs(self, out, items, K):
+        Lx = self.x_length(items)
+        allowed = torch.zeros(len(items), Lx, dtype=torch.bool)
+        for b, it in enumerate(items):
+            allowed[b, : len(it.ids)] = True
+        allowed = allowed.repeat_interleave(K, 0).to(out.start_logits.device)
+        ninf = float("-inf")
+        s = out.start_logits[:, :Lx].float().masked_fill(~allowed, ninf).log_softmax(-1)
+        e = out.end_logits[:, :Lx].float().masked_fill(~allowed, ninf).log_softmax(-1)
+        return torch.stack([s, e], 1).view(len(items), K, 2, Lx)  # (B, K, 2, Lx)
+
+    def nll(self, lpz, lp, items):
+        gs = torch.tensor([it.target[0] for it in items], device=lp.device)
+        ge = torch.tensor([it.target[1] for it in items], device=lp.device)
+        B, K = lpz.shape
+        idx = torch.arange(B, device=lp.device)
+        joint = lp[idx, :, 0, gs] + lp[idx, :, 1, ge]  # (B, K): log p(start, end | z, x)
+        return -marginalize(lpz, joint).mean()
+
+    def predict(self, examples, items, retriever, batch_size):
+        from ralm.tasks.extractive_qa import decode_predictions
+
+        feats = items[0].extra["features"] if items else None
+        if feats is None:
+            return {}
+        F, L = feats.input_ids.shape
+        start = torch.full((F, L), -1e4)
+        end = torch.full((F, L), -1e4)
+        for s in range(0, len(items), batch_size):
+            chunk = items[s : s + batch_size]
+            marg, _ = self.marginal(chunk, retriever)  # (B, 2, Lx)
+            for it, row in zip(chunk, marg.cpu(), strict=True):
+                f = it.extra["feature"]
+                n = len(it.ids)
+                start[f, :n] = row[0, :n].clamp(min=-1e4)
+                end[f, :n] = row[1, :n].clamp(min=-1e4)
+        return decode_predictions(feats, examples, start, end, self.max_answer_len)
+
+    def score(self, examples, predictions):
+        return M.qa_metrics(predictions, examples, self.lang)
+
+
+ADAPTERS = {
+    "classify": ClassifyAdapter,
+    "ner": TaggingAdapter,
+    "pos": PosAdapter,
+    "extractive-qa": ExtractiveQAAdapter,
+}
+
+
+def make_adapter(task: str, tokenizer, model, labels, **kw) -> Adapter:
+    """The adapter for `task` (open-qa has its own, `ralm.tasks.openqa.OpenQAAdapter`)."""
+    if task == "open-qa":
+        from ralm.tasks.openqa import OpenQAAdapter
+
+        return OpenQAAdapter(tokenizer, model, labels, **kw)
+    kw = {k: v for k, v in kw.items() if k in ("max_length", "doc_length", "doc_stride", "lang")}
+    if task != "extractive-qa":
+        kw.pop("doc_stride", None)
+        kw.pop("lang", None)
+    return ADAPTERS[task](tokenizer, model, labels, **kw)
+
+
+def shuffled(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The order of n training items in `epoch` (one seeded permutation per epoch)."""
+    return np.random.default_rng([seed, 17, epoch]).permutation(n)

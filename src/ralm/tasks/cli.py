@@ -1,0 +1,109 @@
+"""Downstream commands: fine-tune/evaluate on a task, and compare result directories.
+
+ralm finetune TASK DATA --model M --out DIR [--retrieval [--index IDX] [--tune-retriever]] [--seeds 1,2,3]
+ralm table DIR [DIR...]          (BRENT Table 1 layout: models x task metrics, without / with retrieval)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ralm.tasks.types import TASKS
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write seeds as integers, e.g. 1,2,3") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct seeds, e.g. 1,2,3")
+    return seeds
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from ralm.tasks.finetune import FinetuneConfig, finetune
+    from ralm.tasks.tables import results_markdown
+
+    names = {f for f in FinetuneConfig.__dataclass_fields__}
+    kw = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    kw["progress"] = not args.no_progress
+    kw["save"] = not args.no_save
+    cfg = FinetuneConfig(**kw)
+    results = finetune(cfg)
+    print(results_markdown(results), end="")
+    print(f"results: {Path(cfg.out) / 'results.json'}, {Path(cfg.out) / 'results.md'}")
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from ralm.tasks.tables import comparison_table, read_results
+
+    results = [read_results(p) for p in args.runs]
+    text = comparison_table(results)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    print(text, end="")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "finetune",
+        help="fine-tune and evaluate a reader on QA, NER, POS, classification or open-domain QA",
+        description="Fine-tune a model on a downstream task (BRENT Table 1, REALM open-QA), per seed, "
+        "with or without retrieval; writes results.json and results.md into --out.",
+    )
+    p.add_argument("task", choices=TASKS)
+    p.add_argument("data", help="dataset file or directory (its train/dev/test files are found by name)")
+    p.add_argument(
+        "--model", help="REALM run, exported reader or HF encoder directory (default: bundled MiniLM)"
+    )
+    p.add_argument("--out", required=True, help="output directory (written only when every seed is done)")
+    p.add_argument("--name", help="row label in tables (default: the model directory's name)")
+    p.add_argument("--dataset", help="column label in tables (default: the data path's name)")
+    p.add_argument("--format", choices=("squad", "conllu", "conll", "text", "openqa"))
+    p.add_argument("--train", help="train split file or directory (overrides what DATA holds)")
+    p.add_argument("--dev", help="dev split file or directory")
+    p.add_argument("--test", help="test split file or directory")
+    p.add_argument("--seeds", type=_seeds, help="comma-separated seeds, e.g. 1,2,3,4,5 (default 42)")
+    p.add_argument("--epochs", type=float)
+    p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float, help="reader learning rate")
+    p.add_argument("--lr-head", type=float, help="task head learning rate (default: --lr)")
+    p.add_argument("--lr-retriever", type=float, help="query tower learning rate (default 3 x --lr)")
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--warmup-ratio", type=float)
+    p.add_argument("--schedule", choices=("linear", "cosine", "constant"))
+    p.add_argument("--max-length", type=int, help="tokens of the task input (QA: one window)")
+    p.add_argument("--doc-stride", type=int, help="overlap of QA context windows (default 128)")
+    p.add_argument("--doc-length", type=int, help="tokens of a retrieved chunk appended to the input")
+    p.add_argument("--retrieval", action="store_true", help="pair each input with its top-k chunks")
+    p.add_argument("--index", help="index directory to retrieve from (default: the REALM run's own)")
+    p.add_argument("--retriever", choices=("dense", "bm25"), help="dense (default) or bm25 (frozen)")
+    p.add_argument("-k", type=int, help="documents per input, null document included (open-qa: chunks)")
+    p.add_argument("--no-null-doc", dest="null_doc", action="store_false", default=None)
+    p.add_argument("--tune-retriever", action="store_true", default=None, help="fine-tune the query tower")
+    p.add_argument("--max-train", type=int, help="use at most N training examples (seeded sample)")
+    p.add_argument("--max-eval", type=int, help="evaluate on the first N dev/test examples")
+    p.add_argument("--eval-every", type=int, help="also evaluate on dev every N steps")
+    p.add_argument("--patience", type=int, help="early stopping: evaluations without dev improvement")
+    p.add_argument("--device", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--autocast", choices=("auto", "bf16", "off"))
+    p.add_argument("--lang", help="answer normalisation language for QA metrics (default en)")
+    p.add_argument("--no-save", action="store_true", help="do not write the fine-tuned models")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier finetune output")
+    p.set_defaults(func=cmd_finetune)
+
+    t = sub.add_parser(
+        "table",
+        help="print several `ralm finetune` results side by side (BRENT Table 1 layout)",
+        description="Rows: models (--name of each job); columns: dataset metric, without / with retrieval; "
+        "cells: mean ± std over seeds on the test split.",
+    )
+    t.add_argument("runs", nargs="+", help="`ralm finetune --out` directories")
+    t.add_argument("--out", help="also write the Markdown table to this file")
+    t.set_defaults(func=cmd_table)

@@ -1,0 +1,419 @@
+"""`ralm finetune`: fine-tune and evaluate a reader on a downstream task, per seed, with or without retrieval.
+
+`finetune(cfg)` reads the dataset (`ralm.tasks.datasets`), resolves the model once
+(`ralm.tasks.models.prepare_init`), then for each seed: builds the task head and (with
+`retrieval`) the retriever, trains with AdamW and a warm-up schedule from `ralm.train.optim`
+(reader, head and query tower at their own learning rates), evaluates on the dev split every
+`eval_every` steps and at each epoch end, keeps the best dev state (early stopping after
+`patience` evaluations without improvement), and finally scores dev and test with that state.
+Outputs go to a temporary directory renamed to `out` only when every seed has finished::
+
+    out/results.json  out/results.md  out/init.json  out/init/ (a REALM run's exported parts)
+    out/seed-42/{metrics.jsonl, eval.json, predictions.jsonl, model/ (AutoModelFor...), query/}
+
+Defaults follow BRENT Appendix A where it gives them (Table 5: NorQuAD; Table 7: NoReC sentence;
+Table 8: morpho-syntactic tasks, used for NER and POS); `TASK_DEFAULTS` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ralm.errors import RalmError
+from ralm.retrieval.encoders import autocast_context, autocast_dtype
+from ralm.tasks.adapters import make_adapter, shuffled
+from ralm.tasks.metrics import PRIMARY
+from ralm.tasks.models import InitSpec, load_retriever_parts, load_task_model, prepare_init, write_init
+from ralm.tasks.types import TASKS
+from ralm.train.logging import MetricsLogger
+from ralm.train.optim import adamw, param_groups, warmup_schedule
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TASK_DEFAULTS", "FinetuneConfig", "finetune", "run_seed"]
+
+# BRENT Appendix A (Tables 5, 7, 8); open-qa after REALM/ORQA (top-5, small lr).
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "extractive-qa": {"batch_size": 16, "epochs": 3.0, "lr": 5e-5, "schedule": "linear", "max_length": 384},
+    "classify": {
+        "batch_size": 32,
+        "epochs": 3.0,
+        "lr": 1e-5,
+        "lr_retriever": 3e-5,
+        "schedule": "cosine",
+        "max_length": 128,
+    },
+    "ner": {
+        "batch_size": 32,
+        "epochs": 10.0,
+        "lr": 1e-4,
+        "lr_head": 1e-3,
+        "schedule": "cosine",
+        "max_length": 256,
+    },
+    "pos": {
+        "batch_size": 32,
+        "epochs": 10.0,
+        "lr": 1e-4,
+        "lr_head": 1e-3,
+        "schedule": "cosine",
+        "max_length": 256,
+    },
+    "open-qa": {
+        "batch_size": 8,
+        "epochs": 4.0,
+        "lr": 1e-5,
+        "lr_retriever": 1e-5,
+        "schedule": "linear",
+        "max_length": 256,
+        "k": 5,
+        "tune_retriever": True,
+    },
+}
+
+
+@dataclass
+class FinetuneConfig:
+    """One `ralm finetune` job. None means "the task's default" (`TASK_DEFAULTS`)."""
+
+    task: str
+    data: str
+    out: str
+    model: str | None = None  # REALM run, exported reader or HF encoder; None = bundled MiniLM
+    name: str | None = None  # row label in tables (default: the model directory's name)
+    dataset: str | None = None  # column label in tables (default: the data path's name)
+    format: str | None = None  # force a reader format (squad, conllu, conll, text, openqa)
+    train: str | None = None  # explicit split files override what is found under `data`
+    dev: str | None = None
+    test: str | None = None
+    seeds: list[int] = field(default_factory=lambda: [42])
+    epochs: float | None = None
+    max_steps: int = 0  # > 0: stop after this many optimiser steps (overrides epochs)
+    batch_size: int | None = None
+    lr: float | None = None  # reader (encoder) learning rate
+    lr_head: float | None = None  # task head; default = lr
+    lr_retriever: float | None = None  # query tower (with --tune-retriever); default 3 x lr (BRENT)
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    schedule: str | None = None  # linear | cosine | constant
+    max_length: int | None = None  # tokens of the task input x (QA: one doc-stride window)
+    doc_stride: int = 128
+    doc_length: int = 128  # tokens of a retrieved chunk appended to x
+    retrieval: bool = False
+    index: str | None = None  # index directory; default the REALM run's own
+    retriever: str = "dense"  # dense | bm25 (frozen)
+    k: int | None = None  # documents per input incl. the null document (open-qa: retrieved chunks)
+    null_doc: bool = True
+    tune_retriever: bool | None = None  # fine-tune the query tower (the index stays fixed)
+    max_train: int = 0  # use at most this many training examples (0 = all; seeded sample)
+    max_eval: int = 0  # evaluate on at most this many dev/test examples (0 = all; first ones)
+    eval_every: int = 0  # also evaluate every N steps (0 = at each epoch end only)
+    patience: int = 0  # stop after N evaluations without dev improvement (0 = never)
+    grad_clip: float = 1.0
+    eval_batch_size: int = 64
+    device: str = "auto"
+    autocast: str = "auto"
+    lang: str = "en"  # answer normalisation (articles) for QA metrics
+    save: bool = True  # write the fine-tuned model of each seed
+    overwrite: bool = False
+    progress: bool = True
+
+    def resolved(self) -> FinetuneConfig:
+        """A copy with the task defaults filled in."""
+        if self.task not in TASKS:
+            raise RalmError(f"task {self.task!r}: choose one of {', '.join(TASKS)}")
+        d = {**TASK_DEFAULTS[self.task]}
+        vals = asdict(self)
+        for f in fields(self):
+            if vals[f.name] is None and f.name in d:
+                vals[f.name] = d[f.name]
+        out = FinetuneConfig(**vals)
+        out.lr_head = out.lr_head or out.lr
+        out.lr_retriever = out.lr_retriever or 3 * out.lr
+        out.k = out.k or 4
+        out.tune_retriever = bool(out.tune_retriever)
+        if self.task == "open-qa":
+            out.retrieval, out.null_doc = True, False
+        return out
+
+
+def _device(name: str) -> torch.device:
+    from ralm.realm.trainer import resolve_device
+
+    return resolve_device(name)
+
+
+def _subsample(examples: list, n: int, seed: int) -> list:
+    if not n or n >= len(examples):
+        return examples
+    keep = np.sort(np.random.default_rng([seed, 3]).choice(len(examples), n, replace=False))
+    return [examples[i] for i in keep]
+
+
+def evaluate(adapter, examples: list, retriever, batch_size: int, dtype, device) -> tuple[dict, dict]:
+    """(metrics, predictions) of the adapter's model on `examples` (eval mode, no grad)."""
+    model = adapter.model
+    was = model.training
+    model.eval()
+    if retriever is not None:
+        retriever.eval()
+    try:
+        with torch.no_grad(), autocast_context(device, dtype):
+            items = adapter.encode(examples)
+            preds = adapter.predict(examples, items, retriever, batch_size)
+        return adapter.score(examples, preds), preds
+    finally:
+        model.train(was)
+        if retriever is not None:
+            retriever.train(was)
+
+
+def _optimizer(cfg: FinetuneConfig, model, retriever):
+    """AdamW groups: encoder at lr, the task head at lr_head, the query tower at lr_retriever."""
+    base = getattr(model, model.base_model_prefix)
+    seen: set[int] = set()
+    groups = param_groups(base, cfg.lr, cfg.weight_decay, name="reader", skip=seen)
+    groups += param_groups(model, cfg.lr_head, cfg.weight_decay, name="head", skip=seen)
+    if retriever is not None and retriever.tune:
+        groups += param_groups(
+            retriever.encoder.query_tower, cfg.lr_retriever, cfg.weight_decay, name="retriever", skip=seen
+        )
+    return adamw(groups)
+
+
+def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: Path) -> dict[str, Any]:
+    """Train and evaluate one seed into `out`; returns its eval record."""
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+    device = _device(cfg.device)
+    t0 = time.perf_counter()
+    model, tok = load_task_model(cfg.task, spec.reader, labels)
+    model.to(device).train()
+    retriever = None
+    if cfg.retrieval:
+        retriever = load_retriever_parts(
+            spec, reader_tokenizer=tok, k=cfg.k, tune=cfg.tune_retriever, null_doc=cfg.null_doc
+        )
+        retriever.to(device).train()
+    adapter = make_adapter(
+        cfg.task,
+        tok,
+        model,
+        labels,
+        max_length=cfg.max_length,
+        doc_length=cfg.doc_length,
+        doc_stride=cfg.doc_stride,
+        lang=cfg.lang,
+    )
+    dtype = autocast_dtype(device, cfg.autocast, torch.float32)
+    train = _subsample(data.splits["train"], cfg.max_train, seed)
+    dev = data.splits.get("dev", [])[: cfg.max_eval or None]
+    test = data.splits.get("test", [])[: cfg.max_eval or None]
+    items = adapter.encode(train)
+    per_epoch = math.ceil(len(items) / cfg.batch_size)
+    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
+    opt = _optimizer(cfg, model, retriever)
+    sched = warmup_schedule(opt, cfg.schedule, int(cfg.warmup_ratio * total), total)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    log = MetricsLogger(out, tensorboard=False)
+    primary = PRIMARY[cfg.task]
+    best: tuple[float, int, dict] | None = None  # (dev score, step, state)
+    best_dev: dict = {}
+    stale = 0
+    bar = tqdm(total=total, desc=f"seed {seed}", disable=not cfg.progress, leave=False)
+
+    def do_eval(step: int) -> bool:
+        nonlocal best, best_dev, stale
+        if not dev:
+            return False
+        m, _ = evaluate(adapter, dev, retriever, cfg.eval_batch_size, dtype, device)
+        log.log(step, **{f"dev_{k}": v for k, v in m.items()})
+        if best is None or m[primary] > best[0]:
+            state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            q = None
+            if retriever is not None and retriever.tune:
+                q = {
+                    k: v.detach().to("cpu", copy=True)
+                    for k, v in retriever.encoder.query_tower.state_dict().items()
+                }
+            best, best_dev, stale = (m[primary], step, {"model": state, "query": q}), m, 0
+        else:
+            stale += 1
+        return bool(cfg.patience and stale >= cfg.patience)
+
+    step, epoch, t_train = 0, 0, time.perf_counter()
+    skipped_before = getattr(adapter, "skipped", 0)
+    stop = False
+    while step < total and not stop:
+        order = shuffled(len(items), seed, epoch)
+        for s in range(0, len(order), cfg.batch_size):
+            batch = [items[i] for i in order[s : s + cfg.batch_size]]
+            ts = time.perf_counter()
+            with autocast_context(device, dtype):
+                loss = adapter.loss(batch, retriever)
+            if loss is not None:
+                loss.backward()
+                gn = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                opt.step()
+                row = {"loss": loss.item(), "grad_norm": gn.item()}
+            else:
+                row = {"loss": None}
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            step += 1
+            row.update(epoch=epoch, lr=sched.get_last_lr()[0], step_seconds=time.perf_counter() - ts)
+            if hasattr(adapter, "skipped"):
+                row["skipped"] = adapter.skipped - skipped_before
+            log.log(step, **row)
+            bar.update(1)
+            if row["loss"] is not None:
+                bar.set_postfix(loss=f"{row['loss']:.3f}")
+            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
+                stop = do_eval(step)
+            if step >= total or stop:
+                break
+        epoch += 1
+        if not stop and (step >= total or not cfg.eval_every):
+            stop = do_eval(step) or stop
+    bar.close()
+    train_seconds = time.perf_counter() - t_train
+    if best is not None:
+        model.load_state_dict(best[2]["model"])
+        if best[2]["query"] is not None:
+            retriever.encoder.query_tower.load_state_dict(best[2]["query"])
+    record: dict[str, Any] = {"seed": seed, "steps": step, "best_step": best[1] if best else step}
+    t_eval = time.perf_counter()
+    record["dev"] = evaluate(adapter, dev, retriever, cfg.eval_batch_size, dtype, device)[0] if dev else {}
+    test_preds: dict = {}
+    if test:
+        record["test"], test_preds = evaluate(adapter, test, retriever, cfg.eval_batch_size, dtype, device)
+    record.update(
+        train_examples=len(train),
+        train_items=len(items),
+        dev_examples=len(dev),
+        test_examples=len(test),
+        train_seconds=round(train_seconds, 2),
+        eval_seconds=round(time.perf_counter() - t_eval, 2),
+        seconds=round(time.perf_counter() - t0, 2),
+    )
+    if hasattr(adapter, "skipped"):
+        record["skipped_train_batches_examples"] = adapter.skipped - skipped_before
+    log.close()
+    _write_predictions(out / "predictions.jsonl", test_preds)
+    if cfg.save:
+        model.save_pretrained(str(out / "model"), safe_serialization=True)
+        tok.save_pretrained(str(out / "model"))
+        if retriever is not None and retriever.tune:
+            retriever.encoder.save(out / "retriever")
+    (out / "eval.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+def _write_predictions(path: Path, preds: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for k, v in preds.items():
+            f.write(json.dumps({"id": k, "prediction": v}, ensure_ascii=False) + "\n")
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """{split: {metric: {"mean", "std", "n"}}} over seeds (std: sample std, 0 for one seed)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for split in ("dev", "test"):
+        names = sorted({m for r in records for m in r.get(split, {})})
+        for m in names:
+            xs = [float(r[split][m]) for r in records if m in r.get(split, {})]
+            out.setdefault(split, {})[m] = {
+                "mean": statistics.fmean(xs),
+                "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+                "n": len(xs),
+            }
+    return out
+
+
+def _prepare_out(out: Path, overwrite: bool) -> Path:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not overwrite:
+            raise RalmError(f"{out}: exists; choose another --out or pass --overwrite")
+        if out.is_dir() and not (out / "results.json").is_file():
+            raise RalmError(f"{out}: exists and is not a `ralm finetune` output; refusing to overwrite it")
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
+    """Run every seed of `cfg`; returns the results dict written to `out/results.json`."""
+    from ralm.tasks.datasets import check_label_sets, load_task_data
+    from ralm.tasks.tables import results_markdown
+
+    cfg = cfg.resolved()
+    out = Path(cfg.out)
+    data = load_task_data(
+        cfg.data, cfg.task, fmt=cfg.format, train=cfg.train, dev=cfg.dev, test=cfg.test, seed=cfg.seeds[0]
+    )
+    for note in data.notes:
+        log(f"note: {note}")
+    if not data.splits.get("train"):
+        raise RalmError(f"{cfg.data}: no train split found; pass --train FILE (and --dev/--test)")
+    labels = None
+    if cfg.task in ("ner", "pos", "classify"):
+        check_label_sets(data)
+        labels = data.labels()
+    tmp = _prepare_out(out, cfg.overwrite)
+    try:
+        spec = prepare_init(cfg.model, tmp, retrieval=cfg.retrieval, index=cfg.index, retriever=cfg.retriever)
+        write_init(spec, tmp)
+        records = []
+        for seed in cfg.seeds:
+            sd = tmp / f"seed-{seed}"
+            sd.mkdir()
+            rec = run_seed(cfg, spec, data, labels, seed, sd)
+            shown = rec.get("test") or rec.get("dev")
+            log(
+                f"seed {seed}: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in shown.items())
+                + f" ({'test' if rec.get('test') else 'dev'}; {rec['seconds']:.0f} s)"
+            )
+            records.append(rec)
+        results = {
+            "task": cfg.task,
+            "name": cfg.name or spec.label,
+            "model": spec.source,
+            "retrieval": cfg.retrieval,
+            "retriever": cfg.retriever if cfg.retrieval else None,
+            "data": str(cfg.data),
+            "dataset": cfg.dataset or Path(cfg.data).name,
+            "format": data.format,
+            "sources": data.sources,
+            "notes": data.notes,
+            "primary": PRIMARY[cfg.task],
+            "labels": labels,
+            "config": asdict(cfg),
+            "seeds": records,
+            "summary": summarize(records),
+            "seconds": round(sum(r["seconds"] for r in records), 2),
+        }
+        (tmp / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        (tmp / "results.md").write_text(results_markdown(results), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results
