@@ -140,7 +140,10 @@ def test_open_qa_with_bm25_is_frozen_and_recall_matches_search(task_data, fact_s
     test = load_task_data(task_data / "openqa", "open-qa").splits["test"]
     top = bm25.search_text([ex.question for ex in test], 3).ids
     want = np.mean(
-        [any(has_answer(ds[int(i)]["text"], ex.answers) for i in row) for ex, row in zip(test, top)]
+        [
+            any(has_answer(ds[int(i)]["text"], ex.answers) for i in row)
+            for ex, row in zip(test, top, strict=False)
+        ]
     )
     assert res["seeds"][0]["test"]["recall@3"] == pytest.approx(100.0 * want)
     assert not (tmp_path / "o" / "seed-42" / "retriever").exists()
