@@ -6,6 +6,7 @@ Samples (install with `pip install 'ralm[samples]'`):
     lee      gensim: lee_background.cor, 300 news articles, one per line
     chitchat chitchat-dataset: 7,168 English conversations (JSON)
     trivia   chatterbot-corpus: 261 trivia question / short answer pairs (YAML)
+    polarity gensim: pang_lee_polarity.cor, 200 sentiment-labelled movie-review sentences
     triviaqa the TriviaQA sample (11 questions, 24 evidence documents: Wikipedia and web) from the
              test fixtures of the allennlp 0.9.0 wheel, fetched from PyPI at set-up time
              (`python -m ralm.samples fetch-triviaqa`, run by `make setup`) and converted to
@@ -40,6 +41,8 @@ SAMPLES: dict[str, tuple[str, str, str]] = {
     "lee": ("gensim", f"{_GENSIM_DATA}/lee_background.cor", "text-lines"),
     "chitchat": ("chitchat_dataset", "dataset.json", "json"),
     "trivia": ("chatterbot_corpus", "data/english/trivia.yml", "yaml"),
+    # 200 movie-review sentences, `__label__pos|neg text` per line: `ralm finetune classify --sample polarity`
+    "polarity": ("gensim", f"{_GENSIM_DATA}/pang_lee_polarity.cor", "labelled-lines"),
 }
 
 

@@ -495,6 +495,21 @@ def test_carve_dev_is_seeded_and_noted(tmp_path):
     assert "dev" not in load_task_data(f, "classify", dev_fraction=0).splits
 
 
+def test_carve_test_then_dev(tmp_path):
+    f = write(tmp_path / "reviews.txt", "".join(f"{i % 2} text number {i}\n" for i in range(20)))
+    data = load_task_data(f, "classify", seed=3, test_fraction=0.2)
+    n = {k: len(v) for k, v in data.splits.items()}
+    assert n == {"train": 14, "test": 4, "dev": 2}  # 20% of 20 to test, then 10% of the 16 left to dev
+    ids = [{ex.id for ex in data.splits[k]} for k in ("train", "dev", "test")]
+    assert len(set().union(*ids)) == 20
+    assert (
+        data.notes[0]
+        == "no test split: 4 of 20 train examples carved out as test (test_fraction=0.2, seed=3)"
+    )
+    with pytest.raises(RalmError, match="test_fraction"):
+        load_task_data(f, "classify", test_fraction=1.0)
+
+
 def test_overrides_and_loose_files_ignored(tmp_path):
     write(tmp_path / "d/train.tsv", "1\tgood\n0\tbad\n1\tfine\n")
     write(tmp_path / "d/extra.tsv", "1\tx\n")

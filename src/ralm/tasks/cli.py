@@ -23,10 +23,16 @@ def _seeds(text: str) -> list[int]:
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
+    from ralm.errors import RalmError
+    from ralm.samples import sample_path
     from ralm.tasks.finetune import FinetuneConfig, finetune
     from ralm.tasks.tables import results_markdown
 
-    names = {f for f in FinetuneConfig.__dataclass_fields__}
+    if (args.data is None) == (args.sample is None):
+        raise RalmError("give either DATA or --sample, not both or neither")
+    if args.sample:
+        args.data = str(sample_path(args.sample))
+    names = set(FinetuneConfig.__dataclass_fields__)
     kw = {k: v for k, v in vars(args).items() if k in names and v is not None}
     kw["progress"] = not args.no_progress
     kw["save"] = not args.no_save
@@ -56,7 +62,10 @@ def register(sub) -> None:
         "with or without retrieval; writes results.json and results.md into --out.",
     )
     p.add_argument("task", choices=TASKS)
-    p.add_argument("data", help="dataset file or directory (its train/dev/test files are found by name)")
+    p.add_argument(
+        "data", nargs="?", help="dataset file or directory (its train/dev/test files are found by name)"
+    )
+    p.add_argument("--sample", choices=("polarity",), help="a bundled dataset instead of DATA (classify)")
     p.add_argument(
         "--model", help="REALM run, exported reader or HF encoder directory (default: bundled MiniLM)"
     )
@@ -67,6 +76,7 @@ def register(sub) -> None:
     p.add_argument("--train", help="train split file or directory (overrides what DATA holds)")
     p.add_argument("--dev", help="dev split file or directory")
     p.add_argument("--test", help="test split file or directory")
+    p.add_argument("--test-fraction", type=float, help="carve a test split out of train when there is none")
     p.add_argument("--seeds", type=_seeds, help="comma-separated seeds, e.g. 1,2,3,4,5 (default 42)")
     p.add_argument("--epochs", type=float)
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")

@@ -780,24 +780,24 @@ def _drop_unanswered(data: TaskData) -> None:
     data.splits["train"] = kept
 
 
-def _carve_dev(data: TaskData, dev_fraction: float, seed: int) -> None:
-    """Move a seeded random `dev_fraction` of train to dev (order kept in both) when dev is missing."""
+def _carve(data: TaskData, split: str, fraction: float, seed: int) -> None:
+    """Move a seeded random `fraction` of train to `split` (order kept in both) when it is missing."""
     train = data.splits.get("train")
-    if not train or "dev" in data.splits or dev_fraction <= 0:
+    if not train or split in data.splits or fraction <= 0:
         return
     if len(train) < 2:
-        data.notes.append(f"no dev split, and train has {len(train)} example: too few to carve one out")
+        data.notes.append(f"no {split} split, and train has {len(train)} example: too few to carve one out")
         return
-    n_dev = min(max(1, round(len(train) * dev_fraction)), len(train) - 1)
+    n = min(max(1, round(len(train) * fraction)), len(train) - 1)
     order = list(range(len(train)))
-    random.Random(seed).shuffle(order)
-    dev_idx = set(order[:n_dev])
-    data.splits["dev"] = [ex for i, ex in enumerate(train) if i in dev_idx]
-    data.splits["train"] = [ex for i, ex in enumerate(train) if i not in dev_idx]
-    data.sources["dev"] = list(data.sources["train"])
+    random.Random(f"{seed}-{split}" if split != "dev" else seed).shuffle(order)
+    picked = set(order[:n])
+    data.splits[split] = [ex for i, ex in enumerate(train) if i in picked]
+    data.splits["train"] = [ex for i, ex in enumerate(train) if i not in picked]
+    data.sources[split] = list(data.sources["train"])
     data.notes.append(
-        f"no dev split: {n_dev} of {len(train)} train examples carved out as dev "
-        f"(dev_fraction={dev_fraction}, seed={seed})"
+        f"no {split} split: {n} of {len(train)} train examples carved out as {split} "
+        f"({split}_fraction={fraction}, seed={seed})"
     )
 
 
@@ -810,6 +810,7 @@ def load_task_data(
     dev: PathArg | None = None,
     test: PathArg | None = None,
     dev_fraction: float = 0.1,
+    test_fraction: float = 0.0,
     seed: int = 0,
 ) -> TaskData:
     """All splits of a dataset: `path` a file (-> used as train) or a directory; train/dev/test override.
@@ -820,13 +821,15 @@ def load_task_data(
     (NorNE's ndt/ files), else ignored with a note. Several files of one split are concatenated in
     sorted path order. `train=`/`dev=`/`test=` (a file, or a directory whose data files all belong
     to that split) replace what the scan found. Without a dev split, `dev_fraction` of train
-    (seeded shuffle; 0 turns this off) becomes dev. A missing train split is allowed.
+    (seeded shuffle; 0 turns this off) becomes dev; likewise `test_fraction` (default 0) carves a
+    test split, first, when the dataset has none. A missing train split is allowed.
     """
     _check_task(task)
     if fmt is not None:
         _check_format(task, fmt)
-    if not 0 <= dev_fraction < 1:
-        raise RalmError(f"dev_fraction must be in [0, 1), not {dev_fraction}")
+    for name, frac in (("dev_fraction", dev_fraction), ("test_fraction", test_fraction)):
+        if not 0 <= frac < 1:
+            raise RalmError(f"{name} must be in [0, 1), not {frac}")
     files, notes = _scan(Path(path)) if path is not None else ({}, [])
     for split, given in (("train", train), ("dev", dev), ("test", test)):
         if given is not None:
@@ -842,7 +845,8 @@ def load_task_data(
             formats.extend(used)
     data.format = "+".join(dict.fromkeys(formats))
     _drop_unanswered(data)
-    _carve_dev(data, dev_fraction, seed)
+    _carve(data, "test", test_fraction, seed)
+    _carve(data, "dev", dev_fraction, seed)
     return data
 
 

@@ -98,6 +98,7 @@ class FinetuneConfig:
     train: str | None = None  # explicit split files override what is found under `data`
     dev: str | None = None
     test: str | None = None
+    test_fraction: float = 0.0  # carve a seeded test split out of train when the data has none
     seeds: list[int] = field(default_factory=lambda: [42])
     epochs: float | None = None
     max_steps: int = 0  # > 0: stop after this many optimiser steps (overrides epochs)
@@ -364,7 +365,14 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
     cfg = cfg.resolved()
     out = Path(cfg.out)
     data = load_task_data(
-        cfg.data, cfg.task, fmt=cfg.format, train=cfg.train, dev=cfg.dev, test=cfg.test, seed=cfg.seeds[0]
+        cfg.data,
+        cfg.task,
+        fmt=cfg.format,
+        train=cfg.train,
+        dev=cfg.dev,
+        test=cfg.test,
+        test_fraction=cfg.test_fraction,
+        seed=cfg.seeds[0],
     )
     for note in data.notes:
         log(f"note: {note}")
