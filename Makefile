@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml Makefile
 # the gensim English Wikipedia sample with the bundled MiniLM tokenizer; REALM/BRENT pre-training
 # (retriever + reader from MiniLM, exact index refreshed every 100 steps) and the MLM-only
 # baseline on the same data and steps; the held-out perplexity table; REALM Table 3-style
-# `fill` examples; training curves; the reader exported as a Hugging Face masked LM.
+# `fill` examples; training curves; the reader exported as a Hugging Face masked LM, then
+# fine-tuned for 200 steps on gensim's 200 labelled sentiment sentences (BRENT's downstream step).
 DEMO := runs/demo
 demo: setup
 	$(BIN)/ralm corpus build --sample enwiki --out $(DEMO)/corpus --chunk-size 64 --overwrite
@@ -41,8 +42,11 @@ demo: setup
 		"Aristotle was a student of [MASK] in Athens."
 	$(BIN)/ralm plot $(DEMO)/realm $(DEMO)/mlm --out $(DEMO)/curves.png
 	$(BIN)/ralm export-reader $(DEMO)/realm $(DEMO)/reader --overwrite
+	$(BIN)/ralm finetune classify --sample polarity --model $(DEMO)/reader --out $(DEMO)/polarity \
+		--test-fraction 0.2 --max-steps 200 --batch-size 16 --lr 5e-5 --eval-every 50 --overwrite
 	@echo "results: $(DEMO)/realm/eval_mlm.json (table), $(DEMO)/curves.png (curves),"
-	@echo "         $(DEMO)/{realm,mlm}/metrics.jsonl (per step), $(DEMO)/reader (AutoModelForMaskedLM)"
+	@echo "         $(DEMO)/{realm,mlm}/metrics.jsonl (per step), $(DEMO)/reader (AutoModelForMaskedLM),"
+	@echo "         $(DEMO)/polarity/results.md (the reader fine-tuned on sentiment; model in seed-42/model)"
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks

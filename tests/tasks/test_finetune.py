@@ -197,3 +197,52 @@ def test_bad_inputs_are_one_line_and_leave_nothing(task_data, fact_store, tiny_d
     assert main([*base, "--model", str(tmp_path / "notamodel")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert not out.exists() and not list(tmp_path.glob(".o.partial-*"))
+
+
+def test_bad_data_is_one_line_naming_the_file(tiny_dir, tmp_path, capsys):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "train.conll").write_text("Oslo\tB-LOC\nis\tO\n\nBergen\tB-LOC\tX\n", encoding="utf-8")
+    (d / "test.conll").write_text("Oslo\tB-LOC\n", encoding="utf-8")
+    out = tmp_path / "o"
+    args = ["finetune", "ner", str(d), "--out", str(out), "--model", str(tiny_dir), "--max-steps", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train.conll:4" in err[0]
+    (d / "train.conll").write_text("Oslo\tB-LOC\nis\tO\n", encoding="utf-8")
+    (d / "test.conll").write_text("Ola\tB-PER\n", encoding="utf-8")
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "B-PER" in err[0] and "test.conll" in err[0]
+    (d / "train.json").write_text(
+        json.dumps(
+            {
+                "data": [
+                    {
+                        "paragraphs": [
+                            {
+                                "context": "abc",
+                                "qas": [
+                                    {
+                                        "id": "q",
+                                        "question": "?",
+                                        "answers": [{"text": "zz", "answer_start": 0}],
+                                    }
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
+    assert (
+        main(
+            ["finetune", "extractive-qa", str(d / "train.json"), "--out", str(out), "--model", str(tiny_dir)]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train.json" in err[0] and "q" in err[0]
+    assert not out.exists() and not list(tmp_path.glob(".o.partial-*"))
