@@ -246,3 +246,13 @@ def test_bad_data_is_one_line_naming_the_file(tiny_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "train.json" in err[0] and "q" in err[0]
     assert not out.exists() and not list(tmp_path.glob(".o.partial-*"))
+
+
+@pytest.mark.parametrize(("task", "sub", "metric"), [("ner", "ner", "f1"), ("pos", "pos", "accuracy")])
+def test_tagger_learns_the_training_set(task, sub, metric, task_data, tiny_dir, tmp_path):
+    """Enough steps at a high rate: a tiny tagger fits the training sentences (dev/test are the same)."""
+    res = finetune(
+        cfg(task, task_data / sub, tmp_path / "o", tiny_dir, max_steps=60, lr=2e-3, warmup_ratio=0.0),
+        log=lambda m: None,
+    )
+    assert res["seeds"][0]["test"][metric] == 100.0
