@@ -161,8 +161,10 @@ class TaskRetriever(nn.Module):
         res = self.index.search(q.detach().float().cpu().numpy(), kr)
         ids = np.asarray(res.ids, dtype=np.int64)
         d = torch.from_numpy(doc_vectors(self.index, ids)).view(len(ids), kr, -1).to(dev)  # (B, kr, d)
-        scores = self._scale(torch.einsum("bd,bkd->bk", q, d.to(q.dtype)))
-        null = self._scale(q @ self._null.to(dev, q.dtype)) if self._null is not None else None
+        with torch.autocast(dev.type, enabled=False):  # scores in float32 (log p(z|x) is a softmax of them)
+            q = q.float()
+            scores = self._scale(torch.einsum("bd,bkd->bk", q, d.float()))
+            null = self._scale(q @ self._null.to(dev)) if self._null is not None else None
         return Retrieved(ids, doc_log_probs(scores, null), scores.detach().cpu().numpy())
 
     # -- chunk tokens for the reader
