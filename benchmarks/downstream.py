@@ -44,7 +44,7 @@ TASKS: dict[str, tuple[str, str, list[str]]] = {
     "norquad": (
         "extractive-qa",
         "norquad/all",
-        ["--lang", "nb", "--max-length", "256", "--doc-stride", "64"],
+        ["--lang", "nb", "--max-length", "384", "--max-train", "200", "--max-eval", "150"],
     ),
     "norne": ("ner", "norne", ["--max-length", "128"]),
     "ud-bokmaal": (
