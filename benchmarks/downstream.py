@@ -160,8 +160,21 @@ def main() -> None:
         capture_output=True,
         text=True,
     ).stdout
-    (Path(__file__).resolve().parent / "results" / f"{args.name}.md").write_text(table, encoding="utf-8")
-    print(table)
+    timing = [
+        "",
+        "| cell | seeds | train ex. | test ex. | seconds per seed (mean) | total s |",
+        "|" + " --- |" * 6,
+    ]
+    for tname, row, out in cells:
+        res = json.loads((out / "results.json").read_text())
+        seeds = res["seeds"]
+        timing.append(
+            f"| {tname} / {row} | {len(seeds)} | {seeds[0]['train_examples']} | {seeds[0]['test_examples']} "
+            f"| {res['seconds'] / len(seeds):.0f} | {res['seconds']:.0f} |"
+        )
+    text = table + "\n".join(timing) + "\n"
+    (Path(__file__).resolve().parent / "results" / f"{args.name}.md").write_text(text, encoding="utf-8")
+    print(text)
     metrics: dict[str, float] = {}
     for tname, row, out in cells:
         res = json.loads((out / "results.json").read_text())
