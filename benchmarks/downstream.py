@@ -20,7 +20,14 @@ Each cell is one `ralm finetune` output directory under --work/cells (skipped wh
 results.json, so an interrupted grid resumes). Writes benchmarks/results/downstream.json and
 benchmarks/results/downstream.md (the `ralm table` of every cell).
 
-Run: python benchmarks/downstream.py [--tasks norquad,norne,ud-bokmaal,norec] [--seeds 1,2,3,4,5]
+Run: python benchmarks/downstream.py [--tasks sst2,wnut17,ud-ewt,norquad] [--seeds 1,2,3,4,5]
+
+The default grid is English (SST-2, WNUT-17, UD EWT) plus NorQuAD: the bundled MiniLM is English
+and uncased, and both pre-training runs read English Wikipedia. On Norwegian NoReC the MiniLM
+classifier stays at the majority class at this scale (dev macro-F1 40.7 at every evaluation of a
+126-step, 1,000-example run, where SST-2 reaches 83 with the same settings), so the Norwegian sets
+measure the backbone's language, not the pre-training; pass --tasks norne,ud-bokmaal,norec to
+run them.
 """
 
 from __future__ import annotations
@@ -53,9 +60,9 @@ TASKS: dict[str, tuple[str, str, list[str]]] = {
         ["--train", "no_bokmaal-ud-dev.conllu", "--test", "no_bokmaal-ud-test.conllu", "--max-length", "128"],
     ),
     "norec": ("classify", "norec_sentence/binary", ["--max-length", "96", "--max-train", "500"]),
-    "wnut17": ("ner", "wnut17", ["--max-length", "128"]),
-    "ud-ewt": ("pos", "ud_english_ewt", ["--max-length", "128"]),
-    "sst2": ("classify", "sst2", ["--max-length", "96"]),
+    "wnut17": ("ner", "wnut17", ["--max-length", "128", "--max-train", "1500", "--epochs", "3"]),
+    "ud-ewt": ("pos", "ud_english_ewt", ["--max-length", "128", "--max-train", "1000"]),
+    "sst2": ("classify", "sst2", ["--max-length", "96", "--max-train", "1000"]),
 }
 ROWS = ("minilm", "mlm", "realm-reader", "realm+ret")
 
@@ -100,11 +107,11 @@ def cell_args(row: str, realm: Path, mlm: Path) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", default="norquad,norne,ud-bokmaal,norec")
+    ap.add_argument("--tasks", default="sst2,wnut17,ud-ewt,norquad")
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument(
         "--retrieval-tasks",
-        default="norec",
+        default="sst2",
         help="tasks that get the with-retrieval row (BRENT ran retrieval for sentiment only; it costs ~8x)",
     )
     ap.add_argument("--seeds", default="1,2,3,4,5")
