@@ -77,7 +77,7 @@ def trivia_sets(work: Path, corpus: Path, seed: int = 0) -> tuple[Path, Path]:
         return d / "train.jsonl", d / "test.jsonl"
     d.mkdir(parents=True, exist_ok=True)
     store = DocStore(corpus)
-    texts = [r["text"] for b in store.iter_batches(1024, columns=["text"]) for r in b.to_pylist()]
+    texts = [t for b in store.iter_batches(1024, columns=["text"]) for t in b["text"]]
     pairs = answerable(trivia_qa_pairs(), texts)
     random.Random(seed).shuffle(pairs)
     cut = round(0.7 * len(pairs))
