@@ -256,3 +256,39 @@ def test_tagger_learns_the_training_set(task, sub, metric, task_data, tiny_dir, 
         log=lambda m: None,
     )
     assert res["seeds"][0]["test"][metric] == 100.0
+
+
+def test_early_stopping_and_best_state(task_data, tiny_dir, tmp_path):
+    """lr 0: the dev score never beats the first evaluation, so patience 1 stops at the second."""
+    res = finetune(
+        cfg(
+            "classify",
+            task_data / "classify",
+            tmp_path / "o",
+            tiny_dir,
+            max_steps=10,
+            lr=0.0,
+            eval_every=1,
+            patience=1,
+        ),
+        log=lambda m: None,
+    )
+    seed = res["seeds"][0]
+    assert seed["steps"] == 2 and seed["best_step"] == 1
+    rows = [json.loads(x) for x in (tmp_path / "o" / "seed-42" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "dev_macro_f1" in r] == [1, 2]
+
+
+def test_best_state_restores_the_best_weights():
+    from ralm.tasks.trainer import BestState, Parts
+
+    model = torch.nn.Linear(2, 2)
+    parts = Parts(model, None, None, None, torch.device("cpu"), None)
+    best = BestState("f1")
+    with torch.no_grad():
+        for step, (score, fill) in enumerate([(50.0, 1.0), (60.0, 2.0), (55.0, 3.0), (60.0, 4.0)], start=1):
+            model.weight.fill_(fill)
+            best.offer({"f1": score}, step, parts)
+    assert (best.score, best.step, best.stale) == (60.0, 2, 2)
+    best.restore(parts)
+    assert torch.equal(model.weight, torch.full((2, 2), 2.0))
