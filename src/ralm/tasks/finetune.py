@@ -33,6 +33,15 @@ from ralm.tasks.types import TASKS
 
 __all__ = ["TASK_DEFAULTS", "FinetuneConfig", "finetune"]
 
+# BRENT Table 8 (morpho-syntactic tasks; used for NER and POS alike)
+_TAGGING = {
+    "batch_size": 32,
+    "epochs": 10.0,
+    "lr": 1e-4,
+    "lr_head": 1e-3,
+    "schedule": "cosine",
+    "max_length": 256,
+}
 # BRENT Appendix A (Tables 5, 7, 8); open-qa after REALM/ORQA (top-5, small lr).
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "extractive-qa": {"batch_size": 16, "epochs": 3.0, "lr": 5e-5, "schedule": "linear", "max_length": 384},
@@ -44,22 +53,8 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
         "schedule": "cosine",
         "max_length": 128,
     },
-    "ner": {
-        "batch_size": 32,
-        "epochs": 10.0,
-        "lr": 1e-4,
-        "lr_head": 1e-3,
-        "schedule": "cosine",
-        "max_length": 256,
-    },
-    "pos": {
-        "batch_size": 32,
-        "epochs": 10.0,
-        "lr": 1e-4,
-        "lr_head": 1e-3,
-        "schedule": "cosine",
-        "max_length": 256,
-    },
+    "ner": _TAGGING,
+    "pos": _TAGGING,
     "open-qa": {
         "batch_size": 8,
         "epochs": 4.0,
