@@ -278,3 +278,21 @@ def test_best_state_restores_the_best_weights():
     assert (best.score, best.step, best.stale) == (60.0, 2, 2)
     best.restore(parts)
     assert torch.equal(model.weight, torch.full((2, 2), 2.0))
+
+
+def test_split_files_without_a_data_directory(task_data, tiny_dir, tmp_path, capsys):
+    d = task_data / "classify"
+    args = [
+        "finetune",
+        "classify",
+        "--train",
+        str(d / "stsa.binary.train"),
+        "--test",
+        str(d / "stsa.binary.test"),
+    ]
+    args += ["--out", str(tmp_path / "o"), "--model", str(tiny_dir), "--max-steps", "1", "--no-progress"]
+    assert main(args) == 0
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert res["dataset"] == "stsa.binary.train" and set(res["summary"]) == {"dev", "test"}
+    assert main(["finetune", "classify", "--out", str(tmp_path / "p")]) == 2
+    assert "no data" in capsys.readouterr().err

@@ -73,7 +73,7 @@ class FinetuneConfig:
     """One `ralm finetune` job. None means "the task's default" (`TASK_DEFAULTS`)."""
 
     task: str
-    data: str
+    data: str | None  # dataset file or directory; None when --train (and --dev/--test) name the files
     out: str
     model: str | None = None  # REALM run, exported reader or HF encoder; None = bundled MiniLM
     name: str | None = None  # row label in tables (default: the model directory's name)
@@ -181,7 +181,9 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
     for note in data.notes:
         log(f"note: {note}")
     if not data.splits.get("train"):
-        raise RalmError(f"{cfg.data}: no train split found; pass --train FILE (and --dev/--test)")
+        raise RalmError(
+            f"{cfg.data or cfg.train}: no train split found; pass --train FILE (and --dev/--test)"
+        )
     labels = None
     if cfg.task in ("ner", "pos", "classify"):
         check_label_sets(data)
@@ -208,8 +210,8 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
             "model": spec.source,
             "retrieval": cfg.retrieval,
             "retriever": cfg.retriever if cfg.retrieval else None,
-            "data": str(cfg.data),
-            "dataset": cfg.dataset or Path(cfg.data).name,
+            "data": str(cfg.data or cfg.train),
+            "dataset": cfg.dataset or Path(cfg.data or cfg.train).name,
             "format": data.format,
             "sources": data.sources,
             "notes": data.notes,
