@@ -59,23 +59,6 @@ def test_finetune_every_task_saves_an_auto_model(
     assert not list(tmp_path.glob(".out.partial-*"))
 
 
-def test_classifier_learns_the_training_set(task_data, tiny_dir, tmp_path):
-    """Enough steps at a high rate: a tiny model fits 8 training sentences (dev/test are the same)."""
-    res = finetune(
-        cfg(
-            "classify",
-            task_data / "classify",
-            tmp_path / "o",
-            tiny_dir,
-            max_steps=40,
-            lr=2e-3,
-            warmup_ratio=0.0,
-        ),
-        log=lambda m: None,
-    )
-    assert res["seeds"][0]["test"]["accuracy"] == 100.0
-
-
 def test_saved_model_gives_the_evaluated_predictions(task_data, tiny_dir, tmp_path):
     """The directory a seed saves is the best-dev model it evaluated: reload it with the HF Auto class
     and its test predictions equal predictions.jsonl."""
@@ -248,11 +231,68 @@ def test_bad_data_is_one_line_naming_the_file(tiny_dir, tmp_path, capsys):
     assert not out.exists() and not list(tmp_path.glob(".o.partial-*"))
 
 
-@pytest.mark.parametrize(("task", "sub", "metric"), [("ner", "ner", "f1"), ("pos", "pos", "accuracy")])
-def test_tagger_learns_the_training_set(task, sub, metric, task_data, tiny_dir, tmp_path):
-    """Enough steps at a high rate: a tiny tagger fits the training sentences (dev/test are the same)."""
+@pytest.mark.parametrize(
+    ("task", "sub", "metric", "steps"),
+    [("classify", "classify", "accuracy", 40), ("ner", "ner", "f1", 60), ("pos", "pos", "accuracy", 60)],
+)
+def test_model_learns_the_training_set(task, sub, metric, steps, task_data, tiny_dir, tmp_path):
+    """Enough steps at a high rate: a tiny model fits the training set (dev/test are the same)."""
     res = finetune(
-        cfg(task, task_data / sub, tmp_path / "o", tiny_dir, max_steps=60, lr=2e-3, warmup_ratio=0.0),
+        cfg(task, task_data / sub, tmp_path / "o", tiny_dir, max_steps=steps, lr=2e-3, warmup_ratio=0.0),
         log=lambda m: None,
     )
     assert res["seeds"][0]["test"][metric] == 100.0
+
+
+def test_early_stopping_and_best_state(task_data, tiny_dir, tmp_path):
+    """lr 0: the dev score never beats the first evaluation, so patience 1 stops at the second."""
+    res = finetune(
+        cfg(
+            "classify",
+            task_data / "classify",
+            tmp_path / "o",
+            tiny_dir,
+            max_steps=10,
+            lr=0.0,
+            eval_every=1,
+            patience=1,
+        ),
+        log=lambda m: None,
+    )
+    seed = res["seeds"][0]
+    assert seed["steps"] == 2 and seed["best_step"] == 1
+    rows = [json.loads(x) for x in (tmp_path / "o" / "seed-42" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "dev_macro_f1" in r] == [1, 2]
+
+
+def test_best_state_restores_the_best_weights():
+    from ralm.tasks.trainer import BestState, Parts
+
+    model = torch.nn.Linear(2, 2)
+    parts = Parts(model, None, None, None, torch.device("cpu"), None)
+    best = BestState("f1")
+    with torch.no_grad():
+        for step, (score, fill) in enumerate([(50.0, 1.0), (60.0, 2.0), (55.0, 3.0), (60.0, 4.0)], start=1):
+            model.weight.fill_(fill)
+            best.offer({"f1": score}, step, parts)
+    assert (best.score, best.step, best.stale) == (60.0, 2, 2)
+    best.restore(parts)
+    assert torch.equal(model.weight, torch.full((2, 2), 2.0))
+
+
+def test_split_files_without_a_data_directory(task_data, tiny_dir, tmp_path, capsys):
+    d = task_data / "classify"
+    args = [
+        "finetune",
+        "classify",
+        "--train",
+        str(d / "stsa.binary.train"),
+        "--test",
+        str(d / "stsa.binary.test"),
+    ]
+    args += ["--out", str(tmp_path / "o"), "--model", str(tiny_dir), "--max-steps", "1", "--no-progress"]
+    assert main(args) == 0
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert res["dataset"] == "stsa.binary.train" and set(res["summary"]) == {"dev", "test"}
+    assert main(["finetune", "classify", "--out", str(tmp_path / "p")]) == 2
+    assert "no data" in capsys.readouterr().err

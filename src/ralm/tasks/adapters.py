@@ -214,8 +214,10 @@ class TaggingAdapter(Adapter):
         keep = y != IGNORE_INDEX
         return -marg[keep].gather(1, y[keep][:, None]).mean()
 
+    fill_label: str | None = None  # tag of words cut off by truncation (default "O", else the first)
+
     def predict(self, examples, items, retriever, batch_size):
-        fill = self.label2id.get("O", 0)
+        fill = self.label2id.get(self.fill_label or "O", 0)
         out = {}
         for s in range(0, len(items), batch_size):
             chunk = items[s : s + batch_size]

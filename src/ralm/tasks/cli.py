@@ -28,12 +28,15 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     from ralm.tasks.finetune import FinetuneConfig, finetune
     from ralm.tasks.tables import results_markdown
 
-    if (args.data is None) == (args.sample is None):
-        raise RalmError("give either DATA or --sample, not both or neither")
+    if args.data is not None and args.sample is not None:
+        raise RalmError("give either DATA or --sample, not both")
+    if args.data is None and args.sample is None and args.train is None:
+        raise RalmError("no data: give DATA (a file or directory), --train FILE or --sample NAME")
     if args.sample:
         args.data = str(sample_path(args.sample))
     names = set(FinetuneConfig.__dataclass_fields__)
     kw = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    kw["data"] = args.data
     kw["progress"] = not args.no_progress
     kw["save"] = not args.no_save
     cfg = FinetuneConfig(**kw)

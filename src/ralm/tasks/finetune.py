@@ -1,11 +1,11 @@
 """`ralm finetune`: fine-tune and evaluate a reader on a downstream task, per seed, with or without retrieval.
 
 `finetune(cfg)` reads the dataset (`ralm.tasks.datasets`), resolves the model once
-(`ralm.tasks.models.prepare_init`), then for each seed: builds the task head and (with
-`retrieval`) the retriever, trains with AdamW and a warm-up schedule from `ralm.train.optim`
-(reader, head and query tower at their own learning rates), evaluates on the dev split every
-`eval_every` steps and at each epoch end, keeps the best dev state (early stopping after
-`patience` evaluations without improvement), and finally scores dev and test with that state.
+(`ralm.tasks.models.prepare_init`), then runs each seed (`ralm.tasks.trainer.run_seed`: the task
+head and, with `retrieval`, the retriever; AdamW and a warm-up schedule from `ralm.train.optim`
+with reader, head and query tower at their own learning rates; dev scoring every `eval_every`
+steps and at each epoch end, keeping the best dev state, early stopping after `patience`
+evaluations without improvement; dev and test scored with that state) and summarises the seeds.
 Outputs go to a temporary directory renamed to `out` only when every seed has finished::
 
     out/results.json  out/results.md  out/init.json  out/init/ (a REALM run's exported parts)
@@ -18,32 +18,30 @@ Table 8: morpho-syntactic tasks, used for NER and POS); `TASK_DEFAULTS` lists th
 from __future__ import annotations
 
 import json
-import logging
-import math
 import os
 import shutil
 import statistics
-import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from ralm.errors import RalmError
-from ralm.retrieval.encoders import autocast_context, autocast_dtype
-from ralm.tasks.adapters import make_adapter, shuffled
 from ralm.tasks.metrics import PRIMARY
-from ralm.tasks.models import InitSpec, load_retriever_parts, load_task_model, prepare_init, write_init
+from ralm.tasks.models import prepare_init, write_init
+from ralm.tasks.trainer import run_seed
 from ralm.tasks.types import TASKS
-from ralm.train.logging import MetricsLogger
-from ralm.train.optim import adamw, param_groups, warmup_schedule
 
-logger = logging.getLogger(__name__)
+__all__ = ["TASK_DEFAULTS", "FinetuneConfig", "finetune"]
 
-__all__ = ["TASK_DEFAULTS", "FinetuneConfig", "finetune", "run_seed"]
-
+# BRENT Table 8 (morpho-syntactic tasks; used for NER and POS alike)
+_TAGGING = {
+    "batch_size": 32,
+    "epochs": 10.0,
+    "lr": 1e-4,
+    "lr_head": 1e-3,
+    "schedule": "cosine",
+    "max_length": 256,
+}
 # BRENT Appendix A (Tables 5, 7, 8); open-qa after REALM/ORQA (top-5, small lr).
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "extractive-qa": {"batch_size": 16, "epochs": 3.0, "lr": 5e-5, "schedule": "linear", "max_length": 384},
@@ -55,22 +53,8 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
         "schedule": "cosine",
         "max_length": 128,
     },
-    "ner": {
-        "batch_size": 32,
-        "epochs": 10.0,
-        "lr": 1e-4,
-        "lr_head": 1e-3,
-        "schedule": "cosine",
-        "max_length": 256,
-    },
-    "pos": {
-        "batch_size": 32,
-        "epochs": 10.0,
-        "lr": 1e-4,
-        "lr_head": 1e-3,
-        "schedule": "cosine",
-        "max_length": 256,
-    },
+    "ner": _TAGGING,
+    "pos": _TAGGING,
     "open-qa": {
         "batch_size": 8,
         "epochs": 4.0,
@@ -89,7 +73,7 @@ class FinetuneConfig:
     """One `ralm finetune` job. None means "the task's default" (`TASK_DEFAULTS`)."""
 
     task: str
-    data: str
+    data: str | None  # dataset file or directory; None when --train (and --dev/--test) name the files
     out: str
     model: str | None = None  # REALM run, exported reader or HF encoder; None = bundled MiniLM
     name: str | None = None  # row label in tables (default: the model directory's name)
@@ -150,186 +134,6 @@ class FinetuneConfig:
         return out
 
 
-def _device(name: str) -> torch.device:
-    from ralm.realm.trainer import resolve_device
-
-    return resolve_device(name)
-
-
-def _subsample(examples: list, n: int, seed: int) -> list:
-    if not n or n >= len(examples):
-        return examples
-    keep = np.sort(np.random.default_rng([seed, 3]).choice(len(examples), n, replace=False))
-    return [examples[i] for i in keep]
-
-
-def evaluate(adapter, examples: list, retriever, batch_size: int, dtype, device) -> tuple[dict, dict]:
-    """(metrics, predictions) of the adapter's model on `examples` (eval mode, no grad)."""
-    model = adapter.model
-    was = model.training
-    model.eval()
-    if retriever is not None:
-        retriever.eval()
-    try:
-        with torch.no_grad(), autocast_context(device, dtype):
-            items = adapter.encode(examples)
-            preds = adapter.predict(examples, items, retriever, batch_size)
-        return adapter.score(examples, preds), preds
-    finally:
-        model.train(was)
-        if retriever is not None:
-            retriever.train(was)
-
-
-def _optimizer(cfg: FinetuneConfig, model, retriever):
-    """AdamW groups: encoder at lr, the task head at lr_head, the query tower at lr_retriever."""
-    base = getattr(model, model.base_model_prefix)
-    seen: set[int] = set()
-    groups = param_groups(base, cfg.lr, cfg.weight_decay, name="reader", skip=seen)
-    groups += param_groups(model, cfg.lr_head, cfg.weight_decay, name="head", skip=seen)
-    if retriever is not None and retriever.tune:
-        groups += param_groups(
-            retriever.encoder.query_tower, cfg.lr_retriever, cfg.weight_decay, name="retriever", skip=seen
-        )
-    return adamw(groups)
-
-
-def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: Path) -> dict[str, Any]:
-    """Train and evaluate one seed into `out`; returns its eval record."""
-    from tqdm.auto import tqdm
-
-    torch.manual_seed(seed)
-    np.random.seed(seed % (2**32))
-    device = _device(cfg.device)
-    t0 = time.perf_counter()
-    model, tok = load_task_model(cfg.task, spec.reader, labels)
-    model.to(device).train()
-    retriever = None
-    if cfg.retrieval:
-        retriever = load_retriever_parts(
-            spec, reader_tokenizer=tok, k=cfg.k, tune=cfg.tune_retriever, null_doc=cfg.null_doc
-        )
-        retriever.to(device).train()
-    adapter = make_adapter(
-        cfg.task,
-        tok,
-        model,
-        labels,
-        max_length=cfg.max_length,
-        doc_length=cfg.doc_length,
-        doc_stride=cfg.doc_stride,
-        lang=cfg.lang,
-    )
-    dtype = autocast_dtype(device, cfg.autocast, torch.float32)
-    train = _subsample(data.splits["train"], cfg.max_train, seed)
-    dev = data.splits.get("dev", [])[: cfg.max_eval or None]
-    test = data.splits.get("test", [])[: cfg.max_eval or None]
-    items = adapter.encode(train)
-    per_epoch = math.ceil(len(items) / cfg.batch_size)
-    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))
-    opt = _optimizer(cfg, model, retriever)
-    sched = warmup_schedule(opt, cfg.schedule, int(cfg.warmup_ratio * total), total)
-    params = [p for g in opt.param_groups for p in g["params"]]
-    log = MetricsLogger(out, tensorboard=False)
-    primary = PRIMARY[cfg.task]
-    best: tuple[float, int, dict] | None = None  # (dev score, step, state)
-    best_dev: dict = {}
-    stale = 0
-    bar = tqdm(total=total, desc=f"seed {seed}", disable=not cfg.progress, leave=False)
-
-    def do_eval(step: int) -> bool:
-        nonlocal best, best_dev, stale
-        if not dev:
-            return False
-        m, _ = evaluate(adapter, dev, retriever, cfg.eval_batch_size, dtype, device)
-        log.log(step, **{f"dev_{k}": v for k, v in m.items()})
-        if best is None or m[primary] > best[0]:
-            state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            q = None
-            if retriever is not None and retriever.tune:
-                q = {
-                    k: v.detach().to("cpu", copy=True)
-                    for k, v in retriever.encoder.query_tower.state_dict().items()
-                }
-            best, best_dev, stale = (m[primary], step, {"model": state, "query": q}), m, 0
-        else:
-            stale += 1
-        return bool(cfg.patience and stale >= cfg.patience)
-
-    step, epoch, t_train = 0, 0, time.perf_counter()
-    skipped_before = getattr(adapter, "skipped", 0)
-    stop = False
-    while step < total and not stop:
-        order = shuffled(len(items), seed, epoch)
-        for s in range(0, len(order), cfg.batch_size):
-            batch = [items[i] for i in order[s : s + cfg.batch_size]]
-            ts = time.perf_counter()
-            with autocast_context(device, dtype):
-                loss = adapter.loss(batch, retriever)
-            if loss is not None:
-                loss.backward()
-                gn = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                opt.step()
-                row = {"loss": loss.item(), "grad_norm": gn.item()}
-            else:
-                row = {"loss": None}
-            opt.zero_grad(set_to_none=True)
-            sched.step()
-            step += 1
-            row.update(epoch=epoch, lr=sched.get_last_lr()[0], step_seconds=time.perf_counter() - ts)
-            if hasattr(adapter, "skipped"):
-                row["skipped"] = adapter.skipped - skipped_before
-            log.log(step, **row)
-            bar.update(1)
-            if row["loss"] is not None:
-                bar.set_postfix(loss=f"{row['loss']:.3f}")
-            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
-                stop = do_eval(step)
-            if step >= total or stop:
-                break
-        epoch += 1
-        if not stop and (step >= total or not cfg.eval_every):
-            stop = do_eval(step) or stop
-    bar.close()
-    train_seconds = time.perf_counter() - t_train
-    if best is not None:
-        model.load_state_dict(best[2]["model"])
-        if best[2]["query"] is not None:
-            retriever.encoder.query_tower.load_state_dict(best[2]["query"])
-    record: dict[str, Any] = {"seed": seed, "steps": step, "best_step": best[1] if best else step}
-    t_eval = time.perf_counter()
-    record["dev"] = evaluate(adapter, dev, retriever, cfg.eval_batch_size, dtype, device)[0] if dev else {}
-    test_preds: dict = {}
-    if test:
-        record["test"], test_preds = evaluate(adapter, test, retriever, cfg.eval_batch_size, dtype, device)
-    record.update(
-        train_examples=len(train),
-        train_items=len(items),
-        dev_examples=len(dev),
-        test_examples=len(test),
-        train_seconds=round(train_seconds, 2),
-        eval_seconds=round(time.perf_counter() - t_eval, 2),
-        seconds=round(time.perf_counter() - t0, 2),
-    )
-    if hasattr(adapter, "skipped"):
-        record["skipped_train_batches_examples"] = adapter.skipped - skipped_before
-    log.close()
-    _write_predictions(out / "predictions.jsonl", test_preds)
-    if cfg.save:
-        model.save_pretrained(str(out / "model"), safe_serialization=True)
-        tok.save_pretrained(str(out / "model"))
-        if retriever is not None and retriever.tune:
-            retriever.encoder.save(out / "retriever")
-    (out / "eval.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    return record
-
-
-def _write_predictions(path: Path, preds: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for k, v in preds.items():
-            f.write(json.dumps({"id": k, "prediction": v}, ensure_ascii=False) + "\n")
-
-
 def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """{split: {metric: {"mean", "std", "n"}}} over seeds (std: sample std, 0 for one seed)."""
     out: dict[str, dict[str, dict[str, float]]] = {}
@@ -377,7 +181,9 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
     for note in data.notes:
         log(f"note: {note}")
     if not data.splits.get("train"):
-        raise RalmError(f"{cfg.data}: no train split found; pass --train FILE (and --dev/--test)")
+        raise RalmError(
+            f"{cfg.data or cfg.train}: no train split found; pass --train FILE (and --dev/--test)"
+        )
     labels = None
     if cfg.task in ("ner", "pos", "classify"):
         check_label_sets(data)
@@ -404,8 +210,8 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
             "model": spec.source,
             "retrieval": cfg.retrieval,
             "retriever": cfg.retriever if cfg.retrieval else None,
-            "data": str(cfg.data),
-            "dataset": cfg.dataset or Path(cfg.data).name,
+            "data": str(cfg.data or cfg.train),
+            "dataset": cfg.dataset or Path(cfg.data or cfg.train).name,
             "format": data.format,
             "sources": data.sources,
             "notes": data.notes,

@@ -1,0 +1,268 @@
+"""One fine-tuning seed: build the task model (and retriever), train, keep the best dev state, score.
+
+`run_seed(cfg, spec, data, labels, seed, out)` is what `ralm finetune` runs per seed. The loop is
+plain: a seeded permutation of the training items per epoch, micro-batches of `batch_size`,
+`adapter.loss` (the same code path with and without retrieval), clipping, AdamW and a warm-up
+schedule from `ralm.train.optim`, one `metrics.jsonl` row per step. The dev split is scored every
+`eval_every` steps and at each epoch end; `BestState` keeps a CPU copy of the best weights (and of
+the tuned query tower) and restores them before the final dev/test scoring and saving.
+
+Left out: resuming an interrupted seed (a seed is minutes to hours; rerun it), gradient
+accumulation and multi-process fine-tuning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ralm.retrieval.encoders import autocast_context, autocast_dtype
+from ralm.tasks.adapters import Adapter, TaggingAdapter, make_adapter, shuffled
+from ralm.tasks.metrics import PRIMARY
+from ralm.tasks.models import InitSpec, load_retriever_parts, load_task_model
+from ralm.train.logging import MetricsLogger
+from ralm.train.optim import adamw, param_groups, warmup_schedule
+
+if TYPE_CHECKING:
+    from ralm.tasks.finetune import FinetuneConfig
+
+__all__ = ["BestState", "evaluate", "optimizer_for", "run_seed"]
+
+
+def subsample(examples: list, n: int, seed: int) -> list:
+    """At most n examples, a seeded sample kept in file order (all when n is 0 or large)."""
+    if not n or n >= len(examples):
+        return examples
+    keep = np.sort(np.random.default_rng([seed, 3]).choice(len(examples), n, replace=False))
+    return [examples[i] for i in keep]
+
+
+@dataclass
+class Parts:
+    """What one seed trains: the HF task model, its tokenizer, the retriever (or None), the adapter."""
+
+    model: Any
+    tokenizer: Any
+    retriever: Any
+    adapter: Adapter
+    device: torch.device
+    dtype: torch.dtype | None
+
+    def evaluate(self, examples: list, batch_size: int) -> tuple[dict, dict]:
+        return evaluate(self.adapter, examples, self.retriever, batch_size, self.dtype, self.device)
+
+
+def build_parts(cfg: FinetuneConfig, spec: InitSpec, labels: list[str] | None) -> Parts:
+    from ralm.realm.trainer import resolve_device
+
+    device = resolve_device(cfg.device)
+    model, tok = load_task_model(cfg.task, spec.reader, labels)
+    model.to(device).train()
+    retriever = None
+    if cfg.retrieval:
+        retriever = load_retriever_parts(
+            spec, reader_tokenizer=tok, k=cfg.k, tune=cfg.tune_retriever, null_doc=cfg.null_doc
+        )
+        retriever.to(device).train()
+    adapter = make_adapter(
+        cfg.task,
+        tok,
+        model,
+        labels,
+        max_length=cfg.max_length,
+        doc_length=cfg.doc_length,
+        doc_stride=cfg.doc_stride,
+        lang=cfg.lang,
+    )
+    return Parts(model, tok, retriever, adapter, device, autocast_dtype(device, cfg.autocast, torch.float32))
+
+
+def evaluate(
+    adapter: Adapter, examples: list, retriever, batch_size: int, dtype, device
+) -> tuple[dict, dict]:
+    """(metrics, predictions) of the adapter's model on `examples` (eval mode, no grad)."""
+    modules = [adapter.model] + ([retriever] if retriever is not None else [])
+    modes = [m.training for m in modules]
+    for m in modules:
+        m.eval()
+    try:
+        with torch.no_grad(), autocast_context(device, dtype):
+            items = adapter.encode(examples)
+            preds = adapter.predict(examples, items, retriever, batch_size)
+        return adapter.score(examples, preds), preds
+    finally:
+        for m, was in zip(modules, modes, strict=True):
+            m.train(was)
+
+
+def optimizer_for(cfg: FinetuneConfig, model, retriever) -> torch.optim.AdamW:
+    """AdamW groups: encoder at lr, the task head at lr_head, the query tower at lr_retriever."""
+    base = getattr(model, model.base_model_prefix)
+    seen: set[int] = set()
+    groups = param_groups(base, cfg.lr, cfg.weight_decay, name="reader", skip=seen)
+    groups += param_groups(model, cfg.lr_head, cfg.weight_decay, name="head", skip=seen)
+    if retriever is not None and retriever.tune:
+        groups += param_groups(
+            retriever.encoder.query_tower, cfg.lr_retriever, cfg.weight_decay, name="retriever", skip=seen
+        )
+    return adamw(groups)
+
+
+def _cpu_copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+@dataclass
+class BestState:
+    """The best dev evaluation so far: score of the primary metric, its step, metrics and weights.
+
+    `offer(metrics, step, parts)` keeps a copy when the primary metric improves and counts the
+    evaluations since the last improvement (`stale`, for early stopping); `restore(parts)` puts
+    the kept weights back.
+    """
+
+    primary: str
+    score: float = float("-inf")
+    step: int = 0
+    metrics: dict = field(default_factory=dict)
+    stale: int = 0
+    state: dict | None = None
+    query: dict | None = None
+
+    def offer(self, metrics: dict, step: int, parts: Parts) -> None:
+        if self.state is None or metrics[self.primary] > self.score:
+            self.score, self.step, self.metrics, self.stale = metrics[self.primary], step, metrics, 0
+            self.state = _cpu_copy(parts.model)
+            r = parts.retriever
+            self.query = _cpu_copy(r.encoder.query_tower) if r is not None and r.tune else None
+        else:
+            self.stale += 1
+
+    def restore(self, parts: Parts) -> None:
+        if self.state is not None:
+            parts.model.load_state_dict(self.state)
+        if self.query is not None:
+            parts.retriever.encoder.query_tower.load_state_dict(self.query)
+
+
+def train(cfg: FinetuneConfig, parts: Parts, items: list, dev: list, seed: int, log: MetricsLogger):
+    """The optimisation loop; returns (steps taken, BestState)."""
+    from tqdm.auto import tqdm
+
+    adapter, retriever = parts.adapter, parts.retriever
+    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * math.ceil(len(items) / cfg.batch_size)))
+    opt = optimizer_for(cfg, parts.model, retriever)
+    sched = warmup_schedule(opt, cfg.schedule, int(cfg.warmup_ratio * total), total)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    best = BestState(PRIMARY[cfg.task])
+    skipped_before = getattr(adapter, "skipped", 0)
+    bar = tqdm(total=total, desc=f"seed {seed}", disable=not cfg.progress, leave=False)
+
+    def evaluate_dev(step: int) -> bool:
+        """Score dev, keep the best state; True when early stopping says stop."""
+        if not dev:
+            return False
+        m, _ = parts.evaluate(dev, cfg.eval_batch_size)
+        log.log(step, **{f"dev_{k}": v for k, v in m.items()})
+        best.offer(m, step, parts)
+        return bool(cfg.patience and best.stale >= cfg.patience)
+
+    step, epoch, stop = 0, 0, False
+    while step < total and not stop:
+        order = shuffled(len(items), seed, epoch)
+        for s in range(0, len(order), cfg.batch_size):
+            ts = time.perf_counter()
+            with autocast_context(parts.device, parts.dtype):
+                loss = adapter.loss([items[i] for i in order[s : s + cfg.batch_size]], retriever)
+            row: dict[str, Any] = {"loss": None}
+            if loss is not None:  # open QA: None when no retrieved chunk holds an answer
+                loss.backward()
+                row = {
+                    "loss": loss.item(),
+                    "grad_norm": torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip).item(),
+                }
+                opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            step += 1
+            row.update(epoch=epoch, lr=sched.get_last_lr()[0], step_seconds=time.perf_counter() - ts)
+            if hasattr(adapter, "skipped"):
+                row["skipped"] = adapter.skipped - skipped_before
+            log.log(step, **row)
+            bar.update(1)
+            if row["loss"] is not None:
+                bar.set_postfix(loss=f"{row['loss']:.3f}")
+            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
+                stop = evaluate_dev(step)
+            if step >= total or stop:
+                break
+        epoch += 1
+        if not stop and (step >= total or not cfg.eval_every):
+            stop = evaluate_dev(step)
+    bar.close()
+    return step, best
+
+
+def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: Path) -> dict[str, Any]:
+    """Train and evaluate one seed into `out` (metrics.jsonl, eval.json, predictions.jsonl, model/);
+    returns its eval record."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+    t0 = time.perf_counter()
+    parts = build_parts(cfg, spec, labels)
+    train_set = subsample(data.splits["train"], cfg.max_train, seed)
+    dev = data.splits.get("dev", [])[: cfg.max_eval or None]
+    test = data.splits.get("test", [])[: cfg.max_eval or None]
+    items = parts.adapter.encode(train_set)
+    if isinstance(parts.adapter, TaggingAdapter):  # truncated words get the commonest training tag
+        tags = Counter(t for ex in train_set for t in ex.labels)
+        parts.adapter.fill_label = tags.most_common(1)[0][0] if tags else None
+    log = MetricsLogger(out, tensorboard=False)
+    skipped_before = getattr(parts.adapter, "skipped", 0)
+    t_train = time.perf_counter()
+    steps, best = train(cfg, parts, items, dev, seed, log)
+    train_seconds = time.perf_counter() - t_train
+    best.restore(parts)
+    t_eval = time.perf_counter()
+    record: dict[str, Any] = {"seed": seed, "steps": steps, "best_step": best.step if best.state else steps}
+    # the restored state's dev metrics are the best evaluation's (eval mode is deterministic)
+    record["dev"] = (
+        best.metrics if best.state else (parts.evaluate(dev, cfg.eval_batch_size)[0] if dev else {})
+    )
+    test_preds: dict = {}
+    if test:
+        record["test"], test_preds = parts.evaluate(test, cfg.eval_batch_size)
+    record.update(
+        train_examples=len(train_set),
+        train_items=len(items),
+        dev_examples=len(dev),
+        test_examples=len(test),
+        train_seconds=round(train_seconds, 2),
+        eval_seconds=round(time.perf_counter() - t_eval, 2),
+        seconds=round(time.perf_counter() - t0, 2),
+    )
+    if hasattr(parts.adapter, "skipped"):
+        record["skipped_train_examples"] = parts.adapter.skipped - skipped_before
+    log.close()
+    _write_predictions(out / "predictions.jsonl", test_preds)
+    if cfg.save:
+        parts.model.save_pretrained(str(out / "model"), safe_serialization=True)
+        parts.tokenizer.save_pretrained(str(out / "model"))
+        if parts.retriever is not None and parts.retriever.tune:
+            parts.retriever.encoder.save(out / "retriever")
+    (out / "eval.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+def _write_predictions(path: Path, preds: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for k, v in preds.items():
+            f.write(json.dumps({"id": k, "prediction": v}, ensure_ascii=False) + "\n")
