@@ -29,17 +29,9 @@ from common import write_result  # noqa: E402
 
 
 def bare_batch(items, pad_id: int) -> dict[str, torch.Tensor]:
-    L = max(len(it.ids) for it in items)
-    out = {
-        "input_ids": torch.full((len(items), L), pad_id),
-        "attention_mask": torch.zeros(len(items), L, dtype=torch.long),
-        "token_type_ids": torch.zeros(len(items), L, dtype=torch.long),
-    }
-    for i, it in enumerate(items):
-        out["input_ids"][i, : len(it.ids)] = torch.tensor(it.ids)
-        out["attention_mask"][i, : len(it.ids)] = 1
-        out["token_type_ids"][i, : len(it.ids)] = torch.tensor(it.types)
-    return out
+    from ralm.tasks.retrieval import pad_rows
+
+    return pad_rows([(it.ids, it.types) for it in items], pad_id)
 
 
 def timed(fn, model) -> float:

@@ -91,20 +91,28 @@ def load_reader(path: str | None):
         ) from None
 
 
+def check_reader_tokenizer(store: DocStore, tokenizer, reader_dir) -> None:
+    """RalmError unless `store` was built with the reader's tokenizer (same sha256): the reader reads
+    the DocStore's token ids as they are."""
+    from ralm.backbones import tokenizer_fingerprint
+
+    want = store.manifest.get("tokenizer", {}).get("sha256")
+    if want and tokenizer_fingerprint(tokenizer) != want:
+        raise RalmError(
+            f"{store.root}: built with another tokenizer than the reader {reader_dir}; rebuild the "
+            "DocStore (and any index of it) with --tokenizer set to the reader's directory"
+        )
+
+
 def build_model(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
     """The model `cfg` asks for, on CPU, in train mode; returns (model, tokenizer)."""
-    from ralm.backbones import load_tokenizer, tokenizer_fingerprint
+    from ralm.backbones import load_tokenizer
     from ralm.retrieval.embed import check_tokenizer
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
     reader, reader_dir = load_reader(cfg.reader)
     tokenizer = load_tokenizer(reader_dir)
-    want = store.manifest.get("tokenizer", {}).get("sha256")
-    if want and tokenizer_fingerprint(tokenizer) != want:
-        raise RalmError(
-            f"{store.root}: built with another tokenizer than the reader {reader_dir}; rebuild the "
-            "DocStore with --tokenizer set to the reader's directory"
-        )
+    check_reader_tokenizer(store, tokenizer, reader_dir)
     vocab = reader.mlm.get_output_embeddings()
     if vocab is not None and len(tokenizer) > vocab.weight.shape[0]:
         raise RalmError(f"{reader_dir}: the tokenizer has more tokens than the reader's vocabulary")

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ralm.tasks import metrics as M
-from ralm.tasks.retrieval import TaskRetriever, join_docs, marginalize
+from ralm.tasks.retrieval import TaskRetriever, join_docs, marginalize, pad_rows
 from ralm.tasks.tagging import IGNORE_INDEX, align_labels, word_predictions
 
 __all__ = ["ADAPTERS", "Adapter", "make_adapter"]
@@ -70,17 +70,7 @@ class Adapter:
         tok = self.tokenizer
         dev = next(self.model.parameters()).device
         if retriever is None:
-            L = max(len(it.ids) for it in items)
-            batch = {
-                "input_ids": torch.full((B, L), tok.pad_token_id, dtype=torch.long),
-                "attention_mask": torch.zeros((B, L), dtype=torch.long),
-                "token_type_ids": torch.zeros((B, L), dtype=torch.long),
-            }
-            for i, it in enumerate(items):
-                n = len(it.ids)
-                batch["input_ids"][i, :n] = torch.tensor(it.ids)
-                batch["attention_mask"][i, :n] = 1
-                batch["token_type_ids"][i, :n] = torch.tensor(it.types)
+            batch = pad_rows([(it.ids, it.types) for it in items], tok.pad_token_id)
             log_p_z, K, ids = torch.zeros(B, 1, device=dev), 1, None
         else:
             r = retriever([it.query for it in items])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ralm.backbones import load_tokenizer, resolve_model_dir, tokenizer_fingerprint
+from ralm.backbones import load_tokenizer, resolve_model_dir
 from ralm.errors import RalmError
 from ralm.retrieval.encoders import quiet_transformers
 
@@ -159,17 +159,13 @@ def load_task_model(task: str, model_dir: str | os.PathLike, labels: list[str] |
 def load_retriever_parts(spec: InitSpec, *, reader_tokenizer, k: int, tune: bool, null_doc: bool = True):
     """A `TaskRetriever` from an InitSpec (None when the spec has no retriever)."""
     from ralm.corpus.docstore import DocStore
+    from ralm.realm.trainer import check_reader_tokenizer
     from ralm.tasks.retrieval import TaskRetriever
 
     if spec.docstore is None:
         return None
     store = DocStore(spec.docstore)
-    want = store.manifest.get("tokenizer", {}).get("sha256")
-    if want and tokenizer_fingerprint(reader_tokenizer) != want:
-        raise RalmError(
-            f"{store.root}: built with another tokenizer than the reader {spec.reader}; rebuild the "
-            "DocStore (and its index) with --tokenizer set to the reader's directory"
-        )
+    check_reader_tokenizer(store, reader_tokenizer, spec.reader)
     if spec.bm25 is not None:
         from ralm.retrieval.bm25 import BM25Retriever
 

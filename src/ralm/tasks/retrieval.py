@@ -34,7 +34,7 @@ from ralm.realm.marginal import doc_log_probs
 from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.index import DenseIndex
 
-__all__ = ["Retrieved", "TaskRetriever", "doc_vectors", "join_docs", "marginalize"]
+__all__ = ["Retrieved", "TaskRetriever", "doc_vectors", "join_docs", "marginalize", "pad_rows"]
 
 IGNORE = -100
 
@@ -107,13 +107,16 @@ class TaskRetriever(nn.Module):
             raise RalmError(f"k={k} leaves no retrieved document; use k >= 2 with a null document")
         if self.n_retrieved > len(store):
             raise RalmError(f"k={k} needs {self.n_retrieved} chunks but {store.root} has {len(store)}")
+        self._docs = None  # ChunkDocs: token ids of title and chunk for the reader (dense retrieval)
         if encoder is not None:
+            from ralm.realm.model import ChunkDocs
+
             for p in encoder.doc_tower.parameters():
                 p.requires_grad_(False)
             for p in encoder.query_tower.parameters():
                 p.requires_grad_(self.tune)
+            self._docs = ChunkDocs(store, encoder)
             self._null = self._null_vector() if self.null_doc else None
-        self._docs = None  # ChunkDocs, built on first use
 
     @property
     def n_retrieved(self) -> int:
@@ -122,14 +125,12 @@ class TaskRetriever(nn.Module):
     @torch.no_grad()
     def _null_vector(self) -> torch.Tensor:
         """(d,) the doc tower's embedding of the empty document ``[CLS] [SEP]``."""
-        assert self.encoder is not None
+        assert self.encoder is not None and self._docs is not None
         tower = self.encoder.doc_tower
-        row = tower.template.build(None, np.zeros(0, dtype=np.int64), 4)
-        batch = tower.template.collate([row], tower.uses_token_types)
         dev = next(tower.parameters()).device
         was = tower.training
         tower.eval()
-        v = tower(**{k: t.to(dev) for k, t in batch.items()})[0].float().cpu()
+        v = tower(**{k: t.to(dev) for k, t in self._docs.empty_batch().items()})[0].float().cpu()
         tower.train(was)
         return v
 
@@ -172,13 +173,9 @@ class TaskRetriever(nn.Module):
         """Per query, (title ids, body ids) of its retrieved chunks, then ([], []) for ∅ when used.
 
         Token ids come from the DocStore (built with the reader's tokenizer, checked at load)."""
-        if self._docs is None:
-            from ralm.realm.model import ChunkDocs
-
-            self._docs = ChunkDocs(self.store, self.encoder) if self.encoder is not None else False
         out = []
         for row in np.asarray(ids):
-            if self._docs:
+            if self._docs is not None:
                 docs = [self._docs.reader_doc(int(i)) for i in row]
             else:
                 docs = [([], self.store.input_ids(int(i)).tolist()) for i in row]
@@ -220,6 +217,14 @@ def join_docs(
             body = list(body)[: budget - len(title)]
             d = [*title, sep_id, *body, sep_id]
             rows.append((x + d, types + [1] * len(d)))
+    return pad_rows(rows, pad_id)
+
+
+def pad_rows(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """(ids, type ids) rows -> right-padded (N, L) input_ids, attention_mask, token_type_ids.
+
+    Example: pad_rows([([1, 2], [0, 0]), ([3], [0])], 0)["input_ids"] -> [[1, 2], [3, 0]].
+    """
     L = max(len(r[0]) for r in rows)
     n = len(rows)
     out = {
@@ -228,7 +233,7 @@ def join_docs(
         "token_type_ids": torch.zeros((n, L), dtype=torch.long),
     }
     for i, (ids, types) in enumerate(rows):
-        out["input_ids"][i, : len(ids)] = torch.tensor(ids)
+        out["input_ids"][i, : len(ids)] = torch.tensor(list(ids))
         out["attention_mask"][i, : len(ids)] = 1
-        out["token_type_ids"][i, : len(ids)] = torch.tensor(types)
+        out["token_type_ids"][i, : len(ids)] = torch.tensor(list(types))
     return out

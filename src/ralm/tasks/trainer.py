@@ -56,8 +56,14 @@ class Parts:
     device: torch.device
     dtype: torch.dtype | None
 
+    encoded: dict[int, list] = field(default_factory=dict)  # id(examples) -> items, encoded once
+
     def evaluate(self, examples: list, batch_size: int) -> tuple[dict, dict]:
-        return evaluate(self.adapter, examples, self.retriever, batch_size, self.dtype, self.device)
+        """Dev/test scores; each example list is encoded once however often it is scored."""
+        if id(examples) not in self.encoded:
+            self.encoded[id(examples)] = self.adapter.encode(examples)
+        items = self.encoded[id(examples)]
+        return evaluate(self.adapter, examples, self.retriever, batch_size, self.dtype, self.device, items)
 
 
 def build_parts(cfg: FinetuneConfig, spec: InitSpec, labels: list[str] | None) -> Parts:
@@ -86,16 +92,17 @@ def build_parts(cfg: FinetuneConfig, spec: InitSpec, labels: list[str] | None) -
 
 
 def evaluate(
-    adapter: Adapter, examples: list, retriever, batch_size: int, dtype, device
+    adapter: Adapter, examples: list, retriever, batch_size: int, dtype, device, items: list | None = None
 ) -> tuple[dict, dict]:
-    """(metrics, predictions) of the adapter's model on `examples` (eval mode, no grad)."""
+    """(metrics, predictions) of the adapter's model on `examples` (eval mode, no grad); `items` are
+    the examples already encoded by `adapter.encode`, when the caller has them."""
     modules = [adapter.model] + ([retriever] if retriever is not None else [])
     modes = [m.training for m in modules]
     for m in modules:
         m.eval()
     try:
         with torch.no_grad(), autocast_context(device, dtype):
-            items = adapter.encode(examples)
+            items = adapter.encode(examples) if items is None else items
             preds = adapter.predict(examples, items, retriever, batch_size)
         return adapter.score(examples, preds), preds
     finally:
