@@ -21,8 +21,6 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
 from ralm.backbones import load_tokenizer, resolve_model_dir
 from ralm.errors import RalmError
 from ralm.retrieval.encoders import quiet_transformers
@@ -179,7 +177,3 @@ def load_retriever_parts(spec: InitSpec, *, reader_tokenizer, k: int, tune: bool
     if index.dim != encoder.dim:
         raise RalmError(f"{spec.index}: {index.dim}-d vectors, but the query tower gives {encoder.dim}-d")
     return TaskRetriever(store, encoder=encoder, index=index, k=k, null_doc=null_doc, tune=tune)
-
-
-def parameter_count(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

@@ -58,7 +58,6 @@ class OpenQAAdapter(Adapter):
         super().__init__(tokenizer, model, labels, max_length=max_length)
         self.lang = lang
         self.max_answer_len = 10  # answers to open questions are short (ORQA: at most 10 tokens)
-        self._texts: dict[int, str] = {}
         self.skipped = 0
 
     def encode(self, examples: list) -> list[Item]:
@@ -68,11 +67,6 @@ class OpenQAAdapter(Adapter):
             items.append(Item([], [], ex.question, ans, i, {"answers": ex.answers}))
         return items
 
-    def chunk_text(self, store, i: int) -> str:
-        if i not in self._texts:
-            self._texts[i] = store.get(int(i))["text"]
-        return self._texts[i]
-
     def _read(self, items: list[Item], retriever: TaskRetriever):
         """Retrieve, build ``[CLS] x [SEP] z [SEP]`` rows and read them: (lpz (B, K), log p_start and
         log p_end (B, K, L), encoding, texts (B*K), retrieved ids (B, K))."""
@@ -81,7 +75,7 @@ class OpenQAAdapter(Adapter):
         r = retriever([it.query for it in items])
         ids = r.ids
         B, K = ids.shape
-        texts = [self.chunk_text(retriever.store, int(i)) for i in ids.ravel()]
+        texts = [retriever.store.get(int(i))["text"] for i in ids.ravel()]  # DocStore caches row groups
         enc = self.tokenizer(
             [it.query for it in items for _ in range(K)],
             texts,
