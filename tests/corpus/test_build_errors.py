@@ -104,6 +104,8 @@ def test_bad_tokenizer_dir_and_chunk_size(tmp_path, capsys):
     assert_clean_failure(code, err, "empty", out)
     code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--chunk-size", "2")
     assert_clean_failure(code, err, "--chunk-size", out)
+    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--min-chunk-tokens", "-1")
+    assert_clean_failure(code, err, "--min-chunk-tokens", out)
 
 
 def test_existing_out_needs_overwrite_and_failed_rebuild_keeps_old(tmp_path, capsys):
@@ -150,6 +152,12 @@ def test_info_and_show_errors(tmp_path, capsys):
     assert main(["corpus", "show", str(out), "0"]) == 0
     shown = capsys.readouterr().out
     assert shown.splitlines()[1] == "Just one chunk of text."
+    # the flag reaches the manifest; the default 32 is in effect at chunk size 128
+    assert json.loads((out / "manifest.json").read_text())["min_chunk_tokens"] == 32
+    out0 = tmp_path / "out0"
+    argv = ["corpus", "build", src, "--out", out0, "--quiet", "--min-chunk-tokens", "0"]
+    assert run_cli(capsys, *argv)[0] == 0
+    assert json.loads((out0 / "manifest.json").read_text())["min_chunk_tokens"] == 0
 
 
 @pytest.mark.parametrize(
@@ -169,6 +177,7 @@ def test_help_explains_every_option(argv):
             "--text-mode",
             "--tokenizer",
             "--chunk-size",
+            "--min-chunk-tokens",
             "--lang",
             "--entity-vocab",
             "--min-entity-count",

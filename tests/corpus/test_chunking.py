@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from ralm.corpus.chunking import Chunker, token_ranges
+from ralm.corpus.chunking import Chunker, balance_tail, token_ranges
 from ralm.corpus.sentences import sentence_boundaries
 from ralm.corpus.types import Article, LinkSpan
 
@@ -26,8 +26,151 @@ def test_token_ranges_cuts_long_sentence_at_word_starts():
 
 def test_token_ranges_empty_and_bad_budget():
     assert token_ranges(0, np.array([0]), np.zeros(0, bool), 3) == []
+    assert token_ranges(0, np.array([0]), np.zeros(0, bool), 3, 2) == []
     with pytest.raises(ValueError):
         token_ranges(3, np.array([0]), np.ones(3, bool), 0)
+    with pytest.raises(ValueError):
+        token_ranges(3, np.array([0]), np.ones(3, bool), 3, -1)
+
+
+# ---------------------------------------------------------------- min_tokens: no tiny last chunk
+def _greedy_reference(n_tokens, unit_starts, word_starts, budget):
+    """token_ranges as it was before min_tokens existed (same logic), for the 0 = off check."""
+    bounds = sorted({0, *(int(u) for u in unit_starts if 0 <= u < n_tokens)}) + [n_tokens]
+    ranges, c0 = [], 0
+    for u0, u1 in zip(bounds[:-1], bounds[1:], strict=True):
+        if u1 - c0 <= budget:
+            continue
+        if u0 > c0:
+            ranges.append((c0, u0))
+            c0 = u0
+        while u1 - c0 > budget:
+            limit = c0 + budget
+            cands = np.flatnonzero(word_starts[c0 + 1 : limit + 1]) + c0 + 1
+            cut = int(cands[-1]) if len(cands) else limit
+            ranges.append((c0, cut))
+            c0 = cut
+    if c0 < n_tokens:
+        ranges.append((c0, n_tokens))
+    return ranges
+
+
+def test_token_ranges_min_tokens_docstring_examples():
+    # module docstring: "A. B. C" with budget 4 -> [A . B .] [C]; min 2 -> [A .] [B . C]
+    assert token_ranges(5, np.array([0, 2, 4]), np.ones(5, bool), 4) == [(0, 4), (4, 5)]
+    assert token_ranges(5, np.array([0, 2, 4]), np.ones(5, bool), 4, 2) == [(0, 2), (2, 5)]
+    # "A b. C d e f g." with budget 4: the tail [g .] already has 4 // 2 tokens, so no change
+    assert token_ranges(9, np.array([0, 3]), np.ones(9, bool), 4, 32) == [(0, 3), (3, 7), (7, 9)]
+    # balance_tail docstring
+    ranges = [(0, 4), (4, 8), (8, 9)]
+    assert balance_tail(ranges, [0, 4, 8], np.ones(9, bool), 4, 2) == [(0, 4), (4, 7), (7, 9)]
+
+
+def test_min_tokens_rebalances_at_the_latest_sentence_start():
+    # sentences [0,4) [4,6) [6,7), budget 6: greedy [0,6) [6,7) leaves a 1-token tail.
+    # min 3: the last chunk must start in [max(0+1, 7-6), 7-3] = [1, 4]; the latest sentence
+    # start there is 4 -> [0,4) [4,7) (3 tokens)
+    units, ws = np.array([0, 4, 6]), np.ones(7, bool)
+    assert token_ranges(7, units, ws, 6) == [(0, 6), (6, 7)]
+    assert token_ranges(7, units, ws, 6, 3) == [(0, 4), (4, 7)]
+    # min 2: window [1, 5]; the latest sentence start is still 4 (sentence starts beat the
+    # later word start 5)
+    assert token_ranges(7, units, ws, 6, 2) == [(0, 4), (4, 7)]
+    # asking for more than budget // 2 = 3 is clamped to 3
+    assert token_ranges(7, units, ws, 6, 100) == [(0, 4), (4, 7)]
+    # earlier chunks are untouched: the same shape after a first full chunk [0,6)
+    units2 = np.array([0, 6, 10, 12])
+    assert token_ranges(13, units2, np.ones(13, bool), 6) == [(0, 6), (6, 12), (12, 13)]
+    assert token_ranges(13, units2, np.ones(13, bool), 6, 3) == [(0, 6), (6, 10), (10, 13)]
+
+
+def test_min_tokens_rebalances_at_the_latest_word_start():
+    # sentences [0,4) [4,8) [8,9), budget 4: greedy [0,4) [4,8) [8,9). min 2: the last chunk
+    # must start in [max(4+1, 9-4), 9-2] = [5, 7]: no sentence start there
+    units = np.array([0, 4, 8])
+    assert token_ranges(9, units, np.ones(9, bool), 4) == [(0, 4), (4, 8), (8, 9)]
+    assert token_ranges(9, units, np.ones(9, bool), 4, 2) == [(0, 4), (4, 7), (7, 9)]  # word start 7
+    ws = np.ones(9, bool)
+    ws[7] = False  # token 7 continues a word: the latest word start in [5, 7] is 6
+    assert token_ranges(9, units, ws, 4, 2) == [(0, 4), (4, 6), (6, 9)]
+    # the callable form of word_starts gives the same, and is asked only about the window
+    asked = []
+
+    def ws_fn(lo, hi):
+        asked.append((lo, hi))
+        return ws[lo:hi]
+
+    assert token_ranges(9, units, ws_fn, 4, 2) == [(0, 4), (4, 6), (6, 9)]
+    assert asked == [(5, 8)]
+    # no word start in [5, 7]: left as it is
+    ws[5:8] = False
+    assert token_ranges(9, units, ws, 4, 2) == [(0, 4), (4, 8), (8, 9)]
+
+
+def test_min_tokens_merge_branch_of_balance_tail():
+    # greedy packing never leaves a mergeable tail (see the property test); ranges that come
+    # from elsewhere can: [0,3) [3,5) fit together in budget 6 -> [0,5)
+    assert balance_tail([(0, 3), (3, 5)], [0, 3], np.ones(5, bool), 6, 3) == [(0, 5)]
+    assert balance_tail([(0, 2), (2, 3), (3, 5)], [0, 2, 3], np.ones(5, bool), 6, 3) == [(0, 2), (2, 5)]
+    # a tail with enough tokens, a single range, or min_tokens 0: unchanged
+    assert balance_tail([(0, 3), (3, 6)], [0, 3], np.ones(6, bool), 6, 3) == [(0, 3), (3, 6)]
+    assert balance_tail([(0, 2)], [0], np.ones(2, bool), 6, 3) == [(0, 2)]
+    assert balance_tail([(0, 3), (3, 5)], [0, 3], np.ones(5, bool), 6, 0) == [(0, 3), (3, 5)]
+    with pytest.raises(ValueError, match="contiguous"):
+        balance_tail([(0, 3), (4, 5)], [0, 3], np.ones(5, bool), 6, 3)
+
+
+def test_min_tokens_article_shorter_than_min_stays_one_chunk():
+    assert token_ranges(3, np.array([0, 2]), np.ones(3, bool), 8, 4) == [(0, 3)]
+    assert token_ranges(1, np.array([0]), np.ones(1, bool), 8, 4) == [(0, 1)]
+
+
+def test_min_tokens_zero_reproduces_greedy_packing_exactly():
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        n = int(rng.integers(0, 80))
+        budget = int(rng.integers(1, 20))
+        units = np.sort(rng.choice(max(n, 1), size=int(rng.integers(0, max(n, 1) + 1)), replace=False))
+        ws = rng.random(n) < rng.random()
+        want = _greedy_reference(n, units, ws, budget)
+        assert token_ranges(n, units, ws, budget) == want
+        assert token_ranges(n, units, ws, budget, 0) == want
+
+
+def test_min_tokens_property_random_inputs():
+    rng = np.random.default_rng(0)
+    n_rebalanced = n_left = 0
+    for _ in range(3000):
+        n = int(rng.integers(1, 120))
+        budget = int(rng.integers(1, 24))
+        min_tokens = int(rng.integers(0, 40))
+        units = np.sort(rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False))
+        ws = rng.random(n) < rng.random()
+        got = token_ranges(n, units, ws, budget, min_tokens)
+        greedy = token_ranges(n, units, ws, budget)
+        # every chunk fits and the ranges tile [0, n) contiguously
+        assert got[0][0] == 0 and got[-1][1] == n
+        assert all(a < b and b - a <= budget for a, b in got)
+        assert all(b == c for (_, b), (c, _) in zip(got, got[1:], strict=False))
+        # only the last cut may move; the number of chunks never changes
+        assert got[:-2] == greedy[:-2] and len(got) == len(greedy)
+        m = min(min_tokens, budget // 2)
+        if len(greedy) < 2 or greedy[-1][1] - greedy[-1][0] >= m:
+            assert got == greedy
+            continue
+        (p0, _), (_, end) = greedy[-2], greedy[-1]
+        assert end - p0 > budget, "greedy packing never leaves a tail that fits with its neighbour"
+        lo, hi = max(p0 + 1, end - budget), end - m
+        bounds = set(units.tolist()) | {0}
+        valid = [t for t in range(lo, hi + 1) if t in bounds or ws[t]]
+        if valid:  # the last chunk now has >= m tokens, cut at the latest sentence (else word) start
+            n_rebalanced += 1
+            sent = [t for t in range(lo, hi + 1) if t in bounds]
+            assert got[-1] == ((sent or valid)[-1], end) and end - got[-1][0] >= m
+        else:
+            n_left += 1
+            assert got == greedy
+    assert n_rebalanced > 100 and n_left > 10  # both branches were exercised
 
 
 def _article(seed: int, n_sent: int = 60) -> Article:
@@ -66,11 +209,13 @@ def _article(seed: int, n_sent: int = 60) -> Article:
     return Article(title=f"A{seed}", text=text, source_id=str(seed), links=links)
 
 
+@pytest.mark.parametrize("min_tokens", [0, 32])
 @pytest.mark.parametrize("chunk_size", [16, 128, 288])
 @pytest.mark.parametrize("tok_name", ["bert_tokenizer", "bpe_tokenizer"])
-def test_chunk_invariants_real_tokenizers(request, tok_name, chunk_size):
+def test_chunk_invariants_real_tokenizers(request, tok_name, chunk_size, min_tokens):
     tok = request.getfixturevalue(tok_name)
-    chunker = Chunker(tok, chunk_size)
+    chunker = Chunker(tok, chunk_size, min_tokens)
+    assert chunker.min_tokens == min(min_tokens, chunker.budget // 2)
     arts = [_article(s) for s in range(3)]
     all_chunks = chunker.chunk(arts, first_index=10)
     for a_idx, (art, chunks) in enumerate(zip(arts, all_chunks, strict=True)):
@@ -90,10 +235,15 @@ def test_chunk_invariants_real_tokenizers(request, tok_name, chunk_size):
             for lk in c.links:
                 assert c.text[lk.start : lk.end] == lk.target
         # greedy sentence packing: a chunk starts mid-sentence only when that sentence alone was
-        # too long, so the chunk before it holds no sentence start after its own first character
-        for prev, c in zip(chunks, chunks[1:], strict=False):
+        # too long, so the chunk before it holds no sentence start after its own first character;
+        # with min_tokens the last cut may move back to a word start (checked below instead)
+        pairs = list(zip(chunks, chunks[1:], strict=False))
+        for prev, c in pairs[:-1] if chunker.min_tokens else pairs:
             if c.char_start not in sent_starts:
                 assert not any(prev.char_start < s < c.char_start for s in sent_starts)
+        if len(chunks) >= 2:
+            # WordPiece and byte-level BPE give word starts every few tokens: a cut always exists
+            assert len(chunks[-1].input_ids) >= chunker.min_tokens
 
 
 def test_chunks_stop_at_sentence_boundaries(bert_tokenizer):
@@ -101,6 +251,53 @@ def test_chunks_stop_at_sentence_boundaries(bert_tokenizer):
     # budget 8 text tokens (10 incl. [CLS]/[SEP]): whole sentences of 4 tokens each pack in pairs
     chunks = Chunker(bert_tokenizer, 10).chunk([Article("t", text)])[0]
     assert [c.text for c in chunks] == ["One two three. Four five six.", "Seven eight nine. Ten."]
+
+
+def test_min_tokens_with_a_real_tokenizer(bert_tokenizer):
+    # budget 8, min clamped to 4. Tokens: one two three . | four five six . | seven .
+    text = "One two three. Four five six. Seven."
+    assert [c.text for c in Chunker(bert_tokenizer, 10, 0).chunk([Article("t", text)])[0]] == [
+        "One two three. Four five six.",
+        "Seven.",
+    ]
+    chunks = Chunker(bert_tokenizer, 10).chunk([Article("t", text)])[0]
+    assert [c.text for c in chunks] == ["One two three.", "Four five six. Seven."]
+    assert [c.position for c in chunks] == [0, 1] and chunks[1].char_start == text.index("Four")
+    # one long sentence (11 tokens): greedy cuts at the last word start that fits, 8 ("nine"),
+    # leaving "nine ten ." (3); the last chunk must start in [11-8, 11-4] = [3, 7] -> 7 ("eight")
+    text = "One two three four five six seven eight nine ten."
+    assert [c.text for c in Chunker(bert_tokenizer, 10, 0).chunk([Article("t", text)])[0]] == [
+        "One two three four five six seven eight",
+        "nine ten.",
+    ]
+    assert [c.text for c in Chunker(bert_tokenizer, 10).chunk([Article("t", text)])[0]] == [
+        "One two three four five six seven",
+        "eight nine ten.",
+    ]
+    # an article shorter than min_tokens stays one chunk
+    assert [c.text for c in Chunker(bert_tokenizer, 10).chunk([Article("t", "Ten.")])[0]] == ["Ten."]
+    with pytest.raises(ValueError):
+        Chunker(bert_tokenizer, 10, -1)
+
+
+def test_min_tokens_issue_example_danish_tail(bert_tokenizer):
+    # the issue's 9-token tail "Frys rækker og kolonner" (fry ##s r ##æ ##kker og ko ##lon ##ner);
+    # sentences of 18, 11 and 9 tokens, budget 30: greedy packs 18 + 11 and leaves the tail alone.
+    # min 15 (32 clamped to 30 // 2): the last chunk must start in [38-30, 38-15] = [8, 23];
+    # the latest sentence start there is 18
+    text = (
+        "Marker cellen under rækken og til højre for kolonnen. Vælg Vis og Frys ruder. "
+        "Frys rækker og kolonner"
+    )
+    greedy = Chunker(bert_tokenizer, 32, 0).chunk([Article("t", text)])[0]
+    assert [len(c.input_ids) for c in greedy] == [29, 9]
+    assert greedy[1].text == "Frys rækker og kolonner"
+    chunks = Chunker(bert_tokenizer, 32).chunk([Article("t", text)])[0]
+    assert [len(c.input_ids) for c in chunks] == [18, 20]
+    assert [c.text for c in chunks] == [
+        "Marker cellen under rækken og til højre for kolonnen.",
+        "Vælg Vis og Frys ruder. Frys rækker og kolonner",
+    ]
 
 
 def test_links_cut_by_a_boundary_are_dropped(bert_tokenizer):

@@ -119,6 +119,8 @@ def test_manifest_contents(small_store):
     store, _ = small_store
     m = store.manifest
     assert m["chunk_size"] == 24 and m["tokenizer"]["class"] == "BertTokenizer"
+    # the default 32 asked for, clamped to half of the 22 text tokens next to [CLS]/[SEP]
+    assert m["min_chunk_tokens"] == 11 and m["config"]["min_chunk_tokens"] == 32
     assert len(m["sources"][0]["sha256"]) == 64 and m["sources"][0]["format"] == "jsonl"
     assert m["counts"]["articles"] == 30 and m["entity_vocab"] == "entities.tsv"
     assert len(store.fingerprint) == 64
@@ -132,3 +134,58 @@ def test_out_of_range_and_not_a_store(small_store, tmp_path):
         DocStore(tmp_path)
     with pytest.raises(CorpusError, match="no such DocStore"):
         DocStore(tmp_path / "nope")
+
+
+def test_no_tiny_last_chunks_and_min_chunk_tokens_zero(small_store, tmp_path):
+    store, docs = small_store
+    lengths = store.lengths()
+    arts = store.articles().to_pydict()
+    multi = [(f, k) for f, k in zip(arts["first_chunk"], arts["n_chunks"], strict=True) if k >= 2]
+    assert multi, "the fixture has articles of several chunks"
+    assert all(lengths[f + k - 1] >= 11 for f, k in multi)
+    # min_chunk_tokens 0: plain greedy packing, which here leaves short tails; same chunk count
+    src = tmp_path / "docs.jsonl"
+    src.write_text("\n".join(json.dumps(x) for x in docs) + "\n", encoding="utf-8")
+    cfg = BuildConfig(chunk_size=24, min_chunk_tokens=0, rows_per_shard=8, row_group_size=4)
+    off = build_docstore([src], tmp_path / "off", cfg, progress=False, log=lambda m: None)
+    assert off.manifest["min_chunk_tokens"] == 0 and len(off) == len(store)
+    off_lengths = off.lengths()
+    assert any(off_lengths[f + k - 1] < 11 for f, k in multi)
+    # only the last two chunks of an article can differ, and together they hold the same tokens
+    for f, k in multi:
+        assert off_lengths[f : f + k - 2].tolist() == lengths[f : f + k - 2].tolist()
+        assert off_lengths[f + k - 2 : f + k].sum() == lengths[f + k - 2 : f + k].sum()
+    with pytest.raises(CorpusError, match="min-chunk-tokens"):
+        build_docstore([src], tmp_path / "neg", BuildConfig(min_chunk_tokens=-1), progress=False)
+
+
+def test_info_shows_min_chunk_tokens_and_length_histogram(small_store, tmp_path, capsys):
+    import shutil
+
+    from ralm.cli import main
+
+    store, _ = small_store
+    lengths = store.lengths()
+    assert main(["corpus", "info", str(store.root)]) == 0
+    out = capsys.readouterr().out
+    lines = {line[2:15].strip(): line[15:] for line in out.splitlines()[1:]}
+    assert lines["min chunk"] == "11 text tokens for an article's last chunk"
+    # budget 22: bins 1-7, 8-15, 16-22, counted here by a plain loop
+    naive = {"1-7": 0, "8-15": 0, "16-22": 0}
+    for n in lengths.tolist():
+        naive["1-7" if n < 8 else "8-15" if n < 16 else "16-22"] += 1
+    assert lines["length hist"] == "  ".join(f"{k}: {v}" for k, v in naive.items())
+    assert lines["chunk tokens"].startswith(f"min {lengths.min()}  median {np.median(lengths):g}  ")
+    assert lines["chunk tokens"].endswith(f"max {lengths.max()}  (text tokens, budget 22)")
+    n_short = int((lengths < 11).sum())
+    assert lines["short chunks"].startswith(f"{n_short} < 11 tokens ({100 * n_short / len(lengths):.1f}%), ")
+    # a store built before the option has no min_chunk_tokens in its manifest: shown as 0
+    old = tmp_path / "old"
+    shutil.copytree(store.root, old)
+    m = json.loads((old / "manifest.json").read_text())
+    del m["min_chunk_tokens"], m["config"]["min_chunk_tokens"]
+    (old / "manifest.json").write_text(json.dumps(m))
+    assert main(["corpus", "info", str(old)]) == 0
+    out = capsys.readouterr().out
+    assert "  min chunk    0 text tokens for an article's last chunk (off, or a store built" in out
+    assert "  short chunks n/a (min chunk 0)" in out and "  length hist  1-7: " in out

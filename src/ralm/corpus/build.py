@@ -60,6 +60,9 @@ class BuildConfig:
     """Options of `ralm corpus build`; stored in the manifest of the DocStore it makes."""
 
     chunk_size: int = 128  # tokens per chunk incl. special tokens (BRENT: 128; REALM: 288)
+    # an article's last chunk gets at least this many text tokens (merged with or rebalanced
+    # against the chunk before it; clamped to half the text budget); 0 = plain greedy packing
+    min_chunk_tokens: int = 32
     tokenizer: str | None = None  # local HF model dir; None = the bundled MiniLM
     format: str = "auto"  # auto | wiki | jsonl | text
     text_mode: str = "file"  # plain text: one document per "file" or per "line"
@@ -252,9 +255,11 @@ def build_docstore(
         )
     if cfg.chunk_size < 8:
         raise CorpusError(f"--chunk-size {cfg.chunk_size}: too small; use at least 8 tokens (BRENT used 128)")
+    if cfg.min_chunk_tokens < 0:
+        raise CorpusError(f"--min-chunk-tokens {cfg.min_chunk_tokens}: must be >= 0 (0 turns it off)")
     tokenizer = load_tokenizer(cfg.tokenizer)
     try:
-        chunker = Chunker(tokenizer, cfg.chunk_size)
+        chunker = Chunker(tokenizer, cfg.chunk_size, cfg.min_chunk_tokens)
     except ValueError as exc:
         raise CorpusError(f"--chunk-size {cfg.chunk_size}: {exc}") from None
     vocab_in = None
@@ -435,6 +440,8 @@ def _build_into(
             "special_tokens_per_chunk": tokenizer.num_special_tokens_to_add(pair=False),
         },
         "chunk_size": cfg.chunk_size,
+        # in effect (clamped to half the text budget); config holds the value asked for
+        "min_chunk_tokens": chunker.min_tokens,
         "config": asdict(cfg),
         "counts": {
             "articles": n_articles,

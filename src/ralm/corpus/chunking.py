@@ -9,13 +9,28 @@ chunks are then cut in token space so that
   a sentence longer than a chunk is cut at the last word start that fits, and only mid-word
   when a single word is longer than a chunk;
 - `text[char_start:char_end]` of the article is exactly the chunk text, and the chunk's token
-  ids are exactly the article's token ids in that range.
+  ids are exactly the article's token ids in that range;
+- an article's last chunk is not left as a tiny tail ("min_tokens", default 32 text tokens,
+  clamped to budget // 2): if it has fewer than `min_tokens` tokens and a previous chunk, the
+  two are merged when they fit in one chunk together; otherwise the cut between them moves
+  earlier, to the latest sentence start (else the latest word start) that leaves the last chunk
+  at least `min_tokens` and at most `budget` tokens (no such cut: left as is). Tiny chunks
+  (article tails, headings) are hubs for mean-pooled dense retrieval: they match every query.
+  A whole article shorter than `min_tokens` stays one short chunk; min_tokens=0 turns this off.
 
 Link spans are carried into chunk coordinates; a link cut by a chunk boundary is dropped from
 both chunks. Left out: overlapping (strided) chunks and padding, which belong to the models.
 
 Example: with budget 4 text tokens, "A b. C d e f g." (one token per word/stop) ->
     chunks [A b .] [C d e f] [g .]
+(the same with min_tokens: its tail [g .] already has 2 = 4 // 2 tokens), and, with sentences
+[A .] [B .] [C], "A. B. C" ->
+    chunks [A . B .] [C]        greedily (min_tokens 0)
+    chunks [A .] [B . C]        with min_tokens 2 (or more, clamped to 4 // 2): [A . B . C] does
+                                not fit, so the cut moves back to the latest sentence start
+After greedy packing only the rebalancing happens in practice: greedy closes a chunk only when
+what follows does not fit, so an article's last two chunks never fit in one (the merge rule is
+for ranges from elsewhere, see `balance_tail`), and the number of chunks never changes.
 """
 
 from __future__ import annotations
@@ -53,24 +68,40 @@ class Chunk:
     links: list[LinkSpan] = field(default_factory=list)
 
 
+WordStarts = np.ndarray | Callable[[int, int], np.ndarray]
+
+
+def _word_starts_fn(word_starts: WordStarts) -> Callable[[int, int], np.ndarray]:
+    if isinstance(word_starts, np.ndarray):
+        ws_array = word_starts
+        return lambda lo, hi: ws_array[lo:hi]
+    return word_starts
+
+
 def token_ranges(
     n_tokens: int,
     unit_starts: np.ndarray,
-    word_starts: np.ndarray | Callable[[int, int], np.ndarray],
+    word_starts: WordStarts,
     budget: int,
+    min_tokens: int = 0,
 ) -> list[tuple[int, int]]:
     """Greedy packing of sentence units into half-open token ranges of at most `budget` tokens.
 
     unit_starts: sorted token indices where a sentence begins (0 is added if missing).
     word_starts: (n_tokens,) bool, True where a token begins a new word (safe cut points), or a
-        function (lo, hi) -> that array's slice [lo:hi], asked only when a sentence is too long.
+        function (lo, hi) -> that array's slice [lo:hi], asked only when a sentence is too long
+        or the last range is rebalanced.
+    min_tokens: the last range, when shorter and not the only one, is merged into or rebalanced
+        with the one before it (see `balance_tail`); 0 = plain greedy packing.
     Example: n_tokens=9, unit_starts=[0, 3], all word starts, budget=4 -> [(0,3), (3,7), (7,9)].
+    Example: n_tokens=5, unit_starts=[0, 2, 4], all word starts, budget=4 -> [(0,4), (4,5)];
+        with min_tokens=2 -> [(0,2), (2,5)] (the cut moves back to the sentence start 2).
     """
     if budget < 1:
         raise ValueError(f"chunk budget must be >= 1 token, got {budget}")
-    if isinstance(word_starts, np.ndarray):
-        ws_array = word_starts
-        word_starts = lambda lo, hi: ws_array[lo:hi]  # noqa: E731
+    if min_tokens < 0:
+        raise ValueError(f"min_tokens must be >= 0, got {min_tokens}")
+    word_starts = _word_starts_fn(word_starts)
     bounds = sorted({0, *(int(u) for u in unit_starts if 0 <= u < n_tokens)}) + [n_tokens]
     ranges: list[tuple[int, int]] = []
     c0 = 0  # start of the chunk being filled
@@ -88,7 +119,55 @@ def token_ranges(
             c0 = cut
     if c0 < n_tokens:
         ranges.append((c0, n_tokens))
+    if min_tokens:
+        ranges = balance_tail(ranges, bounds[:-1], word_starts, budget, min_tokens)
     return ranges
+
+
+def balance_tail(
+    ranges: list[tuple[int, int]],
+    unit_starts: Sequence[int] | np.ndarray,
+    word_starts: WordStarts,
+    budget: int,
+    min_tokens: int,
+) -> list[tuple[int, int]]:
+    """Give the last of an article's contiguous token ranges at least `min_tokens` tokens.
+
+    min_tokens is clamped to budget // 2, so that a cut always exists in token space. When the
+    last range (c, n) is shorter and a range (p, c) precedes it:
+    - if n - p <= budget: they merge into (p, n);
+    - else the cut moves earlier, to the latest sentence start (`unit_starts`) in
+      [max(p + 1, n - budget), n - min_tokens], else the latest word start there;
+    - else (no sentence or word start in that window) nothing changes.
+    A single range (an article shorter than min_tokens) is left as it is. After greedy packing
+    (`token_ranges`) the merge cannot happen: greedy closes (p, c) only because what follows
+    did not fit, so n - p > budget; the branch is kept for ranges that come from elsewhere.
+    Example: [(0, 4), (4, 8), (8, 9)], sentence starts [0, 4, 8], budget 4, min 2: window
+        [5, 7], no sentence start there; latest word start 7 -> [(0, 4), (4, 7), (7, 9)].
+    """
+    min_tokens = min(min_tokens, budget // 2)
+    if min_tokens <= 0 or len(ranges) < 2:
+        return ranges
+    (p0, c), (c1, n) = ranges[-2], ranges[-1]
+    if c1 != c:
+        raise ValueError(f"ranges must be contiguous, got {ranges[-2]} then {ranges[-1]}")
+    if n - c >= min_tokens:
+        return ranges
+    if n - p0 <= budget:
+        return [*ranges[:-2], (p0, n)]
+    lo, hi = max(p0 + 1, n - budget), n - min_tokens  # cut t leaves the last range n - t tokens
+    if lo > hi:
+        return ranges
+    starts = np.asarray(unit_starts, dtype=np.int64)
+    i = int(np.searchsorted(starts, hi, side="right")) - 1  # the latest sentence start <= hi
+    if i >= 0 and starts[i] >= lo:
+        cut = int(starts[i])
+    else:
+        cands = np.flatnonzero(_word_starts_fn(word_starts)(lo, hi + 1))
+        if not len(cands):
+            return ranges
+        cut = lo + int(cands[-1])
+    return [*ranges[:-2], (p0, cut), (cut, n)]
 
 
 def _word_starts(text: str, starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -110,17 +189,24 @@ class Chunker:
 
     tokenizer: a Hugging Face fast tokenizer (needs offsets); `chunk_size` counts the special
     tokens that `tokenizer` adds to one sequence.
+    min_tokens: text tokens (no special tokens) an article's last chunk should have at least,
+    when the article has more than one chunk (see the module docstring); clamped to half the
+    text budget; `self.min_tokens` is the value in effect. 0 = plain greedy packing.
     """
 
-    def __init__(self, tokenizer, chunk_size: int = 128) -> None:
+    def __init__(self, tokenizer, chunk_size: int = 128, min_tokens: int = 32) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise ValueError("chunking needs a fast (Rust) tokenizer for character offsets")
         n_special = tokenizer.num_special_tokens_to_add(pair=False)
         if chunk_size <= n_special:
             raise ValueError(f"chunk_size {chunk_size} leaves no room next to {n_special} special tokens")
+        if min_tokens < 0:
+            raise ValueError(f"min_tokens must be >= 0, got {min_tokens}")
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.budget = chunk_size - n_special
+        # text tokens; clamped so that a cut giving the last chunk this many always exists
+        self.min_tokens = min(min_tokens, self.budget // 2)
         # a private copy without padding/truncation: tokenizer.json files often carry both
         # (MiniLM truncates at 128), and transformers toggles them on the shared object per call
         self._backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
@@ -163,7 +249,11 @@ class Chunker:
         # the token holding a sentence's first char (byte-level BPE tokens start at the space before)
         unit_starts = np.searchsorted(ends, sent_starts, side="right")
         ranges = token_ranges(
-            n, unit_starts, lambda lo, hi: _word_starts(text, starts, ends, lo, hi), self.budget
+            n,
+            unit_starts,
+            lambda lo, hi: _word_starts(text, starts, ends, lo, hi),
+            self.budget,
+            self.min_tokens,
         )
         chunks = []
         links = sorted(article.links, key=lambda s: s.start)

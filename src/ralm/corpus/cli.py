@@ -55,6 +55,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=128,
         help="max tokens per chunk incl. special tokens (default 128 as BRENT; REALM used 288)",
     )
+    b.add_argument(
+        "--min-chunk-tokens",
+        type=int,
+        default=32,
+        metavar="N",
+        help="an article's last chunk gets at least N text tokens: merged with the chunk before "
+        "it when both fit, else the cut between them moves back to a sentence (or word) start; "
+        "at most half the chunk is used; a whole article shorter than N stays one chunk. Tiny "
+        "tail chunks attract every query in dense retrieval (default 32; 0 = off)",
+    )
     b.add_argument("--lang", default="en", help="language of date patterns: en, nb, nn, no, da (default en)")
     b.add_argument(
         "--entity-vocab",
@@ -149,12 +159,15 @@ def _build(args: argparse.Namespace) -> int:
     for name in ("chunk_size", "min_entity_count", "rows_per_shard", "row_group_size", "workers"):
         if getattr(args, name) < 1:
             raise CorpusError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if args.min_chunk_tokens < 0:
+        raise CorpusError(f"--min-chunk-tokens {args.min_chunk_tokens}: must be >= 0 (0 turns it off)")
     if args.rows_per_shard % args.row_group_size:
         raise CorpusError(
             f"--rows-per-shard {args.rows_per_shard}: must be a multiple of --row-group-size {args.row_group_size}"
         )
     cfg = BuildConfig(
         chunk_size=args.chunk_size,
+        min_chunk_tokens=args.min_chunk_tokens,
         tokenizer=args.tokenizer,
         format=fmt,
         text_mode=args.text_mode,
@@ -175,18 +188,31 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def summary(store) -> str:
-    """A human-readable summary of a DocStore's manifest."""
+    """A human-readable summary of a DocStore's manifest and its chunk lengths."""
+    from ralm.corpus.stats import chunk_length_stats, format_length_stats, sole_chunk_mask
+
     m = store.manifest
     c = m["counts"]
     lengths = store.lengths()
     special = m["tokenizer"]["special_tokens_per_chunk"]
+    min_tokens = int(m.get("min_chunk_tokens", 0))  # stores built before the option: 0
+    import pyarrow.parquet as pq
+
+    arts = pq.read_table(store.root / "articles.parquet", columns=["first_chunk", "n_chunks"])
+    sole = sole_chunk_mask(
+        arts.column("first_chunk").to_numpy(), arts.column("n_chunks").to_numpy(), len(lengths)
+    )
+    stats = chunk_length_stats(lengths, max(1, m["chunk_size"] - special), min_tokens, sole)
     lines = [
         f"DocStore {store.root}",
         f"  sources      {', '.join(Path(s['path']).name + ' (' + s['format'] + ')' for s in m['sources'])}",
         f"  tokenizer    {m['tokenizer']['class']} {m['tokenizer']['name_or_path']} (vocab {m['tokenizer']['vocab_size']})",
         f"  chunk size   {m['chunk_size']} tokens incl. {special} special",
+        f"  min chunk    {min_tokens} text tokens for an article's last chunk"
+        + ("" if min_tokens else " (off, or a store built without the option)"),
         f"  articles     {c['articles']} ({c['empty_articles']} empty)",
         f"  chunks       {c['chunks']}  (tokens/chunk: mean {lengths.mean() + special:.1f}, max {lengths.max() + special})",
+        *format_length_stats(stats),
         f"  tokens       {c['tokens']}",
         f"  links        {c['links']}  redirects {c['redirects']}  entities {c['entities']}",
         "  salient      "
