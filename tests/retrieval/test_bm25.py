@@ -1,17 +1,22 @@
-"""BM25Retriever: a hand-checked ranking, exclusion and always-k, Nordic/Cyrillic tokens, save/load."""
+"""BM25Retriever: a hand-checked ranking, exclusion and always-k, Nordic/Cyrillic tokens, save/load,
+Danish stemming (checked against a naive BM25), the analysis in the manifest (v2, and v1 still loads)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import math
 import unicodedata
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.errors import RalmError
+from ralm.retrieval.analysis import Analyzer
 from ralm.retrieval.base import Retriever
-from ralm.retrieval.bm25 import BM25Retriever, resolve_stopwords, split_words
+from ralm.retrieval.bm25 import FORMAT_VERSION, BM25Retriever, resolve_stopwords, split_words
 
 DOCS = [
     ("Oslo", "Oslo is the capital of Norway."),  # 0
@@ -29,16 +34,38 @@ DOCS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    d = tmp_path_factory.mktemp("bm25")
+# Danish: only chunk 0 has a "pivottabel" form, and only as "pivottabeller".
+DA_DOCS = [
+    ("Excel", "Sådan opretter du pivottabeller i Excel."),  # 0
+    ("Word", "Tabeller og diagrammer i Word."),  # 1
+    ("Regneark", "Formler og funktioner i et regneark, og en tabel med summer."),  # 2
+    ("Diagrammer", "Diagrammet viser summen af rækkerne i tabellen, og summen af summerne."),  # 3
+]
+
+
+def make_store(d, docs):
     src = d / "docs.jsonl"
     with open(src, "w", encoding="utf-8") as f:
-        for title, text in DOCS:
+        for title, text in docs:
             f.write(json.dumps({"title": title, "text": text}, ensure_ascii=False) + "\n")
     s = build_docstore([src], d / "store", BuildConfig(chunk_size=64), progress=False, log=lambda m: None)
-    assert len(s) == len(DOCS)  # one chunk per document, ids in file order
+    assert len(s) == len(docs)  # one chunk per document, ids in file order
     return s
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("bm25"), DOCS)
+
+
+@pytest.fixture(scope="module")
+def da_store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("bm25_da"), DA_DOCS)
+
+
+@pytest.fixture(scope="module")
+def bm25_da(da_store):
+    return BM25Retriever.build(da_store, lang="da", include_title=False)
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +170,163 @@ def test_save_load_round_trip(tmp_path, store, bm25):
     (tmp_path / "bm25" / "vocab.index.json").unlink()
     with pytest.raises(RalmError, match="vocab.index.json: no such file"):
         BM25Retriever.load(tmp_path / "bm25")
+
+
+def test_default_analysis_is_unchanged(bm25):
+    """No lang: no stopwords, no stemming (the terms are the normalised words), recorded so."""
+    assert bm25.analyzer == Analyzer() and bm25.stemmer is None and bm25.stopwords == []
+    assert bm25.describe() == "no stopwords, no stemmer"
+    assert bm25.manifest["version"] == FORMAT_VERSION == 2
+    assert {k: bm25.manifest[k] for k in ("lang", "stopwords", "stemmer", "pystemmer_version")} == {
+        "lang": None, "stopwords": [], "stemmer": None, "pystemmer_version": None,
+    }  # fmt: skip
+    assert bm25.scores("fjord")[1] == 0 and bm25.scores("fjords")[1] > 0  # no stemming
+
+
+def test_danish_stemming_finds_inflections(da_store, bm25_da):
+    """The issue: "pivottabel" finds the chunk that only says "pivottabeller" with lang="da"."""
+    plain = BM25Retriever.build(da_store, include_title=False)
+    assert (plain.scores("pivottabel") == 0).all()
+    assert plain.scores("pivottabeller")[0] > 0
+    s = bm25_da.scores("pivottabel")
+    assert s[0] > 0 and (s[1:] == 0).all()
+    assert bm25_da.search_text(["pivottabel"], 1).ids.tolist() == [[0]]
+    np.testing.assert_array_equal(bm25_da.scores("PIVOTTABELLEN"), s)  # any inflection, any case
+    # "tabel": "Tabeller" (1), "tabel" (2) and "tabellen" (3) all match; chunk 0 does not.
+    t = bm25_da.scores("tabel")
+    assert t[0] == 0 and (t[1:] > 0).all()
+    assert bm25_da.analyzer == Analyzer.from_lang("da") and bm25_da.stemmer == "danish"
+    assert bm25_da.describe() == f"da: {len(resolve_stopwords('da'))} stopwords, danish stemmer"
+    assert bm25_da.tokenize_query("og i du") == []  # stopwords
+    assert (bm25_da.scores("og") == 0).all()
+    # Explicit settings override what lang implies.
+    no_stem = BM25Retriever.build(da_store, lang="da", stemmer="none", include_title=False)
+    assert (no_stem.scores("pivottabel") == 0).all() and no_stem.stopwords == bm25_da.stopwords
+    no_stop = BM25Retriever.build(da_store, lang="da", stopwords="none", include_title=False)
+    assert no_stop.scores("og")[1] > 0 and no_stop.scores("pivottabel")[0] > 0
+    assert no_stop.describe() == "da: no stopwords, danish stemmer"
+    stem_only = BM25Retriever.build(da_store, stemmer="danish", include_title=False)
+    assert stem_only.analyzer == Analyzer(stemmer="danish") and stem_only.scores("pivottabel")[0] > 0
+    given = BM25Retriever.build(da_store, analyzer=Analyzer.from_lang("da"), include_title=False)
+    np.testing.assert_array_equal(given.scores("tabel summer"), bm25_da.scores("tabel summer"))
+    with pytest.raises(RalmError, match="either analyzer or lang/stopwords/stemmer"):
+        BM25Retriever.build(da_store, analyzer=Analyzer(), lang="da")
+    with pytest.raises(RalmError, match="unknown language 'xx'"):
+        BM25Retriever.build(da_store, lang="xx")
+
+
+def naive_bm25(docs: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
+    """The module docstring's lucene BM25, by hand: sum over the query's terms of
+    idf(t) * tf / (tf + k1 * (1 - b + b * |d| / avgdl)), idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))."""
+    n = len(docs)
+    avgdl = sum(len(d) for d in docs) / n
+    df = Counter(t for d in docs for t in set(d))
+    out = []
+    for d in docs:
+        tf = Counter(d)
+        score = 0.0
+        for t in query:
+            if tf[t]:
+                idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+                score += idf * tf[t] / (tf[t] + k1 * (1 - b + b * len(d) / avgdl))
+        out.append(score)
+    return out
+
+
+def test_stemmed_scores_equal_naive_bm25(bm25_da):
+    da = Analyzer.from_lang("da")
+    docs = [da.analyze(text) for _, text in DA_DOCS]
+    assert docs[3] == ["diagram", "vis", "sum", "ræk", "tabel", "sum", "sum"]  # stemmed, stopwords out
+    for query in (
+        "pivottabel",
+        "tabellerne",
+        "Tabeller og diagrammer",
+        "summer rækkerne formel",
+        "sum summen",
+    ):
+        terms = da.analyze(query)
+        assert terms, query
+        np.testing.assert_allclose(bm25_da.scores(query), naive_bm25(docs, terms), rtol=1e-5, err_msg=query)
+    res = bm25_da.search_text(["summer af tabellen"], 2)
+    want = naive_bm25(docs, da.analyze("summer af tabellen"))
+    assert res.ids[0].tolist() == sorted(range(4), key=lambda i: -want[i])[:2]
+
+
+def test_analysis_survives_save_load(tmp_path, da_store, bm25_da):
+    queries = ["pivottabel", "tabellen", "summer af rækkerne", "diagram"]
+    before = bm25_da.search_text(queries, 3, exclude_ids=[None, 1, None, [3]])
+    bm25_da.save(tmp_path / "bm25")
+    m = json.loads((tmp_path / "bm25" / "bm25.json").read_text(encoding="utf-8"))
+    assert m["version"] == 2 and m["lang"] == "da" and m["stemmer"] == "danish"
+    assert m["stopwords"] == resolve_stopwords("da")
+    assert m["pystemmer_version"] == importlib.metadata.version("PyStemmer")
+    loaded = BM25Retriever.load(tmp_path / "bm25", docstore_fingerprint=da_store.fingerprint)
+    assert loaded.analyzer == bm25_da.analyzer == Analyzer.resolve(lang="da")
+    assert loaded.analyzer.lang == "da" and loaded.describe() == bm25_da.describe()
+    after = loaded.search_text(queries, 3, exclude_ids=[None, 1, None, [3]])
+    np.testing.assert_array_equal(before.ids, after.ids)
+    np.testing.assert_array_equal(before.scores, after.scores)
+    assert after.ids[0, 0] == 0 and after.scores[0, 0] > 0
+    # A caller compares the index's analysis with a requested one.
+    loaded.check_analyzer(Analyzer.resolve(stopwords="da", stemmer="danish"))  # same terms: fine
+    with pytest.raises(RalmError) as e:
+        loaded.check_analyzer(Analyzer.resolve(lang="da", stemmer="none"))
+    n = len(resolve_stopwords("da"))
+    assert str(e.value) == (
+        f"the BM25 index was built with da: {n} stopwords, danish stemmer, not da: {n} stopwords, "
+        "no stemmer; rebuild it with those settings, or leave them out to use the index's own"
+    )
+    m["version"] = 3
+    (tmp_path / "bm25" / "bm25.json").write_text(json.dumps(m), encoding="utf-8")
+    with pytest.raises(RalmError, match="BM25 index format v3 is newer than this ralm"):
+        BM25Retriever.load(tmp_path / "bm25")
+    m["version"], m["stemmer"] = 2, "klingon"
+    (tmp_path / "bm25" / "bm25.json").write_text(json.dumps(m), encoding="utf-8")
+    with pytest.raises(RalmError, match="stemmer 'klingon' is not a Snowball algorithm"):
+        BM25Retriever.load(tmp_path / "bm25")
+
+
+def test_version_1_manifest_loads_without_stemmer(tmp_path, store):
+    """An index saved before stemming (format 1: no lang/stemmer keys) loads and searches as built."""
+    mine = BM25Retriever.build(store, include_title=False, stopwords=["Oslo"])
+    queries = ["capital of Norway", "Oslo Nobel", "ålesund"]
+    before = mine.search_text(queries, 3)
+    mine.save(tmp_path / "v1")
+    mpath = tmp_path / "v1" / "bm25.json"
+    m = json.loads(mpath.read_text(encoding="utf-8"))
+    for key in ("lang", "stemmer", "pystemmer_version"):
+        del m[key]
+    m["version"] = 1
+    mpath.write_text(json.dumps(m, indent=2), encoding="utf-8")
+    old = BM25Retriever.load(tmp_path / "v1", docstore_fingerprint=store.fingerprint)
+    assert old.manifest["version"] == 1 and "stemmer" not in old.manifest
+    assert old.analyzer == Analyzer(("oslo",)) and old.stemmer is None and old.analyzer.lang is None
+    assert old.describe() == "1 stopword, no stemmer" and old.stopwords == ["oslo"]
+    after = old.search_text(queries, 3)
+    np.testing.assert_array_equal(before.ids, after.ids)
+    np.testing.assert_array_equal(before.scores, after.scores)
+    assert (old.scores("oslo") == 0).all() and old.scores("fjords")[1] > 0
+
+
+def test_matches_and_from_texts(da_store, bm25_da, bm25):
+    """What a CLI needs: does a saved index suit --lang/--stopwords/--stemmer, and texts in memory."""
+    assert bm25_da.matches(lang="da") and bm25_da.matches(lang="danish")
+    assert bm25_da.matches(stopwords="da", stemmer="danish")  # same terms, whatever the label
+    assert bm25_da.matches(analyzer=Analyzer.from_lang("da"))
+    assert not bm25_da.matches() and not bm25_da.matches(lang="da", stemmer="none")
+    assert not bm25_da.matches(lang="no")
+    assert bm25.matches() and bm25.matches(lang=None, stopwords=None, stemmer=None)
+    assert bm25.matches(stopwords="none", stemmer="none") and not bm25.matches(stemmer="en")
+    with pytest.raises(RalmError, match="unknown language 'xx'"):
+        bm25.matches(lang="xx")
+    texts = [text for _, text in DA_DOCS]
+    mem = BM25Retriever.from_texts(texts, docstore_fingerprint=da_store.fingerprint, lang="da")
+    assert len(mem) == 4 and mem.analyzer == bm25_da.analyzer and mem.manifest["include_title"] is None
+    for q in ("pivottabel", "summer af tabellen", "diagram"):
+        np.testing.assert_array_equal(mem.scores(q), bm25_da.scores(q))
+    plain = BM25Retriever.from_texts(texts)
+    assert plain.manifest["docstore_fingerprint"] is None and (plain.scores("pivottabel") == 0).all()
+    with pytest.raises(RalmError, match="from_texts: no texts"):
+        BM25Retriever.from_texts([])
+    with pytest.raises(RalmError, match="from_texts: give a list of strings"):
+        BM25Retriever.from_texts("pivottabeller")

@@ -3,23 +3,31 @@
 Scoring is bm25s's "lucene" variant with its defaults k1=1.5, b=0.75:
 idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)), tf part = tf / (tf + k1 * (1 - b + b * |d| / avgdl)).
 Each chunk is indexed as its article title followed by its text (`include_title=False` for
-the text alone), read from the DocStore in batches.
+the text alone), read from the DocStore in batches; `BM25Retriever.from_texts` indexes a list of
+strings instead (e.g. chunks as a tower tokenizer decodes them).
 
-Tokenisation (the same for chunks and queries): Unicode NFKC normalisation, case folding,
-then runs of word characters (`\\w+`, plus combining diacritics). bm25s's default pattern
-`\\b\\w\\w+\\b` already matches æøå and Cyrillic, but it drops one-letter words (Norwegian
-"å", "ø", "i"; Russian "в", "с") and splits decomposed (NFD) text: "på" written as
-"pa" + U+030A became "pa". Stopwords: none by default (the corpus may be in any language);
-`stopwords="en"` (or "no", "da", "sv", "de", "ru", ... any list bm25s ships) or your own list.
+Analysis (`ralm.retrieval.analysis.Analyzer`, the same for chunks and queries): Unicode NFKC
+normalisation, case folding, runs of word characters (`\\w+`, plus combining diacritics), stopword
+removal on the unstemmed word, then Snowball stemming (PyStemmer). bm25s's default pattern
+`\\b\\w\\w+\\b` already matches æøå and Cyrillic, but it drops one-letter words (Norwegian "å",
+"ø", "i"; Russian "в", "с") and splits decomposed (NFD) text: "på" written as "pa" + U+030A
+became "pa". By default neither stopwords nor stemming (the corpus may be in any language);
+`lang="da"` (or "nb"/"nn"/"no", "sv", "de", "en", "fi", ..., any Snowball name) sets both
+bm25s's stopword list for that language (none where bm25s has no list) and the Snowball stemmer,
+so "pivottabel" finds "pivottabeller". `stopwords=` ("en", a list, or "none") and `stemmer=`
+("danish", "da", or "none") override what `lang` implies. The analysis is recorded in the manifest
+and queries always go through the one the index was built with (`retriever.analyzer`;
+`retriever.matches(lang=..., stopwords=..., stemmer=...)` or `== Analyzer.resolve(...)` tells
+whether an index suits a request, `retriever.describe()` says what it uses).
 
 Search is exhaustive (every chunk gets a score), so the k results are exact, ties go to the
 lower id, and excluded ids (REALM's trivial retrievals) never come back; the exclusion and
 validation rules are those of `DenseIndex.search` (`prepare_exclude`, `filter_excluded`).
 
 Saved as bm25s's own files (npy arrays written without pickle, vocab and params as JSON) plus
-`bm25.json`, a manifest with the DocStore fingerprint and the tokenisation. Left out:
-stemming (PyStemmer is not a dependency), and building without the tokenised corpus in
-memory (bm25s holds all token ids while it builds the sparse matrix).
+`bm25.json`, a manifest with the DocStore fingerprint and the analysis (format version 2; version-1
+manifests, from before stemming, load as "no stemmer"). Left out: building without the tokenised
+corpus in memory (bm25s holds all token ids while it builds the sparse matrix).
 """
 
 from __future__ import annotations
@@ -27,27 +35,34 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import shutil
-import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import bm25s
-import bm25s.stopwords as bm25s_stopwords
 import numpy as np
 from bm25s.tokenization import Tokenizer
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
+from ralm.retrieval.analysis import TOKEN_PATTERN, Analyzer, normalize, resolve_stopwords, split_words
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
 from ralm.retrieval.index import check_fingerprints, filter_excluded, prepare_exclude, read_manifest
 
+__all__ = [
+    "FORMAT_VERSION",
+    "TOKEN_PATTERN",
+    "Analyzer",
+    "BM25Retriever",
+    "normalize",
+    "resolve_stopwords",
+    "split_words",
+]
+
 MANIFEST_FILE = "bm25.json"
 FORMAT = "ralm-bm25"
-FORMAT_VERSION = 1
-TOKEN_PATTERN = r"[\w\u0300-\u036f]+"
+FORMAT_VERSION = 2  # 2: Snowball stemming and `lang`, `stemmer`, `pystemmer_version` in the manifest
 BM25S_FILES = (
     "data.csc.index.npy",
     "indices.csc.index.npy",
@@ -56,90 +71,62 @@ BM25S_FILES = (
     "params.index.json",
 )
 
-_LISTS = {
-    "en": "STOPWORDS_EN",
-    "english": "STOPWORDS_EN",
-    "en_plus": "STOPWORDS_EN_PLUS",
-    "english_plus": "STOPWORDS_EN_PLUS",
-    "de": "STOPWORDS_GERMAN",
-    "german": "STOPWORDS_GERMAN",
-    "nl": "STOPWORDS_DUTCH",
-    "dutch": "STOPWORDS_DUTCH",
-    "fr": "STOPWORDS_FRENCH",
-    "french": "STOPWORDS_FRENCH",
-    "es": "STOPWORDS_SPANISH",
-    "spanish": "STOPWORDS_SPANISH",
-    "pt": "STOPWORDS_PORTUGUESE",
-    "portuguese": "STOPWORDS_PORTUGUESE",
-    "it": "STOPWORDS_ITALIAN",
-    "italian": "STOPWORDS_ITALIAN",
-    "ru": "STOPWORDS_RUSSIAN",
-    "russian": "STOPWORDS_RUSSIAN",
-    "sv": "STOPWORDS_SWEDISH",
-    "swedish": "STOPWORDS_SWEDISH",
-    "no": "STOPWORDS_NORWEGIAN",
-    "nb": "STOPWORDS_NORWEGIAN",
-    "nn": "STOPWORDS_NORWEGIAN",
-    "norwegian": "STOPWORDS_NORWEGIAN",
-    "da": "STOPWORDS_DANISH",
-    "danish": "STOPWORDS_DANISH",
-    "tr": "STOPWORDS_TURKISH",
-    "turkish": "STOPWORDS_TURKISH",
-}
-
-
-def normalize(text: str) -> str:
-    """NFKC and case folding: what both chunks and queries go through before splitting."""
-    return unicodedata.normalize("NFKC", text).casefold()
-
-
-_split = re.compile(TOKEN_PATTERN).findall
-
-
-def split_words(text: str) -> list[str]:
-    """The tokens of `text` (before stopword removal): normalised runs of word characters."""
-    return _split(normalize(text))
-
-
-def resolve_stopwords(stopwords: str | Sequence[str] | None) -> list[str]:
-    """A stopword list from a language name/code that bm25s ships a list for, a list, or None."""
-    if stopwords is None:
-        return []
-    if isinstance(stopwords, str):
-        name = _LISTS.get(stopwords.lower())
-        if name is None:
-            raise RalmError(
-                f"no stopword list for {stopwords!r}; use one of {', '.join(sorted(_LISTS))}, "
-                "a list of words, or None"
-            )
-        words: Sequence[str] = getattr(bm25s_stopwords, name)
-    else:
-        words = stopwords
-    return sorted({normalize(w) for w in words if isinstance(w, str) and w.strip()})
-
 
 class BM25Retriever:
     """BM25 search over the chunks of one DocStore (ids = chunk ids); implements `Retriever`.
 
-    `BM25Retriever.build(store)` indexes a DocStore; `search_text(queries, k, exclude_ids)` ranks.
+    `BM25Retriever.build(store, lang="da")` indexes a DocStore; `search_text(queries, k,
+    exclude_ids)` ranks. `analyzer` is the text analysis of the index (queries go through it too).
     """
 
     def __init__(self, model: bm25s.BM25, manifest: dict[str, Any]) -> None:
         self.model = model
         self.manifest = manifest
-        self.stopwords: list[str] = list(manifest["stopwords"])
-        self._stopset = frozenset(self.stopwords)
+        self.analyzer: Analyzer = Analyzer.from_manifest(manifest)
+        self.stopwords: list[str] = list(self.analyzer.stopwords)
         self.count: int = int(model.scores["num_docs"])
 
     def __len__(self) -> int:
         return self.count
 
     @property
-    def docstore_fingerprint(self) -> str:
-        return self.manifest["docstore_fingerprint"]
+    def docstore_fingerprint(self) -> str | None:
+        """The DocStore the index was built from (None for `from_texts` without one)."""
+        return self.manifest.get("docstore_fingerprint")
+
+    @property
+    def stemmer(self) -> str | None:
+        """The Snowball algorithm of the index, or None (no stemming)."""
+        return self.analyzer.stemmer
+
+    def describe(self) -> str:
+        """The index's analysis in one line, e.g. "da: 122 stopwords, danish stemmer"."""
+        return self.analyzer.describe()
+
+    def matches(
+        self,
+        lang: str | None = None,
+        stopwords: str | Sequence[str] | None = None,
+        stemmer: str | None = None,
+        analyzer: Analyzer | None = None,
+    ) -> bool:
+        """Whether the index's analysis gives the same terms as the one requested (the options
+        of `build`; all None = plain: no stopwords, no stemming). RalmError for unknown values."""
+        return _pick_analyzer(analyzer, lang, stopwords, stemmer) == self.analyzer
+
+    def check_analyzer(self, requested: Analyzer) -> None:
+        """RalmError unless `requested` gives the same terms as the index's analysis."""
+        if requested != self.analyzer:
+            raise RalmError(
+                f"the BM25 index was built with {self.describe()}, not {requested.describe()}; "
+                "rebuild it with those settings, or leave them out to use the index's own"
+            )
 
     def __repr__(self) -> str:
-        return f"BM25Retriever(count={self.count}, vocab={len(self.model.vocab_dict)})"
+        return (
+            f"BM25Retriever(count={self.count}, vocab={len(self.model.vocab_dict)}, "
+            f"analysis={self.describe()!r})"
+        )
 
     # -- build
     @classmethod
@@ -147,56 +134,68 @@ class BM25Retriever:
         cls,
         store: DocStore,
         *,
-        include_title: bool = True,
+        lang: str | None = None,
         stopwords: str | Sequence[str] | None = None,
+        stemmer: str | None = None,
+        analyzer: Analyzer | None = None,
+        include_title: bool = True,
         k1: float = 1.5,
         b: float = 0.75,
         batch_size: int = 4096,
     ) -> BM25Retriever:
-        """Index every chunk of `store` ("title\\ntext", or the text alone)."""
+        """Index every chunk of `store` ("title\\ntext", or the text alone).
+
+        The analysis is `Analyzer.resolve(lang, stopwords, stemmer)` (defaults: no stopwords, no
+        stemming; explicit stopwords/stemmer override what lang implies, "none" disables), or a
+        ready `analyzer` (then lang/stopwords/stemmer must be left out).
+        """
         n = len(store)
         if n == 0:
             raise RalmError(f"{store.root}: the DocStore has no chunks to index")
-        words = resolve_stopwords(stopwords)
-        tokenizer = Tokenizer(lower=False, splitter=split_words, stopwords=words)
+        analyzer = _pick_analyzer(analyzer, lang, stopwords, stemmer)
         columns = ["title", "text"] if include_title else ["text"]
-        corpus_ids: list[list[int]] = []
-        for batch in store.iter_batches(batch_size, columns=columns):
-            texts = (
-                [f"{t}\n{x}" for t, x in zip(batch["title"], batch["text"], strict=True)]
-                if include_title
-                else batch["text"]
-            )
-            corpus_ids.extend(tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True))
-        if len(corpus_ids) != n:
-            raise RalmError(
-                f"{store.root}: read {len(corpus_ids)} chunks but the manifest says {n}; rebuild it"
-            )
-        model = bm25s.BM25(k1=k1, b=b, method="lucene")
-        model.index((corpus_ids, dict(tokenizer.get_vocab_dict())), show_progress=False)
-        del corpus_ids
-        manifest = {
-            "format": FORMAT,
-            "version": FORMAT_VERSION,
-            "count": n,
-            "docstore_fingerprint": store.fingerprint,
-            "method": "lucene",
-            "k1": k1,
-            "b": b,
-            "include_title": include_title,
-            "normalization": "NFKC+casefold",
-            "token_pattern": TOKEN_PATTERN,
-            "stopwords": words,
-            "bm25s_version": getattr(bm25s, "__version__", "unknown"),
-            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        }
-        return cls(model, manifest)
+        batches = (
+            [f"{t}\n{x}" for t, x in zip(batch["title"], batch["text"], strict=True)]
+            if include_title
+            else batch["text"]
+            for batch in store.iter_batches(batch_size, columns=columns)
+        )
+        model, count = _index(batches, analyzer, k1, b)
+        if count != n:
+            raise RalmError(f"{store.root}: read {count} chunks but the manifest says {n}; rebuild it")
+        return cls(model, _manifest(n, store.fingerprint, analyzer, k1, b, include_title))
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Sequence[str],
+        *,
+        docstore_fingerprint: str | None = None,
+        lang: str | None = None,
+        stopwords: str | Sequence[str] | None = None,
+        stemmer: str | None = None,
+        analyzer: Analyzer | None = None,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> BM25Retriever:
+        """Index a list of texts (ids = positions), e.g. chunks as a tokenizer decodes them.
+
+        The analysis options are those of `build`; `docstore_fingerprint` (the DocStore the texts
+        come from, if any) is recorded in the manifest for `load` to check.
+        """
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise RalmError("from_texts: give a list of strings")
+        if len(texts) == 0:
+            raise RalmError("from_texts: no texts to index")
+        analyzer = _pick_analyzer(analyzer, lang, stopwords, stemmer)
+        model, count = _index([list(texts)], analyzer, k1, b)
+        return cls(model, _manifest(count, docstore_fingerprint, analyzer, k1, b, None))
 
     # -- search
     def tokenize_query(self, query: str) -> list[int]:
-        """Vocabulary ids of the query's tokens (stopwords and unseen words dropped)."""
+        """Vocabulary ids of the query's terms (the index's analysis; unseen terms dropped)."""
         vocab = self.model.vocab_dict
-        return [vocab[w] for w in split_words(query) if w not in self._stopset and w in vocab]
+        return [vocab[t] for t in self.analyzer.analyze(query) if t in vocab]
 
     def scores(self, query: str) -> np.ndarray:
         """(N,) float32 BM25 score of every chunk for one query."""
@@ -283,3 +282,53 @@ def _candidates(s: np.ndarray, kp: int, n_excl: int) -> np.ndarray:
     above = np.flatnonzero(s > t)
     tied = np.flatnonzero(s == t)[: kp - len(above) + n_excl]
     return np.concatenate([above, tied])
+
+
+def _pick_analyzer(
+    analyzer: Analyzer | None, lang: str | None, stopwords: str | Sequence[str] | None, stemmer: str | None
+) -> Analyzer:
+    """`analyzer` as given, or the one lang/stopwords/stemmer resolve to (not both)."""
+    if analyzer is None:
+        return Analyzer.resolve(lang=lang, stopwords=stopwords, stemmer=stemmer)
+    if lang is not None or stopwords is not None or stemmer is not None:
+        raise RalmError("give either analyzer or lang/stopwords/stemmer, not both")
+    return analyzer
+
+
+def _index(
+    batches: Iterable[Sequence[str]], analyzer: Analyzer, k1: float, b: float
+) -> tuple[bm25s.BM25, int]:
+    """A lucene bm25s model over the texts of `batches` (analysed), and how many texts it holds."""
+    # The analyser does all of it (stopwords, stemming): bm25s only maps terms to ids.
+    tokenizer = Tokenizer(lower=False, splitter=analyzer.analyze, stopwords=[])
+    corpus_ids: list[list[int]] = []
+    for texts in batches:
+        corpus_ids.extend(tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=True))
+    model = bm25s.BM25(k1=k1, b=b, method="lucene")
+    model.index((corpus_ids, dict(tokenizer.get_vocab_dict())), show_progress=False)
+    return model, len(corpus_ids)
+
+
+def _manifest(
+    n: int,
+    docstore_fingerprint: str | None,
+    analyzer: Analyzer,
+    k1: float,
+    b: float,
+    include_title: bool | None,
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "count": n,
+        "docstore_fingerprint": docstore_fingerprint,
+        "method": "lucene",
+        "k1": k1,
+        "b": b,
+        "include_title": include_title,
+        "normalization": "NFKC+casefold",
+        "token_pattern": TOKEN_PATTERN,
+        **analyzer.to_manifest(),
+        "bm25s_version": getattr(bm25s, "__version__", "unknown"),
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
