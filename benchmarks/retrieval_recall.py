@@ -36,7 +36,7 @@ def main() -> None:
 
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.cli import evaluate_retrievers, load_qa
+    from ralm.retrieval.compare import evaluate_retrievers, load_qa
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.ict import ICTConfig, train_ict
     from ralm.retrieval.search import dense_retriever_for

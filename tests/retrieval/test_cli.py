@@ -137,7 +137,7 @@ def test_eval_retrieval_table_and_json(built, tmp_path, capsys, tiny_dir):
         assert rec["6"] == 1.0  # k = all chunks: every answer is found
     # BM25 by hand: "capital"+"norway" only in Oslo's chunk; "aristotle" only in Aristotle's chunk
     assert table["recall"]["bm25"]["1"] == 1.0
-    assert "recall@k on 2 questions" in out
+    assert "2 questions" in out and "nDCG@10" in out and "hub@6" in out
     code, _, err = run(capsys, "eval-retrieval", built / "store", "--qa", qa, "-k", "99")
     assert code == 2 and "-k" in err[0]
 
@@ -172,3 +172,98 @@ def test_eval_retrieval_all_retrievers_in_one_table(built, tmp_path, capsys, tin
     # MaxSim with the real MiniLM puts the Aristotle/Plato chunk first among BM25's top 4
     assert recall["colbert_rerank_bm25@4"] == {"1": 1.0, "3": 1.0}
     assert all(name in out for name in recall)
+
+
+def test_eval_retrieval_on_an_index_with_hybrid_measures_and_run_files(built, tmp_path, capsys):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(
+        json.dumps({"question": "what is the capital of norway", "answers": ["Oslo"]})
+        + "\n"
+        + json.dumps({"question": "who taught aristotle", "answers": ["Plato"]})
+        + "\n"
+    )
+    out_json, runs = tmp_path / "t.json", tmp_path / "runs"
+    code, out, _ = run(
+        capsys,
+        "eval-retrieval",
+        "--index",
+        built / "index",
+        "--qa",
+        qa,
+        "--bm25",
+        "none",
+        "--bm25",
+        "en",
+        "--hybrid",
+        "rrf",
+        "--hybrid",
+        "weighted",
+        "-k",
+        "1",
+        "3",
+        "--measures",
+        "nDCG@10",
+        "RR@10",
+        "Success@3",
+        "--json-out",
+        out_json,
+        "--run-dir",
+        runs,
+        "--quiet",
+    )
+    assert code == 0
+    t = json.loads(out_json.read_text())
+    names = [
+        "bm25",
+        "bm25:en",
+        "dense:index",
+        "hybrid:rrf(bm25+dense:index)",
+        "hybrid:weighted(bm25+dense:index)",
+    ]
+    assert list(t["recall"]) == names
+    for n in names:  # Success@k (ir-measures) is answer recall@k
+        assert t["measures"][n]["Success@3"] == pytest.approx(t["recall"][n]["3"])
+        assert 0.0 < t["hubness"][n]["distinct"] <= 1.0
+    assert t["recall"]["bm25"]["1"] == 1.0 and t["measures"]["bm25"]["RR@10"] == 1.0
+    # the index's own BM25 (built plain) serves "bm25"; the English one is built in memory
+    assert "most retrieved chunk" in out
+    files = sorted(p.name for p in runs.iterdir())
+    assert files == ["bm25.trec", "bm25_en.trec", "dense_index.trec", "hybrid_rrf_bm25_dense_index_.trec",
+                     "hybrid_weighted_bm25_dense_index_.trec", "qrels.trec", "qrels.tsv", "queries.tsv"]  # fmt: skip
+    first = (runs / "bm25.trec").read_text().splitlines()[0].split()
+    assert first[:2] == ["q1", "Q0"] and first[3] == "1" and first[5] == "bm25"
+    assert (runs / "queries.tsv").read_text().splitlines()[1] == "q2\twho taught aristotle"
+    # bad arguments fail before anything loads
+    for argv, msg in [
+        (["--qa", qa], "DocStore directory or --index"),
+        ([built / "store", "--index", built / "index"], "DocStore directory or --index"),
+        ([built / "store", "--bm25", "xx"], "xx"),
+        ([built / "store", "--measures", "Bogus@3"], "Bogus@3"),
+        ([built / "store", "--hybrid", "rrf", "--no-bm25"], "--no-bm25"),
+        ([built / "store", "--fusion-depth", "2", "-k", "5"], "--fusion-depth"),
+    ]:
+        code, _, err = run(capsys, "eval-retrieval", *argv)
+        assert code == 2 and msg in err[0], (argv, err)
+
+
+def test_index_build_with_lang_and_hybrid_search(built, tmp_path, capsys, tiny_dir):
+    code = main(
+        ["index", "build", str(built / "store"), "--out", str(tmp_path / "da"), "--encoder", str(tiny_dir),
+         "--lang", "da", "--quiet"]
+    )  # fmt: skip
+    assert code == 0
+    bm = json.loads((tmp_path / "da" / "bm25" / "bm25.json").read_text())
+    assert bm["stemmer"] == "danish" and "og" in bm["stopwords"]
+    code, out, _ = run(
+        capsys, "search", tmp_path / "da", "capital of Norway", "-k", "3", "--retriever", "hybrid", "--json"
+    )
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and len(rows) == 3 and len({r["id"] for r in rows}) == 3
+    # an analysis other than the index's: BM25 is built in memory, with a note
+    code, out, _ = run(capsys, "search", built / "index", "capitals of Norway", "-k", "1", "--retriever", "bm25",
+                       "--lang", "en", "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)["title"] == "Oslo"  # "capitals" stems to "capit", as "capital"
+    code, _, err = run(capsys, "search", built / "index", "x", "-k", "0")
+    assert code == 2 and "-k 0" in err[0]
+    code, _, err = run(capsys, "search", built / "index", "x", "--lang", "klingon")
+    assert code == 2 and "klingon" in err[0]

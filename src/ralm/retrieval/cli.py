@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from ralm.errors import RalmError
+from ralm.retrieval.eval_cli import add_bm25_args
 
 KINDS = ("flat", "ivf-flat", "hnsw", "sq8", "ivf-pq")
 
@@ -73,7 +73,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="flat",
         help="flat = exact inner product (default, as BRENT); compressed: sq8, ivf-pq",
     )
-    b.add_argument("--bm25", action="store_true", help="also build a BM25 index")
+    b.add_argument(
+        "--bm25",
+        action="store_true",
+        help="also build a BM25 index (implied by --lang/--stopwords/--stemmer)",
+    )
+    add_bm25_args(b)
     b.add_argument("--batch-size", type=int, default=64, help="chunks per embedding batch (default 64)")
     b.add_argument(
         "--dtype",
@@ -96,7 +101,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("index", type=Path, help="index directory (ralm index build)")
     s.add_argument("query", help="query text")
     s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
-    s.add_argument("--retriever", choices=["dense", "bm25"], default="dense", help="dense (default) or bm25")
+    s.add_argument(
+        "--retriever",
+        choices=["dense", "bm25", "hybrid"],
+        default="dense",
+        help="dense (default), bm25, or hybrid (BM25 and dense fused; see --fusion)",
+    )
+    s.add_argument(
+        "--fusion",
+        choices=["rrf", "weighted"],
+        default="rrf",
+        help="hybrid: reciprocal rank fusion (default) or weighted min-max normalised scores",
+    )
+    add_bm25_args(s)
     s.add_argument("--store", type=Path, default=None, help="DocStore, if it moved since the index was built")
     s.add_argument("--json", action="store_true", help="print results as JSON lines")
     s.set_defaults(func=_search)
@@ -131,43 +148,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _encoder_args(t)
     t.set_defaults(func=_ict)
 
-    e = sub.add_parser(
-        "eval-retrieval",
-        help="recall@k of BM25 and dense retrievers on question/answer pairs",
-        description="A hit is a top-k chunk containing a normalised answer (SQuAD normalisation, whole tokens). "
-        "QA: 'trivia' (the bundled trivia pairs whose answer occurs in the corpus) or a JSONL file of "
-        '{"question", "answers"}. Retrievers: BM25 and each --dense encoder, side by side.',
-    )
-    e.add_argument("store", type=Path, help="DocStore directory")
-    e.add_argument(
-        "--qa",
-        default="trivia",
-        help="'trivia', 'triviaqa' (the TriviaQA sample; build its corpus with --sample triviaqa) "
-        "or a JSONL file of {question, answers}",
-    )
-    e.add_argument(
-        "--dense",
-        action="append",
-        default=None,
-        metavar="ENCODER",
-        help="'minilm' or an encoder dir (e.g. RUN/encoder); repeatable (default: minilm)",
-    )
-    e.add_argument("--no-bm25", dest="bm25", action="store_false", help="leave BM25 out")
-    e.add_argument("--ql", action="store_true", help="add query-likelihood retrieval (Dirichlet, mu 200)")
-    e.add_argument(
-        "--colbert-rerank",
-        type=int,
-        default=None,
-        metavar="DEPTH",
-        help="add ColBERT MaxSim (bundled MiniLM token embeddings) re-ranking BM25's top DEPTH",
-    )
-    e.add_argument("-k", type=int, nargs="+", default=[1, 5, 20], help="cut-offs (default 1 5 20)")
-    e.add_argument(
-        "--work", type=Path, default=None, help="cache directory for embeddings (default: a temporary one)"
-    )
-    e.add_argument("--json-out", type=Path, default=None, help="also write the table as JSON")
-    e.add_argument("--quiet", action="store_true", help="no progress bars")
-    e.set_defaults(func=_eval)
+    from ralm.retrieval import eval_cli
+
+    eval_cli.register(sub)
 
 
 def _index_build(args: argparse.Namespace) -> int:
@@ -179,6 +162,7 @@ def _index_build(args: argparse.Namespace) -> int:
     }
     if "m" in params and args.kind == "hnsw":
         params["M"] = params.pop("m")
+    bm25_opts = _bm25_opts(args)
     store = DocStore(args.store)
     out = build_index_dir(
         store,
@@ -186,7 +170,8 @@ def _index_build(args: argparse.Namespace) -> int:
         encoder=args.encoder,
         encoder_config=_encoder_config(args),
         kind=args.kind,
-        bm25=args.bm25,
+        bm25=args.bm25 or bm25_opts is not None,
+        bm25_options=bm25_opts,
         batch_size=args.batch_size,
         dtype=args.dtype,
         progress=not args.quiet,
@@ -194,9 +179,21 @@ def _index_build(args: argparse.Namespace) -> int:
         **params,
     )
     print(
-        f"index {out}: {len(store)} chunks, {args.kind}" + (" + bm25" if args.bm25 else ""), file=sys.stderr
+        f"index {out}: {len(store)} chunks, {args.kind}" + (" + bm25" if args.bm25 or bm25_opts else ""),
+        file=sys.stderr,
     )
     return 0
+
+
+def _bm25_opts(args: argparse.Namespace) -> dict | None:
+    """BM25 analysis options from --lang/--stopwords/--stemmer (None when none was given), checked."""
+    if args.lang is None and args.stopwords is None and args.stemmer is None:
+        return None
+    from ralm.retrieval.analysis import Analyzer
+
+    opts = {"lang": args.lang, "stopwords": args.stopwords, "stemmer": args.stemmer}
+    Analyzer.resolve(**opts)
+    return opts
 
 
 def _search(args: argparse.Namespace) -> int:
@@ -204,8 +201,17 @@ def _search(args: argparse.Namespace) -> int:
 
     if not args.query.strip():
         raise RalmError("empty query; pass some text to search for")
-    store, retriever = load_retriever(args.index, args.retriever, args.store)
-    if args.k < 1 or args.k > len(store):
+    if args.k < 1:
+        raise RalmError(f"-k {args.k}: must be >= 1")
+    store, retriever = load_retriever(
+        args.index,
+        args.retriever,
+        args.store,
+        bm25_options=_bm25_opts(args),
+        fusion=args.fusion,
+        log=lambda m: print(m, file=sys.stderr),
+    )
+    if args.k > len(store):
         raise RalmError(f"-k {args.k}: must be between 1 and the number of chunks ({len(store)})")
     res = retriever.search_text([args.query], args.k)
     for rank, (cid, score) in enumerate(zip(res.ids[0], res.scores[0], strict=True), start=1):
@@ -251,105 +257,4 @@ def _ict(args: argparse.Namespace) -> int:
     )
     last = train_ict(enc, store, args.out, cfg, progress=not args.quiet)
     print(json.dumps({"run": str(args.out), **last}))
-    return 0
-
-
-def load_qa(spec: str, store) -> list[tuple[str, list[str]]]:
-    """Question/answer pairs: 'trivia' (filtered to those answerable in `store`) or a JSONL file."""
-    from ralm.retrieval.evaluate import answerable
-    from ralm.samples import trivia_qa_pairs
-
-    if spec == "trivia":
-        texts = [t for b in store.iter_batches(4096, columns=["text"]) for t in b["text"]]
-        return answerable(trivia_qa_pairs(), texts)
-    if spec == "triviaqa":
-        from ralm.samples import triviaqa_qa_pairs
-
-        return triviaqa_qa_pairs()
-    path = Path(spec)
-    if not path.is_file():
-        raise RalmError(f"{path}: no such QA file; pass 'trivia' or a JSONL file of {{question, answers}}")
-    pairs = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            pairs.append((str(obj["question"]), [str(a) for a in obj["answers"]]))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise RalmError(f'{path}:{n}: expected {{"question": ..., "answers": [...]}} ({exc})') from None
-    return pairs
-
-
-def evaluate_retrievers(store, pairs, retrievers: dict, ks: list[int]) -> dict[str, dict[int, float]]:
-    """recall@k per retriever name on the same questions."""
-    from ralm.retrieval.evaluate import hit_matrix, recall_at_k
-    from ralm.retrieval.search import top_texts
-
-    kmax = max(ks)
-    table = {}
-    questions = [q for q, _ in pairs]
-    answers = [a for _, a in pairs]
-    for name, retriever in retrievers.items():
-        res = retriever.search_text(questions, kmax)
-        table[name] = recall_at_k(hit_matrix(res.ids, top_texts(store, res), answers), ks)
-    return table
-
-
-def _eval(args: argparse.Namespace) -> int:
-    from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.encoders import DualEncoder
-    from ralm.retrieval.search import dense_retriever_for
-
-    store = DocStore(args.store)
-    if max(args.k) > len(store) or min(args.k) < 1:
-        raise RalmError(f"-k {args.k}: cut-offs must be between 1 and the number of chunks ({len(store)})")
-    pairs = load_qa(args.qa, store)
-    if not pairs:
-        raise RalmError(f"{args.qa}: no question has an answer in {store.root}; nothing to evaluate")
-    retrievers = {}
-    if args.bm25:
-        retrievers["bm25"] = BM25Retriever.build(store)
-    if args.ql:
-        from ralm.lm.query_likelihood import QueryLikelihoodRetriever
-
-        retrievers["query_likelihood"] = QueryLikelihoodRetriever.build(store)
-    if args.colbert_rerank:
-        from ralm.retrieval.late_interaction import LateInteractionRetriever
-        from ralm.retrieval.search import RerankRetriever
-
-        if args.colbert_rerank < max(args.k) or args.colbert_rerank > len(store):
-            raise RalmError(
-                f"--colbert-rerank {args.colbert_rerank}: must be between max(-k) and the number of chunks"
-            )
-        first = retrievers.get("bm25") or BM25Retriever.build(store)
-        colbert = LateInteractionRetriever.from_pretrained(None, store)
-        retrievers[f"colbert_rerank_bm25@{args.colbert_rerank}"] = RerankRetriever(
-            first, colbert, args.colbert_rerank
-        )
-    work = args.work or Path(tempfile.mkdtemp(prefix="ralm-eval-"))
-    for i, spec in enumerate(args.dense or ["minilm"]):
-        enc = DualEncoder.from_pretrained(None if spec == "minilm" else spec)
-        name = f"dense:{spec}"
-        retrievers[name] = dense_retriever_for(store, enc, work / f"dense{i}", progress=not args.quiet)
-    table = evaluate_retrievers(store, pairs, retrievers, args.k)
-    ks = sorted(args.k)
-    print(f"recall@k on {len(pairs)} questions ({args.qa}) over {len(store)} chunks of {store.root}")
-    print(f"{'retriever':<40}" + "".join(f"{'R@' + str(k):>8}" for k in ks))
-    for name, rec in table.items():
-        print(f"{name:<40}" + "".join(f"{rec[k]:>8.3f}" for k in ks))
-    if args.json_out:
-        args.json_out.write_text(
-            json.dumps(
-                {
-                    "questions": len(pairs),
-                    "qa": args.qa,
-                    "store": str(store.root),
-                    "recall": {n: {str(k): v for k, v in r.items()} for n, r in table.items()},
-                },
-                indent=2,
-            )
-            + "\n"
-        )
     return 0

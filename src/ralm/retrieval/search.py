@@ -104,6 +104,7 @@ def build_index_dir(
     encoder_config: EncoderConfig | None = None,
     kind: str = "flat",
     bm25: bool = False,
+    bm25_options: dict[str, Any] | None = None,
     batch_size: int = 64,
     dtype: str = "float16",
     progress: bool = True,
@@ -144,7 +145,9 @@ def build_index_dir(
     )
     index.save(out / "dense")
     if bm25:
-        BM25Retriever.build(store).save(out / "bm25")
+        sparse = BM25Retriever.build(store, **(bm25_options or {}))
+        log(f"bm25: {sparse.describe()}")
+        sparse.save(out / "bm25")
     manifest = {
         "format": INDEX_DIR_FORMAT,
         "version": INDEX_DIR_VERSION,
@@ -185,21 +188,65 @@ def open_index_dir(
     return ds, manifest
 
 
-def load_retriever(path: str | os.PathLike, kind: str = "dense", store: str | os.PathLike | None = None):
-    """(DocStore, retriever) from an index directory; kind "dense" or "bm25"."""
+def load_retriever(
+    path: str | os.PathLike,
+    kind: str = "dense",
+    store: str | os.PathLike | None = None,
+    *,
+    bm25_options: dict[str, Any] | None = None,
+    fusion: str = "rrf",
+    depth: int = 100,
+    log: Callable[[str], None] = print,
+):
+    """(DocStore, retriever) from an index directory; kind "dense", "bm25" or "hybrid" (both fused).
+
+    bm25_options (lang/stopwords/stemmer): the BM25 analysis wanted. The index's own BM25 is used
+    when it was built that way (or when none is asked for); otherwise one is built in memory.
+    """
     path = Path(path)
+    if kind not in ("dense", "bm25", "hybrid"):
+        raise RalmError(f"retriever {kind!r}: choose dense, bm25 or hybrid")
     ds, manifest = open_index_dir(path, store)
+    if kind == "dense":
+        return ds, _index_dense(path, ds)
+    sparse = _index_bm25(path, ds, manifest, bm25_options, log)
     if kind == "bm25":
-        if not manifest.get("bm25"):
-            raise RalmError(f"{path}: built without BM25; rebuild with `ralm index build --bm25`")
-        return ds, BM25Retriever.load(path / "bm25", docstore_fingerprint=ds.fingerprint)
-    if kind != "dense":
-        raise RalmError(f"retriever {kind!r}: choose dense or bm25")
+        return ds, sparse
+    from ralm.retrieval.hybrid import HybridRetriever
+
+    return ds, HybridRetriever([sparse, _index_dense(path, ds)], len(ds), method=fusion, depth=depth)
+
+
+def _index_dense(path: Path, ds: DocStore) -> DenseRetriever:
     enc = DualEncoder.from_pretrained(path / "encoder")
     index = DenseIndex.load(
         path / "dense", docstore_fingerprint=ds.fingerprint, encoder_fingerprint=enc.fingerprint("doc")
     )
-    return ds, DenseRetriever(enc, index)
+    return DenseRetriever(enc, index)
+
+
+def _index_bm25(
+    path: Path,
+    ds: DocStore,
+    manifest: dict[str, Any],
+    options: dict[str, Any] | None,
+    log: Callable[[str], None],
+) -> BM25Retriever:
+    if manifest.get("bm25"):
+        stored = BM25Retriever.load(path / "bm25", docstore_fingerprint=ds.fingerprint)
+        if options is None or stored.matches(**options):
+            return stored
+        built = BM25Retriever.build(ds, **options)
+        log(
+            f"{path}: its BM25 uses {stored.describe()}; built one with {built.describe()} in memory "
+            "(rebuild the index with those options to keep it)"
+        )
+        return built
+    if options is None:
+        raise RalmError(f"{path}: built without BM25; rebuild with `ralm index build --bm25` or pass --lang")
+    built = BM25Retriever.build(ds, **options)
+    log(f"{path}: built without BM25; built one with {built.describe()} in memory")
+    return built
 
 
 def snippet(text: str, width: int = 100) -> str:

@@ -1,0 +1,316 @@
+"""`ralm eval-retrieval`: BM25, dense, hybrid and other retrievers side by side on one question set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ralm.errors import RalmError
+
+FUSIONS = ("rrf", "weighted")
+
+
+def bm25_options(spec: str) -> dict[str, str | None]:
+    """A `--bm25` spec as BM25Retriever.build options.
+
+    "none" -> plain (no stopwords, no stemming); "da" -> Danish stopwords and stemmer;
+    "da:stop" -> stopwords only; "da:stem" -> stemmer only.
+    """
+    spec = spec.strip().lower()
+    if spec in ("", "none", "plain"):
+        return {"lang": None, "stopwords": None, "stemmer": None}
+    lang, _, part = spec.partition(":")
+    if part == "":
+        return {"lang": lang, "stopwords": None, "stemmer": None}
+    if part == "stop":
+        return {"lang": None, "stopwords": lang, "stemmer": None}
+    if part == "stem":
+        return {"lang": None, "stopwords": None, "stemmer": lang}
+    raise RalmError(f"--bm25 {spec!r}: use none, LANG (stopwords + stemmer), LANG:stop or LANG:stem")
+
+
+def add_bm25_args(p: argparse.ArgumentParser) -> None:
+    """--lang/--stopwords/--stemmer: the text analysis of a BM25 index."""
+    p.add_argument(
+        "--lang",
+        default=None,
+        metavar="LANG",
+        help="BM25 language: its stopword list and Snowball stemmer (da, nb, sv, de, en, ...; default none)",
+    )
+    p.add_argument(
+        "--stopwords",
+        default=None,
+        metavar="LANG",
+        help="BM25 stopword list, overriding --lang ('none' for none)",
+    )
+    p.add_argument(
+        "--stemmer",
+        default=None,
+        metavar="LANG",
+        help="BM25 Snowball stemmer, overriding --lang ('none' for none)",
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `eval-retrieval` to the top-level parser."""
+    e = sub.add_parser(
+        "eval-retrieval",
+        help="recall@k, nDCG, MRR and hubness of BM25, dense and hybrid retrievers on question/answer pairs",
+        description="A hit is a top-k chunk containing a normalised answer (SQuAD normalisation, whole tokens). "
+        "QA: 'trivia' (the bundled trivia pairs whose answer occurs in the corpus) or a JSONL file of "
+        '{"question", "answers"}. Rank metrics (ir-measures) use answer hits pooled over the retrievers '
+        "evaluated together. Hubness: how often the most retrieved chunk appears in the top-k lists.",
+    )
+    e.add_argument("store", type=Path, nargs="?", default=None, help="DocStore directory (or give --index)")
+    e.add_argument(
+        "--index",
+        type=Path,
+        default=None,
+        help="an index directory (ralm index build): evaluate its dense index (and its BM25) without re-embedding",
+    )
+    e.add_argument(
+        "--qa",
+        default="trivia",
+        help="'trivia', 'triviaqa' (the TriviaQA sample; build its corpus with --sample triviaqa) "
+        "or a JSONL file of {question, answers}",
+    )
+    e.add_argument(
+        "--lang",
+        default=None,
+        metavar="LANG",
+        help="language of corpus and questions: the default BM25 analysis (stopwords + stemmer) "
+        "and answer normalisation (English drops a/an/the); e.g. da, nb, en",
+    )
+    e.add_argument(
+        "--bm25",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="a BM25 variant: none (plain), LANG (stopwords + stemmer), LANG:stop or LANG:stem; "
+        "repeatable (default: --lang, else none)",
+    )
+    e.add_argument("--no-bm25", dest="use_bm25", action="store_false", help="leave BM25 out")
+    e.add_argument(
+        "--dense",
+        action="append",
+        default=None,
+        metavar="ENCODER",
+        help="'minilm' or an encoder dir (e.g. RUN/encoder); repeatable (default: minilm, or the --index's)",
+    )
+    e.add_argument(
+        "--hybrid",
+        action="append",
+        choices=FUSIONS,
+        default=None,
+        help="add the first BM25 and first dense retriever fused: rrf (reciprocal rank fusion) or "
+        "weighted (min-max normalised scores); repeatable",
+    )
+    e.add_argument("--fusion-depth", type=int, default=100, help="chunks per retriever fused (default 100)")
+    e.add_argument("--rrf-k", type=float, default=60.0, help="RRF constant (default 60, as Cormack et al.)")
+    e.add_argument(
+        "--dense-weight",
+        type=float,
+        default=0.5,
+        help="weight of the dense scores in weighted fusion (default 0.5)",
+    )
+    e.add_argument("--ql", action="store_true", help="add query-likelihood retrieval (Dirichlet, mu 200)")
+    e.add_argument(
+        "--colbert-rerank",
+        type=int,
+        default=None,
+        metavar="DEPTH",
+        help="add ColBERT MaxSim (bundled MiniLM token embeddings) re-ranking BM25's top DEPTH",
+    )
+    e.add_argument("-k", type=int, nargs="+", default=[1, 5, 20], help="cut-offs (default 1 5 20)")
+    e.add_argument(
+        "--measures",
+        nargs="*",
+        default=["nDCG@10", "RR@10"],
+        help="ir-measures rank metrics (default nDCG@10 RR@10; none to skip)",
+    )
+    e.add_argument(
+        "--work", type=Path, default=None, help="cache directory for embeddings (default: a temporary one)"
+    )
+    e.add_argument("--json-out", type=Path, default=None, help="also write the results as JSON")
+    e.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="write TREC run files (one per retriever), qrels (TREC and BEIR TSV) and queries.tsv here",
+    )
+    e.add_argument("--quiet", action="store_true", help="no progress bars")
+    e.set_defaults(func=_eval)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse bad arguments before anything is loaded."""
+    if (args.store is None) == (args.index is None):
+        raise RalmError("give a DocStore directory or --index INDEX_DIR (one of them)")
+    if min(args.k) < 1:
+        raise RalmError(f"-k {args.k}: cut-offs must be >= 1")
+    if args.fusion_depth < max(args.k):
+        raise RalmError(f"--fusion-depth {args.fusion_depth}: must be >= the largest -k ({max(args.k)})")
+    if not 0.0 <= args.dense_weight <= 1.0:
+        raise RalmError(f"--dense-weight {args.dense_weight}: must be between 0 and 1")
+    if args.rrf_k < 0:
+        raise RalmError(f"--rrf-k {args.rrf_k}: must be >= 0")
+    if args.hybrid and not args.use_bm25:
+        raise RalmError("--hybrid fuses BM25 with a dense retriever; drop --no-bm25")
+    args.measures = [m for m in args.measures if m.lower() != "none"]
+    if args.measures:
+        import ir_measures
+
+        for m in args.measures:
+            try:
+                ir_measures.parse_measure(m)
+            except (ValueError, NameError, SyntaxError, AttributeError):
+                raise RalmError(
+                    f"--measures {m!r}: not an ir-measures measure; e.g. nDCG@10, RR@10, P@5, AP"
+                ) from None
+    for spec in args.bm25 or []:
+        bm25_options(spec)
+    if args.lang is not None or args.bm25:
+        from ralm.retrieval.analysis import Analyzer
+
+        for spec in args.bm25 or [args.lang or "none"]:
+            Analyzer.resolve(**bm25_options(spec))
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.compare import compare_retrievers, load_qa, report_json
+    from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.search import dense_retriever_for, load_retriever, open_index_dir
+
+    _check_args(args)
+    if args.index is not None:
+        store, manifest = open_index_dir(args.index, args.store)
+    else:
+        store, manifest = DocStore(args.store), None
+    if max(args.k) > len(store):
+        raise RalmError(f"-k {args.k}: cut-offs must be at most the number of chunks ({len(store)})")
+    pairs = load_qa(args.qa, store)
+    if not pairs:
+        raise RalmError(f"{args.qa}: no question has an answer in {store.root}; nothing to evaluate")
+    log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+    retrievers: dict = {}
+    sparse = []
+    if args.use_bm25:
+        index_bm25 = None
+        if manifest is not None and manifest.get("bm25"):
+            index_bm25 = load_retriever(args.index, "bm25", args.store)[1]
+        for spec in args.bm25 or [args.lang or "none"]:
+            opts = bm25_options(spec)
+            name = "bm25" if spec in ("none", "plain") else f"bm25:{spec}"
+            if index_bm25 is not None and index_bm25.matches(**opts):
+                retrievers[name] = index_bm25
+                log(f"{name}: the index's BM25 ({index_bm25.describe()})")
+            else:
+                retrievers[name] = BM25Retriever.build(store, **opts)
+            sparse.append(name)
+    if args.ql:
+        from ralm.lm.query_likelihood import QueryLikelihoodRetriever
+
+        retrievers["query_likelihood"] = QueryLikelihoodRetriever.build(store)
+    if args.colbert_rerank:
+        from ralm.retrieval.late_interaction import LateInteractionRetriever
+        from ralm.retrieval.search import RerankRetriever
+
+        if args.colbert_rerank < max(args.k) or args.colbert_rerank > len(store):
+            raise RalmError(
+                f"--colbert-rerank {args.colbert_rerank}: must be between max(-k) and the number of chunks"
+            )
+        first = retrievers[sparse[0]] if sparse else BM25Retriever.build(store)
+        colbert = LateInteractionRetriever.from_pretrained(None, store)
+        retrievers[f"colbert_rerank_bm25@{args.colbert_rerank}"] = RerankRetriever(
+            first, colbert, args.colbert_rerank
+        )
+    dense = []
+    if args.index is not None:
+        retrievers["dense:index"] = load_retriever(args.index, "dense", args.store)[1]
+        dense.append("dense:index")
+    work = args.work or Path(tempfile.mkdtemp(prefix="ralm-eval-"))
+    for i, spec in enumerate(args.dense or ([] if args.index is not None else ["minilm"])):
+        enc = DualEncoder.from_pretrained(None if spec == "minilm" else spec)
+        name = f"dense:{spec}"
+        retrievers[name] = dense_retriever_for(store, enc, work / f"dense{i}", progress=not args.quiet)
+        dense.append(name)
+    for method in args.hybrid or []:
+        if not dense:
+            raise RalmError("--hybrid needs a dense retriever (--dense or --index)")
+        w = [1.0 - args.dense_weight, args.dense_weight] if method == "weighted" else None
+        retrievers[f"hybrid:{method}({sparse[0]}+{dense[0]})"] = HybridRetriever(
+            [retrievers[sparse[0]], retrievers[dense[0]]],
+            len(store),
+            method=method,
+            weights=w,
+            depth=args.fusion_depth,
+            rrf_k=args.rrf_k,
+        )
+    lang = (args.lang or "en").split("-")[0]
+    reports = compare_retrievers(store, pairs, retrievers, args.k, measures=args.measures, lang=lang)
+    _print_table(reports, args, pairs, store)
+    if args.run_dir:
+        _write_runs(args.run_dir, reports, pairs, store)
+    if args.json_out:
+        payload = report_json(
+            reports,
+            questions=len(pairs),
+            qa=args.qa,
+            store=str(store.root),
+            chunks=len(store),
+            lang=args.lang,
+        )
+        tmp = args.json_out.with_name(f".{args.json_out.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, args.json_out)
+    return 0
+
+
+def _print_table(reports, args, pairs, store) -> None:
+    from ralm.retrieval.search import snippet
+
+    ks = sorted(args.k)
+    kmax = ks[-1]
+    print(f"{len(pairs)} questions ({args.qa}) over {len(store)} chunks of {store.root}")
+    width = max(12, *(len(n) for n in reports)) + 2
+    head = [f"R@{k}" for k in ks] + list(args.measures) + [f"hub@{kmax}", "top1", f"distinct@{kmax}"]
+    print(f"{'retriever':<{width}}" + "".join(f"{h:>{max(8, len(h) + 2)}}" for h in head))
+    for name, r in reports.items():
+        vals = [r.recall[k] for k in ks] + [r.measures[m] for m in args.measures]
+        vals += [r.hubness["hub_share"], r.hubness["top1_share"], r.hubness["distinct"]]
+        print(
+            f"{name:<{width}}"
+            + "".join(f"{v:>{max(8, len(h) + 2)}.3f}" for h, v in zip(head, vals, strict=True))
+        )
+    print(f"most retrieved chunk per retriever (in how many of the {len(pairs)} top-{kmax} lists):")
+    for name, r in reports.items():
+        hub = int(r.hubness["hub_id"])
+        if hub >= 0:
+            row = store.get(hub)
+            print(f"  {name}: [{hub}] x{r.hubness['hub_count']} {row['title']}: {snippet(row['text'], 70)}")
+
+
+def _write_runs(run_dir: Path, reports, pairs, store) -> None:
+    from ralm.retrieval.measures import pooled_qrels, write_qrels, write_trec_run
+
+    qids = [f"q{i + 1}" for i in range(len(pairs))]
+    for name, r in reports.items():
+        tag = "".join(c if c.isalnum() or c in "-_.@" else "_" for c in name)
+        write_trec_run(run_dir / f"{tag}.trec", r.result.ids, r.result.scores, tag, qids)
+    qrels = pooled_qrels(
+        {n: r.result.ids for n, r in reports.items()}, {n: r.hits for n, r in reports.items()}
+    )
+    write_qrels(run_dir / "qrels.trec", qrels, qids)
+    write_qrels(run_dir / "qrels.tsv", qrels, qids, beir=True)
+    lines = "".join(
+        f"{q}\t{' '.join(question.split())}\n" for q, (question, _) in zip(qids, pairs, strict=True)
+    )
+    (run_dir / "queries.tsv").write_text(lines, encoding="utf-8")
+    print(f"TREC runs, qrels and queries in {run_dir}", file=sys.stderr)
