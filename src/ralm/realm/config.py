@@ -60,6 +60,9 @@ class PretrainConfig:
     device: str = "auto"  # auto (cuda if available) | cpu | cuda | cuda:N
     autocast: str = "auto"  # auto (bf16 where the hardware has it) | bf16 | off
     refresh_every: int = 100  # BRENT: 100; 0 = never re-index
+    candidates: str = "dense"  # dense: the index's top k (REALM, BRENT) | hybrid: BM25 + index fused by RRF
+    candidate_depth: int = 32  # hybrid: chunks taken from each list before fusion
+    bm25_lang: str | None = None  # hybrid: BM25 stopwords + Snowball stemmer (da, nb, en, ...); None = plain
     index_kind: str = "flat"  # exact inner product (BRENT); any DenseIndex kind, or "auto" (by corpus size)
     initial_index: str | None = None  # a saved DenseIndex of this corpus to start from (else built at step 0)
     refresh_mode: str = "sync"  # sync (BRENT: stop, re-embed, rebuild) | async (REALM: a builder process)
@@ -106,6 +109,11 @@ class PretrainConfig:
                 "refresh_mode async needs refresh_every >= 1",
             ),
             (self.heldout >= 0, f"heldout={self.heldout}: must be >= 0"),
+            (
+                self.candidates in ("dense", "hybrid"),
+                f"candidates {self.candidates!r}: choose dense (the index's top k) or hybrid (BM25 + index)",
+            ),
+            (self.candidate_depth >= 1, f"candidate_depth={self.candidate_depth}: must be >= 1"),
             (self.keep_checkpoints >= 1, f"keep_checkpoints={self.keep_checkpoints}: must be >= 1"),
         ]
         for ok, msg in checks:
@@ -113,6 +121,13 @@ class PretrainConfig:
                 raise RalmError(msg)
         if self.mode == "realm" and self.k - (self.null_doc != "none") < 1:
             raise RalmError(f"k={self.k} leaves no retrieved document; use k >= 2 with a null document")
+        if self.bm25_lang is not None:
+            from ralm.retrieval.analysis import Analyzer
+
+            try:
+                Analyzer.resolve(lang=self.bm25_lang)
+            except RalmError as exc:
+                raise RalmError(f"bm25_lang: {exc}") from None
 
     # -- TOML
     @classmethod

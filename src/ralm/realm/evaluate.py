@@ -80,7 +80,7 @@ def _score(run: LoadedRun, ids: np.ndarray, batch_size: int, how: str, model_run
     for batch in _batches(run, ids, batch_size):
         batch = {k: v.to(dev) for k, v in batch.items()}
         with autocast_context(dev, ac):
-            out = m(batch, model_run.search) if how == "retrieval" else m.reader_only(batch)
+            out = m(batch, model_run.searcher) if how == "retrieval" else m.reader_only(batch)
             lp, nm = out.log_p_y, out.n_masked
         if out.answers_found is not None:
             found += int(out.answers_found.sum())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ralm.errors import RalmError
@@ -117,7 +118,11 @@ def fill(run: LoadedRun, text: str, *, k: int | None = None, top: int = 5) -> Fi
     if n_ret < 1 or n_ret > len(run.store):
         raise RalmError(f"k={kk}: choose between {2 if model.null_doc != 'none' else 1} and {len(run.store)}")
     q = model.embed_queries(batch)
-    doc_ids = run.refresher.index.search(q.float().cpu().numpy(), n_ret).ids[0]
+    qn, no_source = q.float().cpu().numpy(), np.full(1, -1, dtype=np.int64)
+    if getattr(run.searcher, "wants_query_ids", False):
+        doc_ids = run.searcher(qn, no_source, n_ret, query_ids=ids.numpy())[0]
+    else:
+        doc_ids = run.refresher.index.search(qn, n_ret).ids[0]
     d = model.encoder.doc_tower(**{kx: t.to(dev) for kx, t in model.docs.tower_batch(doc_ids).items()})
     scores = model._scale(q @ d.T)  # (1, n_ret)
     from ralm.realm.marginal import doc_log_probs

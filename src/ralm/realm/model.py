@@ -210,9 +210,12 @@ class RealmModel(nn.Module):
         assert self.docs is not None
         B, kr = labels.shape[0], self.n_retrieved
         q = self.embed_queries(batch)  # (B, d)
-        doc_ids = np.asarray(
-            search(q.detach().float().cpu().numpy(), batch["source_ids"].cpu().numpy(), kr), dtype=np.int64
-        )
+        qn, src = q.detach().float().cpu().numpy(), batch["source_ids"].cpu().numpy()
+        if getattr(search, "wants_query_ids", False):  # hybrid candidates read the visible query words
+            found = search(qn, src, kr, query_ids=batch["input_ids"].cpu().numpy())
+        else:
+            found = search(qn, src, kr)
+        doc_ids = np.asarray(found, dtype=np.int64)
         dev = q.device
         d = self.encoder.doc_tower(
             **{k: t.to(dev) for k, t in self.docs.tower_batch(doc_ids.ravel()).items()}

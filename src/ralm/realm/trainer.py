@@ -251,6 +251,7 @@ class LoadedRun:
     checkpoint: Path
     state: dict[str, Any]
     device: torch.device
+    searcher: Any = None  # the `search` the model uses (the index's, or hybrid candidates)
 
     def search(self, q: np.ndarray, source_ids: np.ndarray, k: int) -> np.ndarray:
         assert self.refresher is not None
@@ -303,6 +304,11 @@ def load_run(
     else:
         load_checkpoint(ckpt, model)
     split = json.loads((run / SPLIT_FILE).read_text(encoding="utf-8"))
+    searcher = None
+    if refresher is not None:
+        from ralm.realm.candidates import candidate_search
+
+        searcher = candidate_search(cfg, model, refresher.search)
     return LoadedRun(
         cfg=cfg,
         model=model.eval(),
@@ -315,6 +321,7 @@ def load_run(
         checkpoint=ckpt,
         state=state,
         device=dev,
+        searcher=searcher,
     )
 
 
@@ -556,6 +563,11 @@ def _pretrain(
 
         def search(q, _src, k):  # another query corpus: its chunk ids mean nothing in Z
             return refresher.search(q, np.full(len(q), -1, dtype=np.int64), k)
+
+    if search is not None:
+        from ralm.realm.candidates import candidate_search
+
+        search = candidate_search(cfg, model, search)
 
     net = model
     if dist.enabled:

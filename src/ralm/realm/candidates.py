@@ -1,0 +1,106 @@
+"""Where REALM's k candidate documents come from: the MIPS index alone, or BM25 fused with it.
+
+REALM and BRENT take the top k of the (stale) MIPS index and re-score them with the live
+towers. With `candidates = "hybrid"` the top `candidate_depth` of the index and of a BM25 index
+are fused by reciprocal rank fusion (`ralm.retrieval.hybrid.fuse_rankings`) and the best k of
+the fused list go on to the towers, which score them as before: p(z|x) and the gradient are
+unchanged, only the candidate set differs. This helps where the towers start out weak (an
+English encoder on Danish text) and the index collapses onto a few hub chunks.
+
+BM25 sees what the towers see: chunks are indexed as the tower tokenizer's decoding of their
+token ids, and a masked query as the decoding of its visible tokens ([MASK] and special tokens
+dropped), so no masked word reaches BM25, and an uncased tokenizer folds both sides alike.
+The query's own source chunk is excluded from both lists (REALM's trivial retrieval).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ralm.errors import RalmError
+from ralm.retrieval.bm25 import BM25Retriever
+from ralm.retrieval.hybrid import fuse_rankings
+
+DenseSearch = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+
+
+class HybridCandidates:
+    """A REALM `search` callable: (q (B, d), source_ids (B,), k, query_ids (B, L)) -> (B, k) chunk ids.
+
+    dense_search: the refresher's search (MIPS top-k with the query's source chunk excluded).
+    bm25: a BM25Retriever over the knowledge corpus's decoded chunks (see `bm25_for_docs`).
+    tokenizer: the query tokenizer, to decode visible query tokens.
+    """
+
+    wants_query_ids = True
+
+    def __init__(
+        self,
+        dense_search: DenseSearch,
+        bm25: BM25Retriever,
+        tokenizer,
+        *,
+        depth: int = 32,
+        rrf_k: float = 60.0,
+    ) -> None:
+        if depth < 1:
+            raise RalmError(f"candidate_depth {depth}: must be >= 1")
+        self.dense_search = dense_search
+        self.bm25 = bm25
+        self.tokenizer = tokenizer
+        self.depth = int(depth)
+        self.rrf_k = float(rrf_k)
+        self._drop = {int(i) for i in tokenizer.all_special_ids}
+
+    def query_texts(self, query_ids: np.ndarray) -> list[str]:
+        """The visible words of each masked query: [MASK], [CLS], [SEP] and padding dropped."""
+        rows = [[int(t) for t in row if int(t) not in self._drop] for row in np.asarray(query_ids)]
+        return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+    def __call__(
+        self, q: np.ndarray, source_ids: np.ndarray, k: int, query_ids: np.ndarray | None = None
+    ) -> np.ndarray:
+        if query_ids is None:
+            raise ValueError("hybrid candidates need the masked query ids")
+        n = len(self.bm25)
+        src = np.asarray(source_ids, dtype=np.int64)
+        depth = min(max(self.depth, k), n - 1)
+        dense = np.asarray(self.dense_search(q, src, depth), dtype=np.int64)  # (B, depth)
+        texts = self.query_texts(query_ids)
+        live = [i for i, t in enumerate(texts) if t.strip()]
+        sparse: dict[int, np.ndarray] = {}
+        if live:
+            excl = [int(src[i]) if src[i] >= 0 else None for i in live]
+            res = self.bm25.search_text([texts[i] for i in live], depth, exclude_ids=excl)
+            sparse = dict(zip(live, res.ids, strict=True))
+        out = np.empty((len(dense), k), dtype=np.int64)
+        for b, row in enumerate(dense):
+            lists = [row] if b not in sparse else [row, sparse[b]]
+            ids, _ = fuse_rankings(lists, [np.zeros(len(x)) for x in lists], k, rrf_k=self.rrf_k)
+            out[b] = ids[:k]
+        return out
+
+
+def bm25_for_docs(
+    docs, *, lang: str | None = None, stopwords: str | None = None, stemmer: str | None = None
+) -> BM25Retriever:
+    """A BM25Retriever over every chunk of `docs` (ChunkDocs) as the tower tokenizer decodes it."""
+    tok = docs.inputs.tower.tokenizer
+    store = docs.store
+    texts: list[str] = []
+    for lo in range(0, len(store), 4096):
+        rows = [store.input_ids(i).tolist() for i in range(lo, min(lo + 4096, len(store)))]
+        texts.extend(tok.batch_decode(rows, skip_special_tokens=True))
+    return BM25Retriever.from_texts(
+        texts, docstore_fingerprint=store.fingerprint, lang=lang, stopwords=stopwords, stemmer=stemmer
+    )
+
+
+def candidate_search(cfg, model, dense_search: DenseSearch):
+    """The `search` a REALM model uses under `cfg` (PretrainConfig): the index's, or hybrid candidates."""
+    if cfg.candidates != "hybrid":
+        return dense_search
+    bm25 = bm25_for_docs(model.docs, lang=cfg.bm25_lang)
+    return HybridCandidates(dense_search, bm25, model.docs.inputs.tower.tokenizer, depth=cfg.candidate_depth)
