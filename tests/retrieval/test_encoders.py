@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import shutil
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from ralm.errors import RalmError
+from ralm.retrieval import encoders
 from ralm.retrieval.encoders import (
     ENCODER_FILE,
     DualEncoder,
@@ -105,6 +107,7 @@ def test_save_load_round_trip(tiny_dir, tmp_path):
     meta = json.loads((out / ENCODER_FILE).read_text())
     assert meta["config"]["proj_dim"] == 16 and meta["fingerprint"] == enc.fingerprint()
     assert meta["doc_fingerprint"] == enc.fingerprint("doc") != enc.fingerprint("query")
+    assert meta["doc"] == "doc" and not (out / "doc").is_symlink()  # trained towers: two copies
     for tower in ("query", "doc"):
         assert (out / tower / "model.safetensors").is_file() and (
             out / tower / "projection.safetensors"
@@ -123,9 +126,133 @@ def test_save_load_round_trip(tiny_dir, tmp_path):
 
 def test_shared_round_trip(tiny_dir, tmp_path):
     enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(shared=True))
-    back = DualEncoder.from_pretrained(enc.save(tmp_path / "shared"))
-    assert back.query_tower is back.doc_tower
+    with torch.no_grad():  # trained or not, a shared tower is stored once
+        enc.query_tower.model.embeddings.word_embeddings.weight.add_(1.0)
+    out = enc.save(tmp_path / "shared")
+    assert os.readlink(out / "doc") == "query" and _files(out / "doc") == []
+    assert json.loads((out / ENCODER_FILE).read_text())["doc"] == "query"
+    back = DualEncoder.from_pretrained(out)
+    assert back.query_tower is back.doc_tower and back.fingerprint() == enc.fingerprint()
     np.testing.assert_array_equal(back.encode_docs(None, TEXTS), enc.encode_docs(None, TEXTS))
+
+
+def _files(d):
+    """Real files under `d`, not following symlinks (a symlinked `d` itself has none)."""
+    if os.path.islink(d):
+        return []
+    return sorted(os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs)
+
+
+def _nbytes(d):
+    return sum(os.path.getsize(f) for f in _files(d) if not os.path.islink(f))
+
+
+def _fingerprints(enc):
+    return {part: enc.fingerprint(part) for part in ("all", "query", "doc")}
+
+
+def _assert_separate_equal_towers(enc):
+    assert enc.query_tower is not enc.doc_tower
+    qs, ds = enc.query_tower.state_dict(), enc.doc_tower.state_dict()
+    assert qs.keys() == ds.keys()
+    for k in qs:
+        assert torch.equal(qs[k], ds[k]) and qs[k].data_ptr() != ds[k].data_ptr(), k
+
+
+def test_identical_towers_are_stored_once(tiny_dir, tmp_path):
+    from transformers import AutoModel
+
+    cfg = EncoderConfig(pooling="cls", proj_dim=16)
+    enc = DualEncoder.from_pretrained(tiny_dir, cfg)  # fresh: both towers from the same weights
+    fps = _fingerprints(enc)
+    d = enc.encode_docs(TITLES, TEXTS)
+    out = enc.save(tmp_path / "ret")
+    meta = json.loads((out / ENCODER_FILE).read_text())
+    assert os.path.islink(out / "doc") and os.readlink(out / "doc") == "query"  # relative link
+    assert _files(out / "doc") == [] and meta["doc"] == "query"
+    assert _nbytes(out) == _nbytes(out / "query") + (out / ENCODER_FILE).stat().st_size  # one copy
+    assert meta["doc_fingerprint"] == fps["doc"] and meta["fingerprint"] == fps["all"]
+    # tools that open ENC/doc themselves go through the link
+    hf = AutoModel.from_pretrained(str(out / "doc"))
+    assert torch.equal(
+        hf.embeddings.word_embeddings.weight, enc.doc_tower.model.embeddings.word_embeddings.weight
+    )
+
+    back = DualEncoder.from_pretrained(out)
+    _assert_separate_equal_towers(back)
+    assert _fingerprints(back) == fps and back.config == cfg
+    np.testing.assert_array_equal(back.encode_docs(TITLES, TEXTS), d)
+
+    back.save(out)  # over the directory it was loaded from, which holds the doc link
+    assert os.readlink(out / "doc") == "query" and _fingerprints(DualEncoder.from_pretrained(out)) == fps
+
+    with torch.no_grad():  # training separates the towers: two copies again
+        back.doc_tower.proj.weight.mul_(2.0)
+    changed = back.doc_tower.proj.weight.clone()
+    back.save(out)
+    assert not os.path.islink(out / "doc") and (out / "doc" / "model.safetensors").is_file()
+    assert json.loads((out / ENCODER_FILE).read_text())["doc"] == "doc"
+    assert _nbytes(out / "doc") == pytest.approx(_nbytes(out / "query"), rel=0.01)  # tokenizer.json
+    again = DualEncoder.from_pretrained(out)
+    assert torch.equal(again.doc_tower.proj.weight, changed)
+    assert again.fingerprint("query") == fps["query"] and again.fingerprint("doc") == back.fingerprint("doc")
+    assert again.fingerprint("doc") != fps["doc"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ret"]  # no temp or old dirs left
+
+
+def test_copying_and_removing_a_linked_encoder(tiny_dir, tmp_path):
+    enc = DualEncoder.from_pretrained(tiny_dir)
+    fps = _fingerprints(enc)
+    out = enc.save(tmp_path / "ret")
+    deep = shutil.copytree(out, tmp_path / "deep")  # follows the link: doc becomes a real copy
+    assert not os.path.islink(deep / "doc") and (deep / "doc" / "model.safetensors").is_file()
+    linked = shutil.copytree(out, tmp_path / "linked", symlinks=True)  # keeps the relative link
+    assert os.readlink(linked / "doc") == "query"
+    for d in (deep, linked):
+        assert _fingerprints(DualEncoder.from_pretrained(d)) == fps
+    shutil.rmtree(linked)  # removes the link, not what it points to
+    assert (out / "query" / "model.safetensors").is_file()
+    assert _fingerprints(DualEncoder.from_pretrained(out)) == fps
+
+
+def test_legacy_layout_and_no_symlink_fallback(tiny_dir, tmp_path, monkeypatch):
+    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(proj_dim=8))
+    fps = _fingerprints(enc)
+    # older versions: doc/ a full copy, no "doc" field
+    legacy = enc.save(tmp_path / "legacy")
+    (legacy / "doc").unlink()
+    shutil.copytree(legacy / "query", legacy / "doc")
+    meta = json.loads((legacy / ENCODER_FILE).read_text())
+    del meta["doc"]
+    (legacy / ENCODER_FILE).write_text(json.dumps(meta))
+    back = DualEncoder.from_pretrained(legacy)
+    _assert_separate_equal_towers(back)
+    assert _fingerprints(back) == fps
+    # ... where a missing doc/ stays an error (not silently the query tower)
+    shutil.rmtree(legacy / "doc")
+    with pytest.raises(RalmError, match="no such model directory"):
+        DualEncoder.from_pretrained(legacy)
+    # a link removed after saving: the json field points the loader at query/
+    gone = enc.save(tmp_path / "gone")
+    (gone / "doc").unlink()
+    back = DualEncoder.from_pretrained(gone)
+    _assert_separate_equal_towers(back)
+    assert _fingerprints(back) == fps
+
+    def no_symlinks(*args, **kwargs):
+        raise OSError("symlinks not supported")
+
+    monkeypatch.setattr(encoders.os, "symlink", no_symlinks)
+    flat = enc.save(tmp_path / "flat")
+    assert sorted(p.name for p in flat.iterdir()) == ["query", ENCODER_FILE]
+    assert json.loads((flat / ENCODER_FILE).read_text())["doc"] == "query"
+    back = DualEncoder.from_pretrained(flat)
+    _assert_separate_equal_towers(back)
+    assert _fingerprints(back) == fps
+    meta = json.loads((flat / ENCODER_FILE).read_text())
+    (flat / ENCODER_FILE).write_text(json.dumps({**meta, "doc": "elsewhere"}))
+    with pytest.raises(RalmError, match="'elsewhere', expected 'query' or 'doc'"):
+        DualEncoder.from_pretrained(flat)
 
 
 @pytest.mark.parametrize(
@@ -140,6 +267,9 @@ def test_sentence_transformers_loads_a_saved_tower(tiny_dir, tmp_path, cfg):
     out = enc.save(tmp_path / "st")
     st = SentenceTransformer(str(out / "query"), device="cpu")
     np.testing.assert_allclose(st.encode(QUERIES), enc.encode_queries(QUERIES), atol=1e-5)
+    assert os.path.islink(out / "doc")  # fresh towers: doc -> query, which loads the same
+    st = SentenceTransformer(str(out / "doc"), device="cpu")
+    np.testing.assert_allclose(st.encode(TEXTS), enc.encode_docs(None, TEXTS), atol=1e-5)
 
 
 def test_not_a_model_directory(tmp_path, tiny_dir):

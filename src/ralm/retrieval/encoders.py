@@ -13,6 +13,10 @@ Both join a document as `[CLS] title [SEP] body [SEP]`; the title is optional he
 A saved encoder directory holds `ralm_encoder.json` (the EncoderConfig and fingerprints) and
 one full Hugging Face model directory per tower (config.json, model.safetensors, tokenizer
 files, sentence-transformers modules; a projection as projection.safetensors and 2_Dense).
+When the towers are one (`shared`) or still identical (a fresh encoder from a plain model),
+only query/ is written: doc is a relative symlink `doc -> query` (no doc at all where the
+filesystem has no symlinks) and the json says `"doc": "query"`; loading then builds the doc
+tower from query/ as its own module (one module when shared), so training can separate them.
 `fingerprint()` hashes the tensors themselves (names, dtypes, shapes, bytes) plus the config
 fields that change the vectors, so an in-memory encoder and its saved copy agree and an
 index can tell which doc tower made it. Left out: hub model ids (no downloads), TF/Flax
@@ -40,6 +44,7 @@ from ralm.backbones import load_tokenizer, resolve_model_dir
 from ralm.errors import RalmError
 
 ENCODER_FILE = "ralm_encoder.json"
+TOWER_DIRS = ("query", "doc")  # values of the json's "doc" field: where the doc tower is stored
 FORMAT = "ralm-dual-encoder"
 FORMAT_VERSION = 1
 PROJECTION_FILE = "projection.safetensors"
@@ -331,6 +336,35 @@ class Tower(nn.Module):
             h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
             h.update(t.view(torch.uint8).numpy())
 
+    def same_as(self, other: Tower) -> bool:
+        """True when saving `other` would write what saving this tower writes (tensors, model
+        config, tokenizer); paths the two were loaded from do not count."""
+        if other is self:
+            return True
+
+        def tensors(t: Tower) -> str:
+            h = hashlib.sha256()
+            t.tensor_hash(h)
+            return h.hexdigest()
+
+        def model_config(t: Tower) -> dict:
+            return {k: v for k, v in t.model.config.to_dict().items() if not k.startswith("_")}
+
+        def tokenizer(t: Tower) -> tuple:
+            tok = t.tokenizer
+            kw = {k: repr(v) for k, v in tok.init_kwargs.items() if k != "name_or_path" and "file" not in k}
+            backend = json.loads(tok.backend_tokenizer.to_str())
+            for k in ("truncation", "padding"):  # per-call state that encoding leaves behind
+                backend.pop(k, None)
+            return type(tok).__name__, backend, sorted(kw.items())
+
+        return (
+            (self.proj is None) == (other.proj is None)
+            and model_config(self) == model_config(other)
+            and tokenizer(self) == tokenizer(other)
+            and tensors(self) == tensors(other)
+        )
+
     # -- saving
     def save(self, d: Path, config: EncoderConfig) -> None:
         """A full HF model dir at `d`: weights, tokenizer, projection, sentence-transformers modules."""
@@ -499,8 +533,14 @@ class DualEncoder(nn.Module):
                         "load it without that setting or start from a plain encoder"
                     )
         cfg = config or saved
+        stored = meta.get("doc", "doc")  # older versions: no field, doc/ a full directory
+        if stored not in TOWER_DIRS:
+            raise RalmError(
+                f"{d / ENCODER_FILE}: \"doc\" is {stored!r}, expected 'query' or 'doc'; re-save the encoder"
+            )
         q = Tower.load(d / "query", cfg, projection=True)
-        doc = q if cfg.shared else Tower.load(d / "doc", cfg, projection=True)
+        # stored as query: doc/ is a symlink to query/ or absent; a separate module all the same
+        doc = q if cfg.shared else Tower.load(d / stored, cfg, projection=True)
         return cls(q, doc, cfg)
 
     # -- saving
@@ -522,7 +562,11 @@ class DualEncoder(nn.Module):
         return h.hexdigest()
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write `path/` (query/, doc/, ralm_encoder.json) atomically: a temp dir, then a rename."""
+        """Write `path/` (query/, doc/, ralm_encoder.json) atomically: a temp dir, then a rename.
+
+        Tied (`shared`) or identical towers are written once: doc is then a relative symlink to
+        query/ (left out where symlinks fail) and ralm_encoder.json has `"doc": "query"`.
+        """
         out = Path(path)
         if out.exists() and not (out.is_dir() and ((out / ENCODER_FILE).is_file() or not any(out.iterdir()))):
             raise RalmError(
@@ -533,8 +577,10 @@ class DualEncoder(nn.Module):
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             self.query_tower.save(tmp / "query", self.config)
-            if self.config.shared:
-                shutil.copytree(tmp / "query", tmp / "doc")
+            one_copy = self.config.shared or self.query_tower.same_as(self.doc_tower)
+            if one_copy:
+                with contextlib.suppress(OSError):  # no symlinks here: the json field suffices
+                    os.symlink("query", tmp / "doc", target_is_directory=True)
             else:
                 self.doc_tower.save(tmp / "doc", self.config)
             meta = {
@@ -542,6 +588,7 @@ class DualEncoder(nn.Module):
                 "version": FORMAT_VERSION,
                 "config": asdict(self.config),
                 "dim": self.dim,
+                "doc": "query" if one_copy else "doc",
                 "fingerprint": self.fingerprint("all"),
                 "query_fingerprint": self.fingerprint("query"),
                 "doc_fingerprint": self.fingerprint("doc"),
