@@ -3,6 +3,7 @@ and the retriever's p(z|x) against FAISS and hand-computed inner products."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -141,3 +142,18 @@ def test_adapter_marginal_equals_one_document_at_a_time(task, fact_store, tiny_d
         if task == "ner":
             got = got[: len(it.ids)]
         torch.testing.assert_close(got, total, rtol=1e-4, atol=1e-5)
+
+
+def test_init_json_names_the_final_paths(tmp_path):
+    """init.json is written inside the temporary output; its paths must hold after the rename."""
+    from ralm.tasks.models import INIT_FILE, InitSpec, write_init
+
+    tmp, final = tmp_path / ".out.partial-1", tmp_path / "out"
+    tmp.mkdir()
+    spec = InitSpec(reader=str(tmp / "init" / "reader"), source="/runs/r1")
+    spec.encoder = str(tmp / "init" / "retriever")
+    spec.index = "/runs/r1/checkpoints/step-1/index"
+    write_init(spec, tmp, final=final)
+    got = json.loads((tmp / INIT_FILE).read_text())
+    assert got["reader"] == str(final / "init" / "reader") and got["encoder"] == str(final / "init" / "retriever")
+    assert got["index"] == "/runs/r1/checkpoints/step-1/index" and got["source"] == "/runs/r1"

@@ -191,7 +191,7 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
     tmp = _prepare_out(out, cfg.overwrite)
     try:
         spec = prepare_init(cfg.model, tmp, retrieval=cfg.retrieval, index=cfg.index, retriever=cfg.retriever)
-        write_init(spec, tmp)
+        write_init(spec, tmp, final=out)
         records = []
         for seed in cfg.seeds:
             sd = tmp / f"seed-{seed}"

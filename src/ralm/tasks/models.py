@@ -115,8 +115,16 @@ def prepare_init(
     return spec
 
 
-def write_init(spec: InitSpec, out: Path) -> None:
-    (out / INIT_FILE).write_text(json.dumps(asdict(spec), indent=2) + "\n", encoding="utf-8")
+def write_init(spec: InitSpec, out: Path, final: Path | None = None) -> None:
+    """Record `spec` in out/init.json; paths inside `out` are written as they will be once `out`
+    (a temporary directory) is renamed to `final`."""
+    d = asdict(spec)
+    if final is not None:
+        root = str(out)
+        for key, v in d.items():
+            if isinstance(v, str) and (v == root or v.startswith(root + os.sep)):
+                d[key] = str(final) + v[len(root) :]
+    (out / INIT_FILE).write_text(json.dumps(d, indent=2) + "\n", encoding="utf-8")
 
 
 HEADS = {
