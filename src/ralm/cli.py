@@ -8,6 +8,7 @@ anywhere ends with one `ralm: error: ...` line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ralm import __version__
@@ -63,6 +64,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ralm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ralm corpus show ... | head -1`: the reader left; stop quietly
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer whose pipe closed
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":
