@@ -61,10 +61,10 @@ def test_dates_english():
 
 def test_dates_english_negatives():
     assert dates("12345 and 1,861 and 1.861 and 1861.5 and 20451 and A1861 and 999 and 2100") == []
-    # the verb "may" is never a month; the year next to it still is one
-    assert dates("You may go. we may 1861 see. Mayor 1861") == ["1861", "1861"]
+    # the verb "may" is never a month, and a bare year needs a preposition or date word before it
+    assert dates("You may go. we may 1861 see. Mayor 1861") == []
     assert dates("The Maya may come in may 12") == []
-    assert dates("April 32, 1861") == ["1861"]
+    assert dates("April 32, 1861") == []
 
 
 def test_dates_norwegian():
@@ -94,6 +94,83 @@ def test_dates_danish():
     )
     assert dates(text, "da") == ["5. juni 1849", "marts 1848", "1860'erne", "1800-tallet", "24. dec. 1900"]
     assert dates("Den 12 april 1861 og 1,861 og 12345", "da") == ["12 april 1861"]
+
+
+def spans(text: str, lang: str) -> list[tuple[int, int]]:
+    return [(s.start, s.end) for s in find_dates(text, lang)]
+
+
+def test_numeric_dates_and_years_in_context_danish():
+    text = "Mødet blev holdt 31.01.2024 kl. 10.30, og hun er født 17/4 1974 (skrevet 17/4-1974) i Aarhus."
+    assert spans(text, "da") == [(17, 27), (54, 63), (73, 82)]
+    assert dates(text, "da") == ["31.01.2024", "17/4 1974", "17/4-1974"]
+    text = (
+        "Loven fra 1849 gjaldt til 1866 og igen siden 1915; året 1864, i år 2024 (dato 2024-02-29), "
+        "ca. 1850, omkring 1900 og i 1940 og 1945."
+    )
+    assert spans(text, "da") == [
+        (10, 14), (26, 30), (45, 49), (56, 60), (67, 71), (78, 88), (95, 99), (109, 113), (119, 123), (127, 131),
+    ]  # fmt: skip
+    assert dates(text, "da") == [
+        "1849", "1866", "1915", "1864", "2024", "2024-02-29", "1850", "1900", "1940", "1945",
+    ]  # fmt: skip
+
+
+def test_numeric_dates_and_years_in_context_norwegian():
+    text = (
+        "Møtet er 1.2.2024 kl. 10.30, han ble født 17/4 1974 og flyttet fra Bergen i 1990, "
+        "etter 1945 og før 1814; frå 1905 til 1940 (sidan 1814)."
+    )
+    expected = [(9, 17), (42, 51), (76, 80), (88, 92), (100, 104), (110, 114), (119, 123), (131, 135)]
+    for lang in ("nb", "nn", "no"):
+        assert spans(text, lang) == expected
+    assert dates(text, "nb") == ["1.2.2024", "17/4 1974", "1990", "1945", "1814", "1905", "1940", "1814"]
+
+
+def test_years_in_context_english():
+    text = (
+        "Lincoln (1809–1865) was elected in 1860, served from 1861 until 1865, between 1861 and 1865; "
+        "since 1990 the site, open before 1900 and after 1945, dated 2024-01-31."
+    )
+    assert spans(text, "en") == [
+        (9, 13), (14, 18), (35, 39), (53, 57), (64, 68), (78, 82), (87, 91), (99, 103), (126, 130),
+        (141, 145), (153, 163),
+    ]  # fmt: skip
+    # day-month numbers are not English dates (month/day or day/month is ambiguous there)
+    assert dates("Due 31.01.2024 or 17/4 1974 or 17/4-1974.", "en") == []
+
+
+@pytest.mark.parametrize(
+    ("lang", "text"),
+    [
+        ("da", "Fejl 1004 og fejl 1252 i Windows; koderne 1004 1252 og i 1004 1252 eller i 1004-1004."),
+        ("da", "Python 3.11.2 kom kl. 10.30; ring 33 12 20 24 eller tlf. 1955 1234; version 1.2.2024.1."),
+        (
+            "da",
+            "Datoerne 32.01.2024, 31.02.2024, 29.02.2023, 17/13 1974, 0.1.2024 og 12/4 1974 5566 findes ikke.",
+        ),
+        ("da", "Kode 1004, i 1004-1252 12, 2023-02-30, i 1800 1900, 1849 fik Danmark en grundlov."),
+        (
+            "nb",
+            "Feilkode 1004 og 1252, kode 1004 1252, i 1004 1252, versjon 3.11.2, kl. 10.30, tlf. 1955 1234.",
+        ),
+        ("nb", "Datoen 31.04.2024 og 17/4 1974/75 og 1.13.2024 og i 2024 10:30 finnes ikke."),
+        ("nn", "Feilkode 1004, i 1004 1252, versjon 3.11.2, kl. 10.30 og 2024 1974."),
+        ("en", "Error 1004 and error 1252, codes 1004 1252, in 1004 1252, Python 3.11.2, at 10.30."),
+        ("en", "Call 555 1234 or 1955 1234; 2023-02-30; 1865 was a year; up to 2000 people; in 2100."),
+    ],
+)
+def test_dates_negatives_error_codes_versions_phone_numbers_times(lang, text):
+    assert dates(text, lang) == []
+
+
+def test_numeric_dates_are_real_calendar_days():
+    assert dates("29.02.2024, 29.02.2023, 31.12.1999, 31.11.1999, 30/11 1999", "da") == [
+        "29.02.2024",
+        "31.12.1999",
+        "30/11 1999",
+    ]
+    assert dates("2024-02-29 and 2023-02-29 and 1999-04-31", "en") == ["2024-02-29"]
 
 
 def test_dates_unknown_language_and_extension():

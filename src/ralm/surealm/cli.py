@@ -10,9 +10,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import textwrap
 from pathlib import Path
 
 from ralm.errors import RalmError
+from ralm.surealm.sentences import FILL_SPLITS, SPLITS_HOW
+
+# ralm.retrieval.index.KINDS, without importing FAISS to build the parser
+INDEX_KINDS = ("flat", "ivf-flat", "hnsw", "sq8", "ivf-pq", "sq6", "sq4")
+SCHEDULES = ("linear", "cosine", "constant")
+AUTOCAST = ("auto", "bf16", "off")
+STRATEGIES = ("greedy", "top-p", "beam")
+# What an empty valid or test split leads to later.
+_EMPTY_SPLIT_EFFECT = {
+    "valid": "`ralm surealm train` will refuse this data store",
+    "test": "`ralm surealm evaluate --split test` will refuse it",
+}
 
 
 def cmd_datastore(args: argparse.Namespace) -> int:
@@ -22,8 +36,6 @@ def cmd_datastore(args: argparse.Namespace) -> int:
     sources = list(args.inputs) + ([args.sample] if args.sample else [])
     if not sources:
         raise RalmError("give sentence files (JSONL or text) or --sample chitchat")
-    if args.sample and args.sample != "chitchat":
-        raise RalmError(f"--sample {args.sample}: the SUREALM sample is chitchat")
     sents = read_sentences(
         sources, fractions=(args.valid_frac, args.test_frac), seed=args.seed, limit_groups=args.limit_groups
     )
@@ -39,6 +51,13 @@ def cmd_datastore(args: argparse.Namespace) -> int:
     )
     out = build_datastore(sents, args.out, cfg, overwrite=args.overwrite, progress=not args.quiet)
     print(f"data store: {out}")
+    counts = sents.counts()
+    for split, effect in _EMPTY_SPLIT_EFFECT.items():
+        if not counts[split]:
+            print(
+                f"ralm: warning: {sents.empty_split(split)}; {effect}; to fill it, {FILL_SPLITS}",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -80,9 +99,30 @@ def cmd_train(args: argparse.Namespace) -> int:
 def evaluate_models(
     models: list[str], split: str, datastore: str | None, knnlm: str | None, device: str, knn_k: int = 64
 ) -> list[dict]:
-    """One row per model (and a kNN-LM row on top of `knnlm`) on `split`."""
+    """One row per model (and a kNN-LM row on top of `knnlm`) on `split`.
+
+    Refuses, before loading any model, a data store whose `split` is empty (no perplexity over 0
+    tokens), and for `knnlm` one without valid sentences (lambda and T are tuned on them)."""
+    from ralm.surealm.datastore import Datastore
     from ralm.surealm.knnlm import KnnLM
-    from ralm.surealm.train import evaluate, load_trained
+    from ralm.surealm.train import evaluate, load_trained, run_datastore
+
+    no_split = (
+        f"there is no {split} perplexity over 0 tokens; rebuild the data store ({FILL_SPLITS}) "
+        "or evaluate another --split"
+    )
+    for path in [*models, *([knnlm] if knnlm else [])]:
+        ds = run_datastore(path, datastore)
+        if ds is None:
+            continue  # load_trained says what is missing
+        store = Datastore(ds)
+        if path == knnlm:
+            store.require_split(
+                "valid",
+                "--knnlm tunes lambda and the temperature on the valid split; rebuild the data store "
+                f"({FILL_SPLITS}) or leave out --knnlm",
+            )
+        store.require_split(split, no_split)
 
     rows = []
     for path in models:
@@ -160,56 +200,147 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, but never breaking a line inside "--valid-frac" or "top-p"."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     top = sub.add_parser("surealm", help="SUREALM: suffix retrieval-augmented causal LM")
     ss = top.add_subparsers(dest="surealm_command", metavar="SUBCOMMAND")
     top.set_defaults(func=lambda a: (top.print_help(), 2)[1])
+    splits = f"{SPLITS_HOW[0].upper()}{SPLITS_HOW[1:]}."
 
-    p = ss.add_parser("datastore", help="sentences -> prefix/suffix data store + offline top-K retrieval")
-    p.add_argument(
-        "inputs", nargs="*", help="JSONL ({text, group?, split?}) or text files (one sentence a line)"
+    p = ss.add_parser(
+        "datastore",
+        formatter_class=_HelpFormatter,
+        help="sentences -> prefix/suffix data store + offline top-K retrieval",
+        description="Build the SUREALM data store of a set of sentences: one (prefix, suffix) entry per "
+        "token of every training sentence and the offline top-K entries of every prefix of every "
+        f"sentence. {splits} An empty valid or test split is warned about; `train` needs valid "
+        "sentences and `evaluate --split S` sentences in S.",
     )
-    p.add_argument("--sample", help="chitchat: the chitchat-dataset conversations")
-    p.add_argument("--out", required=True)
-    p.add_argument("--lm", default="minilm", help="LM whose tokens are split: minilm | smollm2 | DIR")
-    p.add_argument("--encoder", default=None, help="sentence transformer directory (default: bundled MiniLM)")
-    p.add_argument("--m", type=int, default=10, help="suffix truncation in tokens (SUREALM: 10)")
+    p.add_argument(
+        "inputs", nargs="*",
+        help='sentence files: JSONL, one {"text", "group"?, "split"?} object a line, or text, one sentence '
+        "a line with a blank line between groups",
+    )  # fmt: skip
+    p.add_argument(
+        "--sample", choices=("chitchat",),
+        help="add a bundled sample: chitchat, the chitchat-dataset conversations (default: none)",
+    )  # fmt: skip
+    p.add_argument("--out", required=True, help="data store directory to write (required, no default)")
+    p.add_argument(
+        "--lm", default="minilm",
+        help="LM whose tokenizer splits the sentences into tokens: minilm, smollm2 or a model directory "
+        "(default: %(default)s); train with the same LM",
+    )  # fmt: skip
+    p.add_argument(
+        "--encoder", default=None,
+        help="sentence-transformer directory that embeds prefixes and suffixes (default: the bundled MiniLM)",
+    )  # fmt: skip
+    p.add_argument(
+        "--m", type=int, default=10, help="suffix length in LM tokens (default: %(default)s, as in SUREALM)"
+    )
     p.add_argument(
         "--include-current-word", action="store_true",
-        help="suffixes start at the current word w_i (the paper's section 5 variant; default: w_i excluded)",
+        help="suffixes start at the current word w_i, the paper's section 5 variant (default: off, w_i is in "
+        "neither prefix nor suffix)",
     )  # fmt: skip
-    p.add_argument("--k", type=int, default=8, help="neighbours kept per prefix (SUREALM: 8)")
-    p.add_argument("--max-tokens", type=int, default=64, help="LM tokens kept per sentence")
-    p.add_argument("--limit-groups", type=int, default=None, help="only the first N conversations/groups")
-    p.add_argument("--valid-frac", type=float, default=0.05)
-    p.add_argument("--test-frac", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--index-kind", default="flat")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--k", type=int, default=8,
+        help="neighbours kept per prefix (default: %(default)s, as in SUREALM); train --k may be at most this",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-tokens", type=int, default=64,
+        help="LM tokens kept per sentence; longer sentences are cut (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--limit-groups", type=int, default=None,
+        help="keep only the first N groups (conversations, blank-line blocks) in input order (default: all)",
+    )  # fmt: skip
+    p.add_argument(
+        "--valid-frac", type=float, default=0.05,
+        help="fraction of the groups drawn for the valid split (default: %(default)s); groups as said above",
+    )  # fmt: skip
+    p.add_argument(
+        "--test-frac", type=float, default=0.05,
+        help="fraction of the groups drawn for the test split (default: %(default)s); groups as said above",
+    )  # fmt: skip
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the draw of groups into splits (default: %(default)s)"
+    )
+    p.add_argument(
+        "--index-kind", default="flat", choices=INDEX_KINDS,
+        help="FAISS index over the prefix embeddings: %(choices)s (default: %(default)s, exact search)",
+    )  # fmt: skip
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="device that embeds the sentences: cpu, cuda or cuda:N (default: %(default)s)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a data store at --out (default: off, refuse)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
     p.set_defaults(func=cmd_datastore)
 
-    p = ss.add_parser("train", help="train SUREALM (or --no-retrieval, the baseline) on a data store")
-    p.add_argument("datastore")
-    p.add_argument("--out", required=True)
-    p.add_argument(
-        "--lm", default="minilm", help="backbone: minilm | smollm2 | DIR (the data store's tokenizer)"
+    p = ss.add_parser(
+        "train",
+        formatter_class=_HelpFormatter,
+        help="train SUREALM (or --no-retrieval, the baseline) on a data store",
+        description="Train SUREALM, or with --no-retrieval the same LM without retrieval, on the training "
+        "split of a data store, keeping the model of lowest validation perplexity; a data store "
+        f"without valid sentences is refused. {splits}",
     )
-    p.add_argument("--no-retrieval", action="store_true", help="the same LM without retrieval (baseline)")
+    p.add_argument("datastore", help="data store directory from `ralm surealm datastore`")
+    p.add_argument("--out", required=True, help="run directory to write (required, no default)")
+    p.add_argument(
+        "--lm", default="minilm",
+        help="backbone: minilm, smollm2 or a model directory, the LM the data store was built with "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-retrieval", action="store_true",
+        help="the same LM without retrieval, the baseline (default: off, SUREALM with retrieval)",
+    )  # fmt: skip
     p.add_argument(
         "--init-from", default=None,
-        help="a trained run (e.g. the --no-retrieval baseline) whose LM weights start this run",
+        help="a trained run (e.g. the --no-retrieval baseline) whose LM weights start this run "
+        "(default: none, the pretrained backbone)",
     )  # fmt: skip
-    p.add_argument("--k", type=int, default=8)
-    p.add_argument("--delta", type=int, default=1)
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--lr-memory", type=float, default=None)
+    p.add_argument(
+        "--k", type=int, default=8,
+        help="retrieved entries per retrieval, at most the data store's --k (default: %(default)s, as in SUREALM)",
+    )  # fmt: skip
+    p.add_argument(
+        "--delta", type=int, default=1,
+        help="retrieve every delta tokens (default: %(default)s, as in SUREALM)",
+    )  # fmt: skip
+    p.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per step (default: %(default)s)")
+    p.add_argument(
+        "--lr", type=float, default=1e-4, help="peak learning rate of the LM (default: %(default)s)"
+    )
+    p.add_argument(
+        "--lr-memory", type=float, default=None,
+        help="peak learning rate of the memory projections (default: 10 x --lr; they start from scratch)",
+    )  # fmt: skip
     p.add_argument(
         "--memory-init", choices=["zero", "identity"], default="zero",
-        help="zero: memory starts inert (default); identity: embeddings enter each layer as they are (paper eqs. 4-5)",
+        help="zero: memory starts inert; identity: embeddings enter each layer as they are (paper eqs. 4-5) "
+        "(default: %(default)s)",
     )  # fmt: skip
     p.add_argument(
         "--memory-gain", type=float, default=None,
@@ -219,40 +350,110 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--memory-window", type=int, default=None,
         help="each position sees only the latest W retrievals (default: all of them, as in eq. 6)",
     )  # fmt: skip
-    p.add_argument("--warmup-steps", type=int, default=100)
-    p.add_argument("--schedule", default="linear")
-    p.add_argument("--eval-every", type=int, default=250)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--autocast", default="auto")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--warmup-steps", type=int, default=100,
+        help="steps of linear learning-rate warm-up (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--schedule", default="linear", choices=SCHEDULES,
+        help="learning-rate decay after warm-up: %(choices)s (default: %(default)s, as in SUREALM)",
+    )  # fmt: skip
+    p.add_argument(
+        "--eval-every", type=int, default=250,
+        help="validation perplexity every N steps and at the last; the best model is kept (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of initialisation and batch order (default: %(default)s)"
+    )
+    p.add_argument(
+        "--device", default="auto",
+        help="auto, cpu, cuda or cuda:N (default: %(default)s, cuda when there is one)",
+    )  # fmt: skip
+    p.add_argument(
+        "--autocast", default="auto", choices=AUTOCAST,
+        help="mixed precision: %(choices)s (default: %(default)s, bf16 where the hardware has it)",
+    )  # fmt: skip
+    p.add_argument("--overwrite", action="store_true", help="replace a run at --out (default: off, refuse)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
     p.set_defaults(func=cmd_train)
 
-    p = ss.add_parser("evaluate", help="token- and word-level perplexity of models (and kNN-LM) on a split")
-    p.add_argument("models", nargs="+")
-    p.add_argument("--split", default="test", choices=("train", "valid", "test"))
-    p.add_argument("--datastore", default=None, help="default: the one each model was trained with")
-    p.add_argument(
-        "--knnlm", default=None, help="a (baseline) model to run as kNN-LM over the training split"
+    p = ss.add_parser(
+        "evaluate",
+        formatter_class=_HelpFormatter,
+        help="token- and word-level perplexity of models (and kNN-LM) on a split",
+        description="Token- and word-level perplexity of trained runs, and of a kNN-LM, on one split of a "
+        f"data store; an empty split is refused, never reported as a perplexity over 0 tokens. {splits}",
     )
-    p.add_argument("--knn-k", type=int, default=64)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--json-out", default=None)
+    p.add_argument("models", nargs="+", help="trained run directories (SUREALM or --no-retrieval)")
+    p.add_argument(
+        "--split", default="test", choices=("train", "valid", "test"),
+        help="split to measure: %(choices)s (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--datastore",
+        default=None,
+        help="data store to evaluate on (default: the one each model was trained with)",
+    )
+    p.add_argument(
+        "--knnlm", default=None,
+        help="a (baseline) run to add as kNN-LM over the training split, tuned on the valid split (default: none)",
+    )  # fmt: skip
+    p.add_argument("--knn-k", type=int, default=64, help="neighbours of the kNN-LM (default: %(default)s)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="auto, cpu, cuda or cuda:N (default: %(default)s, cuda when there is one)",
+    )
+    p.add_argument("--json-out", default=None, help="also write the rows to this JSON file (default: none)")
     p.set_defaults(func=cmd_evaluate)
 
-    p = ss.add_parser("generate", help="continue a prompt, retrieving suffixes every delta tokens")
-    p.add_argument("model")
-    p.add_argument("prompt")
-    p.add_argument("--strategy", default="greedy", choices=("greedy", "top-p", "beam"))
-    p.add_argument("--max-new-tokens", type=int, default=20)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--beams", type=int, default=4)
-    p.add_argument("--num-return", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--show-retrievals", action="store_true", help="print what was retrieved at each step")
-    p.add_argument("--show-entries", type=int, default=3, help="entries shown per retrieval")
-    p.add_argument("--datastore", default=None)
-    p.add_argument("--device", default="auto")
+    p = ss.add_parser(
+        "generate",
+        help="continue a prompt, retrieving suffixes every delta tokens",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument("model", help="trained run directory")
+    p.add_argument("prompt", help="the start of the sentence to continue")
+    p.add_argument(
+        "--strategy",
+        default="greedy",
+        choices=STRATEGIES,
+        help="decoding: %(choices)s (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=20, help="tokens to add at most (default: %(default)s)"
+    )
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=0.9,
+        help="probability mass kept by --strategy top-p (default: %(default)s)",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=1.0,
+        help="softmax temperature of --strategy top-p (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument("--beams", type=int, default=4, help="beams of --strategy beam (default: %(default)s)")
+    p.add_argument(
+        "--num-return", type=int, default=1,
+        help="continuations printed; at most --beams with --strategy beam (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seed of --strategy top-p (default: %(default)s)")
+    p.add_argument(
+        "--show-retrievals", action="store_true", help="print what was retrieved at each step (default: off)"
+    )
+    p.add_argument(
+        "--show-entries", type=int, default=3,
+        help="entries shown per retrieval with --show-retrievals (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--datastore",
+        default=None,
+        help="data store to retrieve from (default: the one the model was trained with)",
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="auto, cpu, cuda or cuda:N (default: %(default)s, cuda when there is one)",
+    )
     p.set_defaults(func=cmd_generate)

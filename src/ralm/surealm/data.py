@@ -55,11 +55,13 @@ class PerplexityCounts:
 
     @property
     def token_ppl(self) -> float:
-        return math.exp(self.nll / max(self.tokens, 1))
+        """exp(NLL / tokens); NaN over no token (there is no perplexity of nothing)."""
+        return math.exp(self.nll / self.tokens) if self.tokens else math.nan
 
     @property
     def word_ppl(self) -> float:
-        return math.exp(self.nll / max(self.words, 1))
+        """exp(NLL / words); NaN over no word."""
+        return math.exp(self.nll / self.words) if self.words else math.nan
 
     def as_dict(self) -> dict:
         return {

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.surealm.sentences import SPLITS, SentenceSet
+from ralm.surealm.sentences import SPLITS, SentenceSet, empty_split
 
 FORMAT = "ralm-surealm-datastore"
 FORMAT_VERSION = 1
@@ -106,6 +106,12 @@ def build_datastore(
 
     cfg = cfg or DatastoreConfig()
     cfg.check()
+    if not sentences.counts()["train"]:
+        raise RalmError(
+            f"{sentences.empty_split('train')}; the data store is built from the training sentences, so it "
+            'needs some: give JSONL lines without "split" or with "split": "train", or lower '
+            "--valid-frac/--test-frac"
+        )
     out = Path(out)
     if out.exists():
         if not overwrite:
@@ -404,6 +410,17 @@ class Datastore:
             raise RalmError(f"split {split!r}: choose one of {', '.join(SPLITS)}")
         col = self.sentences().column("split").to_numpy(zero_copy_only=False)
         return np.flatnonzero(col == split)
+
+    def require_split(self, split: str, why: str) -> np.ndarray:
+        """`split_ids(split)`; a RalmError saying how splits are formed and `why` the split is needed
+        when it holds no sentence."""
+        ids = self.split_ids(split)
+        if not len(ids):
+            groups = len(self.sentences().column("group").unique())
+            raise RalmError(
+                f"{self.root}: {empty_split(split, self.manifest.get('sources', []), groups)}; {why}"
+            )
+        return ids
 
     def text(self, sid: int) -> str:
         return str(self.sentences().column("text")[int(sid)].as_py())

@@ -13,7 +13,11 @@ Sources:
 
 An empty JSONL text is an error (it names the line); blank lines in a text file separate groups.
 
-Splits are drawn per group (seeded), so no conversation has sentences in two splits. Duplicates
+Splits are drawn per group (seeded), so no conversation has sentences in two splits: valid and
+test get `fractions` of the groups (rounded; at least one group each from 3 groups up), train the
+rest (`SPLITS_HOW`). A text file without blank lines is a single group, so all of it is train and
+valid/test are empty; `ralm surealm datastore` warns about an empty valid or test split, `train`
+refuses a data store without valid sentences and `evaluate` an empty split. Duplicates
 are removed globally after grouping: the first occurrence (in file order) keeps the sentence and
 its group, so a sentence never appears in two splits either. Whitespace is normalised
 (runs of spaces become one; leading/trailing space is dropped).
@@ -38,7 +42,37 @@ from ralm.errors import RalmError
 SPLITS = ("train", "valid", "test")
 _SPACE = re.compile(r"\s+")
 
-__all__ = ["SPLITS", "SentenceSet", "read_sentences", "split_groups"]
+# How sentences fall into groups and groups into splits: in `--help`, warnings and errors.
+SPLITS_HOW = (
+    "splits are drawn by whole groups: --valid-frac and --test-frac of the groups (rounded; at least "
+    "one group each from 3 groups up), the rest train; a text file starts a new group at each blank "
+    "line, so a file without blank lines is one group; a JSONL line is a group of its own unless "
+    'lines share a "group", and its "split" fixes its split; --sample chitchat: one group per '
+    "conversation"
+)
+# What fills an empty valid or test split.
+FILL_SPLITS = (
+    'separate dialogues or paragraphs by blank lines, give JSONL with "group" or "split" fields, '
+    "or raise --valid-frac/--test-frac"
+)
+
+__all__ = [
+    "FILL_SPLITS",
+    "SPLITS",
+    "SPLITS_HOW",
+    "SentenceSet",
+    "empty_split",
+    "read_sentences",
+    "split_groups",
+]
+
+
+def empty_split(split: str, sources: Iterable[str], groups: int) -> str:
+    """The start of a message about an empty `split` of sentences read from `sources` in `groups` groups."""
+    src = ", ".join(str(s) for s in sources) or "the input"
+    return (
+        f"the {split} split is empty: {src} gave {groups} group{'' if groups == 1 else 's'} and {SPLITS_HOW}"
+    )
 
 
 @dataclass
@@ -59,6 +93,10 @@ class SentenceSet:
 
     def counts(self) -> dict[str, int]:
         return {s: sum(1 for x in self.splits if x == s) for s in SPLITS}
+
+    def empty_split(self, split: str) -> str:
+        """The start of a message saying that `split` is empty, how groups and splits are formed."""
+        return empty_split(split, self.sources, len(set(self.groups)))
 
 
 def _clean(text: str) -> str:

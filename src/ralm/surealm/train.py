@@ -32,6 +32,7 @@ from ralm.retrieval.encoders import autocast_context, autocast_dtype
 from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
 from ralm.surealm.datastore import Datastore
 from ralm.surealm.model import SurealmConfig, SurealmLM
+from ralm.surealm.sentences import FILL_SPLITS
 from ralm.train.logging import METRICS_FILE, MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 TRAIN_FILE = "train.json"
 
-__all__ = ["TrainConfig", "evaluate", "load_trained", "train"]
+__all__ = ["TrainConfig", "evaluate", "load_trained", "run_datastore", "train"]
 
 
 @dataclass
@@ -180,6 +181,11 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
 
     cfg.check()
     store = Datastore(cfg.datastore)
+    store.require_split(
+        "valid",
+        "training keeps the model of lowest validation perplexity, so it needs valid sentences; "
+        f"rebuild the data store: {FILL_SPLITS}",
+    )
     if cfg.lm is None:
         cfg.lm = str(store.manifest.get("lm", "minilm"))
     out = Path(cfg.out)
@@ -312,14 +318,24 @@ def memory_modules(model: SurealmLM) -> list[torch.nn.Module]:
     return [model.key_proj, model.value_proj, model.key_norm, model.value_norm]
 
 
+def run_datastore(path: str | os.PathLike, datastore: str | os.PathLike | None = None) -> str | None:
+    """The data store of the trained run `path`: `datastore` if given, else the one it recorded (or None)."""
+    if datastore:
+        return str(datastore)
+    f = Path(path) / TRAIN_FILE
+    if not f.is_file():
+        return None
+    try:
+        return json.loads(f.read_text(encoding="utf-8")).get("datastore")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+
+
 def load_trained(path: str | os.PathLike, datastore: str | os.PathLike | None = None, device: str = "auto"):
     """(model, tokenizer, store, batcher) of a trained run; `datastore` overrides the recorded one."""
     d = Path(path)
     model, tok = SurealmLM.load(d)
-    info = {}
-    if (d / TRAIN_FILE).is_file():
-        info = json.loads((d / TRAIN_FILE).read_text(encoding="utf-8"))
-    ds = datastore or info.get("datastore")
+    ds = run_datastore(d, datastore)
     if not ds:
         raise RalmError(f"{d}: no data store recorded; pass --datastore")
     store = Datastore(ds)
