@@ -22,7 +22,10 @@ def assert_clean_failure(code, err, needle, out):
     assert len(err) == 1 and err[0].startswith("ralm: error: "), err
     assert needle in err[0], err[0]
     assert not out.exists()
-    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], "temp dir left behind"
+    left = [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]
+    # the writer lock's file stays beside --out (ralm.locks), released and empty
+    assert [p.name for p in left if p.name != f".{out.name}.lock"] == [], "temp dir left behind"
+    assert all(p.read_text() == "" for p in left)
 
 
 MINIMAL_DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
@@ -126,7 +129,8 @@ def test_existing_out_needs_overwrite_and_failed_rebuild_keeps_old(tmp_path, cap
     src.write_text("The second version.")
     assert run_cli(capsys, "corpus", "build", src, "--out", out, "--overwrite", "--quiet")[0] == 0
     assert (out / "manifest.json").read_text() != old_manifest
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "bad.jsonl", "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "a.txt", "bad.jsonl", "out"]
+    assert (tmp_path / ".out.lock").read_text() == ""  # the writer lock, released
 
 
 def test_a_directory_that_is_not_a_docstore_is_never_overwritten(tmp_path, capsys):
@@ -162,7 +166,7 @@ def test_info_and_show_errors(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["corpus"], ["corpus", "build"], ["corpus", "info"], ["corpus", "show"]],
+    [[], ["corpus"], ["corpus", "build"], ["corpus", "info"], ["corpus", "show"], ["corpus", "verify"]],
 )
 def test_help_explains_every_option(argv):
     res = subprocess.run(

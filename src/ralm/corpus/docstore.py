@@ -2,7 +2,8 @@
 
 Layout of a DocStore directory:
 
-    manifest.json            sources and their hashes, tokenizer, chunk size, counts, layout
+    manifest.json            sources and their hashes, tokenizer, chunk size, counts, layout,
+                             `files`: every other file's size and XXH3-128 checksum
     chunks/part-00000.parquet one row per chunk, ids 0..N-1 in order, `rows_per_shard` per file
     articles.parquet         one row per article: its chunks are first_chunk .. first_chunk+n_chunks-1
     entities.tsv             the entity vocabulary (see ralm.corpus.entities), when one was built
@@ -12,11 +13,20 @@ Layout of a DocStore directory:
 The Parquet files are the interchange format (pyarrow, `datasets.load_dataset("parquet", ...)`,
 pandas, DuckDB). Random access by id reads one small row group (`row_group_size` rows) and
 keeps a few decoded groups in an LRU cache, so nothing loads the corpus into memory. The
-ragged token files serve the training hot path: `input_ids(i)` is a memory-map slice, no decode.
+ragged token files (ralm.corpus.ragged) serve the training hot path: `input_ids(i)` is a
+memory-map slice, no decode.
 
 Token coordinates index a chunk's `input_ids`, which exclude special tokens; a span
 (token_start, token_end) is half-open. Left out: writes after the build (a DocStore is immutable;
 build a new one), and compression choices beyond Parquet's default (snappy).
+
+Damage (see ralm.corpus.verify). The manifest lists every file with its size and XXH3-128
+checksum (`files`). Opening a DocStore compares the sizes (a few `stat` calls): a missing or
+truncated file ends in one CorpusError naming it, suggesting `ralm corpus verify` and a
+rebuild. A file overwritten with other bytes of the same length passes that check; only
+`ralm corpus verify STORE`, which re-hashes every file, finds it. A Parquet file that pyarrow
+cannot read (ArrowInvalid, OSError) is reported as one CorpusError naming the file. Stores built
+before the file records: only missing files are caught on open, and verify cannot check them.
 """
 
 from __future__ import annotations
@@ -33,7 +43,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ralm.corpus.ragged import RaggedArray, RaggedWriter
+from ralm.corpus.verify import check_on_open, read_error
 from ralm.errors import CorpusError
+
+__all__ = [
+    "ARTICLE_SCHEMA",
+    "CHUNK_SCHEMA",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "SALIENT_SOURCES",
+    "DocStore",
+    "DocStoreWriter",
+    "RaggedArray",
+    "RaggedWriter",
+    "SalientSpan",
+    "iter_parquet_batches",
+    "read_manifest",
+]
 
 FORMAT = "ralm-docstore"
 FORMAT_VERSION = 1
@@ -98,71 +126,6 @@ def iter_parquet_batches(
         yield from pf.iter_batches(
             batch_size=batch_size, row_groups=[rg], columns=list(columns) if columns else None
         )
-
-
-# ----------------------------------------------------------------------------- ragged arrays
-class RaggedWriter:
-    """Appends variable-length rows of `width` values to `PREFIX.bin`; offsets go to `PREFIX.idx`.
-
-    Example: append([1, 2]); append([]); append([3]) -> bin [1 2 3], idx [0 2 2 3] (int64, rows).
-    """
-
-    def __init__(self, prefix: Path, dtype: str = "int32", width: int = 1, block: int = 65536) -> None:
-        self.prefix = Path(prefix)
-        self.dtype = np.dtype(dtype)
-        self.width = width
-        self._bin = open(self.prefix.with_suffix(".bin"), "wb")  # noqa: SIM115 - closed in close()
-        self._idx = open(self.prefix.with_suffix(".idx"), "wb")  # noqa: SIM115 - closed in close()
-        self._end = 0  # rows of `width` values written so far
-        self._pending = [0]  # offsets not yet on disk: memory stays flat however many rows
-        self._block = block
-
-    def append(self, row: np.ndarray | Sequence) -> None:
-        if len(row):
-            arr = np.ascontiguousarray(row, dtype=self.dtype).reshape(-1, self.width)
-            self._bin.write(arr.tobytes())
-            self._end += arr.shape[0]
-        self._pending.append(self._end)
-        if len(self._pending) >= self._block:
-            self._flush_idx()
-
-    def _flush_idx(self) -> None:
-        np.asarray(self._pending, dtype=np.int64).tofile(self._idx)
-        self._pending = []
-
-    def close(self) -> None:
-        self._flush_idx()
-        self._bin.close()
-        self._idx.close()
-
-
-class RaggedArray:
-    """Read side of `RaggedWriter`: `arr[i]` is row i as an (n_i, width) (or (n_i,)) memory-map view."""
-
-    def __init__(self, prefix: Path, dtype: str = "int32", width: int = 1) -> None:
-        self.prefix = Path(prefix)
-        self.width = width
-        self.offsets = np.fromfile(self.prefix.with_suffix(".idx"), dtype=np.int64)
-        size = os.path.getsize(self.prefix.with_suffix(".bin"))
-        dt = np.dtype(dtype)
-        if size != int(self.offsets[-1]) * width * dt.itemsize:
-            raise CorpusError(f"{self.prefix}.bin: size does not match its index; rebuild the DocStore")
-        self.data = (
-            np.memmap(self.prefix.with_suffix(".bin"), dtype=dt, mode="r").reshape(-1, width)
-            if size
-            else np.zeros((0, width), dtype=dt)
-        )
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        row = self.data[self.offsets[i] : self.offsets[i + 1]]
-        return row[:, 0] if self.width == 1 else row
-
-    def lengths(self) -> np.ndarray:
-        """(N,) int64 number of values per row."""
-        return np.diff(self.offsets)
 
 
 # ----------------------------------------------------------------------------- writer
@@ -237,6 +200,27 @@ class DocStoreWriter:
 
 
 # ----------------------------------------------------------------------------- reader
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest of the DocStore at `root`; CorpusError when there is none or it is unreadable."""
+    mpath = root / MANIFEST
+    if not root.is_dir():
+        raise CorpusError(f"{root}: no such DocStore directory; build one with `ralm corpus build`")
+    if not mpath.is_file():
+        raise CorpusError(f"{root}: not a DocStore (no {MANIFEST}); build one with `ralm corpus build`")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"{mpath}: unreadable manifest ({exc}); rebuild the DocStore") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CorpusError(f"{mpath}: not a {FORMAT} manifest; rebuild the DocStore")
+    if manifest.get("version", 0) > FORMAT_VERSION:
+        raise CorpusError(f"{mpath}: DocStore format v{manifest['version']} is newer than this ralm")
+    for key in ("layout", "counts"):
+        if not isinstance(manifest.get(key), dict):
+            raise CorpusError(f"{mpath}: no {key!r} in the manifest; rebuild the DocStore")
+    return manifest
+
+
 @dataclass(frozen=True)
 class SalientSpan:
     """A salient span of a chunk: token span [token_start, token_end) and char span [start, end)."""
@@ -252,6 +236,10 @@ class SalientSpan:
 class DocStore:
     """Read access to a DocStore directory (see the module docstring for the layout).
 
+    Opening checks that every file the manifest lists is there with its recorded size (cheap),
+    and raises one CorpusError naming the first that is not. A file overwritten with other bytes
+    of the same size passes; only `ralm corpus verify` (checksums) finds that.
+
     `store[i]` / `store.get(i)` -> dict with the CHUNK_SCHEMA fields of chunk i.
     `store.get_many(ids)` -> list of such dicts, in the order of `ids`.
     `store.input_ids(i)` -> (T,) int32 memory-map view; `store.salient_tokens(i)` -> (S, 3) int32.
@@ -260,28 +248,12 @@ class DocStore:
 
     def __init__(self, root: str | os.PathLike, cache_groups: int = 64) -> None:
         self.root = Path(root)
-        mpath = self.root / MANIFEST
-        if not self.root.is_dir():
-            raise CorpusError(f"{self.root}: no such DocStore directory; build one with `ralm corpus build`")
-        if not mpath.is_file():
-            raise CorpusError(
-                f"{self.root}: not a DocStore (no {MANIFEST}); build one with `ralm corpus build`"
-            )
-        try:
-            self.manifest: dict[str, Any] = json.loads(mpath.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CorpusError(f"{mpath}: unreadable manifest ({exc}); rebuild the DocStore") from None
-        if self.manifest.get("format") != FORMAT:
-            raise CorpusError(f"{mpath}: not a {FORMAT} manifest; rebuild the DocStore")
-        if self.manifest.get("version", 0) > FORMAT_VERSION:
-            raise CorpusError(f"{mpath}: DocStore format v{self.manifest['version']} is newer than this ralm")
+        self.manifest: dict[str, Any] = read_manifest(self.root)
+        check_on_open(self.root, self.manifest)  # sizes only; contents: `ralm corpus verify`
         layout = self.manifest["layout"]
         self.rows_per_shard: int = layout["rows_per_shard"]
         self.row_group_size: int = layout["row_group_size"]
         self.shard_paths = [self.root / s for s in layout["shards"]]
-        for p in self.shard_paths:
-            if not p.is_file():
-                raise CorpusError(f"{p}: missing DocStore shard; rebuild the DocStore")
         self._len: int = self.manifest["counts"]["chunks"]
         self._files: dict[int, pq.ParquetFile] = {}
         self._cache: OrderedDict[tuple[int, int], list[dict[str, Any]]] = OrderedDict()
@@ -303,9 +275,13 @@ class DocStore:
         """Paths of the chunk shards, for `datasets.load_dataset("parquet", data_files=...)`."""
         return [str(p) for p in self.shard_paths]
 
-    def articles(self) -> pa.Table:
-        """The article table (small: one row per article)."""
-        return pq.read_table(self.root / "articles.parquet")
+    def articles(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """The article table (small: one row per article), or some of its columns."""
+        path = self.root / "articles.parquet"
+        try:
+            return pq.read_table(path, columns=list(columns) if columns else None)
+        except (pa.ArrowException, OSError) as exc:
+            raise read_error(self.root, path, exc) from None
 
     # -- random access
     def _check_id(self, i: int) -> int:
@@ -320,10 +296,13 @@ class DocStore:
         if rows is not None:
             self._cache.move_to_end(key)
             return rows
-        pf = self._files.get(shard)
-        if pf is None:
-            pf = self._files[shard] = pq.ParquetFile(self.shard_paths[shard])
-        rows = pf.read_row_group(group).to_pylist()
+        try:
+            pf = self._files.get(shard)
+            if pf is None:
+                pf = self._files[shard] = pq.ParquetFile(self.shard_paths[shard])
+            rows = pf.read_row_group(group).to_pylist()
+        except (pa.ArrowException, OSError) as exc:
+            raise read_error(self.root, self.shard_paths[shard], exc) from None
         self._cache[key] = rows
         if len(self._cache) > self._cache_groups:
             self._cache.popitem(last=False)
@@ -366,7 +345,14 @@ class DocStore:
     ) -> Iterator[dict[str, list]]:
         """Batches in id order as {column: list}, streaming shard by shard (memory: one batch)."""
         for path in self.shard_paths:
-            for batch in iter_parquet_batches(path, batch_size, columns):
+            batches = iter_parquet_batches(path, batch_size, columns)
+            while True:
+                try:
+                    batch = next(batches, None)
+                except (pa.ArrowException, OSError) as exc:
+                    raise read_error(self.root, path, exc) from None
+                if batch is None:
+                    break
                 yield batch.to_pydict()
 
     def salient_spans(self, i: int) -> list[SalientSpan]:

@@ -111,6 +111,13 @@ def _unescape(s: str) -> str:
 # --------------------------------------------------------------------------- vocabulary
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class EntityVocab:
     """Entities (canonical, redirect-resolved link targets) with ids, counts and aliases.
 
@@ -187,6 +194,7 @@ class EntityVocab:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file is shared like the rest
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
                 f.write(data)
                 f.flush()
