@@ -176,7 +176,7 @@ def test_default_analysis_is_unchanged(bm25):
     """No lang: no stopwords, no stemming (the terms are the normalised words), recorded so."""
     assert bm25.analyzer == Analyzer() and bm25.stemmer is None and bm25.stopwords == []
     assert bm25.describe() == "no stopwords, no stemmer"
-    assert bm25.manifest["version"] == FORMAT_VERSION == 2
+    assert bm25.manifest["version"] == FORMAT_VERSION == 3
     assert {k: bm25.manifest[k] for k in ("lang", "stopwords", "stemmer", "pystemmer_version")} == {
         "lang": None, "stopwords": [], "stemmer": None, "pystemmer_version": None,
     }  # fmt: skip
@@ -257,7 +257,7 @@ def test_analysis_survives_save_load(tmp_path, da_store, bm25_da):
     before = bm25_da.search_text(queries, 3, exclude_ids=[None, 1, None, [3]])
     bm25_da.save(tmp_path / "bm25")
     m = json.loads((tmp_path / "bm25" / "bm25.json").read_text(encoding="utf-8"))
-    assert m["version"] == 2 and m["lang"] == "da" and m["stemmer"] == "danish"
+    assert m["version"] == 3 and m["lang"] == "da" and m["stemmer"] == "danish"
     assert m["stopwords"] == resolve_stopwords("da")
     assert m["pystemmer_version"] == importlib.metadata.version("PyStemmer")
     loaded = BM25Retriever.load(tmp_path / "bm25", docstore_fingerprint=da_store.fingerprint)
@@ -276,11 +276,11 @@ def test_analysis_survives_save_load(tmp_path, da_store, bm25_da):
         f"the BM25 index was built with da: {n} stopwords, danish stemmer, not da: {n} stopwords, "
         "no stemmer; rebuild it with those settings, or leave them out to use the index's own"
     )
-    m["version"] = 3
+    m["version"] = 4
     (tmp_path / "bm25" / "bm25.json").write_text(json.dumps(m), encoding="utf-8")
-    with pytest.raises(RalmError, match="BM25 index format v3 is newer than this ralm"):
+    with pytest.raises(RalmError, match="BM25 index format v4 is newer than this ralm"):
         BM25Retriever.load(tmp_path / "bm25")
-    m["version"], m["stemmer"] = 2, "klingon"
+    m["version"], m["stemmer"] = 3, "klingon"
     (tmp_path / "bm25" / "bm25.json").write_text(json.dumps(m), encoding="utf-8")
     with pytest.raises(RalmError, match="stemmer 'klingon' is not a Snowball algorithm"):
         BM25Retriever.load(tmp_path / "bm25")
@@ -330,3 +330,34 @@ def test_matches_and_from_texts(da_store, bm25_da, bm25):
         BM25Retriever.from_texts([])
     with pytest.raises(RalmError, match="from_texts: give a list of strings"):
         BM25Retriever.from_texts("pivottabeller")
+
+
+def test_checksums_recorded_and_damage_refused(tmp_path, store, bm25):
+    from ralm.integrity import digest
+    from ralm.retrieval.bm25 import BM25S_FILES
+
+    d = bm25.save(tmp_path / "bm25")
+    m = json.loads((d / "bm25.json").read_text())
+    assert m["version"] == 3
+    assert m["files"] == {n: {"size": (d / n).stat().st_size, "xxh3_128": digest(d / n)} for n in BM25S_FILES}
+    path = d / "data.csc.index.npy"  # the scores: a flipped byte changes a ranking silently
+    good = path.read_bytes()
+    path.write_bytes(good[:-4] + bytes(b ^ 0xFF for b in good[-4:]))
+    with pytest.raises(RalmError) as err:
+        BM25Retriever.load(d)
+    assert str(err.value) == (
+        f"{path}: contents changed since it was saved (xxh3_128 checksum mismatch: a damaged disk or copy); "
+        "rebuild it with `ralm index build`"
+    )
+    assert BM25Retriever.load(d, mmap=True).count == 8  # mmap: sizes only (`ralm index verify` hashes)
+    # a version-2 manifest (sizes only, from before checksums) still loads, its sizes checked
+    v2 = {**m, "version": 2, "files": {n: r["size"] for n, r in m["files"].items()}}
+    (d / "bm25.json").write_text(json.dumps(v2))
+    assert BM25Retriever.load(d).count == 8
+    path.write_bytes(good[:-4])
+    with pytest.raises(RalmError) as err:
+        BM25Retriever.load(d)
+    assert str(err.value) == (
+        f"{path}: {len(good) - 4} bytes, bm25.json says {len(good)} (truncated, or an interrupted save); "
+        "rebuild it with `ralm index build`"
+    )

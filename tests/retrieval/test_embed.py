@@ -142,7 +142,8 @@ def test_two_shards_merge_to_the_single_result(encoder, store, tmp_path):
     merged = merge_shards(tmp_path / "emb.npy", 2)
     np.testing.assert_allclose(merged, single, atol=1e-6)
     assert not shard_path(tmp_path / "emb.npy", 0, 2).exists()
-    assert json.loads((tmp_path / "emb.meta.json").read_text())["shape"] == [len(store), 16]
+    meta = json.loads((tmp_path / "emb.meta.json").read_text())
+    assert meta["shape"] == [len(store), 16] and meta["files"]["emb.npy"]["size"] > 0
     calls = []  # a rerun of a rank finds the merged file and does nothing
     _embed(encoder, store, tmp_path / "emb.npy", rank=1, world_size=2, on_batch=calls.append)
     assert calls == []
@@ -183,3 +184,38 @@ def test_tokenizer_mismatch_and_bad_arguments(encoder, tiny_dir, tmp_path, bpe_t
 def test_plan_batches_docstring_example():
     assert [b.tolist() for b in plan_batches(np.array([3, 9, 5]), 2)] == [[1, 2], [0]]
     assert shard_path("x/emb.npy", 1, 4).as_posix() == "x/emb.rank1-of-4.npy"
+
+
+def test_checksum_recorded_and_damage_refused(encoder, store, tmp_path):
+    """The finished file's size and XXH3-128 are in its metadata; a damaged file is never reused."""
+    from ralm.integrity import digest
+
+    path = tmp_path / "emb.npy"
+    emb = _embed(encoder, store, path)
+    meta = json.loads((tmp_path / "emb.meta.json").read_text())
+    assert meta["files"] == {"emb.npy": {"size": path.stat().st_size, "xxh3_128": digest(path)}}
+    del emb
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF  # one flipped byte in the last vector
+    path.write_bytes(bytes(data))
+    msg = (
+        f"{path}: contents changed since it was written (xxh3_128 checksum mismatch: a damaged disk or "
+        "copy); delete it and emb.meta.json to embed again"
+    )
+    with pytest.raises(RalmError) as err:
+        load_embeddings(path, store, encoder)
+    assert str(err.value) == msg
+    with pytest.raises(RalmError) as err:  # a finished file is reused only when intact
+        _embed(encoder, store, path)
+    assert str(err.value) == msg
+    path.write_bytes(bytes(data[:-4]))
+    with pytest.raises(RalmError) as err:
+        load_embeddings(path)
+    assert str(err.value) == (
+        f"{path}: {len(data) - 4} bytes, emb.meta.json says {len(data)} (truncated?); "
+        "delete it and emb.meta.json to embed again"
+    )
+    meta.pop("files")  # written before checksums: loads unchecked
+    (tmp_path / "emb.meta.json").write_text(json.dumps(meta))
+    path.write_bytes(bytes(data))
+    assert load_embeddings(path).shape == (len(store), 16)

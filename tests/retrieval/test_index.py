@@ -346,3 +346,106 @@ def test_device_auto_without_gpu_stays_on_cpu(random_data):
     assert index.device == ("cuda" if faiss.get_num_gpus() else "cpu")
     with pytest.raises(RalmError, match="device must be"):
         DenseIndex.build(x[:100], device="tpu", **FP)
+
+
+def test_estimate_text_says_larger_or_smaller_than_flat():
+    """'N.Nx larger' when the index is larger than flat, 'N.Nx smaller' only when it is smaller."""
+    assert estimate("hnsw", 1_000_000, 384)["text"] == (
+        "hnsw index of 1,000,000 x 384: about 1.7 GiB in memory (1.2x larger than flat), build time: minutes"
+    )
+    assert estimate("ivf-pq", 20, 384)["text"] == (  # the 256-centroid PQ codebooks dwarf 20 vectors
+        "ivf-pq index of 20 x 384: about 389.4 KiB in memory (13.0x larger than flat), build time: seconds"
+    )
+    assert estimate("sq8", 1_000_000, 768)["text"] == (
+        "sq8 index of 1,000,000 x 768: about 732.4 MiB in memory (4.0x smaller than flat), build time: seconds"
+    )
+    assert estimate("ivf-flat", 1_000_000, 768)["text"] == (  # 0.7% larger: no "1.0x" either way
+        "ivf-flat index of 1,000,000 x 768: about 2.9 GiB in memory (about the size of flat), "
+        "build time: minutes"
+    )
+    assert estimate("flat", 1000, 32)["text"] == (
+        "flat index of 1,000 x 32: about 125.0 KiB in memory, build time: seconds"
+    )
+
+
+# ----------------------------------------------------------------------------- checksums
+def _flip(path, n, start, seed=0):
+    """Invert n bytes of a file at random offsets from `start` on (a damaged disk or copy)."""
+    data = bytearray(path.read_bytes())
+    pos = np.random.default_rng(seed).choice(np.arange(start, len(data)), size=n, replace=False)
+    for p in pos:
+        data[p] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_save_records_size_and_xxh3_of_index_faiss(tmp_path, random_data):
+    from ralm.integrity import digest
+
+    x, _ = random_data
+    DenseIndex.build(x, **FP).save(tmp_path)
+    manifest = json.loads((tmp_path / "index.json").read_text())
+    path = tmp_path / "index.faiss"
+    assert manifest["files"] == {"index.faiss": {"size": path.stat().st_size, "xxh3_128": digest(path)}}
+    assert manifest["index_bytes"] == path.stat().st_size  # what older ralm versions check
+
+
+def test_flipped_bytes_in_index_faiss_are_refused_on_load(tmp_path, random_data):
+    """2,000 inverted bytes in the vectors: FAISS reads them happily, the checksum does not."""
+    x, q = random_data
+    DenseIndex.build(x, **FP).save(tmp_path)
+    path = tmp_path / "index.faiss"
+    _flip(path, 2000, start=200)
+    assert faiss.read_index(str(path)).ntotal == 2000  # the bare library call sees nothing wrong
+    with pytest.raises(RalmError) as err:
+        DenseIndex.load(tmp_path, **FP)
+    assert str(err.value) == (
+        f"{path}: contents changed since it was saved (xxh3_128 checksum mismatch: a damaged disk or copy); "
+        "rebuild it with `ralm index build`"
+    )
+    # a damaged header that FAISS cannot parse: FAISS's complaint, and that the file is damaged
+    DenseIndex.build(x, **FP).save(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[:4] = b"XXXX"
+    path.write_bytes(bytes(data))
+    with pytest.raises(RalmError) as err:
+        DenseIndex.load(tmp_path, **FP)
+    assert str(err.value).startswith(f"{path}: FAISS cannot read it (")
+    assert str(err.value).endswith(
+        "; its xxh3_128 checksum differs from the saved one: the file is damaged); "
+        "rebuild it with `ralm index build`"
+    )
+
+
+def test_mmap_load_checks_the_size_and_verify_the_contents(tmp_path, clustered, approx_indexes):
+    from ralm.retrieval.index_io import verify_index_files
+
+    approx_indexes["ivf-pq"].save(tmp_path)
+    assert verify_index_files(tmp_path) == []
+    path = tmp_path / "index.faiss"
+    _flip(path, 50, start=path.stat().st_size - 2000)  # in the last inverted list's codes
+    assert DenseIndex.load(tmp_path, mmap=True).count == 2000  # mmap: not read, so not hashed
+    assert verify_index_files(tmp_path) == [f"{path}: contents changed (checksum mismatch)"]
+    with open(path, "ab") as f:
+        f.write(b"\0")
+    size = path.stat().st_size
+    with pytest.raises(RalmError, match=r"index.faiss: \d+ bytes, index.json says \d+"):
+        DenseIndex.load(tmp_path, mmap=True)
+    assert verify_index_files(tmp_path) == [f"{path}: {size} bytes, expected {size - 1}"]
+
+
+def test_index_saved_without_checksums_still_loads_with_its_size_checked(tmp_path, random_data):
+    x, q = random_data
+    index = DenseIndex.build(x[:100], **FP)
+    index.save(tmp_path)
+    m = json.loads((tmp_path / "index.json").read_text())
+    del m["files"]  # as written before checksums: only index_bytes
+    (tmp_path / "index.json").write_text(json.dumps(m))
+    np.testing.assert_array_equal(DenseIndex.load(tmp_path, **FP).search(q, 5).ids, index.search(q, 5).ids)
+    path = tmp_path / "index.faiss"
+    path.write_bytes(path.read_bytes()[:-8])
+    with pytest.raises(RalmError) as err:
+        DenseIndex.load(tmp_path, **FP)
+    assert str(err.value) == (
+        f"{path}: {m['index_bytes'] - 8} bytes, index.json says {m['index_bytes']} (truncated, or an "
+        "interrupted save); rebuild it with `ralm index build`"
+    )

@@ -25,9 +25,13 @@ lower id, and excluded ids (REALM's trivial retrievals) never come back; the exc
 validation rules are those of `DenseIndex.search` (`prepare_exclude`, `filter_excluded`).
 
 Saved as bm25s's own files (npy arrays written without pickle, vocab and params as JSON) plus
-`bm25.json`, a manifest with the DocStore fingerprint and the analysis (format version 2; version-1
-manifests, from before stemming, load as "no stemmer"). Left out: building without the tokenised
-corpus in memory (bm25s holds all token ids while it builds the sparse matrix).
+`bm25.json`, a manifest with the DocStore fingerprint, the analysis and each file's size and
+XXH3-128 digest (`files`, ralm.integrity; format version 3). `load` checks the sizes, then the
+digests (the files are hashed, then bm25s reads them again from the page cache: they are a small
+part of an index); with mmap=True only the sizes (`ralm index verify` hashes them). Version-2
+manifests (sizes only) load with the size check; version-1 ones, from before stemming, load as
+"no stemmer". Left out: building without the tokenised corpus in memory (bm25s holds all token
+ids while it builds the sparse matrix).
 """
 
 from __future__ import annotations
@@ -46,9 +50,11 @@ from bm25s.tokenization import Tokenizer
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
+from ralm.integrity import DIGEST, digest, records
 from ralm.retrieval.analysis import TOKEN_PATTERN, Analyzer, normalize, resolve_stopwords, split_words
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
-from ralm.retrieval.index import check_fingerprints, filter_excluded, prepare_exclude, read_manifest
+from ralm.retrieval.exclusion import filter_excluded, prepare_exclude
+from ralm.retrieval.index_io import IndexFileError, check_fingerprints, damaged, read_manifest
 
 __all__ = [
     "FORMAT_VERSION",
@@ -62,7 +68,8 @@ __all__ = [
 
 MANIFEST_FILE = "bm25.json"
 FORMAT = "ralm-bm25"
-FORMAT_VERSION = 2  # 2: Snowball stemming and `lang`, `stemmer`, `pystemmer_version` in the manifest
+FORMAT_VERSION = 3  # 2: Snowball stemming and `lang`, `stemmer`, `pystemmer_version` in the manifest;
+# 3: `files` maps each file to {"size", "xxh3_128"} (was: to its size)
 BM25S_FILES = (
     "data.csc.index.npy",
     "indices.csc.index.npy",
@@ -231,8 +238,7 @@ class BM25Retriever:
         tmp = d / f".bm25-tmp-{os.getpid()}"
         try:
             self.model.save(tmp, corpus=None, allow_pickle=False, show_progress=False)
-            sizes = {name: os.path.getsize(tmp / name) for name in BM25S_FILES}
-            manifest = {**self.manifest, "files": sizes}
+            manifest = {**self.manifest, "version": FORMAT_VERSION, "files": records(tmp, BM25S_FILES)}
             (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
             for name in (*BM25S_FILES, MANIFEST_FILE):
                 os.replace(tmp / name, d / name)
@@ -245,7 +251,10 @@ class BM25Retriever:
     def load(
         cls, directory: str | os.PathLike, *, docstore_fingerprint: str | None = None, mmap: bool = False
     ) -> BM25Retriever:
-        """Read a saved BM25 index; with a fingerprint given, check it was built from that DocStore."""
+        """Read a saved BM25 index; with a fingerprint given, check it was built from that DocStore.
+
+        The files are checked against the sizes and digests in bm25.json (sizes only with mmap).
+        """
         d = Path(directory)
         mpath = d / MANIFEST_FILE
         for p in (mpath, *(d / f for f in BM25S_FILES)):
@@ -253,12 +262,18 @@ class BM25Retriever:
                 raise RalmError(f"{p}: no such file; build the BM25 index with `ralm index build`")
         manifest = read_manifest(mpath, FORMAT, FORMAT_VERSION, "BM25 index")
         check_fingerprints(d, manifest, docstore_fingerprint, None)
-        for name, size in manifest.get("files", {}).items():
-            if os.path.getsize(d / name) != size:
-                raise RalmError(
-                    f"{d / name} does not match {MANIFEST_FILE} (an interrupted save?); "
-                    "rebuild it with `ralm index build`"
+        recorded = recorded_files(manifest)
+        for name, rec in recorded.items():
+            size = os.path.getsize(d / name) if (d / name).is_file() else 0
+            if size != int(rec["size"]):
+                raise IndexFileError(
+                    f"{d / name}: {size} bytes, {MANIFEST_FILE} says {int(rec['size'])} "
+                    "(truncated, or an interrupted save)"
                 )
+        if not mmap:
+            for name, rec in recorded.items():
+                if DIGEST in rec and digest(d / name) != rec[DIGEST]:
+                    raise IndexFileError(damaged(d / name))
         try:
             model = bm25s.BM25.load(d, mmap=mmap, allow_pickle=False, load_corpus=False, show_progress=False)
         except (ValueError, OSError, KeyError) as exc:
@@ -270,6 +285,14 @@ class BM25Retriever:
                 f"{d}: the index holds {model.scores['num_docs']} chunks, the manifest {manifest['count']}"
             )
         return cls(model, manifest)
+
+
+def recorded_files(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{file: {"size", "xxh3_128"}} from a bm25.json; {file: {"size"}} from a version-2 one."""
+    return {
+        name: dict(rec) if isinstance(rec, dict) else {"size": int(rec)}
+        for name, rec in manifest.get("files", {}).items()
+    }
 
 
 def _candidates(s: np.ndarray, kp: int, n_excl: int) -> np.ndarray:

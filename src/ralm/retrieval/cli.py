@@ -1,4 +1,8 @@
-"""`ralm index build`, `ralm search`, `ralm ict`, `ralm eval-retrieval`: thin CLI over ralm.retrieval."""
+"""`ralm index build|verify`, `ralm search`, `ralm ict`, `ralm eval-retrieval`: thin CLI over ralm.retrieval.
+
+Imports of torch, transformers and FAISS happen inside the commands, after the arguments are
+checked: `ralm search --help` and a bad argument answer without loading any of them.
+"""
 
 from __future__ import annotations
 
@@ -65,7 +69,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument("store", type=Path, help="DocStore directory (ralm corpus build)")
     b.add_argument(
-        "--out", type=Path, required=True, help="index directory to create (an unfinished one is resumed)"
+        "--out",
+        type=Path,
+        required=True,
+        help="index directory to create (an unfinished one is resumed when asked for the same encoder)",
+    )
+    b.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the index at --out: the new one is built beside it and swapped in when complete, "
+        "so the old one stays usable until then (also starts an unfinished build over)",
     )
     b.add_argument(
         "--kind",
@@ -92,6 +105,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     _encoder_args(b)
     b.set_defaults(func=_index_build)
+
+    v = isub.add_parser(
+        "verify",
+        help="check every file of an index against its recorded size and checksum",
+        description="Re-hash every file of an index directory (retrieval.json's encoder files and manifests, "
+        "embeddings, dense/, bm25/) and compare with the sizes and XXH3-128 digests recorded at build time. "
+        "Prints ok, or one line per problem (exit 2).",
+    )
+    v.add_argument("index", type=Path, metavar="INDEX_DIR", help="index directory (ralm index build)")
+    v.set_defaults(func=_index_verify)
 
     s = sub.add_parser(
         "search",
@@ -176,12 +199,26 @@ def _index_build(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         progress=not args.quiet,
         log=lambda m: print(m, file=sys.stderr),
+        overwrite=args.overwrite,
         **params,
     )
     print(
         f"index {out}: {len(store)} chunks, {args.kind}" + (" + bm25" if args.bm25 or bm25_opts else ""),
         file=sys.stderr,
     )
+    return 0
+
+
+def _index_verify(args: argparse.Namespace) -> int:
+    from ralm.retrieval.index_dir import OVERWRITE_HINT, verify_index_dir
+
+    report = verify_index_dir(args.index)
+    if report.problems:
+        for line in report.problems:
+            print(line)
+        n = len(report.problems)
+        raise RalmError(f"{args.index}: {n} problem{'s' if n > 1 else ''} (listed above); {OVERWRITE_HINT}")
+    print(report.line(args.index))
     return 0
 
 
@@ -197,17 +234,25 @@ def _bm25_opts(args: argparse.Namespace) -> dict | None:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from ralm.retrieval.search import load_retriever, snippet
-
+    # Everything that can be checked without a model first: no torch import for a typo.
     if not args.query.strip():
         raise RalmError("empty query; pass some text to search for")
     if args.k < 1:
         raise RalmError(f"-k {args.k}: must be >= 1")
+    if not args.index.is_dir():
+        raise RalmError(f"{args.index}: no such index directory; build one with `ralm index build`")
+    if args.store is not None and not args.store.is_dir():
+        raise RalmError(
+            f"--store {args.store}: no such DocStore directory; pass the directory that `ralm corpus build` wrote"
+        )
+    bm25_options = _bm25_opts(args)
+    from ralm.retrieval.search import load_retriever, snippet
+
     store, retriever = load_retriever(
         args.index,
         args.retriever,
         args.store,
-        bm25_options=_bm25_opts(args),
+        bm25_options=bm25_options,
         fusion=args.fusion,
         log=lambda m: print(m, file=sys.stderr),
     )

@@ -11,8 +11,10 @@
   flushed and then `emb.done.npy` (a bool row mask) is replaced atomically, so a killed run
   redoes at most `flush_every` batches. The batch plan depends only on the store, the rank and
   batch_size, so a resumed file is bitwise identical. At the end the partial file is renamed
-  to `emb.npy` and `emb.meta.json` records shape, dtype and the store/doc-encoder fingerprints;
-  `load_embeddings` opens it and checks those against a store and an encoder.
+  to `emb.npy` and `emb.meta.json` records shape, dtype, the store/doc-encoder fingerprints and
+  the file's size and XXH3-128 digest (`files`, ralm.integrity); `load_embeddings` opens it and
+  checks those against a store and an encoder, and re-hashes the file (one pass at ~5 GB/s over
+  a file its caller is about to read whole); a finished file is reused only when it is intact.
 - Sharded under torchrun: rank r of w embeds ids r, r+w, r+2w, ... into `emb.rank{r}-of-{w}.npy`
   (strided, so every rank gets the same mix of lengths); with torch.distributed initialised,
   rank 0 merges after a barrier and every rank returns the merged file. Without it, run
@@ -35,6 +37,7 @@ import torch
 from ralm.backbones import tokenizer_fingerprint
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
+from ralm.integrity import DIGEST, digest, file_record
 from ralm.retrieval.encoders import (
     DualEncoder,
     Tower,
@@ -97,7 +100,27 @@ def load_embeddings(
         raise RalmError(f"{path}: embeds another DocStore than {store.root}; re-embed this one")
     if encoder is not None and meta["encoder_fingerprint"] != encoder.fingerprint("doc"):
         raise RalmError(f"{path}: made by another doc encoder; re-embed with this one")
+    check_file(path, meta)
     return np.load(path, mmap_mode="r")
+
+
+def check_file(path: Path, meta: dict) -> None:
+    """RalmError unless a finished embedding file has the size and digest its metadata records
+    (metadata written before checksums: nothing to check)."""
+    rec = (meta.get("files") or {}).get(path.name)
+    if not isinstance(rec, dict):
+        return
+    fix = f"delete it and {_paths(path)['meta'].name} to embed again"
+    size = path.stat().st_size
+    if "size" in rec and size != int(rec["size"]):
+        raise RalmError(
+            f"{path}: {size} bytes, {_paths(path)['meta'].name} says {int(rec['size'])} (truncated?); {fix}"
+        )
+    if DIGEST in rec and digest(path) != rec[DIGEST]:
+        raise RalmError(
+            f"{path}: contents changed since it was written (xxh3_128 checksum mismatch: a damaged disk or "
+            f"copy); {fix}"
+        )
 
 
 def _rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -251,9 +274,12 @@ def embed_docstore(
                 "load or broadcast the same weights on every rank (seed any projection init)"
             )
     if resume and _is_finished(out, final_meta):  # also a merged file of an earlier sharded run
+        check_file(out, _read_json(_paths(out)["meta"]) or {})
         return np.load(out, mmap_mode="r")
     out.parent.mkdir(parents=True, exist_ok=True)
-    if not (resume and _is_finished(target, meta)):
+    if resume and _is_finished(target, meta):
+        check_file(target, _read_json(_paths(target)["meta"]) or {})
+    else:
         _embed_rows(
             tower,
             store,
@@ -370,10 +396,10 @@ def _embed_rows(
 
 
 def _finish(p: dict[str, Path], target: Path, meta: dict) -> None:
-    """Rename the partial file to its final name, then record it as complete."""
+    """Rename the partial file to its final name, then record it as complete, with its checksum."""
     p["meta"].unlink(missing_ok=True)
     os.replace(p["partial"], target)
-    _write_json(p["meta"], {**meta, "complete": True})
+    _write_json(p["meta"], {**meta, "complete": True, "files": {target.name: file_record(target)}})
     p["done"].unlink(missing_ok=True)
     p["progress"].unlink(missing_ok=True)
 
@@ -406,6 +432,7 @@ def merge_shards(out_path: str | os.PathLike, world_size: int, *, remove: bool =
     n, d = metas[0]["n_total"], metas[0]["shape"][1]
     meta = {**metas[0], "shape": [n, d], "rank": 0, "world_size": 1}
     meta.pop("complete", None)
+    meta.pop("files", None)
     p = _paths(out)
     mm = np.lib.format.open_memmap(p["partial"], mode="w+", dtype=meta["dtype"], shape=(n, d))
     step = 1 << 16

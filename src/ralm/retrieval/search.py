@@ -1,21 +1,32 @@
 """A retrieval index directory: everything `ralm search` needs to answer text queries.
 
     INDEX/
-      retrieval.json     DocStore path + fingerprint, encoder fingerprints, index kind (written last)
+      retrieval.json     DocStore path + fingerprint, encoder fingerprints, index kind, and the
+                         sizes + XXH3-128 of the encoder's files and the manifests (written last)
+      build.json         the encoder source and options the build was asked for
       encoder/           the DualEncoder (queries are embedded with its query tower)
       embeddings.npy     doc vectors (resumable while being written; see ralm.retrieval.embed)
       dense/             the FAISS index (index.faiss + index.json)
       bm25/              the BM25 index, when built with bm25
 
-A directory without retrieval.json is an unfinished build: `ralm index build` resumes it and
-nothing searches it. `DenseRetriever` and `BM25Retriever` answer `search_text` the same way,
-so every caller can switch between "dense" and "bm25".
+A directory without retrieval.json is an unfinished build: `ralm index build` resumes it, but
+only when asked for the same encoder (source and options; else one line naming the option that
+differs), and nothing searches it. A finished index is never touched without overwrite=True
+(`--overwrite`): the new one is then built beside it (PARENT/.NAME.rebuild, itself resumable)
+and swapped in at the end, so the old one answers searches until then. The whole build holds
+the directory's writer lock (ralm.locks): a second writer fails at once, naming the holder.
+Files are checked on load (ralm.retrieval.index_dir: the encoder's files, index.faiss, the BM25
+files) and all of them by `ralm index verify`.
+
+`DenseRetriever` and `BM25Retriever` answer `search_text` the same way, so every caller can
+switch between "dense" and "bm25".
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,15 +35,41 @@ import numpy as np
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
+from ralm.locks import writer_lock
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
 from ralm.retrieval.bm25 import BM25Retriever
 from ralm.retrieval.embed import embed_docstore
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-from ralm.retrieval.index import DenseIndex, estimate, read_manifest
+from ralm.retrieval.index import DenseIndex, estimate
+from ralm.retrieval.index_dir import (
+    INDEX_DIR_FORMAT,
+    INDEX_DIR_VERSION,
+    MANIFEST,
+    check_encoder_files,
+    dir_state,
+    encoder_request,
+    index_records,
+    request_differences,
+    swap_in,
+    verify_index_dir,
+    write_build_file,
+)
+from ralm.retrieval.index_io import IndexFileError, read_manifest
 
-MANIFEST = "retrieval.json"
-INDEX_DIR_FORMAT = "ralm-retrieval-index"
-INDEX_DIR_VERSION = 1
+__all__ = [
+    "INDEX_DIR_FORMAT",
+    "INDEX_DIR_VERSION",
+    "MANIFEST",
+    "DenseRetriever",
+    "RerankRetriever",
+    "build_index_dir",
+    "dense_retriever_for",
+    "load_retriever",
+    "open_index_dir",
+    "snippet",
+    "top_texts",
+    "verify_index_dir",
+]
 
 
 class DenseRetriever:
@@ -109,27 +146,88 @@ def build_index_dir(
     dtype: str = "float16",
     progress: bool = True,
     log: Callable[[str], None] = print,
+    overwrite: bool = False,
     **params: Any,
 ) -> Path:
-    """Build (or resume building) a retrieval index directory for `store`; returns its path."""
+    """Build (or resume building) a retrieval index directory for `store`; returns its path.
+
+    Holds `out`'s writer lock throughout. An unfinished build in `out` is resumed only when
+    `encoder`/`encoder_config` are those it was started with; a finished index is replaced
+    only with overwrite=True (built beside it, swapped in when complete). RalmError otherwise.
+    """
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise RalmError(f"{out}: exists and is not a directory; choose another --out")
-    if (
-        out.is_dir()
-        and any(out.iterdir())
-        and not (out / "encoder").exists()
-        and not (out / MANIFEST).exists()
-    ):
-        raise RalmError(
-            f"{out}: exists and is not a ralm index; refusing to write into it, choose another --out"
-        )
+    with writer_lock(out):
+        state = dir_state(out)
+        if state == "foreign":
+            raise RalmError(
+                f"{out}: exists and is not a ralm index; refusing to write into it, choose another --out"
+            )
+        request = encoder_request(encoder, encoder_config)
+        if state == "finished" and not overwrite:
+            raise RalmError(
+                f"{out}: holds a finished index; pass --overwrite to replace it (the old one stays usable "
+                "until the new one is complete), or choose another --out"
+            )
+        if state == "unfinished" and not overwrite:
+            diffs = request_differences(out, request)
+            if diffs:
+                raise RalmError(
+                    f"{out}: holds an unfinished build made with other encoder options ({'; '.join(diffs)}); "
+                    "rerun with its options to resume it, pass --overwrite to start over, or choose another --out"
+                )
+        opts = {
+            "encoder": encoder,
+            "encoder_config": encoder_config,
+            "kind": kind,
+            "bm25": bm25,
+            "bm25_options": bm25_options,
+            "batch_size": batch_size,
+            "dtype": dtype,
+            "progress": progress,
+            "log": log,
+            "params": params,
+        }
+        if not (overwrite and state in ("finished", "unfinished")):
+            _build(store, out, request, **opts)
+            return out
+        work = out.parent / f".{out.name}.rebuild"
+        if work.exists():
+            if dir_state(work) in ("unfinished", "finished") and not request_differences(work, request):
+                log(f"resuming the interrupted --overwrite build in {work}")
+            else:
+                shutil.rmtree(work)
+        _build(store, work, request, **opts)
+        swap_in(work, out)
+    return out
+
+
+def _build(
+    store: DocStore,
+    out: Path,
+    request: dict[str, Any],
+    *,
+    encoder: str | os.PathLike | None,
+    encoder_config: EncoderConfig | None,
+    kind: str,
+    bm25: bool,
+    bm25_options: dict[str, Any] | None,
+    batch_size: int,
+    dtype: str,
+    progress: bool,
+    log: Callable[[str], None],
+    params: dict[str, Any],
+) -> None:
+    """Build the index in `out` (resuming what is there); retrieval.json last."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)  # unfinished from here on (an interrupted --overwrite)
     enc_dir = out / "encoder"
     if enc_dir.exists():
         enc = DualEncoder.from_pretrained(enc_dir)  # resuming: the encoder the embeddings were made with
     else:
         enc = DualEncoder.from_pretrained(encoder, encoder_config)
+        write_build_file(out, request)
         enc.save(enc_dir)
     est = estimate(kind, len(store), enc.dim, **params)
     log(f"index plan: {est['text']}")
@@ -148,6 +246,8 @@ def build_index_dir(
         sparse = BM25Retriever.build(store, **(bm25_options or {}))
         log(f"bm25: {sparse.describe()}")
         sparse.save(out / "bm25")
+    else:
+        shutil.rmtree(out / "bm25", ignore_errors=True)  # left by an earlier attempt
     manifest = {
         "format": INDEX_DIR_FORMAT,
         "version": INDEX_DIR_VERSION,
@@ -159,11 +259,11 @@ def build_index_dir(
         "count": len(store),
         "dim": enc.dim,
         "bm25": bm25,
+        **index_records(out, bm25),
     }
     tmp = out / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, out / MANIFEST)
-    return out
 
 
 def open_index_dir(
@@ -176,7 +276,9 @@ def open_index_dir(
     mpath = path / MANIFEST
     if not mpath.is_file():
         if (path / "encoder").exists():
-            raise RalmError(f"{path}: unfinished index build; rerun `ralm index build` (it resumes)")
+            raise RalmError(
+                f"{path}: unfinished index build; rerun `ralm index build` with the same options (it resumes)"
+            )
         raise RalmError(f"{path}: not a ralm index (no {MANIFEST}); build one with `ralm index build`")
     manifest = read_manifest(mpath, INDEX_DIR_FORMAT, INDEX_DIR_VERSION, "retrieval index")
     ds = DocStore(store if store is not None else manifest["docstore"])
@@ -208,21 +310,35 @@ def load_retriever(
         raise RalmError(f"retriever {kind!r}: choose dense, bm25 or hybrid")
     ds, manifest = open_index_dir(path, store)
     if kind == "dense":
-        return ds, _index_dense(path, ds)
+        return ds, _index_dense(path, ds, manifest)
     sparse = _index_bm25(path, ds, manifest, bm25_options, log)
     if kind == "bm25":
         return ds, sparse
     from ralm.retrieval.hybrid import HybridRetriever
 
-    return ds, HybridRetriever([sparse, _index_dense(path, ds)], len(ds), method=fusion, depth=depth)
-
-
-def _index_dense(path: Path, ds: DocStore) -> DenseRetriever:
-    enc = DualEncoder.from_pretrained(path / "encoder")
-    index = DenseIndex.load(
-        path / "dense", docstore_fingerprint=ds.fingerprint, encoder_fingerprint=enc.fingerprint("doc")
+    return ds, HybridRetriever(
+        [sparse, _index_dense(path, ds, manifest)], len(ds), method=fusion, depth=depth
     )
+
+
+def _index_dense(path: Path, ds: DocStore, manifest: dict[str, Any]) -> DenseRetriever:
+    check_encoder_files(path, manifest)  # the query tower has no fingerprint to be checked against
+    enc = DualEncoder.from_pretrained(path / "encoder")
+    try:
+        index = DenseIndex.load(
+            path / "dense", docstore_fingerprint=ds.fingerprint, encoder_fingerprint=enc.fingerprint("doc")
+        )
+    except IndexFileError as exc:
+        raise _damaged_index(path, exc) from None
     return DenseRetriever(enc, index)
+
+
+def _damaged_index(path: Path, exc: IndexFileError) -> RalmError:
+    """A damaged file of an index directory: what is wrong, then verify it all and rebuild it."""
+    return RalmError(
+        f"{exc.what}; check the whole index with `ralm index verify {path}`, then rebuild it "
+        "(`ralm index build ... --overwrite`)"
+    )
 
 
 def _index_bm25(
@@ -233,7 +349,10 @@ def _index_bm25(
     log: Callable[[str], None],
 ) -> BM25Retriever:
     if manifest.get("bm25"):
-        stored = BM25Retriever.load(path / "bm25", docstore_fingerprint=ds.fingerprint)
+        try:
+            stored = BM25Retriever.load(path / "bm25", docstore_fingerprint=ds.fingerprint)
+        except IndexFileError as exc:
+            raise _damaged_index(path, exc) from None
         if options is None or stored.matches(**options):
             return stored
         built = BM25Retriever.build(ds, **options)
