@@ -113,6 +113,7 @@ class AsyncRefresher(SyncRefresher):
         cores: list[int] | None = None,
         device: str = "cpu",
         keep: int = 2,
+        progress: bool = False,
     ) -> None:
         super().__init__(
             docs,
@@ -123,6 +124,7 @@ class AsyncRefresher(SyncRefresher):
             root=root,
             keep=keep,
             dist=dist,
+            progress=progress,  # the trainer's own builds (version 0); the builder process shows none
         )
         if every < 1:
             raise RalmError(

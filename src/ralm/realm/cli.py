@@ -31,20 +31,36 @@ FLAGS = {
     "grad_accum": int,
     "k": int,
     "null_doc": str,
+    "query_masks": str,
     "lr_reader": float,
     "lr_retriever": float,
+    "weight_decay": float,
     "warmup_steps": int,
     "schedule": str,
     "refresh_every": int,
+    "refresh_mode": str,
+    "index_kind": str,
+    "initial_index": str,
+    "embed_batch_size": int,
     "candidates": str,
     "candidate_depth": int,
     "bm25_lang": str,
     "checkpoint_every": int,
+    "keep_checkpoints": int,
     "heldout": int,
     "seed": int,
     "device": str,
     "autocast": str,
 }
+
+
+def flag_help(name: str) -> str:
+    """A flag's help: what the setting means and its default (PretrainConfig's); argparse adds the choices."""
+    from ralm.realm.config import HELP, PretrainConfig
+
+    default = PretrainConfig.__dataclass_fields__[name].default
+    text = HELP[name]
+    return text if default in (None, "") else f"{text} (default: {default})"
 
 
 def _parse_value(text: str):
@@ -57,7 +73,7 @@ def _parse_value(text: str):
 
 
 def config_from_args(args: argparse.Namespace):
-    from ralm.realm.config import PretrainConfig
+    from ralm.realm.config import PretrainConfig, check_setting
 
     overrides: dict = {}
     for name in FLAGS:
@@ -71,12 +87,19 @@ def config_from_args(args: argparse.Namespace):
             raise RalmError(f"--set {item!r}: write NAME=VALUE (e.g. --set masking.salient_rate=0.2)")
         key, val = item.split("=", 1)
         key = key.strip()
-        if key.startswith("masking."):
-            masking[key.removeprefix("masking.")] = _parse_value(val)
-        elif key in known:
-            overrides[key] = _parse_value(val)
-        else:
+        if not key.startswith("masking.") and key not in known:
             raise RalmError(f"--set {key}: unknown setting; known: {', '.join(sorted(known))}")
+        try:
+            value = check_setting(key, _parse_value(val))
+        except RalmError as exc:
+            msg = str(exc)
+            if msg.startswith(f"{key} = "):  # the value as typed, not as parsed
+                msg = f"{key}={val}: " + msg.rsplit(": ", 1)[1]
+            raise RalmError(f"--set {msg}") from None
+        if key.startswith("masking."):
+            masking[key.removeprefix("masking.")] = value
+        else:
+            overrides[key] = value
     if args.config:
         return PretrainConfig.from_toml(args.config, **overrides, masking=masking)
     return PretrainConfig.from_dict({**overrides, "masking": masking}, source="command line")
@@ -123,7 +146,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def _load(run: str, device: str | None):
-    from ralm.realm.trainer import load_run
+    from ralm.realm.run import load_run
 
     return load_run(run, device=device)
 
@@ -182,68 +205,104 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from ralm.realm.options import CHOICES
+
     p = sub.add_parser(
         "pretrain",
         help="REALM/BRENT retrieval-augmented pre-training (or --mode mlm, the baseline)",
-        description="Pre-train from a TOML config and/or flags; the config is saved in the run directory.",
+        description="Pre-train from a TOML config and/or flags; the config is saved in the run directory. "
+        "Flags override the config file; a default is what applies when neither gives the setting.",
     )
-    p.add_argument("config", nargs="?", help="TOML config (flags override it)")
+    p.add_argument(
+        "config", nargs="?", help="TOML config: settings as top-level keys, plus a [masking] table"
+    )
     for name, typ in FLAGS.items():
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None)
+        choices = list(CHOICES[name]) if name in CHOICES else None
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=typ,
+            default=None,
+            choices=choices,
+            help=flag_help(name),
+        )
     p.add_argument(
         "--set",
         action="append",
         metavar="NAME=VALUE",
-        help="any other setting, e.g. masking.salient_rate=0.2",
+        help="any other setting, in TOML syntax, e.g. --set masking.salient_rate=0.2 --set tensorboard=false "
+        "(repeatable)",
     )
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of --out")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest intact checkpoint of --out (with its config.toml if no config is given)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete an existing run directory and start over (refused while another process writes it)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
         "--stop-after",
         type=int,
         default=None,
-        help="checkpoint and stop after this step (continue with --resume)",
+        metavar="STEP",
+        help="checkpoint and stop after this step; the schedule still follows --steps (continue with --resume)",
     )
     p.add_argument(
         "--nproc",
         type=int,
         default=None,
-        help="run N local processes through torchrun (DDP; gloo on CPU, NCCL on GPU)",
+        metavar="N",
+        help="run N local processes through torchrun (DDP; gloo on CPU, NCCL on GPU) (default: 1)",
     )
     p.set_defaults(func=cmd_pretrain)
 
     p = sub.add_parser(
         "evaluate-mlm", help="held-out salient-masked perplexity: with retrieval, reader alone, baseline"
     )
-    p.add_argument("run")
-    p.add_argument("--baseline", help="an MLM-only run on the same corpus and split")
-    p.add_argument("--n", type=int, default=None, help="use only the first N held-out chunks")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--device", default=None)
-    p.add_argument("--json-out", help="where to write the table as JSON (default RUN/eval_mlm.json)")
+    p.add_argument("run", help="a `ralm pretrain` run directory (its newest intact checkpoint is used)")
+    p.add_argument(
+        "--baseline", metavar="RUN", help="an MLM-only run on the same corpus and split, for comparison"
+    )
+    p.add_argument("--n", type=int, default=None, help="use only the first N held-out chunks (default: all)")
+    p.add_argument("--batch-size", type=int, default=8, help="held-out chunks per batch (default: 8)")
+    p.add_argument(
+        "--device", default=None, help="auto, cpu, cuda or cuda:N (default: the run's device setting)"
+    )
+    p.add_argument(
+        "--json-out", metavar="FILE", help="where to write the table as JSON (default: RUN/eval_mlm.json)"
+    )
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("export-reader", help="write the run's reader as an AutoModelForMaskedLM directory")
-    p.add_argument("run")
-    p.add_argument("out")
-    p.add_argument("--retriever-out", help="also write the query/doc towers as a DualEncoder directory")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("run", help="a `ralm pretrain` run directory (its newest intact checkpoint is used)")
+    p.add_argument("out", help="directory to write the reader to (Hugging Face layout, safetensors)")
+    p.add_argument(
+        "--retriever-out", metavar="DIR", help="also write the query/doc towers as a DualEncoder directory"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing export in OUT")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("fill", help="predict [MASK] tokens, showing retrieved documents (REALM Table 3)")
-    p.add_argument("run")
-    p.add_argument("text", nargs="+", help="text(s) with [MASK]")
+    p.add_argument("run", help="a `ralm pretrain` run directory (its newest intact checkpoint is used)")
+    p.add_argument("text", nargs="+", help="text(s) with [MASK] where tokens should be predicted")
     p.add_argument("--k", type=int, default=None, help="documents incl. the null one (default: the run's k)")
-    p.add_argument("--top", type=int, default=5, help="alternatives shown per mask")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--device", default=None)
+    p.add_argument("--top", type=int, default=5, help="alternatives shown per mask (default: 5)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per text instead of the table")
+    p.add_argument(
+        "--device", default=None, help="auto, cpu, cuda or cuda:N (default: the run's device setting)"
+    )
     p.set_defaults(func=cmd_fill)
 
     p = sub.add_parser("plot", help="PNG of loss and perplexity curves of one or more runs")
-    p.add_argument("runs", nargs="+")
-    p.add_argument("--out", required=True, help="PNG file")
-    p.add_argument("--alpha", type=float, default=0.9, help="EMA smoothing (BRENT: 0.99)")
+    p.add_argument("runs", nargs="+", help="`ralm pretrain` run directories (their metrics.jsonl)")
+    p.add_argument("--out", required=True, help="PNG file to write")
+    p.add_argument(
+        "--alpha", type=float, default=0.9, help="EMA smoothing, 0 = none (BRENT: 0.99) (default: 0.9)"
+    )
     p.set_defaults(func=cmd_plot)
 
 

@@ -9,23 +9,27 @@ seed 42, score scaled by 1/sqrt(d)); batch size and steps are laptop-sized.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from dataclasses import asdict, dataclass, field, fields
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from ralm.errors import RalmError
 from ralm.realm.masking import MaskingConfig
-from ralm.realm.model import NULL_DOCS, QUERY_MASKS
+from ralm.realm.options import CHOICES, HELP, MODES, NULL_DOCS, QUERY_MASKS
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-MODES = ("realm", "mlm")
 CONFIG_FILE = "config.toml"
+
+__all__ = ["CHOICES", "CONFIG_FILE", "HELP", "MODES", "PretrainConfig", "check_setting", "tomllib"]
 
 
 @dataclass
@@ -78,6 +82,8 @@ class PretrainConfig:
     masking: MaskingConfig = field(default_factory=MaskingConfig)
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, check_setting(f.name, getattr(self, f.name)))
         if isinstance(self.masking, dict):
             try:
                 self.masking = MaskingConfig(**self.masking)
@@ -85,6 +91,10 @@ class PretrainConfig:
                 raise RalmError(f"[masking]: {exc}") from None
         checks = [
             (self.mode in MODES, f"mode {self.mode!r}: choose {' or '.join(MODES)}"),
+            (
+                self.index_kind in CHOICES["index_kind"],
+                f"index_kind {self.index_kind!r}: choose {', '.join(CHOICES['index_kind'])}",
+            ),
             (self.null_doc in NULL_DOCS, f"null_doc {self.null_doc!r}: choose {', '.join(NULL_DOCS)}"),
             (
                 self.query_masks in QUERY_MASKS,
@@ -149,6 +159,13 @@ class PretrainConfig:
             raise RalmError(f"{p}: no such config file") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise RalmError(f"{p}: not valid TOML ({exc})") from None
+        names = {f.name for f in fields(cls)}
+        for key, value in data.items():
+            if key in names:  # unknown keys: from_dict names them all
+                try:
+                    check_setting(key, value)
+                except RalmError as exc:
+                    raise RalmError(f"{p}: {exc}") from None
         masking = {**data.pop("masking", {}), **overrides.pop("masking", {})}
         data.update(overrides)
         data["masking"] = masking
@@ -171,6 +188,111 @@ class PretrainConfig:
         tmp.write_text(self.to_toml(), encoding="utf-8")
         os.replace(tmp, p)
         return p
+
+
+# ----------------------------------------------------------------------------- value types
+def check_setting(key: str, value: Any) -> Any:
+    """`value` for the setting `key` ("steps", "masking.salient_rate", "masking"), checked against the
+    field's annotation and converted where that loses nothing (an int for a float, a list for a
+    tuple); RalmError "steps = 'ten': expected an integer" otherwise. Unknown keys pass unchanged
+    (`from_dict` reports them)."""
+    if key.startswith("masking."):
+        name = key.removeprefix("masking.")
+        hints = _hints(MaskingConfig)
+        if name not in hints:
+            raise RalmError(f"{key}: unknown [masking] setting; known: {', '.join(sorted(hints))}")
+        tp = hints[name]
+    else:
+        tp = _hints(PretrainConfig).get(key)
+        if tp is None:
+            return value
+    if tp is MaskingConfig:
+        if isinstance(value, MaskingConfig):
+            checked = {
+                f.name: check_setting(f"masking.{f.name}", getattr(value, f.name)) for f in fields(value)
+            }
+            return MaskingConfig(**checked)
+        if not isinstance(value, dict):
+            raise RalmError(f"{key} = {_show(value)}: expected a [masking] table")
+        return {k: check_setting(f"masking.{k}", v) for k, v in value.items()}
+    ok, out = _fit(tp, value)
+    if not ok:
+        raise RalmError(f"{key} = {_show(value)}: expected {_describe(tp)}")
+    return out
+
+
+@functools.cache
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _fit(tp: Any, v: Any) -> tuple[bool, Any]:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if v is None:
+            return type(None) in args, v
+        for a in args:
+            if a is not type(None):
+                ok, out = _fit(a, v)
+                if ok:
+                    return True, out
+        return False, v
+    if tp is bool:
+        return isinstance(v, bool), v
+    if tp is int:
+        return isinstance(v, int) and not isinstance(v, bool), v
+    if tp is float:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        return ok, float(v) if ok else v
+    if tp is str:
+        return isinstance(v, str), v
+    if origin in (list, tuple):
+        if not isinstance(v, (list, tuple)):
+            return False, v
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(v) != len(args):
+                return False, v
+            elem = list(args)
+        else:
+            elem = [args[0] if args else Any] * len(v)
+        fitted = [_fit(t, x) for t, x in zip(elem, v, strict=True)]
+        if not all(ok for ok, _ in fitted):
+            return False, v
+        return True, origin(x for _, x in fitted)
+    if tp is Any:
+        return True, v
+    if is_dataclass(tp):
+        return isinstance(v, (tp, dict)), v
+    return True, v  # an annotation this check does not know: the field's own checks decide
+
+
+_PLURAL = {int: "integers", float: "numbers", str: "strings", bool: "true/false values"}
+
+
+def _describe(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args if a is not type(None))
+    if origin in (list, tuple):
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(set(args)) == 1:
+                return f"a list of {len(args)} {_PLURAL.get(args[0], 'values')}"
+            return f"a list of {len(args)} values"
+        return f"a list of {_PLURAL.get(args[0], 'values') if args else 'values'}"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+def _show(v: Any) -> str:
+    """A value as the error quotes it: 'ten', 3, true, [1, 'a']."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_show(x) for x in v) + "]"
+    if v is None:
+        return "none"
+    return repr(v)
 
 
 def _toml_value(v: Any) -> str:

@@ -22,7 +22,7 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.realm.masking import MaskingCollator
-from ralm.realm.trainer import LoadedRun
+from ralm.realm.run import LoadedRun
 from ralm.retrieval.encoders import autocast_context, autocast_dtype
 
 __all__ = ["EvalRow", "evaluate_mlm", "format_table"]

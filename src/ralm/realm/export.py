@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from ralm.errors import RalmError
-from ralm.realm.trainer import LoadedRun
+from ralm.realm.run import LoadedRun
 from ralm.retrieval.encoders import quiet_transformers
 
 __all__ = ["export_reader", "export_retriever"]

@@ -22,7 +22,7 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.realm.reader import build_reader_inputs
-from ralm.realm.trainer import LoadedRun
+from ralm.realm.run import LoadedRun
 
 __all__ = ["FillDoc", "FillResult", "fill"]
 

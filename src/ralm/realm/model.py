@@ -47,12 +47,10 @@ from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.realm.marginal import doc_log_probs, marginal_log_likelihood
 from ralm.realm.masking import IGNORE_INDEX
+from ralm.realm.options import NULL_DOCS, QUERY_MASKS
 from ralm.realm.reader import Reader, build_reader_inputs
 from ralm.retrieval.embed import DocInputs
 from ralm.retrieval.encoders import DualEncoder
-
-NULL_DOCS = ("empty", "zeros", "none")
-QUERY_MASKS = ("hide", "keep")
 
 __all__ = ["NULL_DOCS", "ChunkDocs", "RealmModel", "RealmOutput"]
 

@@ -7,14 +7,13 @@ step, one line per run, smoothed with an exponential moving average (BRENT uses 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.train.logging import METRICS_FILE
+from ralm.train.logging import METRICS_FILE, read_metric_rows
 
 __all__ = ["ema", "plot_runs", "read_metrics"]
 
@@ -25,13 +24,7 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
     if not p.is_file():
         raise RalmError(f"{run_dir}: no metrics.jsonl; give a `ralm pretrain` run directory")
     steps, loss, ppl = [], [], []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise RalmError(f"{p}:{n}: not JSON; the file is damaged") from None
+    for row in read_metric_rows(p):
         if "loss" in row:
             steps.append(row["step"])
             loss.append(row["loss"])

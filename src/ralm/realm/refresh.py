@@ -37,7 +37,7 @@ from ralm.train.distributed import Dist
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IndexRefresher", "SyncRefresher", "build_index_version", "embed_chunks"]
+__all__ = ["IndexRefresher", "SyncRefresher", "build_index_version", "embed_chunks", "plan_line"]
 
 
 class IndexRefresher(Protocol):
@@ -62,19 +62,25 @@ def embed_chunks(
     autocast: str = "auto",
     ids: np.ndarray | None = None,
     out: np.ndarray | None = None,
+    progress: bool = False,
+    desc: str = "embedding",
 ) -> np.ndarray:
     """(N, d) doc-tower vectors of the chunks `ids` (default: all), written into `out` when given
     (e.g. a float16 memory map; row i for ids[i]) or returned as float32.
 
     Batches are length-sorted; the tower runs in eval mode without gradient on its own device.
+    progress: a tqdm bar of chunks on stderr (`desc` before it), removed when done.
     """
+    from tqdm.auto import tqdm
+
     tower = encoder.doc_tower
     ids = np.arange(len(docs), dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
     dev = next(tower.parameters()).device
     ac = autocast_dtype(dev, autocast, next(tower.parameters()).dtype)
     if out is None:
         out = np.empty((len(ids), tower.dim), dtype=np.float32)
-    with eval_on(tower, dev), torch.inference_mode():
+    bar = tqdm(total=len(ids), desc=desc, unit="chunk", disable=not progress, leave=False, mininterval=0.5)
+    with bar, eval_on(tower, dev), torch.inference_mode():
         for pos in plan_batches(docs.inputs.lengths(ids), batch_size):
             batch = docs.tower_batch(ids[pos])
             with autocast_context(dev, ac):
@@ -84,7 +90,16 @@ def embed_chunks(
                     "the doc tower produced non-finite vectors; lower the learning rate or use autocast='off'"
                 )
             out[pos] = v.cpu().numpy().astype(out.dtype, copy=False)
+            bar.update(len(pos))
     return out
+
+
+def plan_line(kind: str, n: int, d: int) -> str:
+    """What the index will be: kind, size, memory. No build time: embedding the corpus dominates it
+    and depends on the hardware; the embedding bar shows the real rate and ETA."""
+    e = estimate(kind, n, d)
+    smaller = "" if kind == "flat" else f" ({e['ratio_vs_flat']:.1f}x smaller than flat)"
+    return f"{kind} index of {n:,} x {d}: about {e['memory']} in memory{smaller}"
 
 
 def index_device(dist: Dist) -> str:
@@ -104,6 +119,7 @@ def build_index_version(
     step: int,
     root: Path | None,
     dist: Dist | None = None,
+    progress: bool = False,
 ) -> DenseIndex:
     """Embed the corpus with the doc tower and index it: one index version.
 
@@ -111,14 +127,16 @@ def build_index_version(
     `root`, they go to a memory map ``root/.build-vNNNNN/vectors.npy`` that every rank of `dist`
     fills with its contiguous share; rank 0 then builds the index and saves it to
     ``root/vNNNNN`` (a directory renamed into place when complete), and every rank loads that.
-    Without a root (single process) everything stays in memory.
+    Without a root (single process) everything stays in memory. progress: a bar while this
+    process embeds its chunks (the slow part: minutes for a large corpus).
     """
     dist = dist or Dist()
     n, d = len(docs), encoder.doc_tower.dim
     if kind == "auto":
         kind = auto_kind(n, d)
     if version == 0 and dist.is_main:
-        print(f"index: {estimate(kind, n, d)['text']}", flush=True)
+        print(f"index: {plan_line(kind, n, d)}", flush=True)
+    desc = f"index v{version}: embedding"
     fp = docs.store.fingerprint
     enc_fp = encoder.fingerprint("doc")
     dev = index_device(dist)
@@ -126,7 +144,13 @@ def build_index_version(
         if dist.enabled:
             raise ValueError("a multi-process refresh needs a root directory")
         vectors = embed_chunks(
-            encoder, docs, batch_size=batch_size, autocast=autocast, out=np.empty((n, d), np.float16)
+            encoder,
+            docs,
+            batch_size=batch_size,
+            autocast=autocast,
+            out=np.empty((n, d), np.float16),
+            progress=progress,
+            desc=desc,
         )
         index = DenseIndex.build(
             vectors, kind=kind, docstore_fingerprint=fp, encoder_fingerprint=enc_fp, device=dev
@@ -149,6 +173,8 @@ def build_index_version(
         autocast=autocast,
         ids=np.arange(start, stop),
         out=vectors[start:stop],
+        progress=progress and dist.is_main,
+        desc=desc,
     )
     vectors.flush()
     del vectors
@@ -175,6 +201,7 @@ class SyncRefresher:
 
     every: refresh period in optimiser steps (BRENT: 100); 0 = never (a frozen index).
     root: directory for the saved versions (None = keep them in memory only).
+    progress: a bar while the corpus is embedded (on the main process).
     """
 
     def __init__(
@@ -188,6 +215,7 @@ class SyncRefresher:
         root: str | os.PathLike | None = None,
         keep: int = 1,
         dist: Dist | None = None,
+        progress: bool = False,
     ) -> None:
         if every < 0:
             raise RalmError(f"refresh_every {every}: use 0 (never) or a positive number of steps")
@@ -199,6 +227,7 @@ class SyncRefresher:
         self.root = Path(root) if root is not None else None
         self.keep = keep
         self.dist = dist or Dist()
+        self.progress = progress
         self.version = -1
         self.built_at_step = -1
         self.index: DenseIndex | None = None
@@ -234,6 +263,7 @@ class SyncRefresher:
             step=step,
             root=self.root,
             dist=self.dist,
+            progress=self.progress,
         )
         self.version += 1
         self.built_at_step = step
@@ -272,5 +302,11 @@ class SyncRefresher:
         self.index = index
         self.version = int(index.manifest.get("index_version", 0))
         self.built_at_step = int(index.manifest.get("built_at_step", 0))
-        if self.root is not None and Path(directory).resolve() != self.version_dir(self.version).resolve():
+        if self.root is None:
+            return
+        if self.dist.is_main:  # versions built after this one belong to steps being trained again
+            for p in self.root.glob("v[0-9]*"):
+                if p.is_dir() and int(p.name[1:]) > self.version:
+                    shutil.rmtree(p, ignore_errors=True)
+        if Path(directory).resolve() != self.version_dir(self.version).resolve():
             self._save()

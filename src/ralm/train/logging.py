@@ -1,13 +1,48 @@
-"""Metric logs every trainer writes: JSON lines (always) and TensorBoard events (when installed)."""
+"""Metric logs every trainer writes: JSON lines (always) and TensorBoard events (when installed).
+
+`read_metric_rows` reads a metrics.jsonl back: a final line cut off by a crash (no newline, not
+JSON) is dropped with a warning on stderr; a bad line anywhere else is a RalmError naming the
+file and the line number.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
+from ralm.errors import RalmError
+
 METRICS_FILE = "metrics.jsonl"  # in every run directory
+
+__all__ = ["METRICS_FILE", "MetricsLogger", "read_metric_rows", "warn"]
+
+
+def warn(message: str) -> None:
+    """One line on stderr, `ralm: warning: MESSAGE`: something the user should know, not an error."""
+    print(f"ralm: warning: {message}", file=sys.stderr, flush=True)
+
+
+def read_metric_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The JSON objects of a metrics.jsonl, in order (see the module docstring)."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8", errors="replace")
+    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), start=1) if ln.strip()]
+    rows = []
+    for j, (n, ln) in enumerate(lines):
+        try:
+            row = json.loads(ln)
+        except json.JSONDecodeError as exc:
+            if j == len(lines) - 1 and not text.endswith("\n"):  # a write the crash cut short
+                warn(f"{p}: line {n} is incomplete (cut off by a crash); dropped it")
+                break
+            raise RalmError(f"{p}: line {n} is not valid JSON ({exc.msg}); fix or delete that line") from None
+        if not isinstance(row, dict):
+            raise RalmError(f"{p}: line {n} is not a JSON object; fix or delete that line")
+        rows.append(row)
+    return rows
 
 
 class MetricsLogger:

@@ -1,0 +1,64 @@
+"""Which chunks a run trains on and in what order: the held-out split, the seeded data order, the
+per-example mask generators (see `ralm.realm.trainer` on determinism)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ralm.corpus.docstore import DocStore
+from ralm.errors import RalmError
+from ralm.realm.config import PretrainConfig
+from ralm.realm.masking import eligible_ids
+
+__all__ = ["batch_positions", "example_rngs", "split_ids"]
+
+
+def split_ids(cfg: PretrainConfig, qstore: DocStore) -> tuple[np.ndarray, np.ndarray]:
+    """(train ids, held-out ids): `cfg.heldout` query chunks held out (seeded), the rest eligible.
+
+    Held-out chunks are drawn from the chunks with a salient span (the only ones `evaluate-mlm`
+    can score), whatever the training strategy, so runs with the same seed and `heldout` hold
+    out the same chunks: an MLM warm-up with uniform masking never sees the chunks that the
+    REALM run and its baseline are later evaluated on.
+    """
+    scorable = (
+        eligible_ids(qstore, replace(cfg.masking, strategy="salient"))
+        if cfg.heldout
+        else np.zeros(0, np.int64)
+    )
+    if cfg.heldout and len(scorable) <= cfg.heldout:
+        raise RalmError(
+            f"{qstore.root}: only {len(scorable)} chunks have a salient span to mask; lower heldout "
+            f"(now {cfg.heldout}) or use a larger corpus"
+        )
+    rng = np.random.default_rng([cfg.seed, 7])
+    held = np.sort(rng.choice(scorable, size=cfg.heldout, replace=False)) if cfg.heldout else scorable[:0]
+    train = np.setdiff1d(eligible_ids(qstore, cfg.masking), held)
+    if not len(train):
+        raise RalmError(
+            f"{qstore.root}: no chunk left to train on with strategy {cfg.masking.strategy!r} "
+            f"after holding out {cfg.heldout}"
+        )
+    return train, held
+
+
+def batch_positions(train_ids: np.ndarray, seed: int, start: int, size: int) -> np.ndarray:
+    """Chunk ids at global example positions start..start+size-1 (one seeded permutation per epoch)."""
+    n = len(train_ids)
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    while filled < size:
+        pos = start + filled
+        epoch, off = divmod(pos, n)
+        order = np.random.default_rng([seed, 11, epoch]).permutation(n)
+        take = min(size - filled, n - off)
+        out[filled : filled + take] = train_ids[order[off : off + take]]
+        filled += take
+    return out
+
+
+def example_rngs(seed: int, step: int, micro: int, positions: range) -> list[np.random.Generator]:
+    """One generator per example, keyed by (seed, step, micro-batch, position in the global micro-batch)."""
+    return [np.random.default_rng([seed, step, micro, j]) for j in positions]

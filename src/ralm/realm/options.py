@@ -1,0 +1,80 @@
+"""What each pre-training setting means and which values it takes, without importing torch.
+
+`HELP` (one phrase per `PretrainConfig` field) and `CHOICES` feed `ralm pretrain --help` and the
+config checks; the CLI parser is built on every `ralm` command, so this module stays light.
+"""
+
+from __future__ import annotations
+
+MODES = ("realm", "mlm")
+NULL_DOCS = ("empty", "zeros", "none")
+QUERY_MASKS = ("hide", "keep")
+INDEX_KINDS = (
+    "flat",
+    "ivf-flat",
+    "hnsw",
+    "sq8",
+    "ivf-pq",
+    "sq6",
+    "sq4",
+    "auto",
+)  # ralm.retrieval.index.KINDS + auto
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "mode": MODES,
+    "null_doc": NULL_DOCS,
+    "query_masks": QUERY_MASKS,
+    "pooling": ("mean", "cls"),
+    "schedule": ("cosine", "linear", "constant"),
+    "autocast": ("auto", "bf16", "off"),
+    "candidates": ("dense", "hybrid"),
+    "refresh_mode": ("sync", "async"),
+    "index_kind": INDEX_KINDS,
+}
+
+HELP: dict[str, str] = {
+    "docstore": "knowledge corpus Z (a DocStore directory); also the query corpus unless queries is given",
+    "out": "run directory (config.toml, metrics.jsonl, checkpoints/, index/)",
+    "mode": "realm: retrieve-then-predict; mlm: the MLM-only baseline with the same reader",
+    "queries": "pre-training corpus X when it is not Z (a DocStore with the same tokenizer) (default: Z)",
+    "reader": "HF masked-LM or encoder directory (default: the bundled MiniLM)",
+    "retriever": "saved DualEncoder (e.g. from `ralm ict`) or HF encoder (default: the reader's backbone)",
+    "pooling": "pooling of a retriever started from a plain encoder: mean (MiniLM) or cls (REALM)",
+    "proj_dim": "project the towers' vectors to this size, REALM: 128 (default: the backbone's size)",
+    "scale_by_sqrt_dim": "score f(x, z) = q.d / sqrt(d), as BRENT does",
+    "encoder_max_length": "tokens of a query or a document for the towers",
+    "reader_max_length": "tokens of [CLS] x [SEP] title [SEP] body [SEP] for the reader (REALM: 288)",
+    "k": "documents per query including the null document (BRENT: 8)",
+    "null_doc": "the null document: empty (REALM, BRENT code), zeros (BRENT paper) or none",
+    "query_masks": "hide the [MASK]s from the query tower, or keep them (REALM)",
+    "steps": "optimiser steps",
+    "batch_size": "queries per micro-batch, over all processes",
+    "grad_accum": "micro-batches per optimiser step",
+    "lr_reader": "peak learning rate of the reader",
+    "lr_retriever": "peak learning rate of the retriever's towers",
+    "weight_decay": "AdamW weight decay (none on biases, norms and the null vector)",
+    "schedule": "learning-rate decay after the warm-up",
+    "warmup_steps": "steps of linear learning-rate warm-up",
+    "min_lr_ratio": "final learning rate as a fraction of the peak (BRENT: 0.1)",
+    "max_grad_norm": "clip the gradient norm to this; 0 = no clipping",
+    "seed": "seed of the held-out split, data order, masks and dropout",
+    "device": "auto (cuda if available), cpu, cuda or cuda:N",
+    "autocast": "mixed precision: auto (bf16 where the hardware has it), bf16 or off",
+    "refresh_every": "re-embed the corpus and rebuild the index every N steps (BRENT: 100); 0 = never",
+    "candidates": "dense: the index's top k (REALM, BRENT); hybrid: BM25 and the index fused by RRF",
+    "candidate_depth": "hybrid: chunks taken from each list before fusion",
+    "bm25_lang": "hybrid: BM25 stopwords and stemmer of this language, e.g. da, nb, en (default: none)",
+    "index_kind": "index: flat (exact, BRENT), another `ralm index build` kind, or auto (by corpus size)",
+    "initial_index": "a saved index of this corpus to start from (default: embed the corpus at step 0)",
+    "refresh_mode": "sync: stop, re-embed, rebuild (BRENT); async: a builder process (REALM)",
+    "builder_threads": "async: torch threads of the index builder",
+    "builder_cores": "async: CPU cores to pin the builder to, e.g. [1] (default: not pinned)",
+    "builder_device": "async: where the builder embeds, e.g. cuda:1",
+    "dist_timeout_s": "multi-process: seconds before a stuck collective fails",
+    "embed_batch_size": "chunks per batch when the corpus is embedded",
+    "heldout": "chunks held out of the training queries for `ralm evaluate-mlm`",
+    "checkpoint_every": "save a checkpoint every N steps; 0 = only at the end",
+    "keep_checkpoints": "how many of the newest checkpoints to keep",
+    "tensorboard": "write TensorBoard events to RUN/tb",
+    "masking": "the [masking] table (strategy, salient_rate, ...); set one with --set masking.NAME=VALUE",
+}

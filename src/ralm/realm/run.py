@@ -1,0 +1,243 @@
+"""A pre-training run directory: its config, split, metrics and checkpoints.
+
+`load_run(run)` gives a `LoadedRun` (config, model in eval mode, stores, index, split) for
+`evaluate-mlm`, `fill` and `export-reader`, from the newest intact checkpoint. `prepare_run` is
+the writing side, for `pretrain`'s main process: the writer lock, --overwrite and --resume, the
+checkpoint to resume, leftovers of an interrupted writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ralm.corpus.docstore import DocStore
+from ralm.errors import RalmError
+from ralm.locks import writer_lock
+from ralm.realm.build import build_model, resolve_device
+from ralm.realm.checkpoint import (
+    STATE_FILE,
+    checkpoint_problems,
+    clear_leftovers,
+    intact_checkpoint,
+    load_checkpoint,
+    read_state,
+)
+from ralm.realm.config import CONFIG_FILE, PretrainConfig
+from ralm.realm.model import RealmModel
+from ralm.realm.refresh import SyncRefresher
+from ralm.train.logging import METRICS_FILE, read_metric_rows
+
+__all__ = [
+    "SPLIT_FILE",
+    "LoadedRun",
+    "check_checkpoint_corpus",
+    "check_resume",
+    "load_run",
+    "open_stores",
+    "prepare_run",
+    "read_metrics_for_resume",
+    "read_run_config",
+    "read_split",
+    "trim_metrics",
+    "write_split",
+]
+
+SPLIT_FILE = "split.json"
+
+
+@dataclass
+class LoadedRun:
+    """A run directory read back: its config, model (eval mode), stores, index and split."""
+
+    cfg: PretrainConfig
+    model: RealmModel
+    tokenizer: Any
+    store: DocStore
+    query_store: DocStore
+    refresher: SyncRefresher | None
+    train_ids: np.ndarray
+    heldout_ids: np.ndarray
+    checkpoint: Path
+    state: dict[str, Any]
+    device: torch.device
+    searcher: Any = None  # the `search` the model uses (the index's, or hybrid candidates)
+
+    def search(self, q: np.ndarray, source_ids: np.ndarray, k: int) -> np.ndarray:
+        assert self.refresher is not None
+        return self.refresher.search(q, source_ids, k)
+
+
+def open_stores(cfg: PretrainConfig) -> tuple[DocStore, DocStore]:
+    """(knowledge corpus Z, query corpus X) of a config; X is Z unless `queries` is set."""
+    from ralm.errors import CorpusError
+
+    try:
+        store = DocStore(cfg.docstore)
+        qstore = DocStore(cfg.queries) if cfg.queries else store
+    except CorpusError as exc:
+        raise RalmError(str(exc)) from None
+    return store, qstore
+
+
+def read_run_config(run_dir: str | os.PathLike) -> PretrainConfig:
+    p = Path(run_dir) / CONFIG_FILE
+    if not p.is_file():
+        raise RalmError(
+            f"{run_dir}: not a ralm pre-training run (no {CONFIG_FILE}); give a `ralm pretrain` --out directory"
+        )
+    return PretrainConfig.from_toml(p)
+
+
+def check_resume(run: Path, cfg: PretrainConfig) -> None:
+    """RalmError unless `cfg` continues the run's own config (the settings a checkpoint depends on)."""
+    saved = read_run_config(run)
+    for f in ("docstore", "queries", "mode", "seed", "batch_size", "grad_accum", "k", "null_doc", "reader"):
+        if getattr(saved, f) != getattr(cfg, f):
+            raise RalmError(
+                f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
+                "resume it with its own config.toml"
+            )
+
+
+def check_checkpoint_corpus(
+    run: Path, ckpt: Path, state: dict[str, Any], store: DocStore, cfg: PretrainConfig
+) -> None:
+    """RalmError when the checkpoint was trained on another build of the corpus than `store` (resume)."""
+    if state.get("docstore_fingerprint") not in (None, store.fingerprint):
+        raise RalmError(
+            f"{run}: checkpoint {ckpt.name} was trained on another corpus than {cfg.docstore} (fingerprints "
+            "differ); point docstore back to the corpus the run was trained on, or start over with --overwrite"
+        )
+
+
+def load_run(
+    run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None, device: str | None = None
+) -> LoadedRun:
+    """Read a run back for evaluation, `fill` or export: the newest intact checkpoint (a warning names
+    any newer damaged one) unless `checkpoint` names one, which must be intact."""
+    run = Path(run_dir)
+    cfg = read_run_config(run)
+    if checkpoint:
+        ckpt = Path(checkpoint)
+        if not (ckpt / STATE_FILE).is_file():
+            raise RalmError(
+                f"{ckpt}: not a finished checkpoint (no {STATE_FILE}); give a checkpoints/step-N directory"
+            )
+        problems = checkpoint_problems(ckpt)
+        if problems:
+            raise RalmError(
+                f"checkpoint {ckpt} is damaged ({'; '.join(problems)}); give another checkpoint of the run"
+            )
+    else:
+        ckpt = intact_checkpoint(run)
+    if ckpt is None:
+        raise RalmError(f"{run}: no finished checkpoint yet; let `ralm pretrain` reach one (or --resume it)")
+    store, qstore = open_stores(cfg)
+    state = read_state(ckpt)
+    if state.get("docstore_fingerprint") not in (None, store.fingerprint):
+        raise RalmError(
+            f"{run}: trained on another corpus than {store.root} (fingerprints differ); "
+            "point docstore in its config.toml back to the run's corpus"
+        )
+    split = read_split(run)
+    dev = resolve_device(device or cfg.device)
+    model, tokenizer = build_model(cfg, store)
+    model.to(dev)
+    refresher = None
+    if model.retrieval:
+        refresher = SyncRefresher(model.docs, every=0, kind=cfg.index_kind, autocast=cfg.autocast)
+    load_checkpoint(ckpt, model, refresher=refresher, purpose="load")
+    searcher = None
+    if refresher is not None:
+        from ralm.realm.candidates import candidate_search
+
+        searcher = candidate_search(cfg, model, refresher.search)
+    return LoadedRun(
+        cfg=cfg,
+        model=model.eval(),
+        tokenizer=tokenizer,
+        store=store,
+        query_store=qstore,
+        refresher=refresher,
+        train_ids=split[0],
+        heldout_ids=split[1],
+        checkpoint=ckpt,
+        state=state,
+        device=dev,
+        searcher=searcher,
+    )
+
+
+def prepare_run(run: Path, cfg: PretrainConfig, held: ExitStack, *, resume: bool, overwrite: bool):
+    """`pretrain`'s main process: take the run's writer lock (kept in `held`), then check, clear or create the
+    directory; returns (checkpoint to resume or None, metric rows to keep or None)."""
+    held.enter_context(writer_lock(run))
+    if run.exists() and any(run.iterdir()) and not resume:
+        if not overwrite:
+            raise RalmError(f"{run}: exists; pass --resume to continue it or --overwrite to start over")
+        if not (run / CONFIG_FILE).is_file():
+            raise RalmError(
+                f"{run}: not a ralm run directory; refusing to overwrite it, choose another --out"
+            )
+        shutil.rmtree(run)
+    if not resume or not (run / CONFIG_FILE).is_file():
+        return None, None
+    check_resume(run, cfg)
+    clear_leftovers(run)
+    ckpt = intact_checkpoint(run)
+    if ckpt is None:  # it died before its first checkpoint: it starts again at step 1
+        (run / METRICS_FILE).unlink(missing_ok=True)
+        return None, None
+    return ckpt, read_metrics_for_resume(run)
+
+
+# ----------------------------------------------------------------------------- run files
+def write_split(run: Path, train_ids: np.ndarray, held: np.ndarray) -> None:
+    p = run / SPLIT_FILE
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps({"train": train_ids.tolist(), "heldout": held.tolist()}), encoding="utf-8")
+    os.replace(tmp, p)
+
+
+def read_split(run: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(train ids, held-out ids) from the run's split.json."""
+    p = run / SPLIT_FILE
+    try:
+        split = json.loads(p.read_text(encoding="utf-8"))
+        return np.asarray(split["train"], dtype=np.int64), np.asarray(split["heldout"], dtype=np.int64)
+    except FileNotFoundError:
+        raise RalmError(
+            f"{p}: missing; resume the run with `ralm pretrain --resume` to write it again"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise RalmError(
+            f"{p}: unreadable ({' '.join(str(exc).split())[:200]}); resume the run with `ralm pretrain --resume` "
+            "to write it again"
+        ) from None
+
+
+def read_metrics_for_resume(run: Path) -> list[dict[str, Any]] | None:
+    """The run's metric rows (a torn last line dropped with a warning), None when it has no metrics.jsonl."""
+    p = run / METRICS_FILE
+    return read_metric_rows(p) if p.is_file() else None
+
+
+def trim_metrics(run: Path, rows: list[dict[str, Any]] | None, last_step: int) -> None:
+    """Rewrite metrics.jsonl with the rows up to the checkpoint being resumed (the rest are logged again)."""
+    if rows is None:
+        return
+    p = run / METRICS_FILE
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(
+        "".join(json.dumps(r) + "\n" for r in rows if r.get("step", 0) <= last_step), encoding="utf-8"
+    )
+    os.replace(tmp, p)
