@@ -267,3 +267,21 @@ def test_index_build_with_lang_and_hybrid_search(built, tmp_path, capsys, tiny_d
     assert code == 2 and "-k 0" in err[0]
     code, _, err = run(capsys, "search", built / "index", "x", "--lang", "klingon")
     assert code == 2 and "klingon" in err[0]
+
+
+def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"question": "who taught aristotle", "answers": ["Plato"]}) + "\n")
+    out_json = tmp_path / "c.json"
+    code, _, _ = run(capsys, "eval-retrieval", built / "store", "--qa", qa, "--dense", tiny_dir, "--center",
+                     "--hybrid", "rrf", "-k", "1", "3", "--json-out", out_json, "--quiet")  # fmt: skip
+    assert code == 0
+    names = list(json.loads(out_json.read_text())["recall"])
+    assert names == ["bm25", f"dense:{tiny_dir}", f"dense:{tiny_dir}:centred", f"hybrid:rrf(bm25+dense:{tiny_dir}:centred)"]
+    code = main(["index", "build", str(built / "store"), "--out", str(tmp_path / "c"), "--encoder", str(tiny_dir),
+                 "--center", "--quiet"])  # fmt: skip
+    assert code == 0
+    assert json.loads((tmp_path / "c" / "retrieval.json").read_text())["center"] is True
+    assert len(json.loads((tmp_path / "c" / "dense" / "index.json").read_text())["center"]) == 64
+    code, out, _ = run(capsys, "search", tmp_path / "c", "capital of Norway", "-k", "6", "--json")
+    assert code == 0 and sorted(json.loads(x)["id"] for x in out.splitlines()) == list(range(6))

@@ -102,6 +102,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="'minilm' or an encoder dir (e.g. RUN/encoder); repeatable (default: minilm, or the --index's)",
     )
     e.add_argument(
+        "--center",
+        action="store_true",
+        help="also evaluate each dense encoder with centred vectors (corpus mean removed, re-normalised: "
+        "fewer hub chunks); hybrids then use the centred one",
+    )
+    e.add_argument(
         "--hybrid",
         action="append",
         choices=FUSIONS,
@@ -241,6 +247,10 @@ def _eval(args: argparse.Namespace) -> int:
         name = f"dense:{spec}"
         retrievers[name] = dense_retriever_for(store, enc, work / f"dense{i}", progress=not args.quiet)
         dense.append(name)
+        if args.center:  # the same cached embeddings, a centred index
+            centred = dense_retriever_for(store, enc, work / f"dense{i}", progress=False, center=True)
+            retrievers[name + ":centred"] = centred
+            dense.insert(0, name + ":centred")
     for method in args.hybrid or []:
         if not dense:
             raise RalmError("--hybrid needs a dense retriever (--dense or --index)")

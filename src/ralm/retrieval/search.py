@@ -116,9 +116,10 @@ def dense_retriever_for(
     kind: str = "flat",
     batch_size: int = 64,
     progress: bool = True,
+    center: bool = False,
     **params: Any,
 ) -> DenseRetriever:
-    """Embed `store` with `encoder` into `work/` (resumable) and index it."""
+    """Embed `store` with `encoder` into `work/` (resumable) and index it (centred: see DenseIndex)."""
     work.mkdir(parents=True, exist_ok=True)
     vectors = embed_docstore(
         encoder, store, work / "embeddings.npy", batch_size=batch_size, progress=progress
@@ -128,6 +129,7 @@ def dense_retriever_for(
         kind=kind,
         docstore_fingerprint=store.fingerprint,
         encoder_fingerprint=encoder.fingerprint("doc"),
+        center=center,
         **params,
     )
     return DenseRetriever(encoder, index)
@@ -147,6 +149,7 @@ def build_index_dir(
     progress: bool = True,
     log: Callable[[str], None] = print,
     overwrite: bool = False,
+    center: bool = False,
     **params: Any,
 ) -> Path:
     """Build (or resume building) a retrieval index directory for `store`; returns its path.
@@ -187,6 +190,7 @@ def build_index_dir(
             "dtype": dtype,
             "progress": progress,
             "log": log,
+            "center": center,
             "params": params,
         }
         if not (overwrite and state in ("finished", "unfinished")):
@@ -217,6 +221,7 @@ def _build(
     dtype: str,
     progress: bool,
     log: Callable[[str], None],
+    center: bool,
     params: dict[str, Any],
 ) -> None:
     """Build the index in `out` (resuming what is there); retrieval.json last."""
@@ -239,6 +244,7 @@ def _build(
         kind=kind,
         docstore_fingerprint=store.fingerprint,
         encoder_fingerprint=enc.fingerprint("doc"),
+        center=center,
         **params,
     )
     index.save(out / "dense")
@@ -256,6 +262,7 @@ def _build(
         "encoder_fingerprint": enc.fingerprint("all"),
         "doc_encoder_fingerprint": enc.fingerprint("doc"),
         "kind": kind,
+        "center": center,
         "count": len(store),
         "dim": enc.dim,
         "bm25": bm25,
