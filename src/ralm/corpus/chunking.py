@@ -17,6 +17,8 @@ chunks are then cut in token space so that
   at least `min_tokens` and at most `budget` tokens (no such cut: left as is). Tiny chunks
   (article tails, headings) are hubs for mean-pooled dense retrieval: they match every query.
   A whole article shorter than `min_tokens` stays one short chunk; min_tokens=0 turns this off.
+  A short chunk inside an article (a heading or the rest of a cut sentence before a sentence
+  too long to join it) takes the start of the next chunk instead (`balance_inner`).
 
 Link spans are carried into chunk coordinates; a link cut by a chunk boundary is dropped from
 both chunks. Left out: overlapping (strided) chunks and padding, which belong to the models.
@@ -120,8 +122,74 @@ def token_ranges(
     if c0 < n_tokens:
         ranges.append((c0, n_tokens))
     if min_tokens:
+        ranges = balance_inner(ranges, bounds[:-1], word_starts, budget, min_tokens)
         ranges = balance_tail(ranges, bounds[:-1], word_starts, budget, min_tokens)
     return ranges
+
+
+def balance_inner(
+    ranges: list[tuple[int, int]],
+    unit_starts: Sequence[int] | np.ndarray,
+    word_starts: WordStarts,
+    budget: int,
+    min_tokens: int,
+) -> list[tuple[int, int]]:
+    """Give every range but the last at least `min_tokens` tokens by moving its end later.
+
+    Greedy packing leaves a short range before a sentence too long to join it (a heading before
+    a long paragraph, the short rest of a cut sentence before another long one). Such a range
+    (a, c) followed by (c, n) takes the start of the next one: its end moves to the earliest
+    sentence start in [a + min_tokens, min(a + budget, n - min_tokens)], else the earliest word
+    start there; when there is none, its start moves earlier instead, to the latest sentence (else
+    word) start in [max(p + min_tokens, c - budget), c - min_tokens] of the range (p, a) before it
+    (no such cut either: left as is). min_tokens is clamped to budget // 2.
+    Example: [(0, 1), (1, 5), (5, 7)], sentence starts [0, 1, 5], budget 4, min 2: window [2, 3],
+        no sentence start, earliest word start 2 -> [(0, 2), (2, 5), (5, 7)].
+    """
+    min_tokens = min(min_tokens, budget // 2)
+    if min_tokens <= 0 or len(ranges) < 2:
+        return ranges
+    starts = np.asarray(unit_starts, dtype=np.int64)
+    ws = _word_starts_fn(word_starts)
+    out = list(ranges)
+    for i in range(len(out) - 1):
+        (a, c), (c1, n) = out[i], out[i + 1]
+        if c1 != c:
+            raise ValueError(f"ranges must be contiguous, got {out[i]} then {out[i + 1]}")
+        if c - a >= min_tokens:
+            continue
+        lo, hi = a + min_tokens, min(a + budget, n - min_tokens)
+        cut = _first_cut(starts, ws, lo, hi)
+        if cut is not None:
+            out[i], out[i + 1] = (a, cut), (cut, n)
+        elif i > 0:  # nothing to take from the next range: take the end of the previous one
+            p = out[i - 1][0]
+            cut = _last_cut(starts, ws, max(p + min_tokens, c - budget), c - min_tokens)
+            if cut is not None:
+                out[i - 1], out[i] = (p, cut), (cut, c)
+    return out
+
+
+def _first_cut(starts: np.ndarray, ws: Callable, lo: int, hi: int) -> int | None:
+    """The earliest sentence start in [lo, hi], else the earliest word start there, else None."""
+    if lo > hi:
+        return None
+    j = int(np.searchsorted(starts, lo, side="left"))
+    if j < len(starts) and starts[j] <= hi:
+        return int(starts[j])
+    cands = np.flatnonzero(ws(lo, hi + 1))
+    return lo + int(cands[0]) if len(cands) else None
+
+
+def _last_cut(starts: np.ndarray, ws: Callable, lo: int, hi: int) -> int | None:
+    """The latest sentence start in [lo, hi], else the latest word start there, else None."""
+    if lo > hi:
+        return None
+    j = int(np.searchsorted(starts, hi, side="right")) - 1
+    if j >= 0 and starts[j] >= lo:
+        return int(starts[j])
+    cands = np.flatnonzero(ws(lo, hi + 1))
+    return lo + int(cands[-1]) if len(cands) else None
 
 
 def balance_tail(
@@ -137,13 +205,14 @@ def balance_tail(
     last range (c, n) is shorter and a range (p, c) precedes it:
     - if n - p <= budget: they merge into (p, n);
     - else the cut moves earlier, to the latest sentence start (`unit_starts`) in
-      [max(p + 1, n - budget), n - min_tokens], else the latest word start there;
+      [max(p + min_tokens, n - budget), n - min_tokens], else the latest word start there (so
+      neither side ends up shorter than min_tokens);
     - else (no sentence or word start in that window) nothing changes.
     A single range (an article shorter than min_tokens) is left as it is. After greedy packing
     (`token_ranges`) the merge cannot happen: greedy closes (p, c) only because what follows
     did not fit, so n - p > budget; the branch is kept for ranges that come from elsewhere.
     Example: [(0, 4), (4, 8), (8, 9)], sentence starts [0, 4, 8], budget 4, min 2: window
-        [5, 7], no sentence start there; latest word start 7 -> [(0, 4), (4, 7), (7, 9)].
+        [6, 7], no sentence start there; latest word start 7 -> [(0, 4), (4, 7), (7, 9)].
     """
     min_tokens = min(min_tokens, budget // 2)
     if min_tokens <= 0 or len(ranges) < 2:
@@ -155,18 +224,10 @@ def balance_tail(
         return ranges
     if n - p0 <= budget:
         return [*ranges[:-2], (p0, n)]
-    lo, hi = max(p0 + 1, n - budget), n - min_tokens  # cut t leaves the last range n - t tokens
-    if lo > hi:
+    lo, hi = max(p0 + min_tokens, n - budget), n - min_tokens  # both sides keep >= min_tokens
+    cut = _last_cut(np.asarray(unit_starts, dtype=np.int64), _word_starts_fn(word_starts), lo, hi)
+    if cut is None:
         return ranges
-    starts = np.asarray(unit_starts, dtype=np.int64)
-    i = int(np.searchsorted(starts, hi, side="right")) - 1  # the latest sentence start <= hi
-    if i >= 0 and starts[i] >= lo:
-        cut = int(starts[i])
-    else:
-        cands = np.flatnonzero(_word_starts_fn(word_starts)(lo, hi + 1))
-        if not len(cands):
-            return ranges
-        cut = lo + int(cands[-1])
     return [*ranges[:-2], (p0, cut), (cut, n)]
 
 
