@@ -18,16 +18,38 @@ Measured (wall clock, this process, best of 3 for scoring):
   score, so its cost per token grows with the training set and a linear extrapolation
   would flatter it.
 
-Targets: speedup_vs_nltk_fit_score >= 10. The KenLM ratio is reported, not targeted.
+Loading, writing and memory (issue "Faults and bad files"), on the order-5 modified-KN model
+of the same ~0.95M training tokens (2.9M n-grams, a 168 MB ARPA file):
+- ralm_score_with_load_vs_kenlm_ratio: seconds for `NGramLM.from_arpa(file)` + scoring the
+  held-out sentences over seconds for `kenlm.Model(file)` + `Model.score` per held-out line, the
+  two interleaved in this process, best of 5 each (lower is better; target <= 2);
+- arpa_write_share_of_train: the seconds `NGramLM.to_arpa` takes inside `ralm ngram train TEXT
+  --order 5 --out M.arpa` (default tokenizer) over the whole command's wall clock, the command
+  run as a user runs it (a fresh interpreter: start-up and imports included), median of 5
+  runs (target < 0.5); arpa_write_share_of_train_in_process: the same through the CLI entry
+  point in this process (no start-up or imports), median of 5;
+- train_peak_rss_bytes_per_ngram: peak RSS of that command over the model's n-grams, and
+  train_marginal_rss_bytes_per_ngram, the slope between the half and the full training text
+  (what each further n-gram costs; the intercept is the interpreter, numpy, pyarrow and the
+  rest of the `ralm` command).
+BEFORE holds the same measurements of the code before this change (ralm.lm at commit a6f7e22,
+run with PYTHONPATH pointing at an export of that commit's src/, same machine, same day).
+
+Targets: speedup_vs_nltk_fit_score >= 10; ralm_score_with_load_vs_kenlm_ratio <= 2;
+arpa_write_share_of_train < 0.5. The throughput-only KenLM ratio is reported, not targeted.
 Run: python benchmarks/ngram_speed.py   (writes benchmarks/results/ngram_speed.json)
+     python benchmarks/ngram_speed.py --faults-only   (prints the loading/writing/memory part)
 """
 
 from __future__ import annotations
 
 import bz2
+import contextlib
 import html
+import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -133,6 +155,166 @@ def nltk_fit_score(cls, train, held, order=3):
     return fit_s, time.perf_counter() - t, total
 
 
+# Measured with faults_metrics() on the code before this change (see the module docstring).
+BEFORE = {
+    "ralm_score_with_load_vs_kenlm_ratio": 5.08,  # ralm 7.90 s, kenlm 1.56 s
+    "arpa_write_share_of_train": 0.80,  # 4.07 of 5.08 s
+    "arpa_write_share_of_train_in_process": 0.79,  # 4.20 of 5.29 s
+    "train_peak_rss_bytes": 812625920,  # 775 MiB for 2960265 n-grams
+    "train_peak_rss_bytes_per_ngram": 274.5,
+    "train_marginal_rss_bytes_per_ngram": 250.2,
+    "measured": "2026-11-23, ralm.lm of commit a6f7e22, this machine, faults_metrics()",
+}
+
+# `ralm ngram train` in a fresh interpreter, as a user runs it, reporting the seconds spent in
+# NGramLM.to_arpa and the peak RSS (VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the
+# large parent across fork + exec).
+_TRAIN_CHILD = """
+import re, sys, time
+from ralm.lm.ngram import NGramLM
+real = NGramLM.to_arpa
+def timed(self, path):
+    t = time.perf_counter()
+    real(self, path)
+    print("write_seconds", time.perf_counter() - t)
+NGramLM.to_arpa = timed
+from ralm.cli import main
+rc = main(sys.argv[1:])
+with open("/proc/self/status") as f:
+    print("peak_rss_kib", re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1))
+sys.exit(rc)
+"""
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silence file descriptor 2 (kenlm.Model draws a progress bar there)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(devnull)
+        os.close(saved)
+
+
+def train_command(text: str, out: str, order: int) -> dict:
+    """`ralm ngram train TEXT --order N --out OUT` (default tokenizer) in a new interpreter:
+    wall seconds of the whole command, seconds of ARPA writing in it, peak RSS, n-grams."""
+    cmd = [sys.executable, "-c", _TRAIN_CHILD, "ngram", "train", text, "--order", str(order), "--out", out]
+    t = time.perf_counter()
+    proc = subprocess.run([*cmd, "--overwrite"], capture_output=True, text=True, check=True)
+    seconds = time.perf_counter() - t
+    sizes = re.search(r"n-grams per order \[([\d, ]+)\]", proc.stdout).group(1)
+    return {
+        "seconds": seconds,
+        "write_seconds": float(re.search(r"write_seconds (\S+)", proc.stdout).group(1)),
+        "peak_rss": int(re.search(r"peak_rss_kib (\d+)", proc.stdout).group(1)) * 1024,
+        "ngrams": sum(int(x) for x in sizes.split(",")),
+    }
+
+
+def faults_metrics(train: list[list[str]], held: list[list[str]], order: int = 5, reps: int = 5) -> dict:
+    """Load + score vs KenLM, the ARPA write share of `ralm ngram train`, training memory."""
+    import kenlm
+
+    from ralm.cli import main as ralm_main
+
+    m: dict[str, float] = {}
+    lines = [" ".join(s) for s in held]
+    with tempfile.TemporaryDirectory() as tmp:
+        text, half = os.path.join(tmp, "train.txt"), os.path.join(tmp, "half.txt")
+        with open(text, "w", encoding="utf-8") as f:
+            f.writelines(" ".join(s) + "\n" for s in train)
+        with open(half, "w", encoding="utf-8") as f:
+            f.writelines(" ".join(s) + "\n" for s in train[: len(train) // 2])
+        path = os.path.join(tmp, f"mkn{order}.arpa")
+        # ---- `ralm ngram train` as a command: time, ARPA writing in it, peak RSS (5 runs)
+        runs = [train_command(text, path, order) for _ in range(5)]
+        best = min(runs, key=lambda r: r["seconds"])
+        halfrun = train_command(half, path + ".half", order)
+        shares = [r["write_seconds"] / r["seconds"] for r in runs]
+        m.update(
+            train_command_seconds=best["seconds"],
+            arpa_write_seconds=min(r["write_seconds"] for r in runs),
+            arpa_write_share_of_train=float(np.median(shares)),
+            arpa_write_share_of_train_all_runs=[round(x, 4) for x in shares],
+            arpa_file_bytes=os.path.getsize(path),
+            train_ngrams=best["ngrams"],
+            train_peak_rss_bytes=max(r["peak_rss"] for r in runs),
+            train_peak_rss_bytes_per_ngram=max(r["peak_rss"] for r in runs) / best["ngrams"],
+            train_half_ngrams=halfrun["ngrams"],
+            train_half_peak_rss_bytes=halfrun["peak_rss"],
+            train_marginal_rss_bytes_per_ngram=(max(r["peak_rss"] for r in runs) - halfrun["peak_rss"])
+            / (best["ngrams"] - halfrun["ngrams"]),
+        )
+        # ---- the same through the entry point in this process: no interpreter start or imports
+        real_to_arpa = NGramLM.to_arpa
+        spent: list[float] = []
+
+        def timed_to_arpa(self, p):
+            t = time.perf_counter()
+            real_to_arpa(self, p)
+            spent.append(time.perf_counter() - t)
+
+        inproc = []
+        NGramLM.to_arpa = timed_to_arpa
+        try:
+            for _ in range(5):
+                t = time.perf_counter()
+                with contextlib.redirect_stdout(None):
+                    ralm_main(["ngram", "train", text, "--order", str(order), "--out", path, "--overwrite"])
+                inproc.append((time.perf_counter() - t, spent[-1]))
+        finally:
+            NGramLM.to_arpa = real_to_arpa
+        total, write = min(t for t, _ in inproc), min(w for _, w in inproc)
+        m.update(
+            train_in_process_seconds=total,
+            arpa_write_seconds_in_process=write,
+            arpa_write_share_of_train_in_process=float(np.median([w / t for t, w in inproc])),
+            arpa_write_share_of_train_in_process_all_runs=[round(w / t, 4) for t, w in inproc],
+        )
+        print(
+            f"ngram train (order {order}): {best['seconds']:.2f}s as a command, ARPA writing "
+            f"{m['arpa_write_seconds']:.2f}s (median share {m['arpa_write_share_of_train']:.2f}); in this process "
+            f"{total:.2f}s, writing {write:.2f}s (median share {m['arpa_write_share_of_train_in_process']:.2f}); "
+            f"peak RSS {best['peak_rss'] / 2**20:.0f} MiB for {best['ngrams']} n-grams "
+            f"({m['train_peak_rss_bytes_per_ngram']:.0f} B/n-gram, "
+            f"{m['train_marginal_rss_bytes_per_ngram']:.0f} B per further n-gram)"
+        )
+        # ---- load + score: ralm vs the kenlm module, interleaved, best of reps
+        ours_s, theirs_s, ours_cpu, theirs_cpu = [], [], [], []
+        for _ in range(reps):
+            t, c = time.perf_counter(), time.process_time()
+            lm = NGramLM.from_arpa(path)
+            ours = lm.score_sentences(held)
+            ours_s.append(time.perf_counter() - t)
+            ours_cpu.append(time.process_time() - c)
+            del lm
+            with quiet_stderr():
+                t, c = time.perf_counter(), time.process_time()
+                km = kenlm.Model(path)
+                theirs = np.array([km.score(x) for x in lines])
+                theirs_s.append(time.perf_counter() - t)
+                theirs_cpu.append(time.process_time() - c)
+            del km
+        m.update(
+            ralm_load_score_seconds=min(ours_s),
+            kenlm_load_score_seconds=min(theirs_s),
+            ralm_score_with_load_vs_kenlm_ratio=min(ours_s) / min(theirs_s),
+            ralm_score_with_load_vs_kenlm_cpu_ratio=min(ours_cpu) / min(theirs_cpu),
+            max_abs_sentence_log10_diff_vs_kenlm_order5=float(np.abs(ours - theirs).max()),
+        )
+        print(
+            f"load + score: ralm {min(ours_s):.2f}s, kenlm {min(theirs_s):.2f}s "
+            f"(ratio {m['ralm_score_with_load_vs_kenlm_ratio']:.2f})"
+        )
+    return m
+
+
 def main() -> int:
     import kenlm
     from nltk.lm import KneserNeyInterpolated, Laplace
@@ -143,9 +325,14 @@ def main() -> int:
     n_train, n_held = ntok(train), ntok(held)
     n_pred = n_held + len(held)  # + </s> per sentence
     print(f"corpus: {n_train} train tokens ({len(train)} sentences), {n_held} held-out; {load_s:.1f}s")
+    if "--faults-only" in sys.argv[1:]:
+        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in
+                          faults_metrics(train, held).items()}, indent=1))  # fmt: skip
+        return 0
 
     m: dict[str, float] = {"train_tokens": n_train, "heldout_tokens": n_held, "heldout_sentences": len(held)}
     m["load_average_1min_at_start"] = os.getloadavg()[0]  # other jobs on the machine skew timings
+    m.update(faults_metrics(train, held))
 
     # ---- ralm: fit + score (trigram MKN), 5-gram fit
     fit3_s, lm3 = best_of(lambda: NGramLM.fit(train, order=3, estimator="mkn"), 1)
@@ -228,15 +415,32 @@ def main() -> int:
         "ngram_speed",
         command="python benchmarks/ngram_speed.py",
         metrics=metrics,
-        targets={"speedup_vs_nltk_fit_score": ">= 10", "max_abs_sentence_log10_diff_vs_kenlm": "<= 1e-4"},
+        targets={
+            "speedup_vs_nltk_fit_score": ">= 10",
+            "max_abs_sentence_log10_diff_vs_kenlm": "<= 1e-4",
+            "ralm_score_with_load_vs_kenlm_ratio": "<= 2.0",
+            "arpa_write_share_of_train": "< 0.5",
+        },
+        holds={
+            "ralm_score_with_load_vs_kenlm_ratio": m["ralm_score_with_load_vs_kenlm_ratio"] <= 2.0,
+            "arpa_write_share_of_train": m["arpa_write_share_of_train"] < 0.5,
+        },
+        before=BEFORE,
         notes=(
             "speedup_vs_nltk_fit_score: nltk.lm Laplace trigram measured on a 100k-token training "
             "subset and 5k held-out tokens, extrapolated linearly to the full sizes, vs ralm laplace "
             "trigram measured on the full data. ralm_score_vs_kenlm_ratio = ralm held-out tokens/s "
             "(batch score_sentences on token lists) / kenlm tokens/s (Model.score per sentence "
             "string, Python loop), same ARPA file; > 1 means ralm is faster. The nltk KN comparison "
-            "is one 20k-token subset, not extrapolated. Single process, wall clock; the load "
-            "averages show how busy the (shared) machine was."
+            "is one 20k-token subset, not extrapolated. ralm_score_with_load_vs_kenlm_ratio: "
+            "NGramLM.from_arpa + score_sentences over kenlm.Model + Model.score per line, order-5 "
+            "MKN ARPA file of the whole training text, interleaved, best of 5 each (lower is "
+            "better). arpa_write_share_of_train: NGramLM.to_arpa seconds inside `ralm ngram train "
+            "--order 5` run as a command (fresh interpreter, default tokenizer) over the command's "
+            "seconds, median of 5 runs; *_in_process: the same through ralm.cli.main in this process. "
+            "train_peak_rss: VmHWM of that command; marginal: the slope between the half and the "
+            "whole training text. `before`: the same measurements of the previous code. Wall "
+            "clock; the load averages show how busy the (shared) machine was."
         ),
     )
     print(f"wrote {HERE / 'results' / 'ngram_speed.json'}")

@@ -76,3 +76,30 @@ def test_cli_ladder(tmp_path, capsys):
     assert main(["lm", "ladder", str(tmp_path / "missing.txt"), "--quiet"]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main(["lm", "ladder", str(text), "--models", "rnn", "--quiet"]) == 2
+
+
+def test_cli_ladder_prints_each_row_as_it_finishes(tmp_path, capsys, monkeypatch):
+    """stdout shows the table's head and every n-gram row before the first neural model starts
+    training (issue: minutes of silence on the default sample), and the table once."""
+    from ralm.lm import neural
+
+    text = tmp_path / "docs.txt"
+    text.write_text("\n".join(DOCS) + "\n", encoding="utf-8")
+    seen = {}
+    real = neural.train_lm
+
+    def spy(*args, **kwargs):
+        seen["out"] = capsys.readouterr().out
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(neural, "train_lm", spy)
+    assert main(["lm", "ladder", str(text), "--models", "ngram,ffnn", "--epochs", "1", "--quiet"]) == 0
+    early = seen["out"].splitlines()
+    assert any(line.startswith("model") and "test ppl" in line for line in early)
+    assert sum(line.startswith("modified KN 5-gram") for line in early) == 1
+    assert not any(line.startswith("fixed-window FFNN") for line in early)
+    rest = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("fixed-window FFNN") for line in rest) == 1
+    assert not any(line.startswith("modified KN 5-gram") for line in rest)  # not printed twice
+    widths = {len(line) for line in early[1:] + rest if line.strip()}
+    assert len(widths) == 1, (early, rest)  # one aligned table

@@ -415,7 +415,7 @@ def test_malformed_arpa_errors_name_the_line(tmp_path):
         ("hibow", variant(first_trigram, f"{tri_p}\t{tri_w}\t-0.5"), first_trigram, "highest-order"),
         ("unknown", variant(first_bigram, f"{p}\tzebra cat\t{b}"), first_bigram, "not among the unigrams"),
         ("dup", variant(first_unigram + 4, lines[first_unigram + 3]), first_unigram + 4, "listed twice"),
-        ("count", variant(header2, f"ngram 2={n2 + 1}"), first_bigram + n2, "expected"),
+        ("count", variant(header2, f"ngram 2={n2 + 1}"), first_bigram + n2, "header says 'ngram 2="),
         ("garbage", ["hello world", *lines], 0, "expected \\\\data"),
         ("header", variant(header2, "ngram 2 = x"), header2, "ngram 2=COUNT"),
         ("ctx", variant(first_trigram, f"{tri_p}\tmat mat the"), first_trigram, "context 'mat mat'"),

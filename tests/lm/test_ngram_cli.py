@@ -79,3 +79,60 @@ def test_train_refuses_to_overwrite(tmp_path, text_file, capsys):
     assert (
         main(["ngram", "train", str(text_file), "--out", str(out), "--overwrite", "--estimator", "katz"]) == 0
     )
+
+
+@pytest.mark.parametrize("command", ["train", "score"])
+def test_invalid_utf8_names_the_right_line_and_byte(tmp_path, capsys, command):
+    bad = tmp_path / "x.txt"
+    bad.write_bytes(b"en linje\nto linjer\ntre \xff linjer\n")
+    model = tmp_path / "m.arpa"
+    NGramLM.fit([["en", "linje"]], order=2, estimator="kn").to_arpa(model)
+    args = (
+        ["train", str(bad), "--out", str(tmp_path / "x.arpa")]
+        if command == "train"
+        else ["score", str(model), str(bad)]
+    )
+    assert main(["ngram", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"ralm: error: {bad}:3: not valid UTF-8 (byte 0xff at byte offset 23"), err[0]
+    assert not (tmp_path / "x.arpa").exists()
+
+
+@pytest.mark.parametrize("estimator", ["mle", "laplace", "lidstone"])
+def test_estimators_without_arpa_form(tmp_path, text_file, capsys, estimator):
+    """train refuses ARPA output for them in one line that says why and what to run instead;
+    score --train fits them in memory and prints their perplexity."""
+    out = tmp_path / "m.arpa"
+    assert main(["ngram", "train", str(text_file), "--order", "3", "--estimator", estimator,
+                 "--out", str(out)]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no ARPA form" in err[0] and "ralm ngram score --train" in err[0], err
+    assert not out.exists()
+    held = tmp_path / "held.txt"
+    held.write_text("The cat sat on the log.\nA dog ran.\n", encoding="utf-8")
+    assert main(["ngram", "score", "--train", str(text_file), "--order", "3", "--estimator", estimator,
+                 "--lowercase", str(held)]) == 0  # fmt: skip
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    train = [word_tokenize(s, lowercase=True) for s in text_file.read_text(encoding="utf-8").splitlines()]
+    lm = NGramLM.fit([s for s in train if s], order=3, estimator=estimator)
+    sents = [word_tokenize(s, lowercase=True) for s in held.read_text(encoding="utf-8").splitlines()]
+    want = lm.perplexity(sents)
+    assert line == f"perplexity: {want:.4f}"
+
+
+def test_score_argument_errors(tmp_path, text_file, capsys):
+    model = tmp_path / "m.arpa"
+    assert main(["ngram", "train", str(text_file), "--out", str(model)]) == 0
+    capsys.readouterr()
+    for args, pattern in [
+        (["score", str(text_file)], "give MODEL.arpa and TEXT"),
+        (["score", "--train", str(text_file), str(model), str(text_file)], "with --train give only TEXT"),
+        (
+            ["score", str(model), str(text_file), "--order", "2"],
+            "--order, --estimator, --delta and --katz-k need --train",
+        ),
+    ]:
+        assert main(["ngram", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and pattern in err[0], err

@@ -8,8 +8,15 @@
 TEXT is UTF-8, one sentence per line (blank lines are skipped), `-` for stdin. The
 tokenizer ("word": `\\w+|[^\\w\\s]`, or "whitespace") and lower-casing chosen at training
 time are recorded in the ARPA header and reused by `score` and `sample` unless overridden.
-Only estimators with a backoff form can be trained here (katz, kn, mkn; add-delta for
-order 1), since the model is an ARPA file.
+`train` writes estimators with a backoff form only (katz, kn, mkn; laplace and lidstone at
+order 1), since the model is an ARPA file. laplace and lidstone above order 1 use only the
+full context (nltk.lm's definition): an unseen word after a seen context gets its own
+smoothed probability, an unseen context a uniform one, which ARPA backoff cannot express
+without listing every one of the |V| words after every context; mle gives unseen words and
+n-grams probability 0, which ARPA cannot state (its floor is -99, and it backs off); stupid
+backoff scores are not probabilities. Fit and score those in memory instead:
+
+  ralm ngram score --train TEXT --order 3 --estimator laplace HELD_OUT.txt
 """
 
 from __future__ import annotations
@@ -24,25 +31,38 @@ from ralm.lm.ngram import ESTIMATORS, MAX_ORDER, NGramLM, canonical_estimator
 
 
 def read_sentences(path: str, tokenizer: str = "word", lowercase: bool = False) -> list[list[str]]:
-    """Tokenised non-blank lines of a UTF-8 text file (`-` = stdin), one sentence per line."""
+    """Tokenised non-blank lines of a UTF-8 text file (`-` = stdin), one sentence per line.
+
+    Lines end at `\\n` (a `\\r` before it is whitespace). Invalid UTF-8 raises RalmError naming
+    the line and the byte offset of the bad byte in the file.
+    """
     tok = TOKENIZERS[tokenizer]
     out: list[list[str]] = []
-    lineno = 0
     try:
-        f = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+        f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
         raise RalmError(f"text file not found: {path}") from None
+    except IsADirectoryError:
+        raise RalmError(f"{path} is a directory, not a text file") from None
     except OSError as exc:
         raise RalmError(f"cannot read {path}: {exc.strerror}") from None
+    offset = 0
     try:
-        for lineno, line in enumerate(f, start=1):  # noqa: B007 - used in the error below
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad = raw[exc.start : exc.start + 1].hex()
+                raise RalmError(
+                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{bad} at byte offset {offset + exc.start} of the "
+                    f"file, {exc.reason}); convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            offset += len(raw)
             tokens = tok(line, lowercase)
             if tokens:
                 out.append(tokens)
-    except UnicodeDecodeError:
-        raise RalmError(f"{path}:{lineno + 1}: not valid UTF-8") from None
     finally:
-        if f is not sys.stdin:
+        if path != "-":
             f.close()
     return out
 
@@ -59,18 +79,22 @@ def _text_options(args: argparse.Namespace, model: NGramLM) -> tuple[str, bool]:
     return tokenizer, lowercase
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    """Fit a model on TEXT and write it as ARPA."""
-    est = canonical_estimator(args.estimator)
-    if est in ("stupid_backoff", "mle") or (est in ("laplace", "lidstone") and args.order > 1):
-        raise RalmError(
-            f"estimator {est!r} at order {args.order} has no ARPA form; use katz, kn or mkn "
-            "(add-delta only at --order 1)"
-        )
-    if os.path.exists(args.out) and not args.overwrite:
-        raise RalmError(f"{args.out} exists; pass --overwrite to replace it")
-    lowercase = bool(args.lowercase)
-    sentences = read_sentences(args.text, args.tokenizer or "word", lowercase)
+NO_ARPA_WHY = {
+    "mle": "MLE gives unseen words and n-grams probability 0, which an ARPA file cannot state: its "
+    "floor is -99 and it backs off to shorter contexts",
+    "laplace": "add-one uses only the full context, so an ARPA file would have to list all |V| words "
+    "after every context",
+    "lidstone": "add-delta uses only the full context, so an ARPA file would have to list all |V| words "
+    "after every context",
+    "stupid_backoff": "its scores are not probabilities",
+}
+
+
+def _has_arpa_form(est: str, order: int) -> bool:
+    return est in ("katz", "kn", "mkn") or (est in ("laplace", "lidstone") and order == 1)
+
+
+def _estimator_params(args: argparse.Namespace, est: str) -> dict[str, object]:
     params: dict[str, object] = {}
     if args.delta is not None:
         if est != "lidstone":
@@ -80,7 +104,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         if est != "katz":
             raise RalmError("--katz-k applies to --estimator katz only")
         params["k"] = args.katz_k
+    return params
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Fit a model on TEXT and write it as ARPA."""
+    est = canonical_estimator(args.estimator)
+    if not _has_arpa_form(est, args.order):
+        raise RalmError(
+            f"estimator {est!r} at order {args.order} has no ARPA form ({NO_ARPA_WHY[est]}); fit and score it "
+            f"in memory instead: ralm ngram score --train {args.text} --order {args.order} --estimator {est} "
+            "HELD_OUT.txt (or train katz, kn or mkn)"
+        )
+    if os.path.exists(args.out) and not args.overwrite:
+        raise RalmError(f"{args.out} exists; pass --overwrite to replace it")
+    lowercase = bool(args.lowercase)
+    params = _estimator_params(args, est)
+    sentences = read_sentences(args.text, args.tokenizer or "word", lowercase)
     model = NGramLM.fit(sentences, order=args.order, estimator=est, **params)
+    del sentences
     model.meta.update({"tokenizer": args.tokenizer or "word", "lowercase": str(lowercase).lower()})
     model.to_arpa(args.out)
     print(
@@ -94,12 +136,42 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    """Print the perplexity of TEXT under MODEL (optionally each sentence's log10 score)."""
-    model = NGramLM.from_arpa(args.model)
-    tokenizer, lowercase = _text_options(args, model)
-    sentences = read_sentences(args.text, tokenizer, lowercase)
+    """Print the perplexity of TEXT under MODEL, or under a model fitted on --train in memory
+    (optionally each sentence's log10 score)."""
+    if args.train is None:
+        if (
+            args.order is not None
+            or args.estimator is not None
+            or args.delta is not None
+            or args.katz_k is not None
+        ):
+            raise RalmError(
+                "--order, --estimator, --delta and --katz-k need --train (an ARPA model has its own)"
+            )
+        if len(args.inputs) != 2:
+            raise RalmError("give MODEL.arpa and TEXT (or --train TRAIN_TEXT and TEXT to fit in memory)")
+        model_path, text = args.inputs
+        model = NGramLM.from_arpa(model_path)
+        tokenizer, lowercase = _text_options(args, model)
+    else:
+        if len(args.inputs) != 1:
+            raise RalmError("with --train give only TEXT (the model is fitted in memory, no MODEL.arpa)")
+        (text,) = args.inputs
+        est = canonical_estimator(args.estimator or "mkn")
+        order = args.order if args.order is not None else 3
+        tokenizer, lowercase = args.tokenizer or "word", bool(args.lowercase)
+        params = _estimator_params(args, est)
+        model = NGramLM.fit(
+            read_sentences(args.train, tokenizer, lowercase), order=order, estimator=est, **params
+        )
+        if est == "stupid_backoff":
+            print(
+                "note: stupid backoff scores are not probabilities; this is not a true perplexity",
+                file=sys.stderr,
+            )
+    sentences = read_sentences(text, tokenizer, lowercase)
     if not sentences:
-        raise RalmError(f"{args.text}: no sentences to score")
+        raise RalmError(f"{text}: no sentences to score")
     scores = model.score_sentences(sentences)
     if args.per_sentence:
         for s, tokens in zip(scores.tolist(), sentences, strict=True):
@@ -175,7 +247,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument(
         "--estimator",
         default="mkn",
-        help=f"one of {', '.join(ESTIMATORS)} (default mkn; ARPA needs katz, kn, mkn)",
+        help=f"one of {', '.join(ESTIMATORS)} (default mkn). ARPA output needs katz, kn or mkn (laplace, "
+        "lidstone: also order 1); score the others with `ngram score --train`",
     )
     t.add_argument("--out", required=True, metavar="MODEL.arpa", help="where to write the model")
     t.add_argument("--delta", type=float, default=None, help="lidstone: the added count")
@@ -184,9 +257,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     text_opts(t, training=True)
     t.set_defaults(func=cmd_train)
 
-    s = sub.add_parser("score", help="print the perplexity of TEXT under an ARPA model")
-    s.add_argument("model", metavar="MODEL.arpa")
-    s.add_argument("text", metavar="TEXT", help="UTF-8 text, one sentence per line ('-' = stdin)")
+    s = sub.add_parser(
+        "score",
+        help="print the perplexity of TEXT under an ARPA model, or under any estimator fitted in memory",
+        description="ralm ngram score MODEL.arpa TEXT, or ralm ngram score --train TRAIN_TEXT [--order N] "
+        "[--estimator E] TEXT: fit in memory (every estimator, also those with no ARPA form: laplace "
+        "and lidstone above order 1, mle, stupid_backoff) and score TEXT.",
+    )
+    s.add_argument("inputs", nargs="+", metavar="[MODEL.arpa] TEXT",
+                   help="the model and the UTF-8 text to score, one sentence per line ('-' = stdin); "
+                   "with --train only the text")  # fmt: skip
+    s.add_argument("--train", default=None, metavar="TRAIN_TEXT", help="fit the model on this text in memory")
+    s.add_argument("--order", type=_order, default=None, help="with --train: n-gram order (default 3)")
+    s.add_argument(
+        "--estimator", default=None, help=f"with --train: one of {', '.join(ESTIMATORS)} (default mkn)"
+    )
+    s.add_argument("--delta", type=float, default=None, help="with --train, lidstone: the added count")
+    s.add_argument("--katz-k", type=int, default=None, help="with --train, katz: discount counts <= k")
     s.add_argument("--per-sentence", action="store_true", help="also print each sentence's log10 score")
     text_opts(s, training=False)
     s.set_defaults(func=cmd_score)
@@ -204,7 +291,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_ladder(args: argparse.Namespace) -> int:
     """Fit the lecture's ladder of LMs on one split of TEXT_OR_SAMPLE and print one table."""
-    from ralm.lm.ladder import LadderConfig, format_table, run_ladder, write_json
+    from ralm.lm.ladder import (
+        LadderConfig,
+        format_head,
+        format_row,
+        planned_models,
+        run_ladder,
+        table_widths,
+        write_json,
+    )
 
     if args.threads is not None:
         import torch
@@ -227,9 +322,21 @@ def cmd_ladder(args: argparse.Namespace) -> int:
     )
     if cfg.epochs < 1:
         raise RalmError(f"--epochs {cfg.epochs}: must be >= 1")
-    log = None if args.quiet else (lambda m: print(m, file=sys.stderr))
-    result = run_ladder(args.source, cfg, log=log, save_dir=args.save_dir)
-    print(format_table(result))
+    log = None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    # The table grows on stdout as each model finishes (the neural ones take minutes each).
+    widths = table_widths(planned_models(cfg))
+    rule: list[str] = []
+
+    def on_data(label: str, data: dict) -> None:
+        head = format_head(label, data, widths)
+        rule.append(head[1])
+        print("\n".join(head), flush=True)
+
+    def on_row(row: dict) -> None:
+        print(format_row(row, widths), flush=True)
+
+    result = run_ladder(args.source, cfg, log=log, save_dir=args.save_dir, on_data=on_data, on_row=on_row)
+    print(rule[0] if rule else "", flush=True)
     if args.json_out:
         write_json(result, args.json_out)
         print(f"wrote {args.json_out}", file=sys.stderr)

@@ -57,12 +57,8 @@ class Vocab:
     """
 
     def __init__(self, tokens: Iterable[str] = ()) -> None:
-        self.id_to_token: list[str] = list(SPECIALS)
-        self.token_to_id: dict[str, int] = {t: i for i, t in enumerate(SPECIALS)}
-        for tok in tokens:
-            if tok not in self.token_to_id:
-                self.token_to_id[tok] = len(self.id_to_token)
-                self.id_to_token.append(tok)
+        self.id_to_token: list[str] = list(dict.fromkeys(chain(SPECIALS, tokens)))  # first appearance
+        self.token_to_id: dict[str, int] = {t: i for i, t in enumerate(self.id_to_token)}
 
     def __len__(self) -> int:
         return len(self.id_to_token)
@@ -109,9 +105,10 @@ class NGramCounts:
 
     keys[k-1]: int64 (n_k,) sorted keys of the order-k n-grams; keys[0] = arange(V) (every
         vocabulary entry is a unigram, counted or not).
-    counts[k-1]: int64 (n_k,) raw occurrence counts (unigram `<s>` = number of sentences).
-    suffix[k-1]: int64 (n_k,) row in the order-(k-1) table of the n-gram without its first
-        word (None for k = 1).
+    counts[k-1]: (n_k,) raw occurrence counts (unigram `<s>` = number of sentences); int32,
+        int64 for corpora of 2^31 or more tokens.
+    suffix[k-1]: (n_k,) row in the order-(k-1) table of the n-gram without its first word
+        (None for k = 1); int32 like counts.
     """
 
     vocab: Vocab
@@ -199,12 +196,15 @@ def count_ngrams(sentences: Iterable[Sequence[str]], order: int) -> NGramCounts:
     vocab = build_vocab(sents)
     V = len(vocab)
     flat, _ = vocab.encode_sentences(sents)
+    n_sentences = len(sents)
     T = len(flat)
     if order > 1 and (T + 1) * V >= 2**63:
         raise RalmError(f"corpus too large for int64 n-gram keys ({T} tokens, {V} types)")
-    out = NGramCounts(vocab=vocab, order=order, n_sentences=len(sents), n_tokens=n_tokens)
+    del sents
+    small = np.int32 if T < 2**31 - 1 else np.int64  # counts and row numbers are <= T
+    out = NGramCounts(vocab=vocab, order=order, n_sentences=n_sentences, n_tokens=n_tokens)
     out.keys.append(np.arange(V, dtype=np.int64))
-    out.counts.append(np.bincount(flat, minlength=V).astype(np.int64))
+    out.counts.append(np.bincount(flat, minlength=V).astype(small))
     out.suffix.append(None)
     is_eos = flat == EOS_ID
     pos_idx = flat.astype(np.int64)  # row of the (k-1)-gram starting at each position
@@ -215,11 +215,13 @@ def count_ngrams(sentences: Iterable[Sequence[str]], order: int) -> NGramCounts:
         pos = np.flatnonzero(ok)
         keys = pos_idx[pos] * V + flat[pos + k - 1]
         uniq, inv, cnt = np.unique(keys, return_inverse=True, return_counts=True)
+        del keys
         inv = inv.reshape(-1)
-        suf = np.empty(len(uniq), dtype=np.int64)
+        suf = np.empty(len(uniq), dtype=small)
         suf[inv] = pos_idx[pos + 1]
         out.keys.append(uniq)
-        out.counts.append(cnt.astype(np.int64))
+        out.counts.append(cnt.astype(small))
+        del cnt
         out.suffix.append(suf)
         new_idx = np.full(T, -1, dtype=np.int64)
         new_idx[pos] = inv

@@ -217,6 +217,8 @@ def run_ladder(
     config: LadderConfig | None = None,
     log: Callable[[str], None] | None = None,
     save_dir: str | Path | None = None,
+    on_data: Callable[[str, dict], None] | None = None,
+    on_row: Callable[[dict], None] | None = None,
 ) -> dict:
     """Fit every model of the ladder on one split and score it; returns {"data", "config", "rows"}.
 
@@ -224,6 +226,8 @@ def run_ladder(
     Each row: model, kind, params (trainable weights; n-grams: stored n-gram entries),
     train_seconds, valid_ppl, test_ppl (+ epochs, steps, stopped_by for the neural models).
     `save_dir`: write each neural model there (`save_lm`, one folder per kind).
+    `on_data(source_label, data_summary)` is called once the split is made, `on_row(row)` as
+    each model finishes (the CLI prints the table as it grows).
     """
     import torch
 
@@ -233,6 +237,10 @@ def run_ladder(
     say = log or (lambda _m: None)
     data = prepare_data(source, cfg)
     summary = data.summary()
+    label = source if isinstance(source, str) else f"{len(source)} documents"
+    if on_data is not None:
+        on_data(label, summary)
+    emit = on_row or (lambda _r: None)
     say(
         f"data: {summary['train_words']} train / {summary['valid_words']} valid / "
         f"{summary['test_words']} test words, vocabulary {len(data.vocab)}, "
@@ -255,6 +263,7 @@ def run_ladder(
                 "test_ppl": round(lm.perplexity(test_m), 3),
             }
             rows.append(row)
+            emit(row)
             say(f"{name}: test ppl {row['test_ppl']:.2f}")
     enc = {name: neural.encode_sentences(data.vocab, part) for name, part in
            (("train", data.train), ("valid", data.valid), ("test", data.test))}  # fmt: skip
@@ -292,44 +301,74 @@ def run_ladder(
             "config": asdict(model.config),
         }
         rows.append(row)
+        emit(row)
         say(f"{NEURAL_ROWS[kind]}: test ppl {test_ppl:.2f} ({result.seconds:.0f} s, {result.stopped_by})")
         if save_dir is not None:
             neural.save_lm(model, data.vocab, Path(save_dir) / kind)
     return {
-        "source": source if isinstance(source, str) else f"{len(source)} documents",
+        "source": label,
         "data": summary,
         "config": {k: v for k, v in asdict(cfg).items()},
         "rows": rows,
     }
 
 
+HEAD = ("model", "params", "train s", "valid ppl", "test ppl")
+MIN_WIDTHS = (0, 13, 8, 10, 10)  # fixed minimums, so rows printed as they finish line up
+
+
+def planned_models(config: LadderConfig) -> list[str]:
+    """The model names `run_ladder` will produce for `config`, in order."""
+    names = [name for name, _, _ in NGRAM_ROWS] if config.ngrams else []
+    return names + [NEURAL_ROWS.get(kind, kind) for kind in config.neural]
+
+
+def table_widths(names: Sequence[str], rows: Sequence[dict] = ()) -> list[int]:
+    """Column widths for a table of these model names (and rows, if any are wider)."""
+    cells = [_cells(r) for r in rows]
+    return [
+        max([MIN_WIDTHS[j], len(HEAD[j]), *(len(n) for n in names if j == 0), *(len(c[j]) for c in cells)])
+        for j in range(len(HEAD))
+    ]
+
+
+def _cells(r: dict) -> tuple[str, ...]:
+    return (
+        r["model"],
+        f"{r['params']:,}",
+        f"{r['train_seconds']:.1f}",
+        f"{r['valid_ppl']:.2f}" if math.isfinite(r["valid_ppl"]) else "inf",
+        f"{r['test_ppl']:.2f}" if math.isfinite(r["test_ppl"]) else "inf",
+    )
+
+
+def format_line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    first = cells[0].ljust(widths[0])
+    return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
+
+
+def format_row(row: dict, widths: Sequence[int]) -> str:
+    """One table line for a result row."""
+    return format_line(_cells(row), widths)
+
+
+def format_head(source: str, data: dict, widths: Sequence[int]) -> list[str]:
+    """Caption, rule, column names, rule."""
+    caption = (
+        f"{source}: {data['train_words']:,} train / {data['valid_words']:,} valid / "
+        f"{data['test_words']:,} test words; vocabulary {data['vocab_size']:,} (test OOV "
+        f"{data['test_oov_rate']:.2%}); ppl over {data['test_predicted_tokens']:,} test tokens incl. </s>"
+    )
+    rule = "-" * len(format_line(HEAD, widths))
+    return [caption, rule, format_line(HEAD, widths), rule]
+
+
 def format_table(result: dict) -> str:
     """The ladder as one plain-text table (model, params, train seconds, valid and test ppl)."""
-    head = ("model", "params", "train s", "valid ppl", "test ppl")
-    body = [
-        (
-            r["model"],
-            f"{r['params']:,}",
-            f"{r['train_seconds']:.1f}",
-            f"{r['valid_ppl']:.2f}" if math.isfinite(r["valid_ppl"]) else "inf",
-            f"{r['test_ppl']:.2f}" if math.isfinite(r["test_ppl"]) else "inf",
-        )
-        for r in result["rows"]
-    ]
-    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
-
-    d = result["data"]
-    caption = (
-        f"{result['source']}: {d['train_words']:,} train / {d['valid_words']:,} valid / "
-        f"{d['test_words']:,} test words; vocabulary {d['vocab_size']:,} (test OOV {d['test_oov_rate']:.2%}); "
-        f"ppl over {d['test_predicted_tokens']:,} test tokens incl. </s>"
-    )
-    rule = "-" * len(line(head))
-    return "\n".join([caption, rule, line(head), rule, *(line(b) for b in body), rule])
+    rows = result["rows"]
+    widths = table_widths([r["model"] for r in rows], rows)
+    head = format_head(result["source"], result["data"], widths)
+    return "\n".join([*head, *(format_row(r, widths) for r in rows), head[1]])
 
 
 def write_json(result: dict, path: str | Path) -> None:

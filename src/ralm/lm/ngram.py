@@ -4,10 +4,14 @@
 Python module reads up to order 6) over any tokenisation and estimates one of:
 
   mle             maximum likelihood with the full available context, like nltk.lm.MLE: an
-                  unseen context or n-gram has probability 0 (log10 -inf). Not exportable.
+                  unseen context or n-gram has probability 0 (log10 -inf). Not exportable
+                  (ARPA cannot state a zero: its floor is -99, and it backs off).
   laplace         add-one; `lidstone` is add-delta (param `delta`, default 0.5):
                   (c(h w) + delta) / (c(h .) + delta |V|) with the full available context,
-                  like nltk.lm.Laplace / Lidstone. Exportable as ARPA for order 1 only.
+                  like nltk.lm.Laplace / Lidstone. Exportable as ARPA for order 1 only: above
+                  it an unseen word after a seen context has its own probability, which ARPA
+                  backoff cannot express without listing all |V| words after every context.
+                  Score these in memory (`ralm ngram score --train TEXT ...`).
   stupid_backoff  Brants et al. 2007 (param `alpha`, default 0.4): relative frequency of the
                   longest seen n-gram times alpha per back-off step. Scores are NOT
                   probabilities (they do not sum to 1) and cannot be written as ARPA.
@@ -129,7 +133,7 @@ class NGramLM(NGramScorer):
         self.n_train_tokens = counts.n_tokens if counts is not None else 0
         self._keys = keys
         self._tables = tables
-        self._counts = counts
+        self._counts = counts if tables is None else None  # backoff tables do not need the counts
         self._ctx_tot: list[np.ndarray] = []
         if counts is not None and tables is None:
             self._ctx_tot = [counts.context_totals(k) for k in range(1, order + 1)]
@@ -159,13 +163,15 @@ class NGramLM(NGramScorer):
         fallback: list[int] = []
         if est in ("kn", "mkn"):
             modified = est == "mkn"
+            adj = kn_adjusted_counts(counts)
             discounts, fallback = choose_kn_discounts(
-                kn_adjusted_counts(counts),
+                adj,
                 modified,
                 p["discounts" if modified else "discount"],
                 p["discount_fallback"],
             )
-            tables = kneser_ney(counts, discounts)
+            tables = kneser_ney(counts, discounts, adj)
+            del adj
         elif est == "katz":
             k = p["k"]
             if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -334,7 +340,10 @@ class NGramLM(NGramScorer):
             }
             default = "add-delta has no backoff form above order 1 (each context would list all |V| words)"
             why = reasons.get(self.estimator, default)
-            raise RalmError(f"cannot write a {self.estimator} model as ARPA: {why}; use katz, kn or mkn")
+            raise RalmError(
+                f"cannot write a {self.estimator} model as ARPA: {why}; use katz, kn or mkn, or score it "
+                "in memory (`ralm ngram score --train TEXT ...`)"
+            )
         meta = {"order": str(self.order), "estimator": self.estimator}
         if self.estimator != "arpa":  # provenance: parameters and the discounts used
             meta["params"] = " ".join(f"{k}={v}" for k, v in self.params.items() if v is not None) or "-"

@@ -77,17 +77,18 @@ def kn_discount(n1: int, n2: int) -> float | None:
 
 
 def kn_adjusted_counts(counts: NGramCounts) -> list[np.ndarray]:
-    """lmplz's adjusted counts per order (int64, aligned with the keys).
+    """lmplz's adjusted counts per order (the counts' integer type, aligned with the keys).
 
     Highest order: raw counts. Lower orders: the number of distinct words seen to the left
     (continuation count N1+(. w)), except n-grams starting with `<s>`, which cannot be
     extended to the left and keep their raw count. The unigrams `<s>` and `<unk>` get 0.
     """
     N = counts.order
-    adj: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * N
+    dtype = counts.counts[0].dtype  # int32 unless the corpus has 2^31+ tokens
+    adj: list[np.ndarray] = [np.empty(0, dtype=dtype)] * N
     adj[N - 1] = counts.counts[N - 1].copy()
     for k in range(N - 1, 0, -1):
-        cont = np.bincount(counts.suffix[k], minlength=len(counts.keys[k - 1])).astype(np.int64)
+        cont = np.bincount(counts.suffix[k], minlength=len(counts.keys[k - 1])).astype(dtype)
         first = counts.first_word(k)
         adj[k - 1] = np.where(first == BOS_ID, counts.counts[k - 1], cont)
     adj[0] = adj[0].copy()
@@ -166,7 +167,11 @@ def _per_order(given: object, N: int, modified: bool) -> list | None:
     return seq
 
 
-def kneser_ney(counts: NGramCounts, discounts: list[tuple[float, float, float]]) -> BackoffTables:
+def kneser_ney(
+    counts: NGramCounts,
+    discounts: list[tuple[float, float, float]],
+    adj: list[np.ndarray] | None = None,
+) -> BackoffTables:
     """Interpolated (modified) Kneser-Ney in backoff form, as lmplz computes it.
 
     For order k and context c (lmplz / Chen & Goodman):
@@ -174,8 +179,12 @@ def kneser_ney(counts: NGramCounts, discounts: list[tuple[float, float, float]])
       gamma(c) = (D1 N1(c .) + D2 N2(c .) + D3 N3+(c .)) / sum_x a(c x)
       p(w | c) = u(c w) + gamma(c) p(w | c'),  with p(w | empty) interpolating 1/|V|.
     The backoff weight of c is gamma(c); |V| counts every type except `<s>`.
+    adj: `kn_adjusted_counts(counts)` if already computed. Memory: the tables plus a few
+    arrays of one order (each order's probabilities become log10 in place once the next
+    order has used them).
     """
-    adj = kn_adjusted_counts(counts)
+    if adj is None:
+        adj = kn_adjusted_counts(counts)
     V = counts.V
     n_types = V - 1  # <s> excluded, <unk> included
     probs: list[np.ndarray] = []
@@ -197,11 +206,33 @@ def kneser_ney(counts: NGramCounts, discounts: list[tuple[float, float, float]])
             has = den > 0
             gamma = np.ones(n_ctx)
             gamma[has] = gnum[has] / den[has]
-            p = (a - d) / den[ctx] + gamma[ctx] * probs[k - 2][counts.suffix[k - 1]]
+            del gnum
+            # p = (a - d) / den[ctx] + gamma[ctx] * p_lower, computed in place
+            a -= d
+            del d
+            a /= den[ctx]
+            del den
+            lower = probs[k - 2][counts.suffix[k - 1]]
+            lower *= gamma[ctx]
+            del ctx
+            a += lower
+            del lower
+            p = a
             bows[k - 2] = np.where(has, safe_log10(gamma), 0.0)
+            _log10_in_place(probs[k - 2])  # the next order has used them
         probs.append(p)
         bows.append(np.zeros(len(p)))
-    return BackoffTables([safe_log10(p) for p in probs], bows)
+    _log10_in_place(probs[-1])
+    return BackoffTables(probs, bows)
+
+
+def _log10_in_place(p: np.ndarray) -> None:
+    """p = safe_log10(p) without a second array."""
+    zero = ~(p > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log10(p, out=p)
+    p[zero] = LOG10_ZERO
+    np.maximum(p, LOG10_ZERO, out=p)
 
 
 def good_turing_discounts(n: np.ndarray, k: int) -> np.ndarray | None:
