@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 from dataclasses import fields
+from pathlib import Path
 
 from ralm.errors import RalmError
 
@@ -204,6 +205,23 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_verify(args: argparse.Namespace) -> int:
+    from ralm.realm.verify import verify_run
+
+    problems, notes, checked = verify_run(args.run)
+    for note in notes:
+        print(f"note: {note}")
+    for p in problems:
+        print(p)
+    if problems:
+        raise RalmError(
+            f"{args.run}: {len(problems)} problem(s) (listed above); resume from an intact checkpoint "
+            "(damaged ones are skipped) or start over with `ralm pretrain --overwrite`"
+        )
+    print(f"ok: {args.run}: {checked} files and indexes match what was recorded")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from ralm.realm.options import CHOICES
 
@@ -304,6 +322,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--alpha", type=float, default=0.9, help="EMA smoothing, 0 = none (BRENT: 0.99) (default: 0.9)"
     )
     p.set_defaults(func=cmd_plot)
+
+    r = sub.add_parser("run", help="inspect a pre-training run directory")
+    rsub = r.add_subparsers(dest="run_command", metavar="SUBCOMMAND")
+    r.set_defaults(func=lambda a: (r.print_help(), 2)[1])
+    v = rsub.add_parser(
+        "verify",
+        help="check every checkpoint and index of a run against its recorded sizes and checksums",
+        description="Re-hash each checkpoint's files against its state.json, each index version against its "
+        "index.json, and read config.toml, split.json and metrics.jsonl. Exit 0 when intact, 2 otherwise.",
+    )
+    v.add_argument("run", type=Path, help="run directory (`ralm pretrain --out`)")
+    v.set_defaults(func=cmd_run_verify)
 
 
 if __name__ == "__main__":  # pragma: no cover
