@@ -191,11 +191,11 @@ def test_words_may_hold_non_ascii_whitespace(tmp_path):
 def test_fast_and_slow_paths_agree(tmp_path, good_lines, monkeypatch):
     """The line-by-line reader (used for odd layouts and to find a bad line) gives the very same
     tables as the bulk reader."""
-    from ralm.lm import arpa
+    from ralm.lm import arpa_read
 
     path = _write(tmp_path, good_lines)
     fast = read_arpa(path)
-    monkeypatch.setattr(arpa, "_bulk_section", lambda *a, **k: None)
+    monkeypatch.setattr(arpa_read, "_bulk_section", lambda *a, **k: None)
     _tables_equal(read_arpa(path), fast)
 
 
@@ -334,11 +334,11 @@ def test_number_text_is_python_repr():
 
 def test_without_arrow_number_casts_the_same_file(tmp_path, monkeypatch):
     """Should a pyarrow format or parse numbers unlike repr() / float(), ralm falls back to them."""
-    from ralm.lm import arpa
+    from ralm.lm import arpa_arrow
 
     lm = NGramLM.fit(TOY, order=3, estimator="kn")
     lm.to_arpa(tmp_path / "fast.arpa")
-    monkeypatch.setattr(arpa, "_ARROW_AGREES", [False])
+    monkeypatch.setattr(arpa_arrow, "_ARROW_AGREES", [False])
     lm.to_arpa(tmp_path / "slow.arpa")
     assert (tmp_path / "fast.arpa").read_bytes() == (tmp_path / "slow.arpa").read_bytes()
     _tables_equal(read_arpa(tmp_path / "slow.arpa"), read_arpa(tmp_path / "fast.arpa"))
