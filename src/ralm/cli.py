@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ralm.tasks import cli as tasks_cli
 
     tasks_cli.register(sub)
+    from ralm.frozen import cli as frozen_cli
+
+    frozen_cli.register(sub)
     try:  # the lecture's LMs; optional while that subpackage is being built
         from ralm.lm import cli as lm_cli
     except ImportError:
@@ -67,6 +70,35 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `ralm corpus show ... | head -1`: the reader left; stop quietly
         _silence_stdout()
         return 141  # 128 + SIGPIPE, what a shell reports for a writer whose pipe closed
+    except Exception as exc:
+        full = disk_full(exc)
+        if full is None:
+            raise
+        print(f"ralm: error: {full}", file=sys.stderr)
+        return 2
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """One line for a full disk or quota anywhere in `exc`'s chain (an OSError with ENOSPC/EDQUOT,
+    or a library error that wraps one in its message, as safetensors does), else None."""
+    import errno
+
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f" writing {e.filename}" if e.filename else ""
+            what = "no space left on device" if e.errno == errno.ENOSPC else "disk quota exceeded"
+            return f"{what}{where}; free space and rerun (an interrupted build resumes or leaves the old one intact)"
+        if "No space left on device" in text or "os error 28" in text or "Disk quota exceeded" in text:
+            return (
+                f"no space left on device ({type(e).__name__}); free space and rerun "
+                "(an interrupted build resumes or leaves the old one intact)"
+            )
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _silence_stdout() -> None:

@@ -14,3 +14,27 @@ class RalmError(Exception):
 
 class CorpusError(RalmError):
     """Malformed or unusable corpus input (dump, JSONL, text, DocStore)."""
+
+
+def check_json_text(obj: object, raw: str, where: str, error: type[RalmError] = RalmError) -> None:
+    """Raise `error` if parsed JSON `obj` holds a lone UTF-16 surrogate (a "\\ud800" escape with no
+    pair), which Python's json accepts but no UTF-8 writer or tokenizer can handle.
+
+    raw: the JSON text `obj` was parsed from; only text with a \\uD8xx-\\uDFxx escape is examined.
+    Example: check_json_text(json.loads('"\\\\ud800"'), '"\\\\ud800"', "x.jsonl:3") -> RalmError.
+    """
+    if "\\u" not in raw and "\\U" not in raw:
+        return
+    import json
+    import re
+
+    if not re.search(r"\\[uU][dD][89a-fA-F]", raw):
+        return
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+        raise error(
+            f"{where}: text holds an unpaired surrogate escape ({bad}), which is not a character; "
+            "fix or drop it (a character outside the BMP is written as a \\ud83d\\ude00-style pair)"
+        ) from None

@@ -333,3 +333,29 @@ def test_search_arguments_are_refused_before_torch_is_imported(built, tmp_path):
     )
     assert probe("search", "--help") == "0 False False []"
     assert probe("index", "verify", index).startswith("0 False False")
+
+
+def test_verify_accepts_a_copy_that_followed_the_doc_link(built, tmp_path, capsys):
+    """`cp -rL` / copytree without symlinks=True turn encoder/doc into a real copy of query/."""
+    copy = tmp_path / "copy"
+    shutil.copytree(built / "index", copy)  # follows the link
+    assert (copy / "encoder" / "doc").is_dir() and not (copy / "encoder" / "doc").is_symlink()
+    code, out, _ = run(capsys, "index", "verify", copy)
+    assert code == 0 and out.startswith("ok: ")
+    weights = copy / "encoder" / "doc" / "model.safetensors"
+    flip(weights, 10, 200)
+    code, out, err = run(capsys, "index", "verify", copy)
+    assert code == 2 and f"{weights}: contents changed (checksum mismatch)" in out
+
+
+def test_a_full_disk_during_index_build_is_one_line(built, tmp_path, capsys, tiny_dir, monkeypatch):
+    """safetensors reports ENOSPC inside its own error type; the CLI still gives one line."""
+    from ralm.retrieval.encoders import DualEncoder
+
+    def full(self, path):
+        raise RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(DualEncoder, "save", full)
+    code, _, err = run(capsys, "index", "build", built / "store", "--out", tmp_path / "i", "--encoder", tiny_dir,
+                       "--quiet")  # fmt: skip
+    assert code == 2 and len(err) == 1 and err[0].startswith("ralm: error: no space left on device (RuntimeError)")

@@ -20,7 +20,7 @@ from typing import Any
 
 from ralm.corpus.types import Article, LinkSpan
 from ralm.corpus.wiki import iter_wiki_dump, normalize_title, open_binary
-from ralm.errors import CorpusError
+from ralm.errors import CorpusError, check_json_text
 
 __all__ = ["FORMATS", "detect_format", "iter_articles", "iter_jsonl", "iter_text"]
 
@@ -130,6 +130,7 @@ def _jsonl_record(line: str, where: str) -> Article | None:
         raise CorpusError(
             f'{where}: expected a JSON object with "title" and "text", got {type(obj).__name__}'
         )
+    check_json_text(obj, line, where, CorpusError)
     text = obj.get("text")
     if not isinstance(text, str):
         what = "missing" if text is None else f"a {type(text).__name__}, not a string"

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ralm.errors import RalmError
+from ralm.errors import RalmError, check_json_text
 from ralm.retrieval.base import Retriever, SearchResult
 from ralm.retrieval.evaluate import hit_matrix, recall_at_k
 from ralm.retrieval.measures import DEFAULT_MEASURES, hubness, pooled_qrels, rank_measures
@@ -51,6 +51,7 @@ def load_qa(spec: str, store) -> list[tuple[str, list[str]]]:
             continue
         try:
             obj = json.loads(line)
+            check_json_text(obj, line, f"{path}:{n}")
             answers = obj["answers"]
             if isinstance(answers, str) or not isinstance(answers, list):
                 raise TypeError("answers must be a list of strings")

@@ -202,7 +202,13 @@ def verify_index_dir(path: str | os.PathLike) -> Report:
         check(path, {k: v for k, v in files.items() if k.startswith(ENCODER_DIR + "/")})
         for rel, target in (manifest.get("links") or {}).items():
             p = path / rel
-            if not p.is_symlink():
+            if not p.is_symlink() and p.is_dir():  # copied with the link followed (cp -rL, copytree)
+                src = (Path(rel).parent / target).as_posix()
+                check(
+                    path,
+                    {f"{rel}/{k[len(src) + 1 :]}": v for k, v in files.items() if k.startswith(src + "/")},
+                )
+            elif not p.is_symlink():
                 rep.problems.append(f"{p}: missing (a symlink to {target})")
             elif os.readlink(p) != target:
                 rep.problems.append(f"{p}: a symlink to {os.readlink(p)}, expected one to {target}")

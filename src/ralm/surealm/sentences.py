@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ralm.errors import RalmError
+from ralm.errors import RalmError, check_json_text
 
 SPLITS = ("train", "valid", "test")
 _SPACE = re.compile(r"\s+")
@@ -124,6 +124,7 @@ def _from_jsonl(path: Path) -> Iterator[tuple[str, str, str | None]]:
                 raise RalmError(f"{path}:{n}: not JSON ({exc.msg}); write one object per line") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise RalmError(f'{path}:{n}: needs a "text" string (optional "group", "split")')
+            check_json_text(obj, line, f"{path}:{n}")
             if not obj["text"].strip():
                 raise RalmError(f'{path}:{n}: empty "text"; drop the line or give the sentence')
             split = obj.get("split")

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ralm.errors import RalmError
+from ralm.errors import RalmError, check_json_text
 
 
 def check_file(path: Path) -> None:
@@ -67,11 +67,13 @@ def blocks(text: str) -> Iterator[list[tuple[int, str]]]:
 
 def load_json(path: Path, text: str) -> Any:
     try:
-        return json.loads(text)
+        obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RalmError(
             f"{path}:{exc.lineno}: malformed JSON ({exc.msg}, column {exc.colno}); fix the file"
         ) from None
+    check_json_text(obj, text, str(path))
+    return obj
 
 
 def _json_records(path: Path, text: str) -> list[tuple[str, dict]]:
@@ -113,6 +115,7 @@ def _jsonl_records(path: Path, text: str) -> list[tuple[str, dict]]:
             ) from None
         if not isinstance(obj, dict):
             raise RalmError(f"{path}:{lineno}: expected a JSON object, found a {type(obj).__name__}")
+        check_json_text(obj, line, f"{path}:{lineno}")
         out.append((f"{path}:{lineno}", obj))
     return out
 
