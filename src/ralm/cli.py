@@ -83,10 +83,9 @@ def disk_full(exc: BaseException) -> str | None:
     or a library error that wraps one in its message, as safetensors does), else None."""
     import errno
 
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
+    from ralm.errors import exception_chain
+
+    for e in exception_chain(exc):
         text = str(e)
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             where = f" writing {e.filename}" if e.filename else ""
@@ -97,7 +96,6 @@ def disk_full(exc: BaseException) -> str | None:
                 f"no space left on device ({type(e).__name__}); free space and rerun "
                 "(an interrupted build resumes or leaves the old one intact)"
             )
-        e = e.__cause__ or e.__context__
     return None
 
 

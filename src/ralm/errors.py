@@ -16,6 +16,16 @@ class CorpusError(RalmError):
     """Malformed or unusable corpus input (dump, JSONL, text, DocStore)."""
 
 
+def exception_chain(exc: BaseException):
+    """`exc`, then its __cause__ (else __context__), and so on, each once (cycles stop)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
 def check_json_text(obj: object, raw: str, where: str, error: type[RalmError] = RalmError) -> None:
     """Raise `error` if parsed JSON `obj` holds a lone UTF-16 surrogate (a "\\ud800" escape with no
     pair), which Python's json accepts but no UTF-8 writer or tokenizer can handle.

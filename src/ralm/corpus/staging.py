@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ralm.corpus.docstore import MANIFEST
-from ralm.errors import CorpusError, RalmError
+from ralm.errors import CorpusError, RalmError, exception_chain
 from ralm.locks import holder, pid_alive, writer_lock
 
 _DISK_FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded on"}
@@ -46,14 +46,7 @@ def mount_point(path: Path) -> Path:
 def disk_full_cause(exc: BaseException) -> OSError | None:
     """The ENOSPC/EDQUOT OSError in `exc` or its cause/context chain (pyarrow's "Operation on closed
     file" after a failed write is chained to the write's error), or None."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in _DISK_FULL:
-            return e
-        e = e.__cause__ or e.__context__
-    return None
+    return next((e for e in exception_chain(exc) if isinstance(e, OSError) and e.errno in _DISK_FULL), None)
 
 
 def disk_full_error(out: Path, cause: OSError) -> CorpusError:

@@ -23,6 +23,7 @@ def verify_run(run_dir: str | os.PathLike) -> tuple[list[str], list[str], int]:
     from ralm.realm.checkpoint import finished_checkpoints, read_state
     from ralm.realm.run import read_run_config
     from ralm.retrieval.index_io import verify_index_files
+    from ralm.train.logging import read_metric_rows
 
     run = Path(run_dir)
     if not run.is_dir():
@@ -45,7 +46,10 @@ def verify_run(run_dir: str | os.PathLike) -> tuple[list[str], list[str], int]:
     metrics = run / "metrics.jsonl"
     if metrics.is_file():
         checked += 1
-        problems += _metric_problems(metrics, notes)
+        try:
+            read_metric_rows(metrics, note=lambda m: notes.append(m + " (`--resume` does the same)"))
+        except RalmError as exc:
+            problems.append(str(exc))
     ckpts = finished_checkpoints(run)
     if not ckpts:
         notes.append(f"{run}: no finished checkpoint yet")
@@ -68,17 +72,3 @@ def verify_run(run_dir: str | os.PathLike) -> tuple[list[str], list[str], int]:
             checked += 1
             problems += verify_index_files(vdir)
     return problems, notes, checked
-
-
-def _metric_problems(path: Path, notes: list[str]) -> list[str]:
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), start=1) if ln.strip()]
-    for j, (n, ln) in enumerate(lines):
-        try:
-            json.loads(ln)
-        except json.JSONDecodeError:
-            if j == len(lines) - 1 and not text.endswith("\n"):
-                notes.append(f"{path}: line {n} is incomplete (a crash mid-write); `--resume` drops it")
-                return []
-            return [f"{path}: line {n} is not valid JSON"]
-    return []

@@ -25,8 +25,9 @@ def warn(message: str) -> None:
     print(f"ralm: warning: {message}", file=sys.stderr, flush=True)
 
 
-def read_metric_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The JSON objects of a metrics.jsonl, in order (see the module docstring)."""
+def read_metric_rows(path: str | os.PathLike, note=warn) -> list[dict[str, Any]]:
+    """The JSON objects of a metrics.jsonl, in order (see the module docstring); a torn final
+    line is dropped and reported to `note` (a warning on stderr by default)."""
     p = Path(path)
     text = p.read_text(encoding="utf-8", errors="replace")
     lines = [(n, ln) for n, ln in enumerate(text.splitlines(), start=1) if ln.strip()]
@@ -36,7 +37,7 @@ def read_metric_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
             row = json.loads(ln)
         except json.JSONDecodeError as exc:
             if j == len(lines) - 1 and not text.endswith("\n"):  # a write the crash cut short
-                warn(f"{p}: line {n} is incomplete (cut off by a crash); dropped it")
+                note(f"{p}: line {n} is incomplete (cut off by a crash); dropped it")
                 break
             raise RalmError(f"{p}: line {n} is not valid JSON ({exc.msg}); fix or delete that line") from None
         if not isinstance(row, dict):
