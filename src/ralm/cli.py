@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     from ralm.frozen import cli as frozen_cli
 
     frozen_cli.register(sub)
+    from ralm.luke import cli as luke_cli
+
+    luke_cli.register(sub)
+    from ralm.serve import cli as serve_cli
+
+    serve_cli.register(sub)
     try:  # the lecture's LMs; optional while that subpackage is being built
         from ralm.lm import cli as lm_cli
     except ImportError:

@@ -1,0 +1,1 @@
+"""LUKE / DaLUKE: entity-aware self-attention over word and entity tokens (being built)."""
