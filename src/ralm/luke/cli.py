@@ -1,9 +1,29 @@
-"""`ralm luke ...` subcommands (being built)."""
+"""`ralm luke ...`: LUKE/DaLUKE pre-training, NER by span classification, Hugging Face export.
+
+The group only wires the subcommands; each lives beside the code it calls:
+`pretrain` in ralm.luke.pretrain_cli, `ner` in ralm.luke.ner_cli, `export` in ralm.luke.export_cli.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+__all__ = ["register"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `luke` to the top-level parser (nothing yet)."""
+    """Add `luke` and its subcommands to the top-level parser."""
+    from ralm.luke import export_cli, ner_cli, pretrain_cli
+
+    p = sub.add_parser(
+        "luke",
+        help="LUKE/DaLUKE entity-aware models: pretrain, ner, export",
+        description="Entity-aware self-attention over word and entity tokens (LUKE; DaLUKE with a "
+        "reduced entity dimension): masked word + entity pre-training on a DocStore, NER by span "
+        "classification, export as a Hugging Face LUKE model.",
+    )
+    group = p.add_subparsers(dest="luke_command", metavar="SUBCOMMAND")
+    pretrain_cli.register(group)
+    ner_cli.register(group)
+    export_cli.register(group)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
