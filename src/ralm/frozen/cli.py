@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "retrieved chunks in front of the context: in-context (Ram et al. 2023: top-1 chunk every "
         "stride tokens, queried with the last --query-tokens tokens; --rerank M picks among the top M "
         "by the LM's own likelihood of the recent tokens) and replug (Shi et al. 2023: the top-k "
-        "chunks in separate passes, mixed with softmax(score / temperature) weights). kNN-LM is not "
-        "offered here: ralm's kNN-LM (surealm evaluate --knnlm) needs a SUREALM data store.",
+        "chunks in separate passes, mixed with softmax(score / temperature) weights); knnlm "
+        "(Khandelwal et al. 2020: the k nearest context vectors in a data store of the same LM over a "
+        "corpus, `ralm lm-datastore`, interpolated with weight --knn-lambda).",
     )
     p.add_argument(
         "lm", nargs="?", default=None, help="smollm2 (default), a causal LM directory or a .gguf file"
@@ -60,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mode",
         nargs="+",
-        choices=["none", "in-context", "replug"],
+        choices=["none", "in-context", "replug", "knnlm"],
         default=None,
         help="one or more (default: in-context with a retriever, else none)",
     )
@@ -93,11 +94,61 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-tokens", type=int, default=None, help="evaluate the first N tokens (cut at a word boundary)"
     )
+    p.add_argument("--datastore", type=Path, default=None, help="knnlm: a data store (ralm lm-datastore)")
+    p.add_argument("--knn-k", type=int, default=1024, help="knnlm: neighbours searched (default 1024)")
+    p.add_argument("--knn-lambda", type=float, default=0.25, help="knnlm: weight of p_kNN (default 0.25)")
+    p.add_argument(
+        "--knn-temperature", type=float, default=1.0, help="knnlm: softmax(-distance / T) (default 1)"
+    )
+    _common(p)
+    p.set_defaults(func=run)
+
+    d = sub.add_parser(
+        "lm-datastore",
+        help="a kNN-LM data store of a frozen causal LM over a DocStore (for lm-eval --mode knnlm)",
+        description="Runs the LM over every article of a DocStore (chunks joined, sliding windows of "
+        "--max-length tokens advancing by --stride) and stores, for every token after an article's "
+        "first, the context vector that predicted it (float16) and the token: Khandelwal et al. 2020.",
+    )
+    d.add_argument("lm", nargs="?", default="smollm2", help="smollm2 (default), a causal LM dir or .gguf")
+    d.add_argument("--corpus", type=Path, required=True, help="the DocStore to store")
+    d.add_argument("--out", type=Path, required=True, help="the data store directory to write")
+    d.add_argument("--gguf-file", default=None, help="the .gguf file inside LM's directory")
+    d.add_argument("--max-length", type=int, default=512, help="LM input tokens (default 512)")
+    d.add_argument("--stride", type=int, default=256, help="window advance (default 256)")
+    d.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    _common(d)
+    d.set_defaults(func=run_datastore)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, ...")
     p.add_argument("--autocast", default="auto", help="auto (bf16 where native), bf16 or off (float32)")
     p.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per forward batch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+
+
+def run_datastore(args: argparse.Namespace) -> int:
+    from ralm.corpus.docstore import DocStore
+    from ralm.frozen.datastore import build_datastore
+    from ralm.frozen.lm import load_frozen_lm
+
+    if args.batch_tokens < 1:
+        raise RalmError(f"--batch-tokens {args.batch_tokens}: must be positive")
+    if args.out.exists() and not args.overwrite:
+        raise RalmError(f"{args.out}: exists; pass --overwrite to replace it")
+    store = DocStore(args.corpus)
+    log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
+    lm = load_frozen_lm(args.lm, gguf_file=args.gguf_file, device=args.device, autocast=args.autocast)
+    meta = build_datastore(
+        lm, store, args.out, max_length=args.max_length, stride=args.stride,
+        batch_tokens=args.batch_tokens, overwrite=args.overwrite, log=log,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps({k: v for k, v in meta.items() if k != "files"}, indent=2))
+    else:
+        print(f"{args.out}: {meta['entries']:,} entries, {meta['articles']:,} articles, {meta['seconds']} s")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,9 +167,12 @@ def run(args: argparse.Namespace) -> int:
         raise RalmError("give the LM once: as LM or as --lm")
     spec = args.lm_option or args.lm or "smollm2"
     retrieving = args.index is not None or args.corpus is not None
-    modes = args.mode or (["in-context"] if retrieving else ["none"])
-    if any(m != "none" for m in modes) and not retrieving:
-        raise RalmError(f"mode {next(m for m in modes if m != 'none')} needs --index INDEX or --corpus STORE")
+    modes = args.mode or (["in-context"] if retrieving else ["knnlm"] if args.datastore else ["none"])
+    needs = [m for m in modes if m in ("in-context", "replug")]
+    if needs and not retrieving:
+        raise RalmError(f"mode {needs[0]} needs --index INDEX or --corpus STORE")
+    if "knnlm" in modes and args.datastore is None:
+        raise RalmError("mode knnlm needs --datastore DIR (build one with `ralm lm-datastore`)")
     if args.batch_tokens < 1:
         raise RalmError(f"--batch-tokens {args.batch_tokens}: must be positive")
     if not args.text.is_file():  # before the LM takes its time to load
@@ -141,17 +195,20 @@ def run(args: argparse.Namespace) -> int:
             temperature=args.temperature,
             rerank=args.rerank,
             rerank_tokens=args.rerank_tokens,
+            knn_k=args.knn_k,
+            knn_lambda=args.knn_lambda,
+            knn_temperature=args.knn_temperature,
             batch_tokens=args.batch_tokens,
         )
         for mode in modes
         for stride in args.stride
     ]
     for cfg in cfgs:  # every row's options, before the retriever is loaded
-        check_config(cfg, lm, len(text), retrieving)
+        check_config(cfg, lm, len(text), args.datastore is not None if cfg.mode == "knnlm" else retrieving)
 
     retrieval, excluded, excluded_titles, info = None, [], [], ""
     t_ret = 0.0
-    if retrieving and any(m != "none" for m in modes):
+    if needs:
         t0 = time.perf_counter()
         store, retriever, info = open_retriever(
             index=args.index, corpus=args.corpus, kind=args.retriever, lang=args.lang, log=log
@@ -167,7 +224,13 @@ def run(args: argparse.Namespace) -> int:
         if excluded:
             log(f"excluded {len(excluded)} article(s) from retrieval: {', '.join(excluded_titles[:10])}")
 
-    rows = [evaluate(lm, text, cfg, retrieval if cfg.mode != "none" else None).as_dict() for cfg in cfgs]
+    datastore, knn_excluded = None, []
+    if "knnlm" in modes:
+        datastore, knn_excluded = _open_datastore(args, lm, text, log)
+    rows = [
+        evaluate(lm, text, cfg, retrieval if cfg.mode in needs else None, datastore, knn_excluded).as_dict()
+        for cfg in cfgs
+    ]
     out = {
         "lm": lm.name,
         "dtype": lm.dtype_name,
@@ -177,6 +240,8 @@ def run(args: argparse.Namespace) -> int:
         "retriever": info,
         "excluded_articles": excluded_titles,
         "excluded_chunks": 0 if retrieval is None else int(len(retrieval.exclude_ids)),
+        "datastore": None if datastore is None else str(datastore.root),
+        "datastore_excluded_articles": len(knn_excluded),
         "load_seconds": {"lm": t_lm, "retriever": t_ret},
         "rows": rows,
     }
@@ -185,6 +250,32 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_table(out))
     return 0
+
+
+def _open_datastore(args: argparse.Namespace, lm, text, log) -> tuple:
+    """The data store (checked against the LM) and the articles of its corpus to leave out."""
+    from ralm.corpus.docstore import DocStore
+    from ralm.frozen.datastore import Datastore
+    from ralm.frozen.exclusion import article_titles, articles_by_title, overlapping_articles
+
+    ds = Datastore(args.datastore)
+    ds.check(lm)
+    corpus = Path(ds.meta["corpus"])
+    if not corpus.is_dir():
+        raise RalmError(
+            f"{args.datastore}: its corpus {corpus} is gone; the text's articles cannot be excluded"
+        )
+    store = DocStore(corpus)
+    if store.fingerprint != ds.meta["corpus_fingerprint"]:
+        raise RalmError(f"{corpus}: changed since {args.datastore} was built; rebuild the data store")
+    arts = set(articles_by_title(store, args.exclude_article))
+    if args.exclude == "auto":
+        arts |= set(overlapping_articles(store, text.text, args.overlap_ngram))
+    if arts:
+        log(
+            f"data store: excluded {len(arts)} article(s): {', '.join(article_titles(store, sorted(arts))[:10])}"
+        )
+    return ds, sorted(arts)
 
 
 def _table(out: dict) -> str:
@@ -201,6 +292,7 @@ def _table(out: dict) -> str:
             "none": "-",
             "in-context": f"1/{r['rerank']}" if r["rerank"] > 1 else "1",
             "replug": str(r["k"]),
+            "knnlm": f"k{r['knn_k']}",
         }
         lines.append(
             f"{r['mode']:<11} {r['stride']:>6} {ndocs[r['mode']]:>5} {r['token_ppl']:>10.3f} {r['word_ppl']:>10.3f} "

@@ -12,6 +12,9 @@ All modes score the same tokens (1..N-1 of the text, each once) on the same bloc
   scores the block, as in their code).
 * ``replug`` (Shi et al. 2023): each of the top-k chunks is prepended in its own forward pass,
   and p(y) = sum_k softmax(scores / temperature)_k p(y | chunk_k + context).
+* ``knnlm`` (Khandelwal et al. 2020): the passes of ``none``, and each position's context vector
+  searched in a data store (ralm.frozen.datastore) of the same LM over a corpus:
+  p(y) = knn_lambda p_kNN(y) + (1 - knn_lambda) p_LM(y). The text's articles are left out.
 
 A block whose query is empty (the first one) or finds nothing is scored without a document.
 Cost: one search call for all blocks, then forward passes packed into batches; with retrieval
@@ -24,17 +27,19 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from ralm.errors import RalmError
+from ralm.frozen.datastore import Datastore, KnnScores, knn_label_probs
 from ralm.frozen.lm import FrozenLM, ScoreJob
 from ralm.frozen.retrieve import DocTokens, Hit, query_text, search_blocks
 from ralm.frozen.text import EvalText
 from ralm.frozen.windows import Block, context_start, query_range, window_blocks
 
-MODES = ("none", "in-context", "replug")
+MODES = ("none", "in-context", "replug", "knnlm")
 DEFAULT_MAX_LENGTH = 1024
 
 __all__ = ["MODES", "EvalConfig", "EvalResult", "Retrieval", "check_config", "evaluate"]
@@ -53,6 +58,9 @@ class EvalConfig:
     temperature: float = 1.0
     rerank: int = 1
     rerank_tokens: int = 16
+    knn_k: int = 1024
+    knn_lambda: float = 0.25
+    knn_temperature: float = 1.0
     batch_tokens: int = 8192
 
 
@@ -83,6 +91,7 @@ class EvalResult:
     per_token: np.ndarray = field(repr=False)
     block_docs: list[list[int]] = field(repr=False)
     block_list: list[Block] = field(repr=False)
+    knn: KnnScores | None = field(default=None, repr=False)  # knnlm: tokens 1..N-1, any lambda
 
     @property
     def token_ppl(self) -> float:
@@ -124,6 +133,15 @@ def check_config(cfg: EvalConfig, lm: FrozenLM, n: int, retrieval: bool) -> int:
     if n < 2:
         raise RalmError(f"the text has {n} token(s); at least 2 are needed to score one")
     if cfg.mode == "none":
+        return max_len
+    if cfg.mode == "knnlm":
+        if not retrieval:
+            raise RalmError("mode knnlm needs a data store: pass --datastore DIR (`ralm lm-datastore`)")
+        if cfg.knn_k < 1 or not 0.0 <= cfg.knn_lambda <= 1.0 or not cfg.knn_temperature > 0:
+            raise RalmError(
+                f"--knn-k {cfg.knn_k} / --knn-lambda {cfg.knn_lambda} / --knn-temperature "
+                f"{cfg.knn_temperature}: need k >= 1, 0 <= lambda <= 1, temperature > 0"
+            )
         return max_len
     if not retrieval:
         raise RalmError(f"mode {cfg.mode} needs a retriever: pass --index INDEX or --corpus STORE")
@@ -174,13 +192,26 @@ class _Spec:
         )
 
 
-def evaluate(lm: FrozenLM, text: EvalText, cfg: EvalConfig, retrieval: Retrieval | None = None) -> EvalResult:
-    """Score every token 1..N-1 of `text` under `cfg` (see the module docstring)."""
+def evaluate(
+    lm: FrozenLM,
+    text: EvalText,
+    cfg: EvalConfig,
+    retrieval: Retrieval | None = None,
+    datastore: Datastore | None = None,
+    exclude_articles: Sequence[int] = (),
+) -> EvalResult:
+    """Score every token 1..N-1 of `text` under `cfg` (see the module docstring); `datastore` and
+    `exclude_articles` (its articles never searched) are for mode knnlm."""
     t_start = time.perf_counter()
     n = len(text)
-    max_len = check_config(cfg, lm, n, retrieval is not None)
+    knn = cfg.mode == "knnlm"
+    max_len = check_config(cfg, lm, n, (datastore if knn else retrieval) is not None)
     ids = np.asarray(text.ids, dtype=np.int64)
-    blocks = window_blocks(n, max_len, cfg.stride, split_first=cfg.mode != "none")
+    if knn:
+        assert datastore is not None
+        datastore.check(lm)
+        retrieval = None
+    blocks = window_blocks(n, max_len, cfg.stride, split_first=cfg.mode not in ("none", "knnlm"))
     hits: list[list[Hit]] = [[] for _ in blocks]
     t_search = t_docs = 0.0
     if retrieval is not None and cfg.mode != "none":
@@ -230,8 +261,24 @@ def evaluate(lm: FrozenLM, text: EvalText, cfg: EvalConfig, retrieval: Retrieval
             owners[-1].append(len(specs) - 1)
 
     t0 = time.perf_counter()
-    scored = lm.score([sp.job(ids) for sp in specs], cfg.batch_tokens)
+    if knn:
+        scored, hidden = lm.score_hidden([sp.job(ids) for sp in specs], cfg.batch_tokens)
+    else:
+        scored = lm.score([sp.job(ids) for sp in specs], cfg.batch_tokens)
     t_lm = time.perf_counter() - t0
+    knn_scores = None
+    if knn:  # every pass scores consecutive tokens: concatenated, they are tokens 1..N-1 in order
+        assert datastore is not None
+        t1 = time.perf_counter()
+        dist, vals = datastore.search(np.concatenate(hidden), cfg.knn_k, exclude_articles)
+        t_search = time.perf_counter() - t1
+        p_knn = knn_label_probs(dist, vals == ids[1:, None], cfg.knn_temperature)
+        knn_scores = KnnScores(np.concatenate(scored), p_knn)
+        mixed = knn_scores.logp(cfg.knn_lambda)
+        at = 0
+        for i in range(len(specs)):
+            scored[i] = mixed[at : at + len(scored[i])]
+            at += len(scored[i])
 
     per_token = np.full(n, np.nan)
     block_docs: list[list[int]] = []
@@ -268,4 +315,5 @@ def evaluate(lm: FrozenLM, text: EvalText, cfg: EvalConfig, retrieval: Retrieval
         per_token=per_token,
         block_docs=block_docs,
         block_list=blocks,
+        knn=knn_scores,
     )

@@ -156,12 +156,30 @@ class FrozenLM:
         with quiet_transformers():
             return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
 
-    @torch.inference_mode()
     def score(self, jobs: list[ScoreJob], batch_tokens: int = 8192) -> list[np.ndarray]:
         """log p(labels) (P,) float64 of every job, in the order given (see the module docstring)."""
+        return self._run(jobs, batch_tokens, hidden=False)[0]
+
+    def score_hidden(
+        self, jobs: list[ScoreJob], batch_tokens: int = 8192
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """`score` plus, per job, the (P, H) float32 context vectors of its positions: the final
+        hidden state the output layer reads (after the final norm), kNN-LM's key."""
+        return self._run(jobs, batch_tokens, hidden=True)
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the context vectors `score_hidden` returns."""
+        return int(self.model.config.hidden_size)
+
+    @torch.inference_mode()
+    def _run(
+        self, jobs: list[ScoreJob], batch_tokens: int, hidden: bool
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         from ralm.retrieval.encoders import autocast_context
 
         out: list[np.ndarray] = [np.empty(0)] * len(jobs)
+        hid: list[np.ndarray] = [np.empty((0, 0), dtype=np.float32)] * len(jobs)
         order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i].input_ids))
         i = 0
         while i < len(order):
@@ -183,6 +201,7 @@ class FrozenLM:
             cc = torch.as_tensor(np.concatenate(cols))
             yy = torch.as_tensor(np.concatenate(labels)).to(self.device)
             x = x.to(self.device)
+            h = None
             with autocast_context(self.device, self.autocast):
                 if self.fast:
                     h = self.base(input_ids=x, use_cache=False).last_hidden_state[rr, cc]
@@ -192,14 +211,19 @@ class FrozenLM:
                     ]
                     lp = torch.cat(parts) if parts else torch.empty(0)
                 else:
-                    logits = self.model(input_ids=x, use_cache=False).logits[rr, cc]
-                    lp = self._label_logprobs(logits, yy)
+                    res = self.model(input_ids=x, use_cache=False, output_hidden_states=hidden)
+                    lp = self._label_logprobs(res.logits[rr, cc], yy)
+                    if hidden:
+                        h = res.hidden_states[-1][rr, cc]
             lp = lp.double().cpu().numpy()
+            hs = h.float().cpu().numpy() if hidden and h is not None else None
             start = 0
             for j, c in zip(batch, cols, strict=True):
                 out[j] = lp[start : start + len(c)]
+                if hs is not None:
+                    hid[j] = hs[start : start + len(c)]
                 start += len(c)
-        return out
+        return out, hid
 
     @staticmethod
     def _label_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
