@@ -64,17 +64,9 @@ def flag_help(name: str) -> str:
     return text if default in (None, "") else f"{text} (default: {default})"
 
 
-def _parse_value(text: str):
-    from ralm.realm.config import tomllib
-
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text  # a bare string
-
-
 def config_from_args(args: argparse.Namespace):
     from ralm.realm.config import PretrainConfig, check_setting
+    from ralm.typed_config import parse_value
 
     overrides: dict = {}
     for name in FLAGS:
@@ -91,7 +83,7 @@ def config_from_args(args: argparse.Namespace):
         if not key.startswith("masking.") and key not in known:
             raise RalmError(f"--set {key}: unknown setting; known: {', '.join(sorted(known))}")
         try:
-            value = check_setting(key, _parse_value(val))
+            value = check_setting(key, parse_value(val))
         except RalmError as exc:
             msg = str(exc)
             if msg.startswith(f"{key} = "):  # the value as typed, not as parsed
@@ -106,28 +98,16 @@ def config_from_args(args: argparse.Namespace):
     return PretrainConfig.from_dict({**overrides, "masking": masking}, source="command line")
 
 
-def _without_nproc(argv: list[str]) -> list[str]:
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a == "--nproc":
-            skip = True
-        elif not a.startswith("--nproc="):
-            out.append(a)
-    return out
-
-
 def cmd_pretrain(args: argparse.Namespace) -> int:
     import os
     import subprocess
 
     from ralm.realm.config import CONFIG_FILE, PretrainConfig
     from ralm.realm.trainer import pretrain
-    from ralm.train.distributed import torchrun_command
+    from ralm.train.distributed import torchrun_command, without_nproc
 
     if args.nproc is not None and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        cmd = torchrun_command(args.nproc, _without_nproc(args.argv))
+        cmd = torchrun_command(args.nproc, without_nproc(args.argv))
         print("launching: " + " ".join(cmd), flush=True)
         return subprocess.run(cmd, check=False).returncode
 

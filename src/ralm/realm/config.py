@@ -9,23 +9,15 @@ seed 42, score scaled by 1/sqrt(d)); batch size and steps are laptop-sized.
 
 from __future__ import annotations
 
-import functools
 import os
-import sys
-import types
-import typing
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ralm.errors import RalmError
 from ralm.realm.masking import MaskingConfig
 from ralm.realm.options import CHOICES, HELP, MODES, NULL_DOCS, QUERY_MASKS
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from ralm.typed_config import describe, fit, hints, show, toml_line, tomllib
 
 CONFIG_FILE = "config.toml"
 
@@ -177,8 +169,8 @@ class PretrainConfig:
     def to_toml(self) -> str:
         d = self.to_dict()
         masking = d.pop("masking")
-        lines = [_toml_line(k, v) for k, v in d.items() if v is not None]
-        lines += ["", "[masking]"] + [_toml_line(k, v) for k, v in masking.items() if v is not None]
+        lines = [toml_line(k, v) for k, v in d.items() if v is not None]
+        lines += ["", "[masking]"] + [toml_line(k, v) for k, v in masking.items() if v is not None]
         return "\n".join(lines) + "\n"
 
     def save(self, run_dir: str | os.PathLike) -> Path:
@@ -198,12 +190,12 @@ def check_setting(key: str, value: Any) -> Any:
     (`from_dict` reports them)."""
     if key.startswith("masking."):
         name = key.removeprefix("masking.")
-        hints = _hints(MaskingConfig)
-        if name not in hints:
-            raise RalmError(f"{key}: unknown [masking] setting; known: {', '.join(sorted(hints))}")
-        tp = hints[name]
+        known = hints(MaskingConfig)
+        if name not in known:
+            raise RalmError(f"{key}: unknown [masking] setting; known: {', '.join(sorted(known))}")
+        tp = known[name]
     else:
-        tp = _hints(PretrainConfig).get(key)
+        tp = hints(PretrainConfig).get(key)
         if tp is None:
             return value
     if tp is MaskingConfig:
@@ -213,99 +205,9 @@ def check_setting(key: str, value: Any) -> Any:
             }
             return MaskingConfig(**checked)
         if not isinstance(value, dict):
-            raise RalmError(f"{key} = {_show(value)}: expected a [masking] table")
+            raise RalmError(f"{key} = {show(value)}: expected a [masking] table")
         return {k: check_setting(f"masking.{k}", v) for k, v in value.items()}
-    ok, out = _fit(tp, value)
+    ok, out = fit(tp, value)
     if not ok:
-        raise RalmError(f"{key} = {_show(value)}: expected {_describe(tp)}")
+        raise RalmError(f"{key} = {show(value)}: expected {describe(tp)}")
     return out
-
-
-@functools.cache
-def _hints(cls) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _fit(tp: Any, v: Any) -> tuple[bool, Any]:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if v is None:
-            return type(None) in args, v
-        for a in args:
-            if a is not type(None):
-                ok, out = _fit(a, v)
-                if ok:
-                    return True, out
-        return False, v
-    if tp is bool:
-        return isinstance(v, bool), v
-    if tp is int:
-        return isinstance(v, int) and not isinstance(v, bool), v
-    if tp is float:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-        return ok, float(v) if ok else v
-    if tp is str:
-        return isinstance(v, str), v
-    if origin in (list, tuple):
-        if not isinstance(v, (list, tuple)):
-            return False, v
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(v) != len(args):
-                return False, v
-            elem = list(args)
-        else:
-            elem = [args[0] if args else Any] * len(v)
-        fitted = [_fit(t, x) for t, x in zip(elem, v, strict=True)]
-        if not all(ok for ok, _ in fitted):
-            return False, v
-        return True, origin(x for _, x in fitted)
-    if tp is Any:
-        return True, v
-    if is_dataclass(tp):
-        return isinstance(v, (tp, dict)), v
-    return True, v  # an annotation this check does not know: the field's own checks decide
-
-
-_PLURAL = {int: "integers", float: "numbers", str: "strings", bool: "true/false values"}
-
-
-def _describe(tp: Any) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in args if a is not type(None))
-    if origin in (list, tuple):
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(set(args)) == 1:
-                return f"a list of {len(args)} {_PLURAL.get(args[0], 'values')}"
-            return f"a list of {len(args)} values"
-        return f"a list of {_PLURAL.get(args[0], 'values') if args else 'values'}"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        tp, getattr(tp, "__name__", str(tp))
-    )
-
-
-def _show(v: Any) -> str:
-    """A value as the error quotes it: 'ten', 3, true, [1, 'a']."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_show(x) for x in v) + "]"
-    if v is None:
-        return "none"
-    return repr(v)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _toml_line(k: str, v: Any) -> str:
-    return f"{k} = {_toml_value(v)}"

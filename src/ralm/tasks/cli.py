@@ -12,7 +12,7 @@ from pathlib import Path
 from ralm.tasks.types import TASKS
 
 
-def _seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int]:
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
@@ -80,7 +80,7 @@ def register(sub) -> None:
     p.add_argument("--dev", help="dev split file or directory")
     p.add_argument("--test", help="test split file or directory")
     p.add_argument("--test-fraction", type=float, help="carve a test split out of train when there is none")
-    p.add_argument("--seeds", type=_seeds, help="comma-separated seeds, e.g. 1,2,3,4,5 (default 42)")
+    p.add_argument("--seeds", type=parse_seeds, help="comma-separated seeds, e.g. 1,2,3,4,5 (default 42)")
     p.add_argument("--epochs", type=float)
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
     p.add_argument("--batch-size", type=int)

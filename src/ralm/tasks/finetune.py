@@ -149,12 +149,14 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, fl
     return out
 
 
-def _prepare_out(out: Path, overwrite: bool) -> Path:
+def prepare_out(out: Path, overwrite: bool) -> Path:
+    """A fresh temporary sibling of `out` to write a fine-tuning job into (renamed over `out` at the
+    end); RalmError when `out` exists without `overwrite`, or is not a fine-tuning output."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not overwrite:
             raise RalmError(f"{out}: exists; choose another --out or pass --overwrite")
         if out.is_dir() and not (out / "results.json").is_file():
-            raise RalmError(f"{out}: exists and is not a `ralm finetune` output; refusing to overwrite it")
+            raise RalmError(f"{out}: exists and is not a fine-tuning output (no results.json); refusing to overwrite it")
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -188,7 +190,7 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
     if cfg.task in ("ner", "pos", "classify"):
         check_label_sets(data)
         labels = data.labels()
-    tmp = _prepare_out(out, cfg.overwrite)
+    tmp = prepare_out(out, cfg.overwrite)
     try:
         spec = prepare_init(cfg.model, tmp, retrieval=cfg.retrieval, index=cfg.index, retriever=cfg.retriever)
         write_init(spec, tmp, final=out)

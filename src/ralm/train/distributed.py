@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as tdist
 
-__all__ = ["Dist", "init_distributed", "peer_failure_message", "torchrun_command"]
+__all__ = ["Dist", "init_distributed", "peer_failure_message", "torchrun_command", "without_nproc"]
 
 
 @dataclass
@@ -156,6 +156,19 @@ def torchrun_command(nproc: int, argv: list[str]) -> list[str]:
         "ralm",
         *argv,
     ]
+
+
+def without_nproc(argv: list[str]) -> list[str]:
+    """`argv` less `--nproc N` / `--nproc=N`: what each torchrun worker is started with."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
+    return out
 
 
 def gather_rows(dist: Dist, local: np.ndarray) -> np.ndarray:
