@@ -7,7 +7,22 @@ cost? One table over the same tokens (ralm.frozen.evaluate):
   text context the retrieval rows keep: what losing D context tokens costs, without a document);
 * In-Context RALM, BM25 (English stopwords + Snowball stemmer), query = the last 32 tokens, top-1
   chunk (<= D tokens) in front, at strides 4, 16 and 64 (--no-s4 skips 4: it costs 4x stride 16);
-* REPLUG, the top 4 chunks, softmax(BM25 score / T) weights, at stride 64.
+* In-Context RALM at stride 16 with LM reranking of the top 4 by the last 16 tokens' likelihood;
+* REPLUG, the top 4 chunks, softmax(BM25 score / T) weights, at strides 64 and 16;
+* kNN-LM (Khandelwal et al. 2020): a data store of SmolLM2's context vectors over the same corpus
+  (`ralm lm-datastore`, windows of 512 advancing by 256, built under --work and reused), k = 1024;
+  lambda = 0.25 and T = 1 (the paper's WikiText-103 setting), and lambda/T tuned on the next 2,048
+  test tokens (disjoint from the evaluated ones).
+
+Same-subject rows (the corpus knows the text's subject, not the text): the corpus above plus the
+rest of the test set after the evaluated prefix, the partly evaluated article's remainder as an
+article of its own ("Title (rest)"), so retrieval can find the same subject without the evaluated
+sentences; the 13-gram exclusion still applies. In-Context RALM at strides 16 and 64 and REPLUG at
+stride 16 over it (`subject_*` rows).
+
+--keep-rows reuses the perplexities of rows already in benchmarks/results/frozen_lm.json when the
+set-up is the same (they are deterministic: a repeat gives the same NLL), so adding a row does not
+re-run the others; the timing rows (none and in-context at stride 16) always run.
 
 Data: the first --tokens SmolLM2 tokens of WikiText-2 raw test (../shared/data/wikitext2/raw,
 cut at a word boundary), read by path, never copied. Corpus, built under --work: WikiText-2 raw
@@ -29,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -79,6 +95,101 @@ def build_corpus(work: Path, log) -> Path:
     return store
 
 
+def build_subject_corpus(work: Path, base_sources: list[Path], rest: str, untitled: str, log) -> Path:
+    """The corpus of build_corpus plus the test set after the evaluated prefix (see the docstring)."""
+    from ralm.corpus.build import BuildConfig, build_docstore
+
+    store = work / "store-subject"
+    if (store / "manifest.json").is_file():
+        log(f"reusing {store}")
+        return store
+    src = work / "wikitext2-test-rest.jsonl"  # derived, under --work, outside the repository
+    with open(src, "w", encoding="utf-8") as f:
+        for t, x in wikitext_articles_from_lines(rest.splitlines(), untitled):
+            f.write(json.dumps({"title": t, "text": x}) + "\n")
+    cfg = BuildConfig(auto_annotate=False, dates=False)
+    build_docstore([*base_sources, src], store, cfg, progress=False, log=log)
+    return store
+
+
+def wikitext_articles_from_lines(lines: list[str], untitled: str = "(rest)") -> list[tuple[str, str]]:
+    """wikitext_articles over lines; text before the first heading is an article titled `untitled`."""
+    arts: list[tuple[str, list[str]]] = [(untitled, [])]
+    for line in lines:
+        m = HEADING.match(line)
+        if m:
+            arts.append((m.group(1).strip(), []))
+        else:
+            arts[-1][1].append(line)
+    out = [(t, "\n".join(x).strip()) for t, x in arts]
+    return [(t, x) for t, x in out if x]
+
+
+def row_dict(r) -> dict:
+    """The numbers of one evaluation row."""
+    return {
+        "token_ppl": round(r.token_ppl, 3),
+        "word_ppl": round(r.word_ppl, 3),
+        "seconds": round(r.seconds["total"], 1),
+        "retrieval_seconds": round(r.seconds["retrieval"], 2),
+        "tokens_per_s": round(r.tokens_per_s, 1),
+        "blocks_with_docs": r.blocks_with_docs,
+        "blocks": r.blocks,
+    }
+
+
+KNN_LAMBDAS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+KNN_TEMPERATURES = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
+
+
+def knn_rows(args, lm, store, text, test_full: str, excluded, row, log) -> dict:
+    """kNN-LM rows: the data store (built once under --work), lambda/T tuned on the next 2,048 test
+    tokens, then the evaluated tokens at the paper's setting and at the tuned one."""
+    from ralm.frozen.datastore import Datastore, build_datastore
+    from ralm.frozen.evaluate import EvalConfig, evaluate
+    from ralm.frozen.text import tokenize_eval_text
+
+    ds_dir = Path(args.work) / "datastore"
+    t0 = time.perf_counter()
+    if not (ds_dir / "datastore.json").is_file():
+        build_datastore(lm, store, ds_dir, max_length=args.max_length, stride=args.max_length // 2, log=log)
+    ds = Datastore(ds_dir)
+    t_build = ds.meta["seconds"]
+    # tuning tokens: the test text right after the evaluated prefix (no token in common)
+    tune = tokenize_eval_text(test_full[len(text.text) :].lstrip(), lm.tokenizer, 2048)
+    base = dict(max_length=args.max_length, stride=16, knn_k=1024)
+    t0 = time.perf_counter()
+    tuned = evaluate(lm, tune, EvalConfig(mode="knnlm", knn_lambda=0.25, **base), datastore=ds,
+                     exclude_articles=excluded)  # fmt: skip
+    grid = {}
+    for t in KNN_TEMPERATURES:
+        sc = tuned.knn.at_temperature(t)
+        for lam in KNN_LAMBDAS:
+            grid[(lam, t)] = -float(sc.logp(lam).sum()) / len(sc.lm_logp)
+    (lam, temp), best = min(grid.items(), key=lambda kv: kv[1])
+    t_tune = time.perf_counter() - t0
+    log(
+        f"kNN-LM tuned on {len(tune) - 1} later test tokens: lambda {lam}, T {temp} (ppl {math.exp(best):.3f})"
+    )
+    row("knnlm_k1024_s16_paper", EvalConfig(mode="knnlm", knn_lambda=0.25, knn_temperature=1.0, **base),
+        datastore=ds, exclude_articles=excluded)  # fmt: skip
+    row(f"knnlm_k1024_s16_tuned_l{lam}_t{temp:g}",
+        EvalConfig(mode="knnlm", knn_lambda=lam, knn_temperature=temp, **base),
+        datastore=ds, exclude_articles=excluded)  # fmt: skip
+    return {
+        "knnlm_datastore_entries": len(ds),
+        "knnlm_datastore_seconds": t_build,
+        "knnlm_datastore_tokens_per_s": round(len(ds) / t_build, 1) if t_build else None,
+        "knnlm_datastore_window": [ds.meta["max_length"], ds.meta["stride"]],
+        "knnlm_tuning_tokens": len(tune) - 1,
+        "knnlm_tuning_seconds": round(t_tune, 1),
+        "knnlm_tuned_lambda": lam,
+        "knnlm_tuned_temperature": temp,
+        "knnlm_tuning_ppl_lm_alone": round(math.exp(grid[(0.0, 1.0)]), 3),
+        "knnlm_tuning_ppl_best": round(math.exp(best), 3),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -90,6 +201,8 @@ def main() -> int:
     ap.add_argument("--no-s4", action="store_true", help="skip In-Context RALM at stride 4 (4x stride 16)")
     ap.add_argument("--autocast", default="auto", help="auto (bf16 where native; default) or off")
     ap.add_argument("--work", default="/tmp/ralm-bench-frozen", help="corpus build directory")
+    ap.add_argument("--keep-rows", action="store_true", help="reuse rows of the last result (same set-up)")
+    ap.add_argument("--no-knnlm", action="store_true", help="skip kNN-LM (its data store is ~25 min here)")
     args = ap.parse_args()
 
     import torch
@@ -101,6 +214,7 @@ def main() -> int:
     from ralm.frozen.retrieve import DocTokens, open_retriever, query_text, search_blocks
     from ralm.frozen.text import tokenize_eval_text
     from ralm.frozen.windows import query_range, window_blocks
+    from ralm.samples import sample_path
 
     def log(m: str) -> None:
         print(m, file=sys.stderr, flush=True)
@@ -141,9 +255,33 @@ def main() -> int:
     if args.doc_tokens >= args.max_length - 16:
         raise SystemExit("--doc-tokens must leave room for a block of 16 tokens")
     rows: dict[str, object] = {}
+    setup = {
+        "tokens_evaluated": len(text) - 1,
+        "max_length": args.max_length,
+        "doc_tokens": args.doc_tokens,
+        "dtype": lm.dtype_name,
+        "corpus_chunks": len(store),
+        "retriever": desc,
+        "replug_temperature": args.temperature,
+    }
+    kept: dict[str, dict] = {}
+    last = ROOT / "benchmarks" / "results" / "frozen_lm.json"
+    if args.keep_rows and last.is_file():
+        prev = json.loads(last.read_text(encoding="utf-8"))
+        if all(prev["metrics"].get(k) == v for k, v in setup.items()):
+            kept = {
+                n: {**r, "kept_from": r.get("kept_from", prev["date"])}
+                for n, r in prev["metrics"]["rows"].items()
+            }
+            log(f"--keep-rows: reusing {sorted(kept)} from {last}")
+        else:
+            log(f"--keep-rows: {last} has another set-up; every row runs")
 
-    def row(name: str, cfg: EvalConfig):
-        res = evaluate(lm, text, cfg, retrieval if cfg.mode != "none" else None)
+    def row(name: str, cfg: EvalConfig, **kw):
+        if name in kept and name not in ("none_s16", "incontext_s16"):
+            rows[name] = kept[name]
+            return None
+        res = evaluate(lm, text, cfg, retrieval if cfg.mode in ("in-context", "replug") else None, **kw)
         rows[name] = res
         log(
             f"{name:<14} token ppl {res.token_ppl:8.3f}  word ppl {res.word_ppl:8.3f}  "
@@ -168,9 +306,65 @@ def main() -> int:
     row("incontext_s64", EvalConfig(mode="in-context", stride=64, **common))
     if not args.no_s4:
         row("incontext_s4", EvalConfig(mode="in-context", stride=4, **common))
+    row(
+        "incontext_s16_rerank4",
+        EvalConfig(mode="in-context", stride=16, rerank=4, rerank_tokens=16, **common),
+    )
     row("replug_k4_s64", EvalConfig(mode="replug", stride=64, k=4, temperature=args.temperature, **common))
+    row("replug_k4_s16", EvalConfig(mode="replug", stride=16, k=4, temperature=args.temperature, **common))
     ctx = args.max_length - args.doc_tokens
     row(f"none_s16_ctx{ctx}", EvalConfig(mode="none", stride=16, max_length=ctx))
+
+    # same subject: the rest of the test set in the corpus (see the docstring)
+    rest = test_full[len(text.text) :]
+    last_title = f"{in_prefix[-1]} (rest)" if in_prefix else "(rest)"
+    subj_dir = build_subject_corpus(
+        Path(args.work),
+        [Path(args.work) / "wikitext2-valid.jsonl", sample_path("enwiki")],
+        rest,
+        last_title,
+        log,
+    )
+    subj_store = DocStore(subj_dir)
+    _, subj_bm25, _ = open_retriever(corpus=subj_dir, kind="bm25", lang="en")
+    subj_excluded = overlapping_articles(subj_store, text.text)
+    subj_retrieval = Retrieval(
+        subj_bm25,
+        DocTokens(subj_store, lm.encode, args.doc_tokens),
+        article_chunk_ids(subj_store, subj_excluded),
+    )
+    log(
+        f"same-subject corpus: {len(subj_store)} chunks; excluded {article_titles(subj_store, subj_excluded)}"
+    )
+
+    def subject_row(name: str, cfg: EvalConfig):
+        if name in kept:
+            rows[name] = kept[name]
+            return
+        res = evaluate(lm, text, cfg, subj_retrieval)
+        rows[name] = res
+        log(
+            f"{name:<22} token ppl {res.token_ppl:8.3f}  word ppl {res.word_ppl:8.3f}  {res.seconds['total']:7.1f} s"
+        )
+
+    subject_row("subject_incontext_s16", EvalConfig(mode="in-context", stride=16, **common))
+    subject_row("subject_incontext_s64", EvalConfig(mode="in-context", stride=64, **common))
+    subject_row(
+        "subject_replug_k4_s16",
+        EvalConfig(mode="replug", stride=16, k=4, temperature=args.temperature, **common),
+    )
+    subject_info = {
+        "subject_corpus_chunks": len(subj_store),
+        "subject_corpus_added_articles": [
+            t for t, _ in wikitext_articles_from_lines(rest.splitlines(), last_title)
+        ],
+        "subject_partly_evaluated_article": last_title,
+        "subject_excluded_articles": article_titles(subj_store, subj_excluded),
+    }
+
+    knn_info: dict[str, object] = {"knnlm": "skipped (--no-knnlm)"}
+    if not args.no_knnlm:
+        knn_info = knn_rows(args, lm, store, text, test_full, excluded, row, log)
 
     budget = 1.5 * t_none + t_search_alone
     ratio = t_ic / budget
@@ -200,20 +394,9 @@ def main() -> int:
         "incontext_s16_time_vs_budget_ratio": round(ratio, 3),
         "incontext_s4": "skipped (--no-s4)" if args.no_s4 else "measured",
         "seconds_total": round(time.perf_counter() - t_begin, 1),
-        "knnlm": "left out: ralm.surealm.knnlm needs a SUREALM data store; a frozen-LM data store over "
-        "this corpus (~0.9M SmolLM2 tokens) would take ~45 min of forward passes here",
-        "rows": {
-            name: {
-                "token_ppl": round(r.token_ppl, 3),
-                "word_ppl": round(r.word_ppl, 3),
-                "seconds": round(r.seconds["total"], 1),
-                "retrieval_seconds": round(r.seconds["retrieval"], 2),
-                "tokens_per_s": round(r.tokens_per_s, 1),
-                "blocks_with_docs": r.blocks_with_docs,
-                "blocks": r.blocks,
-            }
-            for name, r in rows.items()
-        },
+        **knn_info,
+        **subject_info,
+        "rows": {name: r if isinstance(r, dict) else row_dict(r) for name, r in rows.items()},
     }
     targets = {"incontext_s16_time_vs_budget_ratio": "<= 1.0 (1.5x no-retrieval time + retrieval alone)"}
     cmd = "OMP_NUM_THREADS=2 .venv/bin/python benchmarks/frozen_lm.py " + " ".join(sys.argv[1:])

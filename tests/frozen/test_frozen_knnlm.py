@@ -186,3 +186,14 @@ def test_damaged_store_is_one_error(tmp_path, store_dir):
     with pytest.raises(RalmError, match="values.npy: .* bytes, expected .*; rebuild the data store"):
         Datastore(bad)
     assert Datastore(store_dir).meta["articles"] == len(ARTICLES)
+
+
+def test_knn_scores_at_another_temperature():
+    from ralm.frozen.datastore import KnnScores
+
+    dist = np.array([[0.0, 2.0], [1.0, 3.0]], dtype=np.float32)
+    match = np.array([[False, True], [True, True]])
+    s = KnnScores(np.log([0.5, 0.25]), knn_label_probs(dist, match, 1.0), 1.0, dist, match)
+    t = s.at_temperature(4.0)
+    np.testing.assert_allclose(t.p_knn, [np.exp(-0.5) / (1 + np.exp(-0.5)), 1.0])
+    np.testing.assert_allclose(t.logp(0.5), np.log(0.5 * t.p_knn + 0.5 * np.array([0.5, 0.25])))

@@ -192,10 +192,15 @@ def knn_label_probs(dist: np.ndarray, match: np.ndarray, temperature: float) -> 
 
 @dataclass
 class KnnScores:
-    """Per scored token: log p_LM(label) (M,) and p_kNN(label) (M,), so any lambda is free."""
+    """Per scored token: log p_LM(label) (M,) and p_kNN(label) (M,) at `temperature`, so any lambda
+    is free; with the neighbours' distances (M, k) and label matches (M, k) kept (4 + 1 bytes per
+    neighbour), any temperature is too (`at_temperature`)."""
 
     lm_logp: np.ndarray
     p_knn: np.ndarray
+    temperature: float = 1.0
+    dist: np.ndarray | None = None
+    match: np.ndarray | None = None
 
     def logp(self, lam: float) -> np.ndarray:
         """log(lambda p_kNN + (1 - lambda) p_LM) per token."""
@@ -203,6 +208,13 @@ class KnnScores:
             return self.lm_logp.copy()
         p = lam * self.p_knn + (1.0 - lam) * np.exp(self.lm_logp)
         return np.log(np.maximum(p, 1e-300))
+
+    def at_temperature(self, temperature: float) -> KnnScores:
+        """The same neighbours with p_kNN recomputed at another temperature."""
+        if self.dist is None or self.match is None:
+            raise ValueError("the neighbours were not kept")
+        p = knn_label_probs(self.dist, self.match, temperature)
+        return KnnScores(self.lm_logp, p, temperature, self.dist, self.match)
 
 
 class Datastore:

@@ -272,8 +272,9 @@ def evaluate(
         t1 = time.perf_counter()
         dist, vals = datastore.search(np.concatenate(hidden), cfg.knn_k, exclude_articles)
         t_search = time.perf_counter() - t1
-        p_knn = knn_label_probs(dist, vals == ids[1:, None], cfg.knn_temperature)
-        knn_scores = KnnScores(np.concatenate(scored), p_knn)
+        match = vals == ids[1:, None]
+        p_knn = knn_label_probs(dist, match, cfg.knn_temperature)
+        knn_scores = KnnScores(np.concatenate(scored), p_knn, cfg.knn_temperature, dist, match)
         mixed = knn_scores.logp(cfg.knn_lambda)
         at = 0
         for i in range(len(specs)):
