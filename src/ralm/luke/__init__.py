@@ -1,1 +1,2 @@
-"""LUKE / DaLUKE: entity-aware self-attention over word and entity tokens (being built)."""
+"""LUKE / DaLUKE: entity-aware self-attention, pre-training on a DocStore, NER by span
+classification, Hugging Face export."""

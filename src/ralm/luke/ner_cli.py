@@ -1,9 +1,77 @@
-"""`ralm luke ner` (being built)."""
+"""`ralm luke ner DATA --model RUN --out DIR`: NER by LUKE/DaLUKE span classification, per seed.
+
+A thin call into `ralm.luke.ner.luke_ner`; DATA, --train/--dev/--test, --format and --seeds mean
+what they mean for `ralm finetune ner`, so the word-only row runs on the same splits and seeds.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def cmd_ner(args: argparse.Namespace) -> int:
+    from ralm.errors import RalmError
+    from ralm.luke.ner import LukeNerConfig, luke_ner, results_md
+
+    if args.data is None and args.train is None:
+        raise RalmError("no data: give DATA (a file or directory) or --train FILE")
+    names = set(LukeNerConfig.__dataclass_fields__)
+    kw = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    kw["progress"] = not args.no_progress
+    kw["save"] = not args.no_save
+    cfg = LukeNerConfig(**kw)
+    results = luke_ner(cfg)
+    print(results_md(results), end="")
+    print(f"results: {Path(cfg.out) / 'results.json'}, {Path(cfg.out) / 'results.md'}")
+    return 0
 
 
 def register(group: argparse._SubParsersAction) -> None:
-    """Add `ner` to the `ralm luke` group (nothing yet)."""
+    """Add `ner` to the `ralm luke` group."""
+    from ralm.tasks.cli import parse_seeds
+
+    p = group.add_parser(
+        "ner",
+        help="fine-tune and evaluate NER by span classification (LUKE/DaLUKE), mean ± std over seeds",
+        description="Every word span up to --max-span-length words is a [MASK] entity; the classifier "
+        "reads the entity output and the span's first and last word outputs; non-overlapping spans are "
+        "kept by score. Writes results.json/results.md in `ralm finetune`'s format (see `ralm table`).",
+    )
+    p.add_argument("data", nargs="?", help="NER dataset file or directory (train/dev/test found by name)")
+    p.add_argument("--model", required=True, help="`ralm luke pretrain` run (or a LUKE model directory)")
+    p.add_argument("--out", required=True, help="output directory (written only when every seed is done)")
+    p.add_argument("--tokenizer", help="tokenizer directory (default: the one saved with the run)")
+    p.add_argument("--name", help="row label in tables (default: the run directory's name)")
+    p.add_argument("--dataset", help="column label in tables (default: the data path's name)")
+    p.add_argument("--format", choices=("conllu", "conll"))
+    p.add_argument("--train", help="train split file or directory (overrides what DATA holds)")
+    p.add_argument("--dev", help="dev split file or directory")
+    p.add_argument("--test", help="test split file or directory")
+    p.add_argument("--test-fraction", type=float, help="carve a test split out of train when there is none")
+    p.add_argument("--seeds", type=parse_seeds, help="comma-separated seeds (default 1,2,3,4,5)")
+    p.add_argument("--epochs", type=float, help="default 15 (DaLUKE)")
+    p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
+    p.add_argument("--batch-size", type=int, help="sentences per step (default 8)")
+    p.add_argument("--lr", type=float, help="default 5e-5")
+    p.add_argument("--lr-head", type=float, help="span classifier learning rate (default: --lr)")
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--warmup-ratio", type=float, help="default 0.06")
+    p.add_argument("--schedule", choices=("linear", "cosine", "constant"))
+    p.add_argument("--max-length", type=int, help="word tokens per sentence (default 256)")
+    p.add_argument("--max-span-length", type=int, help="longest candidate span in words (default 16)")
+    p.add_argument("--max-entities", type=int, help="spans per forward row; more are chunked (default 128)")
+    p.add_argument("--train-limit", type=int, help="use at most N training sentences (seeded sample)")
+    p.add_argument("--max-eval", type=int, help="score the first N dev/test sentences")
+    p.add_argument("--eval-every", type=int, help="also score dev every N steps")
+    p.add_argument("--head-dropout", type=float, help="dropout before the span classifier (default 0.025)")
+    p.add_argument("--patience", type=int, help="early stopping: evaluations without dev improvement")
+    p.add_argument("--eval-batch-size", type=int, help="chunk rows per forward at evaluation (default 32)")
+    p.add_argument("--device", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--autocast", choices=("auto", "bf16", "off"))
+    p.add_argument("--no-save", action="store_true", help="do not write the fine-tuned models")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier output")
+    p.set_defaults(func=cmd_ner)

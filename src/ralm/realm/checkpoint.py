@@ -95,9 +95,12 @@ def checkpoint_problems(ckpt: Path, *, digests: bool = True) -> list[str]:
     return check_digests(ckpt, files) if digests else check_sizes(ckpt, files)
 
 
-def intact_checkpoint(run_dir: str | os.PathLike, *, digests: bool = True) -> Path | None:
+def intact_checkpoint(
+    run_dir: str | os.PathLike, *, digests: bool = True, command: str = "ralm pretrain"
+) -> Path | None:
     """The newest checkpoint whose files match their records; a warning names any newer damaged
-    one passed over. None when the run has no checkpoint; RalmError when none is intact."""
+    one passed over. None when the run has no checkpoint; RalmError (naming `command` as the way to
+    start over) when none is intact."""
     run = Path(run_dir)
     damaged: list[tuple[Path, list[str]]] = []
     for ckpt in reversed(finished_checkpoints(run)):
@@ -112,7 +115,7 @@ def intact_checkpoint(run_dir: str | os.PathLike, *, digests: bool = True) -> Pa
     if damaged:
         raise RalmError(
             f"{run}: every checkpoint is damaged ({_summary(damaged)}); start the run over with "
-            "`ralm pretrain --overwrite`"
+            f"`{command} --overwrite`"
         )
     return None
 

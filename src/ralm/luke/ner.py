@@ -1,0 +1,456 @@
+"""NER by span classification on a LUKE/DaLUKE model: prediction, fine-tuning per seed, evaluation.
+
+Every word span of a sentence up to `max_span_length` words (`ralm.luke.spans`) becomes a
+`[MASK]` entity (id 2) whose position ids are its word-token positions (-1 padded to the model's
+`max_mention_length`, longer spans keep their first positions, as LUKE); `LukeForSpanClassification`
+classifies concat(first word output, last word output, entity output) into "O" or an entity type.
+A sentence with more spans than `max_entities` is split into chunks, each a row that repeats the
+sentence's words (span entities of one row attend to each other, as in LUKE, so the chunk size is
+part of the input, not only of the batching). Decoding keeps non-overlapping spans by descending
+softmax probability of their predicted type (`spans.decode_spans`) and writes IOB2 tags, scored
+with seqeval against the sentence's full gold tags, so entities that truncation cut or that are
+longer than the maximum span count as missed.
+
+`luke_ner(cfg)` is `ralm luke ner`: it reads the data exactly as `ralm finetune ner` does (same
+readers, splits, dev/test carving with the first seed, `--train-limit` sampling per seed), trains
+every seed from the pre-trained weights (AdamW + warm-up from `ralm.train.optim`, dev scoring at
+each epoch end and every `eval_every` steps, best dev state kept as in `ralm.tasks.trainer`) and
+writes `results.json`/`results.md` in `ralm finetune`'s format, so `ralm table` shows the LUKE row
+beside the word-only one. The inference rate (sentences/s, words in to IOB2 tags out, on the test
+split) is reported per seed and in the summary. Defaults follow DaLUKE's fine-tuning table
+(15 epochs, batch 8 sentences, lr 5e-5, 6% warm-up, weight decay 0.01, linear decay, dropout 0.025
+before the classifier).
+
+Left out: document context around a sentence (LUKE adds neighbouring words), nested entities,
+resuming a seed, multi-process fine-tuning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from ralm.errors import RalmError
+from ralm.luke.spans import (
+    SentenceSpans,
+    check_iob2,
+    chunk_rows,
+    collate,
+    decode_spans,
+    encode_sentences,
+    spans_to_iob2,
+)
+
+__all__ = ["LukeNerConfig", "load_backbone", "luke_ner", "predict_tags", "results_md", "run_seed"]
+
+
+@dataclass
+class LukeNerConfig:
+    """One `ralm luke ner` job (DaLUKE's fine-tuning table as defaults)."""
+
+    data: str | None  # dataset file or directory, as `ralm finetune ner` takes it
+    out: str
+    model: str  # `ralm luke pretrain` run directory, or a model directory written by luke.io.save_model
+    tokenizer: str | None = None  # default: the tokenizer saved with the model or run
+    name: str | None = None  # row label in tables (default: the run directory's name)
+    dataset: str | None = None  # column label in tables (default: the data path's name)
+    format: str | None = None  # conll | conllu (default: detected)
+    train: str | None = None
+    dev: str | None = None
+    test: str | None = None
+    test_fraction: float = 0.0
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    epochs: float = 15.0
+    max_steps: int = 0  # > 0: stop after this many optimiser steps (overrides epochs)
+    batch_size: int = 8  # sentences per optimiser step (all their span chunks)
+    lr: float = 5e-5
+    lr_head: float | None = None  # the span classifier; default = lr
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    schedule: str = "linear"
+    max_length: int = 256  # word tokens per sentence, special tokens included (capped by the model)
+    max_span_length: int = 16  # words (LUKE's max_mention_length for NER)
+    max_entities: int = 128  # spans per forward row; longer sentences are split into chunks
+    train_limit: int = 0  # use at most N training sentences (seeded sample per seed; 0 = all)
+    max_eval: int = 0  # score at most the first N dev/test sentences (0 = all)
+    eval_every: int = 0  # also score dev every N steps (0 = at each epoch end only)
+    patience: int = 0  # stop after N dev evaluations without improvement (0 = never)
+    head_dropout: float = 0.025  # dropout before the span classifier (DaLUKE's "final, linear layer")
+    grad_clip: float = 1.0
+    eval_batch_size: int = 32  # chunk rows per forward at evaluation
+    device: str = "auto"
+    autocast: str = "auto"
+    save: bool = True  # write each seed's fine-tuned model
+    overwrite: bool = False
+    progress: bool = True
+
+
+# ----------------------------------------------------------------------------- prediction
+
+
+@torch.no_grad()
+def predict_tags(
+    model,
+    features: list[SentenceSpans],
+    classes: list[str],
+    *,
+    pad_id: int,
+    batch_size: int,
+    max_entities: int,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+) -> list[list[str]]:
+    """IOB2 tags per sentence: span argmax, then greedy non-overlapping decoding by probability."""
+    from ralm.retrieval.encoders import autocast_context
+
+    was = model.training
+    model.eval()
+    M = model.config.max_mention_length
+    pred = [np.zeros(len(x.spans), dtype=np.int64) for x in features]
+    score = [np.zeros(len(x.spans), dtype=np.float64) for x in features]
+    rows = chunk_rows(features, range(len(features)), max_entities)
+    rows.sort(key=lambda r: len(features[r[0]].input_ids))  # similar lengths share a batch
+    try:
+        for s in range(0, len(rows), batch_size):
+            part = rows[s : s + batch_size]
+            batch = collate(part, features, pad_id, M)
+            batch.pop("labels")
+            with autocast_context(device, dtype):
+                logits = model(**{k: v.to(device) for k, v in batch.items()})["logits"]
+            p, c = logits.float().softmax(-1).max(-1)
+            p, c = p.cpu().numpy(), c.cpu().numpy()
+            for r, (f, lo, hi) in enumerate(part):
+                pred[f][lo:hi], score[f][lo:hi] = c[r, : hi - lo], p[r, : hi - lo]
+    finally:
+        model.train(was)
+    out = []
+    for x, c, p in zip(features, pred, score, strict=True):
+        kept = decode_spans(x.spans, [classes[k] for k in c], p.tolist())
+        out.append(spans_to_iob2(kept, x.n_words))
+    return out
+
+
+def score_tags(examples: list, tags: list[list[str]]) -> dict[str, float]:
+    """The word-only tagger's NER metrics: seqeval entity P/R/F1 and token accuracy, in percent."""
+    from ralm.tasks import metrics as M
+
+    gold = [ex.labels for ex in examples]
+    return {**M.entity_metrics(gold, tags), **M.tagging_accuracy(gold, tags)}
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+
+
+@dataclass
+class Backbone:
+    """What --model names: the pre-trained model directory, its tokenizer, and a row label."""
+
+    model_dir: Path
+    tokenizer: Any
+    tokenizer_dir: Path
+    source: str
+    label: str
+    backbone: str | None = None  # the checkpoint the run started from (`ralm finetune ner`'s comparison row)
+
+    def load(self, num_labels: int, dropout: float | None = None):
+        """A fresh `LukeForSpanClassification` on the pre-trained weights (head seeded by torch's RNG)."""
+        from ralm.luke.io import load_model
+        from ralm.luke.model import LukeForSpanClassification
+
+        model = load_model(
+            self.model_dir, cls=LukeForSpanClassification, num_labels=num_labels, dropout=dropout
+        )
+        if len(self.tokenizer) > model.config.vocab_size:
+            raise RalmError(
+                f"{self.tokenizer_dir}: the tokenizer has {len(self.tokenizer)} tokens, more than the "
+                f"model's vocabulary ({model.config.vocab_size}) in {self.model_dir}; "
+                "pass the run's own --tokenizer"
+            )
+        return model
+
+
+def load_backbone(model: str, tokenizer: str | None = None) -> Backbone:
+    """Resolve --model (a `ralm luke pretrain` run with model/, or a luke.io model directory) and
+    its tokenizer (--tokenizer, else tokenizer files in the model directory, the run or run/tokenizer/)."""
+    from ralm.backbones import load_tokenizer
+
+    p = Path(model).expanduser()
+    if not p.is_dir():
+        raise RalmError(f"{p}: no such directory; --model needs a `ralm luke pretrain` run directory")
+    model_dir = p / "model" if (p / "model" / "config.json").is_file() else p
+    if not (model_dir / "config.json").is_file():
+        raise RalmError(
+            f"{p}: neither a `ralm luke pretrain` run (no model/config.json) nor a LUKE model directory "
+            "(no config.json); pass the run's --out directory"
+        )
+    found: str | Path | None = tokenizer
+    if not tokenizer:
+        where = (model_dir, p, p / "tokenizer")
+        found = next((d for d in where if any((d / f).is_file() for f in _TOKENIZER_FILES)), None)
+    if found is None:
+        raise RalmError(
+            f"{p}: no tokenizer saved with the model or run; pass --tokenizer DIR (the backbone the run "
+            "started from, e.g. minilm)"
+        )
+    from ralm.luke.io import read_model_info
+
+    started = read_model_info(model_dir).get("extra", {}).get("backbone")
+    return Backbone(
+        model_dir, load_tokenizer(found), Path(found), str(p.resolve()), p.resolve().name, started
+    )
+
+
+# ----------------------------------------------------------------------------- one seed
+
+
+def _optimizer(cfg: LukeNerConfig, model) -> torch.optim.Optimizer:
+    from ralm.train.optim import adamw, param_groups
+
+    seen: set[int] = set()
+    groups = param_groups(model.luke, cfg.lr, cfg.weight_decay, name="encoder", skip=seen)
+    groups += param_groups(model, cfg.lr_head or cfg.lr, cfg.weight_decay, name="head", skip=seen)
+    return adamw(groups)
+
+
+def run_seed(
+    cfg: LukeNerConfig, bb: Backbone, splits: dict[str, list], classes: list[str], seed: int, out: Path
+) -> dict[str, Any]:
+    """Fine-tune one seed into `out` (metrics.jsonl, eval.json, predictions.jsonl, model/); its record."""
+    from tqdm.auto import tqdm
+
+    from ralm.realm.build import resolve_device
+    from ralm.retrieval.encoders import autocast_context, autocast_dtype
+    from ralm.tasks.adapters import shuffled
+    from ralm.tasks.trainer import BestState, subsample
+    from ralm.train.logging import MetricsLogger
+    from ralm.train.optim import warmup_schedule
+
+    t0 = time.perf_counter()
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+    device = resolve_device(cfg.device)
+    model = bb.load(len(classes), cfg.head_dropout).to(device).train()
+    dtype = autocast_dtype(device, cfg.autocast, torch.float32)
+    M, pad = model.config.max_mention_length, bb.tokenizer.pad_token_id
+    max_length = min(cfg.max_length, model.config.max_position_embeddings)
+    train_set = subsample(splits["train"], cfg.train_limit, seed)
+    dev = splits.get("dev", [])[: cfg.max_eval or None]
+    test = splits.get("test", [])[: cfg.max_eval or None]
+
+    def encode(examples):
+        return encode_sentences(
+            bb.tokenizer, examples, classes, max_length=max_length, max_span_length=cfg.max_span_length
+        )
+
+    def tag(feats):
+        return predict_tags(
+            model, feats, classes, pad_id=pad, batch_size=cfg.eval_batch_size,
+            max_entities=cfg.max_entities, device=device, dtype=dtype,
+        )  # fmt: skip
+
+    feats, reach = encode(train_set)
+    dev_feats = encode(dev)[0]
+    t_train = time.perf_counter()
+    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * math.ceil(len(feats) / cfg.batch_size)))
+    opt = _optimizer(cfg, model)
+    sched = warmup_schedule(opt, cfg.schedule, int(cfg.warmup_ratio * total), total)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    best = BestState("f1")
+    holder = SimpleNamespace(model=model, retriever=None)  # what BestState keeps and restores
+    log = MetricsLogger(out, tensorboard=False)
+    bar = tqdm(total=total, desc=f"seed {seed}", disable=not cfg.progress, leave=False)
+
+    def evaluate_dev(step: int) -> bool:
+        if not dev:
+            return False
+        m = score_tags(dev, tag(dev_feats))
+        log.log(step, **{f"dev_{k}": v for k, v in m.items()})
+        best.offer(m, step, holder)
+        return bool(cfg.patience and best.stale >= cfg.patience)
+
+    step, epoch, stop = 0, 0, False
+    while step < total and not stop:
+        order = shuffled(len(feats), seed, epoch)
+        for s in range(0, len(order), cfg.batch_size):
+            ts = time.perf_counter()
+            rows = chunk_rows(feats, order[s : s + cfg.batch_size], cfg.max_entities)
+            row: dict[str, Any] = {"loss": None, "spans": sum(hi - lo for _, lo, hi in rows)}
+            if rows:  # sentences without any span (all words cut) give no loss
+                batch = collate(rows, feats, pad, M)
+                with autocast_context(device, dtype):
+                    loss = model(**{k: v.to(device) for k, v in batch.items()})["loss"]
+                loss.backward()
+                norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                opt.step()
+                row.update(loss=loss.item(), grad_norm=norm.item())
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            step += 1
+            row.update(epoch=epoch, lr=sched.get_last_lr()[0], step_seconds=time.perf_counter() - ts)
+            log.log(step, **row)
+            bar.update(1)
+            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
+                stop = evaluate_dev(step)
+            if step >= total or stop:
+                break
+        epoch += 1
+        if not stop and (step >= total or not cfg.eval_every):
+            stop = evaluate_dev(step)
+    bar.close()
+    train_seconds = time.perf_counter() - t_train
+    best.restore(holder)
+    record: dict[str, Any] = {"seed": seed, "steps": step, "best_step": best.step if best.state else step}
+    record["dev"] = best.metrics if best.state else (score_tags(dev, tag(dev_feats)) if dev else {})
+    preds: dict[str, list[str]] = {}
+    timed = test or dev
+    if timed:  # inference rate: words in, IOB2 tags out (features, forward passes, decoding)
+        t_inf = time.perf_counter()
+        tags = tag(encode(timed)[0])
+        seconds = time.perf_counter() - t_inf
+        record["inference"] = {
+            "split": "test" if test else "dev",
+            "sentences": len(timed),
+            "seconds": round(seconds, 4),
+            "sentences_per_s": len(timed) / max(seconds, 1e-9),
+        }
+        if test:
+            record["test"] = score_tags(test, tags)
+            preds = {ex.id: t for ex, t in zip(test, tags, strict=True)}
+    record.update(
+        train_examples=len(train_set),
+        train_spans=int(sum(len(f.spans) for f in feats)),
+        unreachable_train_entities={"too_long": reach["too_long"], "cut": reach["cut"]},
+        dev_examples=len(dev),
+        test_examples=len(test),
+        train_seconds=round(train_seconds, 2),
+        seconds=round(time.perf_counter() - t0, 2),
+    )
+    log.close()
+    with open(out / "predictions.jsonl", "w", encoding="utf-8") as f:
+        for k, v in preds.items():
+            f.write(json.dumps({"id": k, "prediction": v}, ensure_ascii=False) + "\n")
+    if cfg.save:
+        from ralm.luke.io import save_model
+
+        save_model(model, out / "model", extra={"classes": classes, "max_span_length": cfg.max_span_length})
+        if not (out / "model" / "tokenizer_config.json").is_file():  # save_model copies the run's own
+            bb.tokenizer.save_pretrained(str(out / "model"))
+    (out / "eval.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+# ----------------------------------------------------------------------------- the job
+
+
+def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
+    """Every seed of `cfg`, written to `cfg.out` (all or nothing); returns the results.json dict."""
+    from ralm.tasks.datasets import check_label_sets, load_task_data
+    from ralm.tasks.finetune import prepare_out, summarize
+
+    if min(cfg.max_span_length, cfg.max_entities, cfg.batch_size, cfg.eval_batch_size) < 1:
+        raise RalmError("--max-span-length, --max-entities and the batch sizes must be at least 1")
+    if not cfg.seeds:
+        raise RalmError("no seeds: give at least one, e.g. --seeds 1,2,3,4,5")
+    out = Path(cfg.out)
+    data = load_task_data(
+        cfg.data, "ner", fmt=cfg.format, train=cfg.train, dev=cfg.dev, test=cfg.test,
+        test_fraction=cfg.test_fraction, seed=cfg.seeds[0],
+    )  # fmt: skip
+    for note in data.notes:
+        log(f"note: {note}")
+    if not data.splits.get("train"):
+        raise RalmError(
+            f"{cfg.data or cfg.train}: no train split found; pass --train FILE (and --dev/--test)"
+        )
+    check_iob2(data, cfg.format)
+    check_label_sets(data)
+    labels = data.labels()
+    classes = ["O"] + sorted({t[2:] for t in labels if t != "O"})
+    bb = load_backbone(cfg.model, cfg.tokenizer)
+    tmp = prepare_out(out, cfg.overwrite)
+    try:
+        init = {"model": str(bb.model_dir.resolve()), "tokenizer": str(Path(bb.tokenizer_dir).resolve())}
+        (tmp / "init.json").write_text(json.dumps(init, indent=2) + "\n", encoding="utf-8")
+        records = []
+        for seed in cfg.seeds:
+            sd = tmp / f"seed-{seed}"
+            sd.mkdir()
+            rec = run_seed(cfg, bb, data.splits, classes, seed, sd)
+            shown = rec.get("test") or rec.get("dev") or {}
+            rate = rec.get("inference", {}).get("sentences_per_s")
+            log(
+                f"seed {seed}: " + ", ".join(f"{k} {v:.2f}" for k, v in shown.items())
+                + f" ({'test' if rec.get('test') else 'dev'}; {rec['seconds']:.0f} s"
+                + (f"; {rate:.1f} sentences/s" if rate else "") + ")"
+            )  # fmt: skip
+            records.append(rec)
+        results = {
+            "task": "ner",
+            "method": "luke-span",
+            "name": cfg.name or bb.label,
+            "model": bb.source,
+            "backbone": bb.backbone,
+            "retrieval": False,
+            "retriever": None,
+            "data": str(cfg.data or cfg.train),
+            "dataset": cfg.dataset or Path(cfg.data or cfg.train).name,
+            "format": data.format,
+            "sources": data.sources,
+            "notes": data.notes,
+            "primary": "f1",
+            "labels": labels,
+            "classes": classes,
+            "config": asdict(cfg),
+            "seeds": records,
+            "summary": summarize(records),
+            "inference": _speed(records),
+            "seconds": round(sum(r["seconds"] for r in records), 2),
+        }
+        (tmp / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        (tmp / "results.md").write_text(results_md(results), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+def _speed(records: list[dict]) -> dict[str, Any] | None:
+    """Mean and sample std of the seeds' inference rates (sentences/s)."""
+    import statistics
+
+    xs = [r["inference"]["sentences_per_s"] for r in records if "inference" in r]
+    if not xs:
+        return None
+    std = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return {
+        "split": records[0]["inference"]["split"],
+        "sentences_per_s": {"mean": statistics.fmean(xs), "std": std, "n": len(xs)},
+    }
+
+
+def results_md(results: dict[str, Any]) -> str:
+    """`ralm finetune`'s results.md, plus the span classifier's inference rate."""
+    from ralm.tasks.tables import cell, results_markdown
+
+    text = results_markdown(results)
+    speed = results.get("inference")
+    if speed:
+        rate = cell(speed["sentences_per_s"])
+        text += f"\ninference ({speed['split']} split, words to IOB2 tags): {rate} sentences/s\n"
+    return text

@@ -1,0 +1,166 @@
+"""A `ralm luke pretrain` run before its first step: what it reads, and its run directory.
+
+`prepare(cfg)` opens the DocStore, reads the entity spans of the run's sources, builds the entity
+vocabulary and the model (`ralm.luke.init.from_bert`), and so meets every error the inputs can
+cause (no entity spans for the sources, a backbone whose tokenizer is not the store's, l > L)
+before anything is written. `open_run` (rank 0, under the run's writer lock) then checks --out
+for --resume/--overwrite, compares a resumed run's config.toml and entity_vocab.tsv with what
+was prepared, deletes an overwritten run only now, and writes config.toml and entity_vocab.tsv.
+`corpus_stats` is `--stats-only`: the store's entity annotations per 1,000 words.
+"""
+
+from __future__ import annotations
+
+import shutil
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ralm.corpus.docstore import DocStore
+from ralm.errors import RalmError
+from ralm.locks import writer_lock
+from ralm.luke.data import EntitySpans, WordTokens, annotation_stats, open_store
+from ralm.luke.pretrain_config import CONFIG_FILE, RESUME_FIELDS, LukePretrainConfig
+from ralm.luke.vocab import VOCAB_FILE, EntityVocabulary
+from ralm.realm.checkpoint import clear_leftovers, intact_checkpoint
+from ralm.realm.run import read_metrics_for_resume
+from ralm.train.logging import METRICS_FILE
+
+__all__ = [
+    "MODEL_DIR",
+    "Prepared",
+    "check_out",
+    "check_resume",
+    "corpus_stats",
+    "open_run",
+    "prepare",
+    "read_run_config",
+]
+
+MODEL_DIR = "model"  # RUN/model: the trained LukeForPretraining (ralm.luke.io)
+
+
+@dataclass
+class Prepared:
+    """What a run reads before it writes anything: the store, spans, vocabulary, tokenizer, model."""
+
+    store: DocStore
+    spans: EntitySpans
+    vocab: EntityVocabulary
+    tok: WordTokens
+    model: Any  # LukeForPretraining
+    backbone: Path
+
+
+def read_run_config(run: str | Path) -> LukePretrainConfig:
+    """The config.toml of a `ralm luke pretrain` run directory."""
+    p = Path(run) / CONFIG_FILE
+    if not p.is_file():
+        raise RalmError(f"{run}: not a `ralm luke pretrain` run (no {CONFIG_FILE}); give its --out directory")
+    return LukePretrainConfig.from_toml(p)
+
+
+def prepare(cfg: LukePretrainConfig) -> Prepared:
+    """Open the store, read its entity spans, build the vocabulary and the model; nothing is written.
+
+    RalmError (one line) for a store with no entity spans for the sources, a backbone whose
+    tokenizer is not the store's, a model config the backbone cannot take (l > L, ...).
+    """
+    from ralm.backbones import load_tokenizer, resolve_model_dir
+    from ralm.luke.init import from_bert
+    from ralm.realm.build import check_reader_tokenizer
+
+    store = open_store(cfg.docstore)
+    spans = EntitySpans.from_docstore(store, cfg.entity_sources, words=True)
+    spans.require_spans()
+    vocab = EntityVocabulary.from_counts(spans.title_counts(), cfg.entity_vocab_size)
+    backbone = resolve_model_dir(cfg.backbone)
+    tokenizer = load_tokenizer(backbone)
+    check_reader_tokenizer(store, tokenizer, backbone)
+    model = from_bert(
+        backbone,
+        entity_vocab_size=len(vocab),
+        entity_hidden_size=cfg.entity_hidden_size,
+        entity_emb_size=cfg.entity_emb_size,
+        max_mention_length=cfg.max_mention_length,
+        seed=cfg.seed,
+    )
+    if cfg.max_seq_length > model.config.max_position_embeddings:
+        raise RalmError(
+            f"max_seq_length={cfg.max_seq_length}: the backbone {backbone} has only "
+            f"{model.config.max_position_embeddings} positions; lower max_seq_length"
+        )
+    return Prepared(store, spans, vocab, WordTokens.from_tokenizer(tokenizer), model, backbone)
+
+
+def corpus_stats(cfg: LukePretrainConfig) -> dict[str, Any]:
+    """Entity annotations of the config's DocStore (`--stats-only`): words, tokens, spans per source,
+    entities per 1,000 words and tokens with links alone and with auto-annotation, and with the run's sources."""
+    spans = EntitySpans.from_docstore(open_store(cfg.docstore), cfg.entity_sources, words=True)
+    st = annotation_stats(spans)
+    return {
+        "docstore": cfg.docstore,
+        **st.as_dict(),
+        "sources": list(cfg.entity_sources),
+        "run_entities_per_1k_words": st.per_1k_words(cfg.entity_sources),
+    }
+
+
+# ----------------------------------------------------------------------------- one step
+
+
+def check_out(run: Path, resume: bool, overwrite: bool) -> bool:
+    """Whether --out holds a run to continue (resume); RalmError when --out may not be used."""
+    if run.exists() and not run.is_dir():
+        raise RalmError(f"{run}: exists and is not a directory; choose another --out")
+    has_files = run.is_dir() and any(run.iterdir())
+    is_run = (run / CONFIG_FILE).is_file()
+    if has_files and not resume:
+        if not overwrite:
+            raise RalmError(f"{run}: exists; pass --resume to continue it or --overwrite to start over")
+        if not is_run:
+            raise RalmError(
+                f"{run}: not a ralm run directory; refusing to overwrite it, choose another --out"
+            )
+    return resume and is_run
+
+
+def check_resume(run: Path, cfg: LukePretrainConfig, vocab: EntityVocabulary) -> None:
+    saved = read_run_config(run)
+    for f in RESUME_FIELDS:
+        if getattr(saved, f) != getattr(cfg, f):
+            raise RalmError(
+                f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
+                "resume it with its own config.toml"
+            )
+    path = run / VOCAB_FILE
+    diff = EntityVocabulary.load(path).difference(vocab)
+    if diff is not None:
+        raise RalmError(
+            f"{path} does not match the entity vocabulary of {cfg.docstore} with sources "
+            f"{', '.join(cfg.entity_sources)} ({diff}); resume on the run's own corpus or start over with --overwrite"
+        )
+
+
+def open_run(
+    run: Path, cfg: LukePretrainConfig, prep: Prepared, held: ExitStack, resume: bool, overwrite: bool
+):
+    """Rank 0: lock, check, clear or create --out; returns (checkpoint to resume or None, metric rows)."""
+    held.enter_context(writer_lock(run))
+    cont = check_out(run, resume, overwrite)
+    ckpt = rows = None
+    if cont:
+        check_resume(run, cfg, prep.vocab)
+        clear_leftovers(run)
+        ckpt = intact_checkpoint(run, command="ralm luke pretrain")
+        if ckpt is None:  # it died before its first checkpoint: start again at step 1
+            (run / METRICS_FILE).unlink(missing_ok=True)
+        else:
+            rows = read_metrics_for_resume(run)
+    elif run.is_dir() and any(run.iterdir()):  # --overwrite of a run, after every check passed
+        shutil.rmtree(run)
+    run.mkdir(parents=True, exist_ok=True)
+    cfg.save(run)
+    prep.vocab.save(run / VOCAB_FILE)
+    return (str(ckpt) if ckpt is not None else None), rows
