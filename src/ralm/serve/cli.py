@@ -1,9 +1,100 @@
-"""`ralm serve` (being built)."""
+"""`ralm serve TARGET`: the web app and JSON API over a run, an index or a DocStore.
+
+ralm serve runs/demo/realm                      # http://127.0.0.1:8000 : Fill, Search, Corpus, Runs
+ralm serve index/ --port 8080                   # Search (dense, BM25, hybrid) and Corpus
+ralm serve corpus/                              # Corpus and BM25 Search (built in memory)
+ralm serve runs/surealm --device cuda           # Generate and Runs
+"""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import sys
+
+from ralm.errors import RalmError
+
+__all__ = ["is_loopback", "register", "run_server"]
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and "localhost"; False for anything else (0.0.0.0, names, ...)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def run_server(app, sock, log_level: str = "info") -> None:
+    """Serve `app` with uvicorn on the bound socket `sock` until interrupted (tests replace this)."""
+    import uvicorn
+
+    uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="off")).run(sockets=[sock])
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ralm.train.logging import warn
+
+    if not 0 <= args.port <= 65535:
+        raise RalmError(f"--port {args.port}: choose a port between 1 and 65535 (0: any free one)")
+    if args.threads is not None and args.threads < 1:
+        raise RalmError(f"--threads {args.threads}: must be >= 1")
+    if not is_loopback(args.host):
+        warn(
+            f"--host {args.host} is not a loopback address: anyone who can reach this machine on port "
+            f"{args.port} can query the models and read the corpus (there is no login); "
+            "use --host 127.0.0.1 unless you mean to share it"
+        )
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from ralm.serve.app import bind_socket, create_app
+    from ralm.serve.loaders import load_target
+
+    target = load_target(args.target, args.device)
+    sock = bind_socket(args.host, args.port)
+    hosts = None
+    if is_loopback(args.host):  # a loopback server answers loopback names only (no DNS rebinding)
+        hosts = ["127.0.0.1", "localhost", "[::1]", "::1", args.host]
+    app = create_app(target, allowed_hosts=hosts)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    port = sock.getsockname()[1]
+    print(
+        f"ralm serve: {target.kind} {target.path} ({', '.join(target.pages)}) at http://{host}:{port}/ "
+        f"(API docs: /docs); Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
+    run_server(app, sock, "warning" if args.quiet else "info")
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `serve` to the top-level parser (nothing yet)."""
+    """Add `serve` to the top-level parser."""
+    p = sub.add_parser(
+        "serve",
+        help="web app and JSON API: fill, search, corpus browser, generation, training curves",
+        description="Serve a local web app and JSON API (/api/..., docs at /docs) over TARGET: a REALM run "
+        "(`ralm pretrain --out`), a SUREALM run (`ralm surealm train --out`), an index directory "
+        "(`ralm index build`) or a DocStore (`ralm corpus build`). Models load once at start; the app is "
+        "read-only.",
+    )
+    p.add_argument("target", help="a REALM or SUREALM run, an index directory or a DocStore")
+    p.add_argument(
+        "--host", default="127.0.0.1",
+        help="address to bind (default: %(default)s, this machine only; anything else is warned about)",
+    )  # fmt: skip
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    p.add_argument(
+        "--device", default=None,
+        help="auto, cpu, cuda or cuda:N for the models (default: the run's device setting; cpu for an index)",
+    )  # fmt: skip
+    p.add_argument(
+        "--threads", type=int, default=None,
+        help="torch threads of the model calls (default: torch's, i.e. OMP_NUM_THREADS or the cores)",
+    )  # fmt: skip
+    p.add_argument("--quiet", action="store_true", help="no request log (default: off)")
+    p.set_defaults(func=cmd_serve)

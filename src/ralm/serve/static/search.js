@@ -1,0 +1,44 @@
+// Search page: GET /api/search for each chosen retriever, results side by side, query terms marked.
+"use strict";
+
+(() => {
+  const { api, el, marked, chunkLink, during } = ralm;
+  const form = document.getElementById("search-form");
+  const q = document.getElementById("search-q");
+  const k = document.getElementById("search-k");
+  const which = document.getElementById("search-retriever");
+  const button = document.getElementById("search-submit");
+  const region = document.getElementById("search-results");
+
+  function renderHit(h) {
+    return el("li", { class: "result", "data-testid": "result", dataset: { chunkId: h.id, rank: h.rank, score: h.score } },
+      el("div", { class: "result-head" },
+        el("span", { class: "rank" }, `${h.rank}.`),
+        chunkLink(h.id, h.title, "result-title"),
+        el("span", { class: "score", "data-testid": "result-score" }, `score ${h.score.toFixed(3)}`)),
+      el("p", { class: "snippet", "data-testid": "result-text" }, marked(h.text, h.highlights)),
+    );
+  }
+
+  async function run() {
+    const chosen = which.value === "both" ? ["dense", "bm25"] : [which.value];
+    const params = new URLSearchParams({ q: q.value, k: k.value || "10", retriever: which.value });
+    history.replaceState(null, "", `${location.pathname}?${params}`);
+    for (const col of region.querySelectorAll(".column")) col.hidden = !chosen.includes(col.dataset.retriever);
+    await Promise.all(chosen.map(async (r) => {
+      const col = document.getElementById(`results-${r}`);
+      const list = col.querySelector("ol.results");
+      list.replaceChildren();
+      const p = new URLSearchParams({ q: q.value, k: k.value || "10", retriever: r });
+      const data = await api(`/search?${p}`);
+      list.replaceChildren(...data.results.map(renderHit));
+      if (!data.results.length) list.append(el("li", { class: "muted" }, "no results"));
+    }));
+  }
+
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    during(button, region, run);
+  });
+  if (q.value.trim()) during(button, region, run);
+})();

@@ -1,0 +1,195 @@
+"""Tiny real artifacts for `ralm serve` tests: a linked DocStore (one chunk holds `<script>` text),
+its index directory (dense + BM25), a REALM run on it, and a SUREALM run; apps and live servers.
+
+Fixtures (session-scoped, built once):
+  serve_store      DocStore directory (tiny BERT tokenizer, 24-token chunks)
+  serve_xss        {"title", "text"} of its article whose chunk holds `<script>` text
+  serve_index      index directory of serve_store (tiny BERT towers, BM25 stored)
+  serve_realm      REALM run directory on serve_store (2 steps, k=3 with the null document)
+  serve_surealm    SUREALM run directory (1 step on the tiny dialogues)
+  serve_targets    {"realm" | "index" | "docstore" | "surealm": loaded ralm.serve.loaders.Target}
+  serve_clients    {kind: fastapi.testclient.TestClient on create_app(that Target)}
+  live_server      factory: live_server("index") -> base URL of uvicorn serving that target on
+                   127.0.0.1 and a free port, in a thread (stopped at the end of the session)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+XSS_TITLE = "Mallory <b>bold</b>"
+XSS_TEXT = "Mallory wrote <script>alert(1)</script> into the wiki and a <img src=x onerror=alert(2)> tag."
+
+ARTICLES = [
+    ("Oslo", "Oslo is the capital of [[Norway]]. It was founded in 1040 by [[Harald Hardrada]]."),
+    ("Bergen", "Bergen is a city in [[Norway]] on the west coast. It was founded in 1070 by [[Olav Kyrre]]."),
+    (
+        "Norway",
+        "Norway is a country in [[Scandinavia]]. Its capital is [[Oslo]] and its king is [[Harald V]].",
+    ),
+    ("Copenhagen", "Copenhagen is the capital of [[Denmark]]. It lies on the island of [[Zealand]]."),
+    ("Denmark", "Denmark is a country in [[Scandinavia]]. Its capital is [[Copenhagen]]."),
+    ("Stockholm", "Stockholm is the capital of [[Sweden]]. It lies on the [[Baltic Sea]]."),
+    (
+        "Sweden",
+        "Sweden is a country in [[Scandinavia]]. Its capital is [[Stockholm]] and it borders [[Norway]].",
+    ),
+    ("Helsinki", "Helsinki is the capital of [[Finland]]. It was founded in 1550 by [[Gustav Vasa]]."),
+    (XSS_TITLE, XSS_TEXT),
+]
+
+DIALOGUES = [
+    ["i would like to book a room", "sure , for how many nights ?", "two nights please"],
+    ["i would like to order a pizza", "what size would you like ?", "a large one please"],
+    ["can i bring my dog to the hotel ?", "no , pets are not allowed", "ok thanks"],
+    ["i want a table for two", "for what time ?", "seven in the evening please"],
+    ["is there free wifi in the room ?", "yes , wifi is free", "great"],
+    ["i need a taxi to the station", "when do you want to leave ?", "at noon please"],
+    ["i would like to book a table", "how many people ?", "four people"],
+    ["i would like a cup of tea", "milk or sugar ?", "just milk"],
+]
+
+
+def linked_jsonl(path):
+    """ARTICLES as JSONL with link spans ([[x]] -> text x and a link); each text twice, so the
+    longer articles take two chunks."""
+    rows = []
+    for title, marked in ARTICLES:
+        text, links, pos = "", [], 0
+        for m in re.finditer(r"\[\[([^\]]+)\]\]", marked):
+            text += marked[pos : m.start()]
+            links.append({"start": len(text), "end": len(text) + len(m.group(1)), "target": m.group(1)})
+            text += m.group(1)
+            pos = m.end()
+        text += marked[pos:]
+        if title != XSS_TITLE:
+            n = len(text) + 1
+            links += [{**x, "start": x["start"] + n, "end": x["end"] + n} for x in links]
+            text = text + " " + text
+        rows.append({"title": title, "text": text, "links": links})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def serve_store(tmp_path_factory, tiny_dir):
+    from ralm.corpus.build import BuildConfig, build_docstore
+
+    tmp = tmp_path_factory.mktemp("serve-corpus")
+    build_docstore(
+        [linked_jsonl(tmp / "wiki.jsonl")],
+        tmp / "store",
+        BuildConfig(chunk_size=24, min_chunk_tokens=0, tokenizer=str(tiny_dir)),
+        progress=False,
+        log=lambda m: None,
+    )
+    return tmp / "store"
+
+
+@pytest.fixture(scope="session")
+def serve_xss():
+    return {"title": XSS_TITLE, "text": XSS_TEXT}
+
+
+@pytest.fixture(scope="session")
+def serve_index(serve_store, tiny_dir, tmp_path_factory):
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.encoders import EncoderConfig
+    from ralm.retrieval.search import build_index_dir
+
+    out = tmp_path_factory.mktemp("serve-index") / "index"
+    build_index_dir(
+        DocStore(serve_store),
+        out,
+        encoder=str(tiny_dir),
+        encoder_config=EncoderConfig(max_length=32),
+        bm25=True,
+        progress=False,
+        log=lambda m: None,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def serve_realm(serve_store, tiny_dir, tmp_path_factory):
+    import torch
+
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.trainer import pretrain
+
+    torch.set_num_threads(1)
+    cfg = PretrainConfig(
+        docstore=str(serve_store), out=str(tmp_path_factory.mktemp("serve-runs") / "realm"), reader=str(tiny_dir),
+        steps=2, batch_size=2, k=3, encoder_max_length=32, reader_max_length=96, heldout=2, refresh_every=0,
+        checkpoint_every=0, warmup_steps=1, device="cpu", autocast="off", tensorboard=False,
+    )  # fmt: skip
+    return pretrain(cfg, progress=False)
+
+
+@pytest.fixture(scope="session")
+def serve_surealm(tiny_dir, tmp_path_factory):
+    import torch
+
+    from ralm.surealm.datastore import DatastoreConfig, build_datastore
+    from ralm.surealm.sentences import read_sentences
+    from ralm.surealm.train import TrainConfig, train
+
+    torch.set_num_threads(1)
+    tmp = tmp_path_factory.mktemp("serve-surealm")
+    rows = [{"text": t, "group": f"d{i}"} for i, d in enumerate(DIALOGUES) for t in d]
+    (tmp / "dialogues.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    sents = read_sentences([tmp / "dialogues.jsonl"], fractions=(0.25, 0.0), seed=0)
+    cfg = DatastoreConfig(
+        lm=str(tiny_dir), encoder=str(tiny_dir), m=3, k=3, batch_sentences=8, autocast="off"
+    )
+    build_datastore(sents, tmp / "ds", cfg, progress=False, log=lambda m: None)
+    tcfg = TrainConfig(datastore=str(tmp / "ds"), out=str(tmp / "run"), lm=str(tiny_dir), k=3, steps=1,
+                       eval_every=1, batch_size=4, device="cpu", autocast="off", tensorboard=False)  # fmt: skip
+    return train(tcfg, progress=False)
+
+
+@pytest.fixture(scope="session")
+def serve_targets(serve_store, serve_index, serve_realm, serve_surealm):
+    """Every kind of TARGET, loaded once (CPU)."""
+    import torch
+
+    from ralm.serve.loaders import load_target
+
+    torch.set_num_threads(1)
+    quiet = lambda m: None  # noqa: E731
+    return {
+        "docstore": load_target(serve_store, "cpu", log=quiet),
+        "index": load_target(serve_index, "cpu", log=quiet),
+        "realm": load_target(serve_realm, "cpu", log=quiet),
+        "surealm": load_target(serve_surealm, "cpu", log=quiet),
+    }
+
+
+@pytest.fixture(scope="session")
+def serve_clients(serve_targets):
+    """{kind: FastAPI TestClient of that TARGET} (server errors answered, not raised)."""
+    from fastapi.testclient import TestClient
+
+    from ralm.serve.app import create_app
+
+    return {k: TestClient(create_app(t), raise_server_exceptions=False) for k, t in serve_targets.items()}
+
+
+@pytest.fixture(scope="session")
+def live_server(serve_targets):
+    """live_server(kind) -> "http://127.0.0.1:PORT": uvicorn serving that TARGET from a thread."""
+    from ralm.serve.app import ServerThread, create_app
+
+    running: dict[str, ServerThread] = {}
+
+    def start(kind: str) -> str:
+        if kind not in running:
+            running[kind] = ServerThread(create_app(serve_targets[kind])).start()
+        return running[kind].url
+
+    yield start
+    for server in running.values():
+        server.stop()
