@@ -5,7 +5,7 @@ crash continues where it stopped):
 1. corpus: `ralm corpus build --sample enwiki --chunk-size 128` (gensim's English Wikipedia sample,
    106 articles; links and DaLUKE's auto-annotation, which the build does by default).
 2. annotation: entity spans per 1,000 words with links alone and with links + auto
-   (`ralm.luke.data.annotation_stats`; DaLUKE counts 1 per 200 words, i.e. 5, from links alone).
+   (`ralm.luke.annotations.annotation_stats`; DaLUKE counts 1 per 200 words, i.e. 5, from links alone).
 3. speed: a pre-training step of each row vs the plain MLM step (mode = "mlm") of the same model on
    the same word tokens, interleaved in this process (`luke_speed.measure`); target <= 1.3x. Its
    step times also give the pre-training time estimate printed before step 4.
@@ -116,7 +116,7 @@ def ensure_corpus(work: Path, log: Path) -> Path:
 
 
 def annotation(corpus: Path) -> dict[str, Any]:
-    from ralm.luke.data import annotation_stats
+    from ralm.luke.annotations import annotation_stats
 
     st = annotation_stats(corpus)
     if not (st.spans.get("link") and st.spans.get("auto")):

@@ -9,16 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from ralm.luke.data import (
-    EntitySpans,
-    LukeCollator,
-    MaskSettings,
-    WordTokens,
-    annotation_rate,
-    annotation_stats,
-    collate,
-    make_example,
-)
+from ralm.luke.annotations import EntitySpans, annotation_rate, annotation_stats
+from ralm.luke.data import LukeCollator, MaskSettings, WordTokens, collate, make_example
 from ralm.luke.vocab import MASK_ID, UNK_ID, EntityVocabulary
 
 DOCS = [

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ralm.luke.ner import predict_tags
+from ralm.luke.ner_model import predict_tags
 from ralm.luke.spans import (
     chunk_rows,
     collate,

@@ -125,7 +125,7 @@ def test_run_directory(make_cfg):
     assert all(torch.equal(v, final[k]) for k, v in model.state_dict().items())
     r = rows(run)
     assert [x["step"] for x in r] == [0, 1, 2, 3, 4]
-    from ralm.luke.data import annotation_rate
+    from ralm.luke.annotations import annotation_rate
 
     assert r[0]["entities_per_1k_words"] == pytest.approx(annotation_rate(cfg.docstore, ["link"]))
     assert r[0]["entities_per_1k_words_link_auto"] > r[0]["entities_per_1k_words_link"] > 0
@@ -211,7 +211,7 @@ def test_reduced_entity_dimension_and_bf16(make_cfg, tmp_path):
 
 
 def test_stats_only(capsys, store):
-    from ralm.luke.data import annotation_rate
+    from ralm.luke.annotations import annotation_rate
 
     code, out, err = cli(capsys, "--docstore", store, "--stats-only")
     assert code == 0, err

@@ -96,7 +96,7 @@ def test_no_entity_spans_is_one_line(tmp_path):
 
 
 def test_auto_suggested_when_only_auto_spans_exist(store):
-    from ralm.luke.data import EntitySpans
+    from ralm.luke.annotations import EntitySpans
 
     spans = EntitySpans.from_docstore(store, ["link"])
     spans.starts = spans.starts[:0]  # as if the store had only auto spans

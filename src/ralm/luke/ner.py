@@ -1,4 +1,4 @@
-"""NER by span classification on a LUKE/DaLUKE model: prediction, fine-tuning per seed, evaluation.
+"""NER by span classification on a LUKE/DaLUKE model: fine-tuning per seed and the whole job.
 
 Every word span of a sentence up to `max_span_length` words (`ralm.luke.spans`) becomes a
 `[MASK]` entity (id 2) whose position ids are its word-token positions (-1 padded to the model's
@@ -41,17 +41,15 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.luke.ner_model import Backbone, load_backbone, predict_tags, score_tags
 from ralm.luke.spans import (
-    SentenceSpans,
     check_iob2,
     chunk_rows,
     collate,
-    decode_spans,
     encode_sentences,
-    spans_to_iob2,
 )
 
-__all__ = ["LukeNerConfig", "load_backbone", "luke_ner", "predict_tags", "results_md", "run_seed"]
+__all__ = ["LukeNerConfig", "luke_ner", "results_md", "run_seed"]
 
 
 @dataclass
@@ -93,124 +91,6 @@ class LukeNerConfig:
     save: bool = True  # write each seed's fine-tuned model
     overwrite: bool = False
     progress: bool = True
-
-
-# ----------------------------------------------------------------------------- prediction
-
-
-@torch.no_grad()
-def predict_tags(
-    model,
-    features: list[SentenceSpans],
-    classes: list[str],
-    *,
-    pad_id: int,
-    batch_size: int,
-    max_entities: int,
-    device: torch.device,
-    dtype: torch.dtype | None = None,
-) -> list[list[str]]:
-    """IOB2 tags per sentence: span argmax, then greedy non-overlapping decoding by probability."""
-    from ralm.retrieval.encoders import autocast_context
-
-    was = model.training
-    model.eval()
-    M = model.config.max_mention_length
-    pred = [np.zeros(len(x.spans), dtype=np.int64) for x in features]
-    score = [np.zeros(len(x.spans), dtype=np.float64) for x in features]
-    rows = chunk_rows(features, range(len(features)), max_entities)
-    rows.sort(key=lambda r: len(features[r[0]].input_ids))  # similar lengths share a batch
-    try:
-        for s in range(0, len(rows), batch_size):
-            part = rows[s : s + batch_size]
-            batch = collate(part, features, pad_id, M)
-            batch.pop("labels")
-            with autocast_context(device, dtype):
-                logits = model(**{k: v.to(device) for k, v in batch.items()})["logits"]
-            p, c = logits.float().softmax(-1).max(-1)
-            p, c = p.cpu().numpy(), c.cpu().numpy()
-            for r, (f, lo, hi) in enumerate(part):
-                pred[f][lo:hi], score[f][lo:hi] = c[r, : hi - lo], p[r, : hi - lo]
-    finally:
-        model.train(was)
-    out = []
-    for x, c, p in zip(features, pred, score, strict=True):
-        kept = decode_spans(x.spans, [classes[k] for k in c], p.tolist())
-        out.append(spans_to_iob2(kept, x.n_words))
-    return out
-
-
-def score_tags(examples: list, tags: list[list[str]]) -> dict[str, float]:
-    """The word-only tagger's NER metrics: seqeval entity P/R/F1 and token accuracy, in percent."""
-    from ralm.tasks import metrics as M
-
-    gold = [ex.labels for ex in examples]
-    return {**M.entity_metrics(gold, tags), **M.tagging_accuracy(gold, tags)}
-
-
-# ----------------------------------------------------------------------------- the model
-
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
-
-
-@dataclass
-class Backbone:
-    """What --model names: the pre-trained model directory, its tokenizer, and a row label."""
-
-    model_dir: Path
-    tokenizer: Any
-    tokenizer_dir: Path
-    source: str
-    label: str
-    backbone: str | None = None  # the checkpoint the run started from (`ralm finetune ner`'s comparison row)
-
-    def load(self, num_labels: int, dropout: float | None = None):
-        """A fresh `LukeForSpanClassification` on the pre-trained weights (head seeded by torch's RNG)."""
-        from ralm.luke.io import load_model
-        from ralm.luke.model import LukeForSpanClassification
-
-        model = load_model(
-            self.model_dir, cls=LukeForSpanClassification, num_labels=num_labels, dropout=dropout
-        )
-        if len(self.tokenizer) > model.config.vocab_size:
-            raise RalmError(
-                f"{self.tokenizer_dir}: the tokenizer has {len(self.tokenizer)} tokens, more than the "
-                f"model's vocabulary ({model.config.vocab_size}) in {self.model_dir}; "
-                "pass the run's own --tokenizer"
-            )
-        return model
-
-
-def load_backbone(model: str, tokenizer: str | None = None) -> Backbone:
-    """Resolve --model (a `ralm luke pretrain` run with model/, or a luke.io model directory) and
-    its tokenizer (--tokenizer, else tokenizer files in the model directory, the run or run/tokenizer/)."""
-    from ralm.backbones import load_tokenizer
-
-    p = Path(model).expanduser()
-    if not p.is_dir():
-        raise RalmError(f"{p}: no such directory; --model needs a `ralm luke pretrain` run directory")
-    model_dir = p / "model" if (p / "model" / "config.json").is_file() else p
-    if not (model_dir / "config.json").is_file():
-        raise RalmError(
-            f"{p}: neither a `ralm luke pretrain` run (no model/config.json) nor a LUKE model directory "
-            "(no config.json); pass the run's --out directory"
-        )
-    found: str | Path | None = tokenizer
-    if not tokenizer:
-        where = (model_dir, p, p / "tokenizer")
-        found = next((d for d in where if any((d / f).is_file() for f in _TOKENIZER_FILES)), None)
-    if found is None:
-        raise RalmError(
-            f"{p}: no tokenizer saved with the model or run; pass --tokenizer DIR (the backbone the run "
-            "started from, e.g. minilm)"
-        )
-    from ralm.luke.io import read_model_info
-
-    started = read_model_info(model_dir).get("extra", {}).get("backbone")
-    return Backbone(
-        model_dir, load_tokenizer(found), Path(found), str(p.resolve()), p.resolve().name, started
-    )
 
 
 # ----------------------------------------------------------------------------- one seed

@@ -43,7 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from ralm.errors import RalmError
-from ralm.luke.data import LukeCollator, MaskSettings, annotation_stats
+from ralm.luke.annotations import annotation_stats
+from ralm.luke.data import LukeCollator, MaskSettings
 from ralm.luke.pretrain_config import LukePretrainConfig
 from ralm.luke.pretrain_run import MODEL_DIR, check_out, corpus_stats, open_run, prepare, read_run_config
 from ralm.realm.checkpoint import load_checkpoint, read_state, save_checkpoint

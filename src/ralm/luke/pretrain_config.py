@@ -73,7 +73,7 @@ class LukePretrainConfig:
         for f in fields(self):
             setattr(self, f.name, check_setting(f.name, getattr(self, f.name)))
         self.sources = list(dict.fromkeys(self.sources))
-        from ralm.luke.data import ENTITY_SOURCES
+        from ralm.luke.annotations import ENTITY_SOURCES
 
         probs = ("mlm_prob", "random_word_prob", "unmasked_word_prob", "mep_prob", "warmup_ratio")
         checks = [

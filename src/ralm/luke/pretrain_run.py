@@ -20,7 +20,8 @@ from typing import Any
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
-from ralm.luke.data import EntitySpans, WordTokens, annotation_stats, open_store
+from ralm.luke.annotations import EntitySpans, annotation_stats, open_store
+from ralm.luke.data import WordTokens
 from ralm.luke.pretrain_config import CONFIG_FILE, RESUME_FIELDS, LukePretrainConfig
 from ralm.luke.vocab import VOCAB_FILE, EntityVocabulary
 from ralm.realm.checkpoint import clear_leftovers, intact_checkpoint

@@ -78,7 +78,7 @@ class EntityVocabulary:
 
         RalmError (one line naming the store and the sources) when it has no such span.
         """
-        from ralm.luke.data import EntitySpans
+        from ralm.luke.annotations import EntitySpans
 
         spans = EntitySpans.from_docstore(store, sources)
         spans.require_spans()
