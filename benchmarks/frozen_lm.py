@@ -290,6 +290,7 @@ def main() -> int:
                 n: {**r, "kept_from": r.get("kept_from", prev["date"])}
                 for n, r in prev["metrics"]["rows"].items()
             }
+            prev_metrics = prev["metrics"]
             log(f"--keep-rows: reusing {sorted(kept)} from {last}")
         else:
             log(f"--keep-rows: {last} has another set-up; every row runs")
