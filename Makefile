@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench screenshots clean
 
 setup: $(STAMP)
 
@@ -58,6 +58,12 @@ lint: setup
 
 bench: setup
 	$(BIN)/python benchmarks/ingest.py
+
+# The README's screenshots of `ralm serve` (docs/serve-*.png; not part of `make test`): the REALM run of
+# `make demo` (a small one is built when there is none) and a tiny SUREALM run trained on the spot;
+# needs the system's Chromium (Debian: apt-get install chromium).
+screenshots: setup
+	$(BIN)/python benchmarks/serve_screenshots.py
 
 clean:
 	rm -rf runs .pytest_cache

@@ -11,12 +11,18 @@ Fixtures (session-scoped, built once):
   serve_clients    {kind: fastapi.testclient.TestClient on create_app(that Target)}
   live_server      factory: live_server("index") -> base URL of uvicorn serving that target on
                    127.0.0.1 and a free port, in a thread (stopped at the end of the session)
+  chromium         Debian's Chromium driven by Playwright (one browser per session); where the system
+                   has none, the browser tests skip and the run ends with one line saying how to install it
+  browser_page     a fresh page of it (own context); `page.problems` collects console errors, page
+                   errors, dialogs and failed requests (the tests assert it stays empty)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 
 import pytest
 
@@ -193,3 +199,82 @@ def live_server(serve_targets):
     yield start
     for server in running.values():
         server.stop()
+
+
+# ----------------------------------------------------------------------------- browser
+NO_CHROMIUM = (
+    "apt-get install chromium (Debian) — the browser tests drive the system Chromium through Playwright"
+)
+# headless, and nothing that dials out: the machine may have no network, and Chromium's background
+# connections (component updates, sync, QUIC probes) would be refused many at a time
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say once, at the end of any run, why the browser tests were skipped (unless -rs shows it)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if "s" not in (terminalreporter.config.option.reportchars or "") and any(
+        NO_CHROMIUM in str(r.longrepr) for r in skipped
+    ):
+        terminalreporter.write_line(f"browser tests skipped: {NO_CHROMIUM}")
+
+
+def system_chromium() -> str | None:
+    """The system's Chromium executable (Debian's `chromium` package), or None."""
+    for path in (shutil.which("chromium"), "/usr/bin/chromium"):
+        if path and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """A headless Chromium (the system's, through Playwright's sync API), shared by the session."""
+    path = system_chromium()
+    if path is None:
+        pytest.skip(NO_CHROMIUM)
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
+    pw = sync_api.sync_playwright().start()
+    browser = pw.chromium.launch(executable_path=path, args=CHROMIUM_FLAGS)
+    sync_api.expect.set_options(timeout=20_000)  # a shared, loaded machine: model calls can be slow
+    yield browser
+    browser.close()
+    pw.stop()
+
+
+@pytest.fixture
+def browser_page(chromium):
+    """A new page (own context, 1280x900); `page.problems` lists every console error, uncaught page
+    error, dialog (alert/confirm/prompt: dismissed) and request that failed (other than one cut short
+    by leaving the page) or got a 4xx/5xx."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+
+    def on_console(msg) -> None:
+        if msg.type == "error":
+            problems.append(f"console error: {msg.text} at {msg.location.get('url')}")
+
+    def on_dialog(dialog) -> None:
+        problems.append(f"a {dialog.type} dialog opened: {dialog.message!r}")
+        dialog.dismiss()
+
+    def on_response(resp) -> None:
+        if resp.status >= 400:
+            problems.append(f"HTTP {resp.status} for {resp.request.method} {resp.url}")
+
+    def on_request_failed(req) -> None:
+        if "ERR_ABORTED" not in (req.failure or ""):  # not a request cut short by leaving the page
+            problems.append(f"request failed: {req.url} ({req.failure})")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("dialog", on_dialog)
+    page.on("requestfailed", on_request_failed)
+    page.on("response", on_response)
+    page.problems = problems
+    yield page
+    context.close()

@@ -211,7 +211,7 @@ class ServerThread:
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening-ready TCP socket bound to (host, port); RalmError when the port is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets TCP_NODELAY only then
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

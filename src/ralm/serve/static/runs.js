@@ -37,6 +37,15 @@
 
   function width(fig) { return Math.max(300, fig.clientWidth - 20); }
 
+  // a y axis as wide as its longest tick label ("100,000" on a log scale); uPlot calls this until it settles
+  function ySize(u, values, axisIdx, cycleNum) {
+    const axis = u.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;
+    const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+    u.ctx.font = axis.font[0];
+    return Math.max(50, Math.ceil(axis.ticks.size + axis.gap + u.ctx.measureText(longest).width / devicePixelRatio + 6));
+  }
+
   function draw(fig) {
     const keys = keysOf(fig);
     let caption = fig.querySelector("figcaption");
@@ -60,7 +69,7 @@
     const opts = {
       width: width(fig), height: 260,
       scales: { x: { time: false }, y: fig.dataset.log ? { distr: 3 } : {} },
-      axes: [{ label: "step" }, { size: 60 }],
+      axes: [{ label: "step" }, { size: ySize }],
       cursor: { drag: { x: true, y: false } },
       series: [{ label: "step" }, ...keys.map((k, i) => ({ label: k, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
         value: (_u, v) => (v === null ? "–" : fmt(v)) }))],
