@@ -391,10 +391,10 @@ def main() -> int:
     budget = 1.5 * t_none + t_search_alone
     ratio = t_ic / budget
     metrics: dict[str, object] = {
-        "tokens_evaluated": none16.tokens,
-        "words_evaluated": none16.words,
+        "tokens_evaluated": len(text) - 1,
+        "words_evaluated": text.n_words,
         "test_articles_evaluated": in_prefix,
-        "max_length": none16.config.max_length,
+        "max_length": args.max_length,
         "doc_tokens": args.doc_tokens,
         "query_tokens": 32,
         "replug_temperature": args.temperature,
