@@ -10,18 +10,32 @@ string). Nested tables, dates and inline tables are left out: the configs do not
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import types
 import typing
-from dataclasses import is_dataclass
+from dataclasses import fields, is_dataclass
+from pathlib import Path
 from typing import Any
+
+from ralm.errors import RalmError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["describe", "fit", "hints", "parse_value", "show", "toml_line", "tomllib"]
+__all__ = [
+    "check_known",
+    "describe",
+    "fit",
+    "hints",
+    "parse_value",
+    "read_toml",
+    "show",
+    "toml_line",
+    "tomllib",
+]
 
 
 @functools.cache
@@ -124,3 +138,24 @@ def parse_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text  # a bare string
+
+
+def read_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """The TOML file at `path` as a dict; RalmError naming the file when it is missing or not TOML."""
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RalmError(f"{p}: no such config file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RalmError(f"{p}: not valid TOML ({exc})") from None
+
+
+def check_known(cls, d: dict[str, Any], source: str = "config") -> None:
+    """RalmError listing the keys of `d` that are no field of the dataclass `cls`."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise RalmError(
+            f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
+        )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ralm.errors import RalmError
-from ralm.typed_config import describe, fit, hints, show, toml_line, tomllib
+from ralm.typed_config import check_known, describe, fit, hints, read_toml, show, toml_line
 
 __all__ = ["CONFIG_FILE", "MODES", "RESUME_FIELDS", "LukePretrainConfig", "check_setting"]
 
@@ -136,23 +136,13 @@ class LukePretrainConfig:
     # -- TOML
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> LukePretrainConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise RalmError(
-                f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
-            )
+        check_known(cls, d, source)
         return cls(**d)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> LukePretrainConfig:
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise RalmError(f"{p}: no such config file") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise RalmError(f"{p}: not valid TOML ({exc})") from None
+        data = read_toml(p)
         for key, value in data.items():
             try:
                 check_setting(key, value)

@@ -17,7 +17,7 @@ from typing import Any
 from ralm.errors import RalmError
 from ralm.realm.masking import MaskingConfig
 from ralm.realm.options import CHOICES, HELP, MODES, NULL_DOCS, QUERY_MASKS
-from ralm.typed_config import describe, fit, hints, show, toml_line, tomllib
+from ralm.typed_config import check_known, describe, fit, hints, read_toml, show, toml_line, tomllib
 
 CONFIG_FILE = "config.toml"
 
@@ -134,23 +134,13 @@ class PretrainConfig:
     # -- TOML
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> PretrainConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise RalmError(
-                f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
-            )
+        check_known(cls, d, source)
         return cls(**d)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> PretrainConfig:
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise RalmError(f"{p}: no such config file") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise RalmError(f"{p}: not valid TOML ({exc})") from None
+        data = read_toml(p)
         names = {f.name for f in fields(cls)}
         for key, value in data.items():
             if key in names:  # unknown keys: from_dict names them all
