@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ralm.errors import RalmError
-from ralm.typed_config import check_known, describe, fit, hints, read_toml, show, toml_line
+from ralm.typed_config import check_known, describe, fit, hints, read_toml, show, toml_line, write_text_atomic
 
 __all__ = ["CONFIG_FILE", "MODES", "RESUME_FIELDS", "LukePretrainConfig", "check_setting"]
 
@@ -159,12 +159,7 @@ class LukePretrainConfig:
 
     def save(self, run_dir: str | os.PathLike) -> Path:
         """Write RUN/config.toml atomically."""
-        p = Path(run_dir) / CONFIG_FILE
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
-        tmp.write_text(self.to_toml(), encoding="utf-8")
-        os.replace(tmp, p)
-        return p
+        return write_text_atomic(Path(run_dir) / CONFIG_FILE, self.to_toml())
 
 
 def check_setting(key: str, value: Any) -> Any:

@@ -17,7 +17,17 @@ from typing import Any
 from ralm.errors import RalmError
 from ralm.realm.masking import MaskingConfig
 from ralm.realm.options import CHOICES, HELP, MODES, NULL_DOCS, QUERY_MASKS
-from ralm.typed_config import check_known, describe, fit, hints, read_toml, show, toml_line, tomllib
+from ralm.typed_config import (
+    check_known,
+    describe,
+    fit,
+    hints,
+    read_toml,
+    show,
+    toml_line,
+    tomllib,
+    write_text_atomic,
+)
 
 CONFIG_FILE = "config.toml"
 
@@ -164,12 +174,7 @@ class PretrainConfig:
         return "\n".join(lines) + "\n"
 
     def save(self, run_dir: str | os.PathLike) -> Path:
-        p = Path(run_dir) / CONFIG_FILE
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
-        tmp.write_text(self.to_toml(), encoding="utf-8")
-        os.replace(tmp, p)
-        return p
+        return write_text_atomic(Path(run_dir) / CONFIG_FILE, self.to_toml())
 
 
 # ----------------------------------------------------------------------------- value types
