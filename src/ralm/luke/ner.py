@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -114,7 +113,7 @@ def run_seed(
     from ralm.realm.build import resolve_device
     from ralm.retrieval.encoders import autocast_context, autocast_dtype
     from ralm.tasks.adapters import shuffled
-    from ralm.tasks.trainer import BestState, subsample
+    from ralm.tasks.trainer import BestState, subsample, write_predictions
     from ralm.train.logging import MetricsLogger
     from ralm.train.optim import warmup_schedule
 
@@ -219,9 +218,7 @@ def run_seed(
         seconds=round(time.perf_counter() - t0, 2),
     )
     log.close()
-    with open(out / "predictions.jsonl", "w", encoding="utf-8") as f:
-        for k, v in preds.items():
-            f.write(json.dumps({"id": k, "prediction": v}, ensure_ascii=False) + "\n")
+    write_predictions(out / "predictions.jsonl", preds)
     if cfg.save:
         from ralm.luke.io import save_model
 
@@ -238,7 +235,7 @@ def run_seed(
 def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
     """Every seed of `cfg`, written to `cfg.out` (all or nothing); returns the results.json dict."""
     from ralm.tasks.datasets import check_label_sets, load_task_data
-    from ralm.tasks.finetune import prepare_out, summarize
+    from ralm.tasks.finetune import prepare_out, publish_results, summarize
 
     if min(cfg.max_span_length, cfg.max_entities, cfg.batch_size, cfg.eval_batch_size) < 1:
         raise RalmError("--max-span-length, --max-entities and the batch sizes must be at least 1")
@@ -299,12 +296,7 @@ def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
             "inference": _speed(records),
             "seconds": round(sum(r["seconds"] for r in records), 2),
         }
-        (tmp / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-        (tmp / "results.md").write_text(results_md(results), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, out)
+        publish_results(tmp, out, results, results_md(results))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return results

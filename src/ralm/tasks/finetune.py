@@ -156,11 +156,24 @@ def prepare_out(out: Path, overwrite: bool) -> Path:
         if not overwrite:
             raise RalmError(f"{out}: exists; choose another --out or pass --overwrite")
         if out.is_dir() and not (out / "results.json").is_file():
-            raise RalmError(f"{out}: exists and is not a fine-tuning output (no results.json); refusing to overwrite it")
+            raise RalmError(
+                f"{out}: exists and is not a fine-tuning output (no results.json); refusing to overwrite it"
+            )
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp
+
+
+def publish_results(tmp: Path, out: Path, results: dict[str, Any], markdown: str) -> None:
+    """Write results.json and results.md into the job's temporary directory `tmp` (from
+    `prepare_out`), then rename it over `out`."""
+    (tmp / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (tmp / "results.md").write_text(markdown, encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out)
 
 
 def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
@@ -224,12 +237,7 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
             "summary": summarize(records),
             "seconds": round(sum(r["seconds"] for r in records), 2),
         }
-        (tmp / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-        (tmp / "results.md").write_text(results_markdown(results), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, out)
+        publish_results(tmp, out, results, results_markdown(results))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return results

@@ -259,7 +259,7 @@ def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: 
     if hasattr(parts.adapter, "skipped"):
         record["skipped_train_examples"] = parts.adapter.skipped - skipped_before
     log.close()
-    _write_predictions(out / "predictions.jsonl", test_preds)
+    write_predictions(out / "predictions.jsonl", test_preds)
     if cfg.save:
         parts.model.save_pretrained(str(out / "model"), safe_serialization=True)
         parts.tokenizer.save_pretrained(str(out / "model"))
@@ -269,7 +269,8 @@ def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: 
     return record
 
 
-def _write_predictions(path: Path, preds: dict) -> None:
+def write_predictions(path: Path, preds: dict) -> None:
+    """One JSON line {"id", "prediction"} per example of `preds` (id -> prediction)."""
     with open(path, "w", encoding="utf-8") as f:
         for k, v in preds.items():
             f.write(json.dumps({"id": k, "prediction": v}, ensure_ascii=False) + "\n")
