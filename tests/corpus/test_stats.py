@@ -41,7 +41,9 @@ def test_histogram_and_stats_against_a_naive_loop():
         assert s.median == (srt[h] if len(srt) % 2 else (srt[h - 1] + srt[h]) / 2)
         assert s.mean == pytest.approx(sum(lengths.tolist()) / len(lengths))
         assert s.short == sum(1 for n in lengths.tolist() if n < min_tokens)
-        assert s.short_sole == sum(1 for n, o in zip(lengths.tolist(), sole, strict=True) if n < min_tokens and o)
+        assert s.short_sole == sum(
+            1 for n, o in zip(lengths.tolist(), sole, strict=True) if n < min_tokens and o
+        )
 
 
 def test_sole_chunk_mask():

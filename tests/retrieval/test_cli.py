@@ -277,7 +277,12 @@ def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir
                      "--hybrid", "rrf", "-k", "1", "3", "--json-out", out_json, "--quiet")  # fmt: skip
     assert code == 0
     names = list(json.loads(out_json.read_text())["recall"])
-    assert names == ["bm25", f"dense:{tiny_dir}", f"dense:{tiny_dir}:centred", f"hybrid:rrf(bm25+dense:{tiny_dir}:centred)"]
+    assert names == [
+        "bm25",
+        f"dense:{tiny_dir}",
+        f"dense:{tiny_dir}:centred",
+        f"hybrid:rrf(bm25+dense:{tiny_dir}:centred)",
+    ]
     code = main(["index", "build", str(built / "store"), "--out", str(tmp_path / "c"), "--encoder", str(tiny_dir),
                  "--center", "--quiet"])  # fmt: skip
     assert code == 0

@@ -358,4 +358,8 @@ def test_a_full_disk_during_index_build_is_one_line(built, tmp_path, capsys, tin
     monkeypatch.setattr(DualEncoder, "save", full)
     code, _, err = run(capsys, "index", "build", built / "store", "--out", tmp_path / "i", "--encoder", tiny_dir,
                        "--quiet")  # fmt: skip
-    assert code == 2 and len(err) == 1 and err[0].startswith("ralm: error: no space left on device (RuntimeError)")
+    assert (
+        code == 2
+        and len(err) == 1
+        and err[0].startswith("ralm: error: no space left on device (RuntimeError)")
+    )

@@ -155,5 +155,7 @@ def test_init_json_names_the_final_paths(tmp_path):
     spec.index = "/runs/r1/checkpoints/step-1/index"
     write_init(spec, tmp, final=final)
     got = json.loads((tmp / INIT_FILE).read_text())
-    assert got["reader"] == str(final / "init" / "reader") and got["encoder"] == str(final / "init" / "retriever")
+    assert got["reader"] == str(final / "init" / "reader") and got["encoder"] == str(
+        final / "init" / "retriever"
+    )
     assert got["index"] == "/runs/r1/checkpoints/step-1/index" and got["source"] == "/runs/r1"
