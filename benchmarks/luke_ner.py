@@ -352,7 +352,7 @@ def main() -> None:
         "--train-limit", type=int, default=1000, help="training sentences per seed (seeded sample)"
     )
     ap.add_argument("--max-eval", type=int, default=300, help="first N dev and test sentences")
-    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--epochs", type=float, default=3.0)
     ap.add_argument("--batch-size", type=int, default=8, help="sentences per step (DaLUKE: 8)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--lr-head", type=float, default=1e-3, help="span classifier / token classifier head")
