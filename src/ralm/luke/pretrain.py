@@ -36,7 +36,6 @@ import math
 import time
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -47,7 +46,7 @@ from ralm.luke.annotations import annotation_stats
 from ralm.luke.data import LukeCollator, MaskSettings
 from ralm.luke.pretrain_config import LukePretrainConfig
 from ralm.luke.pretrain_run import MODEL_DIR, check_out, corpus_stats, open_run, prepare, read_run_config
-from ralm.realm.checkpoint import load_checkpoint, read_state, save_checkpoint
+from ralm.realm.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint
 from ralm.realm.data import batch_positions, example_rngs
 from ralm.realm.run import check_checkpoint_corpus, trim_metrics
 from ralm.retrieval.encoders import autocast_context, autocast_dtype
@@ -173,20 +172,6 @@ def pretrain(
         dist.close()
 
 
-def _on_main(dist: Dist, fn) -> Any:
-    """Run `fn()` on rank 0 only; its value, or its RalmError, reaches every rank."""
-    got: tuple = ("ok", None)
-    if dist.is_main:
-        try:
-            got = ("ok", fn())
-        except RalmError as exc:
-            got = ("error", str(exc))
-    status, value = dist.broadcast_object(got)
-    if status == "error":
-        raise RalmError(value)
-    return value
-
-
 def _pretrain(
     cfg: LukePretrainConfig,
     dist: Dist,
@@ -206,7 +191,7 @@ def _pretrain(
             f"batch_size={cfg.batch_size} is not divisible by the {dist.world} processes; use a multiple of {dist.world}"
         )
     run = Path(cfg.out)
-    _on_main(dist, lambda: check_out(run, resume, overwrite))  # fail fast, before reading the corpus
+    dist.on_main(lambda: check_out(run, resume, overwrite))  # fail fast, before reading the corpus
     prep = prepare(cfg)
     model = prep.model
     rows: list = []
@@ -216,7 +201,7 @@ def _pretrain(
         rows.append(kept)
         return ckpt
 
-    ckpt_name = _on_main(dist, start_run)
+    ckpt_name = dist.on_main(start_run)
     dist.barrier()
     ckpt = Path(ckpt_name) if ckpt_name else None
     dev = dist.device if dist.enabled else resolve_device(cfg.device)
@@ -241,11 +226,7 @@ def _pretrain(
         check_checkpoint_corpus(run, ckpt, state, prep.store, cfg)
         state = load_checkpoint(ckpt, model, opt, sched, None, purpose="resume")
         start = int(state["step"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if dev.type == "cuda" and dist.world == 1:
-            torch.cuda.set_rng_state_all(
-                [state["rng"][k] for k in sorted(state["rng"]) if k.startswith("cuda")]
-            )
+        restore_rng(state["rng"], dev, dist.world)
         if dist.is_main:
             trim_metrics(run, rows[0], start)
     if dist.world > 1:
@@ -272,12 +253,8 @@ def _pretrain(
                 f"{first['entities_per_1k_words']:.2f} per 1,000 words (links alone "
                 f"{first['entities_per_1k_words_link']:.2f}, links + auto {first['entities_per_1k_words_link_auto']:.2f})"
             )
-    net = model
-    if dist.enabled:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        # entity parameters get no gradient in mode mlm or in a batch without entities
-        net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None, find_unused_parameters=True)
+    # entity parameters get no gradient in mode mlm or in a batch without entities
+    net = dist.wrap(model, find_unused_parameters=True)
     model.train()
     per_step = cfg.batch_size * cfg.grad_accum
     t_run = time.perf_counter()

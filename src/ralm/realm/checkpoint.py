@@ -45,6 +45,7 @@ __all__ = [
     "latest_checkpoint",
     "load_checkpoint",
     "read_state",
+    "restore_rng",
     "save_checkpoint",
 ]
 
@@ -244,3 +245,12 @@ def load_checkpoint(
                 f"{_INSTEAD_ONE[purpose]}"
             ) from None
     return {**state, "rng": rng}
+
+
+def restore_rng(rng: dict[str, torch.Tensor], device: torch.device, world: int) -> None:
+    """Put back the generator states of `load_checkpoint(...)["rng"]`, so a resumed run draws the
+    masks and dropout it would have drawn without the stop. CUDA states only for a single-process
+    job on a GPU (under torchrun each rank reseeds itself)."""
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and world == 1:
+        torch.cuda.set_rng_state_all([rng[k] for k in sorted(rng) if k.startswith("cuda")])

@@ -63,6 +63,7 @@ from ralm.realm.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     read_state,
+    restore_rng,
     save_checkpoint,
 )
 from ralm.realm.config import PretrainConfig
@@ -243,17 +244,14 @@ def _pretrain(
             f"the {dist.world} processes; use a multiple of {dist.world}"
         )
     run = Path(cfg.out)
-    opened: tuple = ("ok", None)
-    metric_rows = None
-    if dist.is_main:
-        try:
-            ckpt, metric_rows = prepare_run(run, cfg, held, resume=resume, overwrite=overwrite)
-            opened = ("ok", str(ckpt) if ckpt is not None else None)
-        except RalmError as exc:
-            opened = ("error", str(exc))
-    status, value = dist.broadcast_object(opened)  # every rank stops with rank 0's one line
-    if status == "error":
-        raise RalmError(value)
+    metric_rows: list = []
+
+    def open_run() -> str | None:
+        ckpt, rows = prepare_run(run, cfg, held, resume=resume, overwrite=overwrite)
+        metric_rows.append(rows)
+        return str(ckpt) if ckpt is not None else None
+
+    value = dist.on_main(open_run)  # every rank stops with rank 0's one line
     ckpt = Path(value) if value else None
     store, qstore = open_stores(cfg)
     state = read_state(ckpt) if ckpt is not None else None
@@ -279,13 +277,9 @@ def _pretrain(
     if ckpt is not None:
         state = load_checkpoint(ckpt, model, opt, sched, refresher, purpose="resume")
         start = int(state["step"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if dev.type == "cuda" and dist.world == 1:
-            torch.cuda.set_rng_state_all(
-                [state["rng"][k] for k in sorted(state["rng"]) if k.startswith("cuda")]
-            )
+        restore_rng(state["rng"], dev, dist.world)
         if dist.is_main:
-            trim_metrics(run, metric_rows, start)
+            trim_metrics(run, metric_rows[0], start)
         if refresher is not None and hasattr(refresher, "last_snapshot_step"):
             refresher.last_snapshot_step = start
         logger.info("resumed %s at step %d (index version %s)", run, start, state["index_version"])
@@ -309,11 +303,7 @@ def _pretrain(
 
         search = candidate_search(cfg, model, search)
 
-    net = model
-    if dist.enabled:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    net = dist.wrap(model)
     fault = _fault_injection(dist)
     t_run = time.perf_counter()
     bar = tqdm(total=cfg.steps, initial=start, disable=not show, unit="step", desc=f"pretrain {cfg.mode}")

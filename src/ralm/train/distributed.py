@@ -16,11 +16,15 @@ import datetime as dt
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as tdist
+
+from ralm.errors import RalmError
 
 __all__ = ["Dist", "init_distributed", "peer_failure_message", "torchrun_command", "without_nproc"]
 
@@ -61,6 +65,28 @@ class Dist:
         box = [obj]
         tdist.broadcast_object_list(box, src=0, device=self._coll_device)
         return box[0]
+
+    def on_main(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn()` on rank 0 only; its value, or its RalmError as the same one line, on every rank."""
+        got: tuple = ("ok", None)
+        if self.is_main:
+            try:
+                got = ("ok", fn())
+            except RalmError as exc:
+                got = ("error", str(exc))
+        status, value = self.broadcast_object(got)
+        if status == "error":
+            raise RalmError(value)
+        return value
+
+    def wrap(self, model: torch.nn.Module, *, find_unused_parameters: bool = False) -> torch.nn.Module:
+        """`model` in DistributedDataParallel when the job has several processes, else `model` itself."""
+        if not self.enabled:
+            return model
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DDP(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
 
     def share(self, n: int) -> tuple[int, int]:
         """[start, stop) of this rank's contiguous share of n items (the first ranks take the remainder)."""
