@@ -24,17 +24,23 @@ crash continues where it stopped):
    The span classifier's inference rate (sentences/s, words in to IOB2 tags out) comes from
    `ralm luke ner`'s results.
 
-The fine-tuning budget (1,000 training sentences, 2 epochs, batch 8, lr 1e-4 with heads at 1e-3,
-linear decay, 6% warm-up) is the smallest tried where both kinds of model learn: at 300 sentences
-x 2 epochs (76 steps) the span classifier and the word-only tagger both predicted only "O" (test
-F1 0, one seed); at 1,000 x 2 (250 steps) the word-only tagger reached F1 46 and a LUKE run of 4
-pre-training steps 34. A LUKE seed costs about 6x a word-only one: a tweet of ~20 words has ~90
-candidate spans, and each is an entity token in the same transformer.
+   The control row "no pre-training" is the Baseline's model as `ralm luke pretrain` builds it
+   before its first step (MiniLM's word side, LUKE's copied queries, a fresh entity side), fine-tuned
+   the same way: the difference to Baseline is what the pre-training steps add.
+
+The fine-tuning budget (1,000 training sentences, 3 epochs = 375 steps, batch 8, lr 1e-4 with heads
+at 1e-3, linear decay, 6% warm-up): at 300 sentences x 2 epochs (76 steps) the span classifier and
+the word-only tagger both predicted only "O" (test F1 0, one seed); at 600 x 2 (150 steps) the span
+classifier had barely left "O" (F1 2-4 against 39 word-only, 3 seeds). A LUKE seed costs about 5x a
+word-only one at l = L and 3x at l = 120: a tweet of ~20 words has ~90 candidate spans, and each is
+an entity token in the same transformer.
 
 Writes benchmarks/results/luke_ner.json (common.write_result) and luke_ner.md (the table, then
 `ralm table` over the NER result directories). WNUT-17 is read from ../shared/data/wnut17.
 
 Run: python benchmarks/luke_ner.py [--work runs/luke_ner] [--pretrain-steps 300] [--seeds 1,2,3,4,5]
+(about 2.5 h with OMP_NUM_THREADS=1; rows can run in two processes at once with --rows and the same
+--work, about 1.5 h on 2 cores, and a final run with all rows reuses them and writes the table)
 """
 
 from __future__ import annotations
@@ -52,11 +58,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, write_result  # noqa: E402
-from luke_speed import CONFIG, ENTITY_WIDTH, VARIANTS, measure, variant_settings  # noqa: E402
+from luke_speed import CONFIG, ENTITY_WIDTH, VARIANTS, make_config, measure, variant_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "wnut17"
 WORD_ONLY = "word-only"
+# control row: the bundled MiniLM copied into LUKE (l = L, entity side freshly initialised) with no
+# pre-training step, fine-tuned like the others: what the pre-training adds to the span classifier
+INIT = "init"
+LABELS = {INIT: "no pre-training (l = L)", WORD_ONLY: "word-only (MiniLM)"}
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -176,6 +186,35 @@ def ensure_pretrained(args: argparse.Namespace, corpus: Path, variant: str, work
     return run
 
 
+def ensure_init(args: argparse.Namespace, corpus: Path, work: Path) -> Path:
+    """work/init/model: the Baseline's model as `ralm luke pretrain` builds it before its first step
+    (same backbone, entity vocabulary and seed), saved without training."""
+    from ralm.luke.io import save_model
+    from ralm.luke.pretrain_run import prepare
+
+    run = work / "init"
+    cfg = make_config(corpus, "baseline", args.pretrain_batch, args.seq, seed=args.pretrain_seed)
+    want = {"docstore": str(corpus), "seed": args.pretrain_seed, "vocab": cfg.entity_vocab_size}
+    if (run / "model" / "config.json").is_file() and _same(run / "settings.json", want):
+        print(f"{LABELS[INIT]}: reusing {run}", flush=True)
+        return run
+    prep = prepare(cfg)
+    save_model(prep.model, run / "model", extra={"backbone": str(prep.backbone), "step": 0})
+    _write_json(run / "settings.json", want)
+    print(f"{LABELS[INIT]}: saved {run / 'model'}", flush=True)
+    return run
+
+
+def init_record(run: Path) -> dict[str, Any]:
+    from ralm.luke.io import load_model
+
+    model = load_model(run / "model")
+    return {
+        "params_encoder": sum(p.numel() for p in model.luke.parameters()),
+        "entity_hidden_size": model.config.entity_hidden_size,
+    }
+
+
 def pretrain_record(run: Path) -> dict[str, Any]:
     """Parameters (exact, from the saved model), step times and losses of a finished run."""
     from ralm.luke.io import load_model
@@ -243,7 +282,7 @@ class Estimate:
 def ner_row(args, row: str, run: Path | None, work: Path, log: Path, est: Estimate) -> Path:
     """work/ner/ROW/results.json; reused when work/ner/ROW.settings.json records the same command."""
     out = work / "ner" / row
-    label = VARIANTS[row][0] if row in VARIANTS else "word-only (MiniLM)"
+    label = VARIANTS[row][0] if row in VARIANTS else LABELS[row]
     common = budget(args)
     if run is not None:
         cmd = ["luke", "ner", str(args.data), "--model", str(run), "--out", str(out), "--name", label,
@@ -314,15 +353,18 @@ def table_md(rows: dict[str, dict], ann: dict, speed: dict, args: argparse.Names
         "|" + " --- |" * 8,
     ]
     for row, r in rows.items():
+        sps = f"{r['sentences_per_s']:.1f}" if r.get("sentences_per_s") else "–"
         if row == WORD_ONLY:
-            src, width, rate, sps = "–", "–", "–", "–"
+            src, width, rate = "–", "–", "–"
+        elif row == INIT:
+            src, width, rate = "none", str(r["entity_hidden_size"]), "–"
         else:
             src = "link + auto" if VARIANTS[row][1] else "link"
             width, rate = str(r["entity_hidden_size"]), f"{both if VARIANTS[row][1] else link:.1f}"
-            sps = f"{r['sentences_per_s']:.1f}" if r.get("sentences_per_s") else "–"
         step = f"{r['seconds_per_step']:.2f}" if "seconds_per_step" in r else "–"
         f1 = f"{r['f1_mean']:.2f} ± {r['f1_std']:.2f}" if "f1_mean" in r else "–"
-        label = VARIANTS[row][0] if row in VARIANTS else "word-only (MiniLM token classifier)"
+        label = VARIANTS[row][0] if row in VARIANTS else LABELS[row]
+        label += " (MiniLM token classifier)" if row == WORD_ONLY else ""
         lines.append(
             f"| {label} | {src} | {width} | {rate} | {r['params_encoder']:,} | {step} | {f1} | {sps} |"
         )
@@ -339,7 +381,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default=str(ROOT / "runs" / "luke_ner"), help="corpus, runs and NER outputs")
     ap.add_argument("--data", default=str(DATA), help="WNUT-17 directory (read by path)")
-    ap.add_argument("--rows", default=",".join([*VARIANTS, WORD_ONLY]))
+    ap.add_argument("--rows", default=",".join([*VARIANTS, INIT, WORD_ONLY]))
     ap.add_argument("--pretrain-steps", type=int, default=300)
     ap.add_argument("--pretrain-batch", type=int, default=16)
     ap.add_argument("--pretrain-seed", type=int, default=42)
@@ -368,7 +410,7 @@ def main() -> None:
     log = work / "bench.log"
     rows = args.rows.split(",")
     variants = [r for r in rows if r in VARIANTS]
-    bad = [r for r in rows if r not in VARIANTS and r != WORD_ONLY]
+    bad = [r for r in rows if r not in VARIANTS and r not in LABELS]
     if bad or not Path(args.data).is_dir():
         raise SystemExit(f"unknown rows {bad}" if bad else f"{args.data}: no such directory (WNUT-17)")
 
@@ -395,13 +437,18 @@ def main() -> None:
                   "at the speed step's medians", flush=True)  # fmt: skip
 
     runs = {v: ensure_pretrained(args, corpus, v, work, log) for v in variants}
+    if INIT in rows:
+        runs[INIT] = ensure_init(args, corpus, work)
     n_seeds = len(args.seeds.split(","))
     est = Estimate(n_seeds * len(rows))
     outs = {row: ner_row(args, row, runs.get(row), work, log, est) for row in rows}
 
     results: dict[str, dict] = {}
     for row in rows:
-        r = pretrain_record(runs[row]) if row in runs else {"params_encoder": word_only_params()}
+        if row == WORD_ONLY:
+            r: dict[str, Any] = {"params_encoder": word_only_params()}
+        else:
+            r = init_record(runs[row]) if row == INIT else pretrain_record(runs[row])
         res = json.loads((outs[row] / "results.json").read_text(encoding="utf-8"))
         f1 = res["summary"]["test"]["f1"]
         r.update(f1_mean=f1["mean"], f1_std=f1["std"], seeds=f1["n"], ner_seconds=res["seconds"])
