@@ -364,7 +364,8 @@ def table_md(rows: dict[str, dict], ann: dict, speed: dict, args: argparse.Names
         step = f"{r['seconds_per_step']:.2f}" if "seconds_per_step" in r else "–"
         f1 = f"{r['f1_mean']:.2f} ± {r['f1_std']:.2f}" if "f1_mean" in r else "–"
         label = VARIANTS[row][0] if row in VARIANTS else LABELS[row]
-        label += " (MiniLM token classifier)" if row == WORD_ONLY else ""
+        if row == WORD_ONLY:
+            label = "word-only (MiniLM token classifier)"
         lines.append(
             f"| {label} | {src} | {width} | {rate} | {r['params_encoder']:,} | {step} | {f1} | {sps} |"
         )
@@ -485,7 +486,7 @@ def main() -> None:
             metrics[f"{row}/{k}"] = round(v, 4) if isinstance(v, float) else v
     write_result(
         args.name,
-        "python benchmarks/luke_ner.py " + " ".join(sys.argv[1:]),
+        " ".join(["python benchmarks/luke_ner.py", *sys.argv[1:]]),
         metrics,
         {
             "step_ratio": "<= 1.3 (Baseline LUKE pre-training step / plain MLM step, same words; issue 15)",
