@@ -28,7 +28,7 @@ import torch
 from ralm.errors import RalmError
 from ralm.surealm.data import lm_special_ids
 from ralm.surealm.datastore import Datastore
-from ralm.surealm.model import SurealmLM
+from ralm.surealm.model import CACHE_ARGUMENTS, SurealmLM
 
 STRATEGIES = ("greedy", "top-p", "beam")
 
@@ -123,7 +123,7 @@ def retrieval_hooks(model: SurealmLM, retriever: PrefixRetriever) -> Iterator[No
         kw = {
             k: v
             for k, v in kwargs.items()
-            if k not in ("input_ids", "attention_mask", "position_ids", "past_key_values", "cache_position")
+            if k not in ("input_ids", "attention_mask", "position_ids", "cache_position", *CACHE_ARGUMENTS)
         }
         keys, values, blk = _memory_for_rows(model, retriever, ids.cpu())
         kw.update(model.backbone_inputs(ids, None, keys.to(dev), values.to(dev), blk.to(dev)))
@@ -131,8 +131,9 @@ def retrieval_hooks(model: SurealmLM, retriever: PrefixRetriever) -> Iterator[No
         return (), kw
 
     def post(_module, _args, _kwargs, output):
-        if hasattr(output, "past_key_values"):
-            output.past_key_values = None
+        for name in CACHE_ARGUMENTS:  # the memory must not come back as the next step's cache
+            if getattr(output, name, None) is not None:
+                setattr(output, name, None)
         return output
 
     h1 = backbone.register_forward_pre_hook(pre, with_kwargs=True)

@@ -113,6 +113,19 @@ def memory_mask(
     )
 
 
+# what transformers has called the key/value cache argument of a model's forward: `cache` from 5.24
+# on (`past_key_values` is then a deprecated alias), `past_key_values` before
+CACHE_ARGUMENTS = ("cache", "past_key_values", "cache_params")
+
+
+def cache_argument(backbone: nn.Module) -> str:
+    """The name under which `backbone.forward` takes a key/value cache in this transformers version."""
+    import inspect
+
+    params = inspect.signature(backbone.forward).parameters
+    return next((a for a in CACHE_ARGUMENTS[:2] if a in params), "past_key_values")
+
+
 class SurealmLM(nn.Module):
     """Backbone causal LM + memory projections. `forward` returns (B, T, V) next-token logits."""
 
@@ -121,6 +134,7 @@ class SurealmLM(nn.Module):
         self.backbone = backbone
         self.config = config
         self.adapter = MemoryAdapter(backbone)
+        self.cache_arg = cache_argument(backbone)
         H = self.adapter.hidden
         if config.retrieval:
             self.key_proj = nn.Linear(config.mem_dim, H)
@@ -192,7 +206,7 @@ class SurealmLM(nn.Module):
         if self.config.retrieval and mem_block is not None and mem_block.shape[1] > 0:
             if mem_keys is None or mem_values is None:
                 raise ValueError("memory keys and values are needed with mem_block")
-            kw["past_key_values"] = self.memory_cache(mem_keys, mem_values, mem_block)
+            kw[self.cache_arg] = self.memory_cache(mem_keys, mem_values, mem_block)
         else:
             mem_block = torch.zeros((B, 0), dtype=torch.long, device=dev)
         kw["attention_mask"] = memory_mask(
