@@ -248,3 +248,18 @@ def test_memory_gain_sets_the_starting_gain_of_both_memory_norms():
             assert torch.equal(norm.weight, torch.full((32,), want))
             ref = want * torch.nn.functional.layer_norm(proj(x), (32,), eps=norm.eps)
             torch.testing.assert_close(norm(proj(x)), ref)
+
+
+def test_cache_argument_follows_the_backbone_forward_signature():
+    from ralm.surealm.model import cache_argument
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None, past_key_values=None, use_cache=None):
+            return input_ids
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None, cache=None, use_cache=None):
+            return input_ids
+
+    assert cache_argument(Old()) == "past_key_values"
+    assert cache_argument(New()) == "cache"

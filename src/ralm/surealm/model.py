@@ -113,8 +113,8 @@ def memory_mask(
     )
 
 
-# what transformers has called the key/value cache argument of a model's forward: `cache` from 5.24
-# on (`past_key_values` is then a deprecated alias), `past_key_values` before
+# the names transformers has given the key/value cache argument of a model's forward: `cache` in
+# recent releases (5.24 here; `past_key_values` is then a deprecated alias), `past_key_values` before
 CACHE_ARGUMENTS = ("cache", "past_key_values", "cache_params")
 
 
@@ -122,8 +122,7 @@ def cache_argument(backbone: nn.Module) -> str:
     """The name under which `backbone.forward` takes a key/value cache in this transformers version."""
     import inspect
 
-    params = inspect.signature(backbone.forward).parameters
-    return next((a for a in CACHE_ARGUMENTS[:2] if a in params), "past_key_values")
+    return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
 
 
 class SurealmLM(nn.Module):
