@@ -205,35 +205,33 @@ def ensure_init(args: argparse.Namespace, corpus: Path, work: Path) -> Path:
     return run
 
 
-def init_record(run: Path) -> dict[str, Any]:
+def model_record(run: Path) -> dict[str, Any]:
+    """Parameters (exact) and entity width of the model saved in RUN/model."""
     from ralm.luke.io import load_model
 
     model = load_model(run / "model")
+    ent = model.luke.entity_embeddings
+    table = ent.entity_embeddings.weight.numel() + (
+        ent.entity_embedding_dense.weight.numel() if ent.entity_embedding_dense is not None else 0
+    )
     return {
+        "params_pretraining": sum(p.numel() for p in model.parameters()),
         "params_encoder": sum(p.numel() for p in model.luke.parameters()),
+        "params_entity_table": table,
         "entity_hidden_size": model.config.entity_hidden_size,
     }
 
 
 def pretrain_record(run: Path) -> dict[str, Any]:
     """Parameters (exact, from the saved model), step times and losses of a finished run."""
-    from ralm.luke.io import load_model
     from ralm.train.logging import read_metric_rows
 
     rows = read_metric_rows(run / "metrics.jsonl")
     first = next(r for r in rows if "parameters" in r)
     steps = [r for r in rows if "step_seconds" in r]
-    model = load_model(run / "model")
-    ent = model.luke.entity_embeddings
-    table = ent.entity_embeddings.weight.numel() + (
-        ent.entity_embedding_dense.weight.numel() if ent.entity_embedding_dense is not None else 0
-    )
     k = min(20, len(steps))
     return {
-        "params_pretraining": sum(p.numel() for p in model.parameters()),
-        "params_encoder": sum(p.numel() for p in model.luke.parameters()),
-        "params_entity_table": table,
-        "entity_hidden_size": model.config.entity_hidden_size,
+        **model_record(run),
         "entity_vocab": first.get("entity_vocab"),
         "entities_per_1k_words": first["entities_per_1k_words"],
         "seconds_per_step": statistics.median(r["step_seconds"] for r in steps),
@@ -449,7 +447,7 @@ def main() -> None:
         if row == WORD_ONLY:
             r: dict[str, Any] = {"params_encoder": word_only_params()}
         else:
-            r = init_record(runs[row]) if row == INIT else pretrain_record(runs[row])
+            r = model_record(runs[row]) if row == INIT else pretrain_record(runs[row])
         res = json.loads((outs[row] / "results.json").read_text(encoding="utf-8"))
         f1 = res["summary"]["test"]["f1"]
         r.update(f1_mean=f1["mean"], f1_std=f1["std"], seeds=f1["n"], ner_seconds=res["seconds"])
