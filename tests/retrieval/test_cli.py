@@ -142,6 +142,45 @@ def test_eval_retrieval_table_and_json(built, tmp_path, capsys, tiny_dir):
     assert code == 2 and "-k" in err[0]
 
 
+def test_eval_retrieval_with_regex_answers(built, tmp_path, capsys):
+    """CuratedTREC-style patterns in a DPR TSV: matched as regexes by the file's name (auto) or by
+    --answers regex, as strings with --answers string; a bad pattern is one line naming file and row."""
+    qa = tmp_path / "curatedtrec-test.qa.csv"
+    qa.write_text(
+        'when was lincoln born\t["18(0|1)\\\\d"]\n'
+        'who taught aristotle\t["Plat(o|on)"]\n'
+        "what is the capital of alabama\t['montgomery']\n",
+        encoding="utf-8",
+    )
+    common = ["--index", built / "index", "--no-bm25", "-k", "1", "6", "--measures", "none", "--quiet"]
+    code, out, _ = run(capsys, "eval-retrieval", "--qa", qa, *common, "--json-out", tmp_path / "r.json")
+    assert code == 0 and "3 questions" in out and "3 with regex answers" in out
+    t = json.loads((tmp_path / "r.json").read_text())
+    assert t["regex_questions"] == 3 and t["recall"]["dense:index"]["6"] == 1.0  # every pattern is found
+    code, out, _ = run(
+        capsys,
+        "eval-retrieval",
+        "--qa",
+        qa,
+        *common,
+        "--answers",
+        "string",
+        "--json-out",
+        tmp_path / "s.json",
+    )
+    t = json.loads((tmp_path / "s.json").read_text())
+    assert code == 0 and t["regex_questions"] == 0
+    assert t["recall"]["dense:index"]["6"] == pytest.approx(1 / 3)  # only "montgomery" occurs as text
+    plain = tmp_path / "qa.jsonl"
+    plain.write_text(json.dumps({"question": "when was lincoln born", "answers": ["18(0|1)\\d"]}) + "\n")
+    code, out, _ = run(capsys, "eval-retrieval", "--qa", plain, *common, "--answers", "regex")
+    assert code == 0 and "1 with regex answers" in out
+    bad = tmp_path / "curatedtrec-bad.qa.csv"
+    bad.write_text('q1\t["ok"]\nq2\t["(unclosed"]\n', encoding="utf-8")
+    code, _, err = run(capsys, "eval-retrieval", "--qa", bad, *common)
+    assert code == 2 and len(err) == 1 and f"{bad}:2: answer pattern '(unclosed'" in err[0]
+
+
 def test_eval_retrieval_all_retrievers_in_one_table(built, tmp_path, capsys, tiny_dir):
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"question": "who taught aristotle", "answers": ["Plato"]}) + "\n")

@@ -5,12 +5,14 @@ metrics over pooled answer judgments, and hubness of its top-k lists (see
 `ralm.retrieval.measures`). The raw rankings are kept so they can be written as TREC runs.
 
 Question sets: "trivia" (the bundled trivia pairs, filtered to those whose answer occurs in
-the store), "triviaqa" (the TriviaQA sample), or a JSONL file of {"question", "answers"}.
+the store), "triviaqa" (the TriviaQA sample), or a question file read as `ralm finetune open-qa`
+reads one (JSONL {"question", "answers"}, a JSON list, DPR TSV `question<TAB>["a1", ...]`; see
+`ralm.tasks.formats.openqa`). Each pair says whether its answers are regular expressions
+(`QAPair.regex`: CuratedTREC's patterns, chosen per file or by `answers=`), and hits follow it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,47 +20,40 @@ from typing import Any
 
 import numpy as np
 
-from ralm.errors import RalmError, check_json_text
+from ralm.errors import RalmError
 from ralm.retrieval.base import Retriever, SearchResult
-from ralm.retrieval.evaluate import hit_matrix, recall_at_k
+from ralm.retrieval.evaluate import QAPair, hit_matrix, qa_pair, recall_at_k
 from ralm.retrieval.measures import DEFAULT_MEASURES, hubness, pooled_qrels, rank_measures
 
 
-def load_qa(spec: str, store) -> list[tuple[str, list[str]]]:
-    """Question/answer pairs: 'trivia' (filtered to those answerable in `store`), 'triviaqa' or a JSONL file."""
+def load_qa(spec: str, store, answers: str = "auto") -> list[QAPair]:
+    """Question/answer pairs: 'trivia' (filtered to those answerable in `store`), 'triviaqa' or a
+    question file (JSONL, JSON list or DPR TSV); answers: "auto" (the file says), "string" or "regex".
+
+    Example: load_qa("curatedtrec-test.qa.csv", store)[0] -> QAPair("...", ["19(6|7)\\d"], regex=True).
+    """
     from ralm.retrieval.evaluate import answerable
     from ralm.samples import trivia_qa_pairs
 
-    if spec == "trivia":
-        texts = [t for b in store.iter_batches(4096, columns=["text"]) for t in b["text"]]
-        return answerable(trivia_qa_pairs(), texts)
-    if spec == "triviaqa":
+    if spec in ("trivia", "triviaqa"):
+        if answers == "regex":
+            raise RalmError(f"--answers regex: the {spec} sample's answers are strings; drop it")
+        if spec == "trivia":
+            texts = [t for b in store.iter_batches(4096, columns=["text"]) for t in b["text"]]
+            return [QAPair(q, a) for q, a in answerable(trivia_qa_pairs(), texts)]
         from ralm.samples import triviaqa_qa_pairs
 
-        return triviaqa_qa_pairs()
+        return [QAPair(q, list(a)) for q, a in triviaqa_qa_pairs()]
+    from ralm.tasks.datasets import read_file
+
     path = Path(spec)
     if not path.is_file():
-        raise RalmError(f"{path}: no such QA file; pass 'trivia' or a JSONL file of {{question, answers}}")
-    pairs = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
         raise RalmError(
-            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
-        ) from None
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            check_json_text(obj, line, f"{path}:{n}")
-            answers = obj["answers"]
-            if isinstance(answers, str) or not isinstance(answers, list):
-                raise TypeError("answers must be a list of strings")
-            pairs.append((str(obj["question"]), [str(a) for a in answers]))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise RalmError(f'{path}:{n}: expected {{"question": ..., "answers": [...]}} ({exc})') from None
-    return pairs
+            f"{path}: no such QA file; pass 'trivia', 'triviaqa' or a file of questions with answers "
+            '(JSONL {"question", "answers"} or DPR TSV)'
+        )
+    examples, _ = read_file(path, "open-qa", "openqa", answers=answers)
+    return [QAPair(ex.question, ex.answers, ex.regex) for ex in examples]
 
 
 @dataclass
@@ -74,23 +69,28 @@ class RetrieverReport:
 
 def compare_retrievers(
     store,
-    pairs: Sequence[tuple[str, Sequence[str]]],
+    pairs: Sequence[QAPair | tuple[str, Sequence[str]]],
     retrievers: Mapping[str, Retriever],
     ks: Sequence[int],
     *,
     measures: Sequence[str] = DEFAULT_MEASURES,
     lang: str = "en",
 ) -> dict[str, RetrieverReport]:
-    """Run every retriever to depth max(ks) and score it; judgments are pooled over all of them."""
+    """Run every retriever to depth max(ks) and score it; judgments are pooled over all of them.
+
+    pairs: QAPairs (regex answers are matched as patterns) or (question, answers) string pairs.
+    """
     from ralm.retrieval.search import top_texts
 
     kmax = max(ks)
-    questions = [q for q, _ in pairs]
-    answers = [list(a) for _, a in pairs]
+    qa = [qa_pair(p) for p in pairs]
+    questions = [p.question for p in qa]
+    answers = [p.answers for p in qa]
+    regex = [p.regex for p in qa]
     reports: dict[str, RetrieverReport] = {}
     for name, retriever in retrievers.items():
         res = retriever.search_text(questions, kmax)
-        hits = hit_matrix(res.ids, top_texts(store, res), answers, lang)
+        hits = hit_matrix(res.ids, top_texts(store, res), answers, lang, regex)
         reports[name] = RetrieverReport(recall_at_k(hits, ks), result=res, hits=hits)
     qrels = pooled_qrels(
         {n: r.result.ids for n, r in reports.items()},  # type: ignore[union-attr]

@@ -12,6 +12,8 @@ from pathlib import Path
 from ralm.errors import RalmError
 
 FUSIONS = ("rrf", "weighted")
+# ralm.retrieval.evaluate.ANSWER_MODES, repeated: this module stays free of numpy
+ANSWER_MODES = ("auto", "string", "regex")
 
 
 def bm25_options(spec: str) -> dict[str, str | None]:
@@ -60,9 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser(
         "eval-retrieval",
         help="recall@k, nDCG, MRR and hubness of BM25, dense and hybrid retrievers on question/answer pairs",
-        description="A hit is a top-k chunk containing a normalised answer (SQuAD normalisation, whole tokens). "
-        "QA: 'trivia' (the bundled trivia pairs whose answer occurs in the corpus) or a JSONL file of "
-        '{"question", "answers"}. Rank metrics (ir-measures) use answer hits pooled over the retrievers '
+        description="A hit is a top-k chunk containing a normalised answer (SQuAD normalisation, whole tokens), "
+        "or, for regular-expression answers (CuratedTREC), a chunk a pattern is found in (as DPR: "
+        "case-insensitive search). QA: 'trivia' (the bundled trivia pairs whose answer occurs in the corpus) "
+        'or a file of questions: JSONL {"question", "answers"} or DPR TSV question<TAB>["a1", ...]. '
+        "Rank metrics (ir-measures) use answer hits pooled over the retrievers "
         "evaluated together. Hubness: how often the most retrieved chunk appears in the top-k lists.",
     )
     e.add_argument("store", type=Path, nargs="?", default=None, help="DocStore directory (or give --index)")
@@ -76,7 +80,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--qa",
         default="trivia",
         help="'trivia', 'triviaqa' (the TriviaQA sample; build its corpus with --sample triviaqa) "
-        "or a JSONL file of {question, answers}",
+        "or a question file: JSONL {question, answers} or DPR TSV",
+    )
+    e.add_argument(
+        "--answers",
+        choices=ANSWER_MODES,
+        default="auto",
+        help="match answers as strings or as regular expressions; auto (default): regex for JSONL records "
+        'with "answer_type": "regex" and for files whose name or folder name contains "curatedtrec" '
+        "(DPR's curatedtrec-test.qa.csv), string otherwise",
     )
     e.add_argument(
         "--lang",
@@ -201,7 +213,7 @@ def _eval(args: argparse.Namespace) -> int:
         store, manifest = DocStore(args.store), None
     if max(args.k) > len(store):
         raise RalmError(f"-k {args.k}: cut-offs must be at most the number of chunks ({len(store)})")
-    pairs = load_qa(args.qa, store)
+    pairs = load_qa(args.qa, store, args.answers)
     if not pairs:
         raise RalmError(f"{args.qa}: no question has an answer in {store.root}; nothing to evaluate")
     log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
@@ -273,6 +285,7 @@ def _eval(args: argparse.Namespace) -> int:
             reports,
             questions=len(pairs),
             qa=args.qa,
+            regex_questions=sum(p.regex for p in pairs),
             store=str(store.root),
             chunks=len(store),
             lang=args.lang,
@@ -288,7 +301,9 @@ def _print_table(reports, args, pairs, store) -> None:
 
     ks = sorted(args.k)
     kmax = ks[-1]
-    print(f"{len(pairs)} questions ({args.qa}) over {len(store)} chunks of {store.root}")
+    n_regex = sum(p.regex for p in pairs)
+    kinds = f"; {n_regex} with regex answers" if n_regex else ""
+    print(f"{len(pairs)} questions ({args.qa}{kinds}) over {len(store)} chunks of {store.root}")
     width = max(12, *(len(n) for n in reports)) + 2
     head = [f"R@{k}" for k in ks] + list(args.measures) + [f"hub@{kmax}", "top1", f"distinct@{kmax}"]
     print(f"{'retriever':<{width}}" + "".join(f"{h:>{max(8, len(h) + 2)}}" for h in head))
@@ -319,8 +334,6 @@ def _write_runs(run_dir: Path, reports, pairs, store) -> None:
     )
     write_qrels(run_dir / "qrels.trec", qrels, qids)
     write_qrels(run_dir / "qrels.tsv", qrels, qids, beir=True)
-    lines = "".join(
-        f"{q}\t{' '.join(question.split())}\n" for q, (question, _) in zip(qids, pairs, strict=True)
-    )
+    lines = "".join(f"{q}\t{' '.join(p.question.split())}\n" for q, p in zip(qids, pairs, strict=True))
     (run_dir / "queries.tsv").write_text(lines, encoding="utf-8")
     print(f"TREC runs, qrels and queries in {run_dir}", file=sys.stderr)

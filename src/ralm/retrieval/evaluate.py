@@ -6,24 +6,59 @@ removed, whitespace collapsed), matched on whole tokens: the answer's token sequ
 contiguously in the chunk's tokens, so "1963" is found in "in 1963," but "196" is not. This is
 the weak supervision ORQA and REALM use for open-domain QA retrieval.
 
+Regex answers (CuratedTREC, TREC QA patterns; a question's `regex` flag, see `QAPair`) are
+matched as DPR's `has_answer(..., match_type="regex")` does: pattern and chunk text are both
+Unicode NFD-normalised, the pattern is compiled with IGNORECASE | UNICODE | MULTILINE and searched
+anywhere in the text (so "19(6|7)\\d" finds "in 1969,"). NFD is kept so numbers compare with
+DPR's; it splits an accented letter into base letter + combining mark in text and pattern alike,
+so "[eé]" in a pattern no longer matches "é" as one letter. Exact match of a predicted answer
+against patterns (`regex_em`) is DrQA's `regex_match_score`: the raw pattern, same flags, must
+match at the start of the prediction, taken as is.
+
 recall@k is the fraction of questions with at least one hit among the top k chunks.
-Left out: regex answers (CuratedTREC) and title matching.
+Left out: title matching, and the extra syntax of the third-party `regex` module DPR compiles
+with (patterns here are Python `re`; classes, groups, alternation and quantifiers read the same).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
+
+from ralm.errors import RalmError
 
 # Articles dropped by the normalisation, per language. SQuAD drops English "a/an/the"; the
 # Scandinavian indefinite articles are also numerals ("en" = one), so they are kept.
 ARTICLES = {"en": ("a", "an", "the")}
 _PUNCT = set(string.punctuation) | {"‘", "’", "“", "”", "«", "»", "–", "—", "…", "´"}
 _TOKEN = re.compile(r"\w+", re.UNICODE)
+# how the answers of a question file match: auto (the file says, see
+# ralm.tasks.formats.openqa), string (normalised whole tokens) or regex (DPR's patterns)
+ANSWER_MODES = ("auto", "string", "regex")
+_REGEX_FLAGS = re.IGNORECASE | re.UNICODE | re.MULTILINE
+
+
+class QAPair(NamedTuple):
+    """A question, its answers, and whether those answers are regular expressions.
+
+    Example: QAPair("when did apollo 11 land", ["19(6|7)\\d"], regex=True). Plain
+    (question, answers) tuples are read as string answers wherever pairs are taken.
+    """
+
+    question: str
+    answers: list[str]
+    regex: bool = False
+
+
+def qa_pair(pair: Sequence) -> QAPair:
+    """A (question, answers) or (question, answers, regex) tuple as a QAPair."""
+    return pair if isinstance(pair, QAPair) else QAPair(pair[0], list(pair[1]), *pair[2:3])
 
 
 def normalize_answer(s: str, lang: str = "en") -> str:
@@ -49,44 +84,117 @@ def token_string(s: str, lang: str = "en") -> str:
     return " " + " ".join(answer_tokens(s, lang)) + " "
 
 
-def has_answer(text: str, answers: Sequence[str], lang: str = "en") -> bool:
-    """True if `text` contains any of `answers` as a whole-token sequence after normalisation."""
+@functools.lru_cache(maxsize=65536)
+def compile_answer(pattern: str, nfd: bool = True) -> re.Pattern:
+    """A regex answer compiled with IGNORECASE | UNICODE | MULTILINE, NFD-normalised first when
+    `nfd` (passage search, as DPR) or as written (exact match, as DrQA); RalmError if invalid.
+
+    Example: compile_answer("19(6|7)\\d").search("in 1969,") -> a match of "1969".
+    """
+    try:
+        return re.compile(unicodedata.normalize("NFD", pattern) if nfd else pattern, _REGEX_FLAGS)
+    except re.error as exc:
+        raise RalmError(
+            f"answer pattern {pattern!r} is not a valid regular expression ({exc}); "
+            "fix it, or match the answers as text (--answers string)"
+        ) from None
+
+
+def check_answer_patterns(patterns: Iterable[str], where: str) -> None:
+    """RalmError naming `where` (file:line) and the pattern when one of `patterns` does not compile
+    (as written or NFD-normalised: `[é-z]` decomposes into a reversed range)."""
+    for p in patterns:
+        try:
+            compile_answer(p, nfd=False)
+            compile_answer(p, nfd=True)
+        except RalmError as exc:
+            raise RalmError(f"{where}: {exc}") from None
+
+
+def regex_hit(text: str, patterns: Sequence[str]) -> bool:
+    """True if one of `patterns` is found in `text` (DPR's regex has_answer).
+
+    Example: regex_hit("Apollo 11 landed in 1969.", ["19(6|7)\\d"]) -> True.
+    """
+    hay = unicodedata.normalize("NFD", text)
+    return any(compile_answer(p).search(hay) is not None for p in patterns)
+
+
+def regex_em(prediction: str, patterns: Sequence[str]) -> float:
+    """1.0 if one of `patterns` matches at the start of `prediction` (taken as is), else 0.0.
+
+    Example: regex_em("1969", ["19(6|7)\\d"]) -> 1.0; regex_em("in 1969", [...]) -> 0.0.
+    """
+    return float(any(compile_answer(p, nfd=False).match(prediction) is not None for p in patterns))
+
+
+def has_answer(text: str, answers: Sequence[str], lang: str = "en", regex: bool = False) -> bool:
+    """True if `text` contains any of `answers` as a whole-token sequence after normalisation, or,
+    with `regex`, if one of the answer patterns is found in it (`regex_hit`)."""
+    if regex:
+        return regex_hit(text, answers)
     hay = token_string(text, lang)
     return any(n.strip() and n in hay for n in (token_string(a, lang) for a in answers))
 
 
 def hit_matrix(
-    ids: np.ndarray, texts: dict[int, str], answers: Sequence[Sequence[str]], lang: str = "en"
+    ids: np.ndarray,
+    texts: dict[int, str],
+    answers: Sequence[Sequence[str]],
+    lang: str = "en",
+    regex: Sequence[bool] | None = None,
 ) -> np.ndarray:
     """(Q, K) bool: hit[q, j] = chunk ids[q, j] contains an answer of question q.
 
     texts: chunk id -> chunk text for every id in `ids` (e.g. from DocStore.get_many).
+    regex: per question, True when its answers are patterns (None: all strings).
     """
-    cache: dict[int, str] = {}
+    tokens: dict[int, str] = {}
+    nfd: dict[int, str] = {}
     out = np.zeros(ids.shape, dtype=bool)
     for q, row in enumerate(ids):
+        if regex is not None and regex[q]:
+            pats = [compile_answer(a) for a in answers[q]]
+            for j, cid in enumerate(row):
+                cid = int(cid)
+                if cid >= 0:
+                    hay = nfd.get(cid)
+                    if hay is None:
+                        hay = nfd[cid] = unicodedata.normalize("NFD", texts[cid])
+                    out[q, j] = any(p.search(hay) is not None for p in pats)
+            continue
         needles = [n for n in (token_string(a, lang) for a in answers[q]) if n.strip()]
         for j, cid in enumerate(row):
             cid = int(cid)
             if cid < 0:
                 continue
-            hay = cache.get(cid)
+            hay = tokens.get(cid)
             if hay is None:
-                hay = cache[cid] = token_string(texts[cid], lang)
+                hay = tokens[cid] = token_string(texts[cid], lang)
             out[q, j] = any(n in hay for n in needles)
     return out
 
 
-def answerable(
-    pairs: Sequence[tuple[str, Sequence[str]]], texts: Sequence[str], lang: str = "en"
-) -> list[tuple[str, list[str]]]:
-    """The (question, answers) pairs with an answer somewhere in `texts` (e.g. all chunks of a store)."""
-    hays = [token_string(t, lang) for t in texts]
+def answerable(pairs: Sequence[Sequence], texts: Sequence[str], lang: str = "en") -> list:
+    """The pairs with an answer somewhere in `texts` (e.g. all chunks of a store).
+
+    pairs: (question, answers) tuples, kept as (question, list(answers)), or QAPairs, kept as they are.
+    """
+    hays: list[str] | None = None
+    nfds: list[str] | None = None
     keep = []
-    for q, answers in pairs:
-        needles = [n for n in (token_string(a, lang) for a in answers) if n.strip()]
-        if any(n in h for h in hays for n in needles):
-            keep.append((q, list(answers)))
+    for pair in pairs:
+        p = qa_pair(pair)
+        if p.regex:
+            nfds = nfds if nfds is not None else [unicodedata.normalize("NFD", t) for t in texts]
+            pats = [compile_answer(a) for a in p.answers]
+            found = any(pat.search(h) is not None for h in nfds for pat in pats)
+        else:
+            hays = hays if hays is not None else [token_string(t, lang) for t in texts]
+            needles = [n for n in (token_string(a, lang) for a in p.answers) if n.strip()]
+            found = any(n in h for h in hays for n in needles)
+        if found:
+            keep.append(pair if isinstance(pair, QAPair) else (p.question, p.answers))
     return keep
 
 

@@ -106,6 +106,14 @@ def register(sub) -> None:
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--autocast", choices=("auto", "bf16", "off"))
     p.add_argument("--lang", help="answer normalisation language for QA metrics (default en)")
+    p.add_argument(
+        "--answers",
+        choices=("auto", "string", "regex"),
+        help="open-qa: match answers as strings or regular expressions (EM at the prediction's start, no F1; "
+        'recall: found in the chunk); auto (default): regex for JSONL records with "answer_type": "regex" '
+        'and for files whose name or folder name contains "curatedtrec" (DPR\'s curatedtrec-test.qa.csv), '
+        "string otherwise",
+    )
     p.add_argument("--no-save", action="store_true", help="do not write the fine-tuned models")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier finetune output")

@@ -15,7 +15,8 @@ Every example gets a unique string id: the file's own ids when all are present a
 else the example's position in the file; files concatenated into one split get their file name
 as a prefix when ids collide. Bad input ends in a one-line `RalmError` naming the file (and line).
 What the readers repaired or dropped, and questions without answers dropped from train, become
-notes (`read_file(..., notes=)`, `TaskData.notes`).
+notes (`read_file(..., notes=)`, `TaskData.notes`). Open-QA answers are strings or regular
+expressions per example; `answers=` ("auto", "string", "regex") picks how (`formats.openqa`).
 
 Deliberately left out: parsing the formats (`ralm.tasks.formats`), SQuAD 2 no-answer training
 (such questions are kept in dev/test with no answers and dropped from train), grouping questions
@@ -34,7 +35,7 @@ from ralm.errors import RalmError
 from ralm.tasks.formats.common import check_file, ensure_unique_ids, format_notes, read_text
 from ralm.tasks.formats.conll import UPOS as UPOS  # re-exported: part of this module's names
 from ralm.tasks.formats.conll import first_token_columns, read_conll, read_conllu
-from ralm.tasks.formats.openqa import read_openqa
+from ralm.tasks.formats.openqa import check_answer_mode, read_openqa
 from ralm.tasks.formats.squad import looks_like_squad, read_squad
 from ralm.tasks.formats.text import read_text_examples
 from ralm.tasks.types import (
@@ -126,14 +127,22 @@ _READERS = {
 }
 
 
-def _read_one(path: Path, task: str, fmt: str | None) -> tuple[list, str, Counter]:
+def _read_one(path: Path, task: str, fmt: str | None, answers: str = "auto") -> tuple[list, str, Counter]:
     _check_task(task)
+    check_answer_mode(answers)
     fmt = _check_format(task, fmt) if fmt is not None else detect_format(path, task)
+    if fmt == "squad" and answers == "regex":
+        raise RalmError(
+            f"{path}: a SQuAD file's answers are spans of text, not patterns; drop --answers regex"
+        )
     counts: Counter = Counter()
     text = read_text(path, counts)
     if not text.strip():
         raise RalmError(f"{path}: the file is empty; give a file with examples")
-    examples = _READERS[fmt](path, text, task, counts)
+    if fmt == "openqa":
+        examples = read_openqa(path, text, task, counts, answers)
+    else:
+        examples = _READERS[fmt](path, text, task, counts)
     if not examples:
         raise RalmError(
             f"{path}: no examples found (read as {fmt} for task {task}); check the file and format"
@@ -143,15 +152,21 @@ def _read_one(path: Path, task: str, fmt: str | None) -> tuple[list, str, Counte
 
 
 def read_file(
-    path: PathArg, task: str, fmt: str | None = None, *, notes: list[str] | None = None
+    path: PathArg,
+    task: str,
+    fmt: str | None = None,
+    *,
+    notes: list[str] | None = None,
+    answers: str = "auto",
 ) -> tuple[list, str]:
     """Read one file of examples for `task` (one of types.TASKS); returns (examples, format name).
 
     Example: `read_file("stsa.binary.dev", "classify")` -> ([TextExample("0", "...", "1"), ...], "text").
     What the reader did (offsets repaired, tokens dropped) is appended to `notes` when given.
+    answers: how open-QA answers match, "auto" (the file says), "string" or "regex".
     """
     path = Path(path)
-    examples, fmt, counts = _read_one(path, task, fmt)
+    examples, fmt, counts = _read_one(path, task, fmt, answers)
     if notes is not None:
         notes.extend(format_notes(counts, str(path)))
     return examples, fmt
@@ -261,11 +276,13 @@ def _concat(parts: list[tuple[Path, list]]) -> list:
     return out
 
 
-def _read_split(files: list[Path], task: str, fmt: str | None, data: TaskData) -> tuple[list, list[str]]:
+def _read_split(
+    files: list[Path], task: str, fmt: str | None, data: TaskData, answers: str = "auto"
+) -> tuple[list, list[str]]:
     """One split's examples (files concatenated) and the formats used; notes go to `data`."""
     parts, formats, counts = [], [], Counter()
     for f in files:
-        examples, used, file_counts = _read_one(f, task, fmt)
+        examples, used, file_counts = _read_one(f, task, fmt, answers)
         parts.append((f, examples))
         formats.append(used)
         counts.update(file_counts)
@@ -318,6 +335,7 @@ def load_task_data(
     dev_fraction: float = 0.1,
     test_fraction: float = 0.0,
     seed: int = 0,
+    answers: str = "auto",
 ) -> TaskData:
     """All splits of a dataset: `path` a file (-> used as train) or a directory; train/dev/test override.
 
@@ -328,9 +346,11 @@ def load_task_data(
     sorted path order. `train=`/`dev=`/`test=` (a file, or a directory whose data files all belong
     to that split) replace what the scan found. Without a dev split, `dev_fraction` of train
     (seeded shuffle; 0 turns this off) becomes dev; likewise `test_fraction` (default 0) carves a
-    test split, first, when the dataset has none. A missing train split is allowed.
+    test split, first, when the dataset has none. A missing train split is allowed. `answers`
+    ("auto", "string", "regex") says how open-QA answers match (`ralm.tasks.formats.openqa`).
     """
     _check_task(task)
+    check_answer_mode(answers)
     if fmt is not None:
         _check_format(task, fmt)
     for name, frac in (("dev_fraction", dev_fraction), ("test_fraction", test_fraction)):
@@ -346,7 +366,7 @@ def load_task_data(
     formats: list[str] = []
     for split in SPLITS:
         if split in files:
-            data.splits[split], used = _read_split(files[split], task, fmt, data)
+            data.splits[split], used = _read_split(files[split], task, fmt, data, answers)
             data.sources[split] = [str(f) for f in files[split]]
             formats.extend(used)
     data.format = "+".join(dict.fromkeys(formats))

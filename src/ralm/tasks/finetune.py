@@ -111,6 +111,7 @@ class FinetuneConfig:
     device: str = "auto"
     autocast: str = "auto"
     lang: str = "en"  # answer normalisation (articles) for QA metrics
+    answers: str = "auto"  # open-QA answers: auto (the file says), string, or regex (CuratedTREC)
     save: bool = True  # write the fine-tuned model of each seed
     overwrite: bool = False
     progress: bool = True
@@ -192,6 +193,7 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
         test=cfg.test,
         test_fraction=cfg.test_fraction,
         seed=cfg.seeds[0],
+        answers=cfg.answers,
     )
     for note in data.notes:
         log(f"note: {note}")

@@ -2,7 +2,10 @@
 
 - extractive and open-domain QA: SQuAD v1.1 exact match and token F1, each the maximum over the
   gold answers, on strings normalised by `ralm.retrieval.evaluate.normalize_answer` (the same
-  normalisation retrieval recall uses);
+  normalisation retrieval recall uses); a question whose answers are regular expressions
+  (`regex`, CuratedTREC) scores exact match as DrQA's `regex_match_score` does (a pattern
+  matches at the start of the prediction, `ralm.retrieval.evaluate.regex_em`) and has no F1,
+  so "f1" averages the string-answer questions only and is left out when there are none;
 - NER: entity-level micro precision/recall/F1 from `seqeval` with its default CoNLL (conlleval)
   semantics, so an I- tag that follows O or another type starts a new entity;
 - POS: token accuracy;
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from ralm.retrieval.evaluate import normalize_answer
+from ralm.retrieval.evaluate import normalize_answer, regex_em
 
 PRIMARY = {"extractive-qa": "f1", "ner": "f1", "pos": "accuracy", "classify": "macro_f1", "open-qa": "em"}
 
@@ -54,21 +57,31 @@ def squad_scores(prediction: str, answers: Sequence[str], lang: str = "en") -> t
 
 
 def qa_metrics(predictions: Mapping[str, str], examples: Iterable, lang: str = "en") -> dict[str, float]:
-    """{"em", "f1"} in percent over `examples` (each with `.id` and `.answers`).
+    """{"em", "f1"} in percent over `examples` (each with `.id`, `.answers` and maybe `.regex`).
 
     Example: qa_metrics({"q1": "Paris"}, [QAExample("q1", ..., answers=["Paris"], ...)]) -> em 100.
     An example without a prediction counts as predicted "" (scores 0), as in the official script.
+    Examples with `regex` answers count in "em" (`regex_em`) but not in "f1", which is the mean over
+    the others and absent when every example has regex answers.
     """
-    n = 0
+    n = n_f1 = 0
     em_sum = f1_sum = 0.0
     for ex in examples:
-        em, f1 = squad_scores(predictions.get(ex.id, ""), ex.answers, lang)
-        em_sum += em
-        f1_sum += f1
+        prediction = predictions.get(ex.id, "")
+        if getattr(ex, "regex", False):
+            em_sum += regex_em(prediction, ex.answers)
+        else:
+            em, f1 = squad_scores(prediction, ex.answers, lang)
+            em_sum += em
+            f1_sum += f1
+            n_f1 += 1
         n += 1
     if n == 0:
         return {"em": 0.0, "f1": 0.0}
-    return {"em": 100.0 * em_sum / n, "f1": 100.0 * f1_sum / n}
+    out = {"em": 100.0 * em_sum / n}
+    if n_f1:
+        out["f1"] = 100.0 * f1_sum / n_f1
+    return out
 
 
 def _check_lengths(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[str]]) -> None:

@@ -14,6 +14,13 @@ prediction is the span with the highest log p(z|x) + log p_start + log p_end ove
 metrics are exact match and F1 (SQuAD normalisation, max over the answers) and the retriever's
 answer recall@k (a chunk holds an answer as whole normalised tokens).
 
+Regex answers (an example's `regex`, CuratedTREC): recall@k counts a chunk whose text a pattern
+is found in (DPR), exact match is a pattern matching at the start of the prediction (DrQA), F1
+is left out for them (`ralm.tasks.metrics.qa_metrics`). Their training spans S(z, y) are the
+tokens each pattern match covers in z's text (`pattern_spans`, through the offsets mapping); the
+pattern is searched as written there, not NFD-normalised as for recall, so a rare chunk counted
+in recall may give no span.
+
 Deviations: REALM scores a span with an MLP over [h_start; h_end]; here the span score is the sum
 of a start and an end logit (the Hugging Face QA head), which normalises per chunk as above.
 Answer spans are matched on the reader's token ids (answers tokenized alone), as ORQA does.
@@ -21,18 +28,20 @@ Answer spans are matched on the reader's token ids (answers tokenized alone), as
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from ralm.retrieval.evaluate import has_answer
+from ralm.retrieval.evaluate import compile_answer, has_answer
 from ralm.tasks import metrics as M
 from ralm.tasks.adapters import Adapter, Item
 from ralm.tasks.extractive_qa import best_span, span_log_probs
 from ralm.tasks.retrieval import TaskRetriever, marginalize
 
-__all__ = ["OpenQAAdapter", "answer_spans"]
+__all__ = ["OpenQAAdapter", "answer_spans", "pattern_spans"]
 
 
 def answer_spans(ids: list[int], answers: list[list[int]], lo: int, hi: int) -> list[tuple[int, int]]:
@@ -51,6 +60,27 @@ def answer_spans(ids: list[int], answers: list[list[int]], lo: int, hi: int) -> 
     return sorted(set(out))
 
 
+def pattern_spans(
+    text: str, offsets: Sequence[Sequence[int]], patterns: list[re.Pattern], lo: int, hi: int
+) -> list[tuple[int, int]]:
+    """Token spans (start, end), inclusive, of tokens lo..hi-1 covering a match of one of `patterns`
+    in `text`; offsets[t] = (char start, char end) of token t in `text` (a tokenizer's offsets).
+
+    Example: text "born 1969 ok", offsets [(0,4), (5,7), (7,9), (10,12)], [re.compile("19(6|7)\\d")],
+    0, 4 -> [(1, 2)]. A match wholly or partly outside tokens lo..hi-1 (truncated away) gives none.
+    """
+    out = []
+    for pat in patterns:
+        for m in pat.finditer(text):
+            a, b = m.span()
+            if a == b:
+                continue
+            toks = [t for t in range(lo, hi) if offsets[t][1] > a and offsets[t][0] < b]
+            if toks and offsets[toks[0]][0] <= a and offsets[toks[-1]][1] >= b:
+                out.append((toks[0], toks[-1]))
+    return sorted(set(out))
+
+
 class OpenQAAdapter(Adapter):
     task = "open-qa"
 
@@ -63,8 +93,12 @@ class OpenQAAdapter(Adapter):
     def encode(self, examples: list) -> list[Item]:
         items = []
         for i, ex in enumerate(examples):
-            ans = [self.tokenizer(a, add_special_tokens=False)["input_ids"] for a in ex.answers]
-            items.append(Item([], [], ex.question, ans, i, {"answers": ex.answers}))
+            regex = getattr(ex, "regex", False)  # SQuAD-format questions have string answers
+            if regex:  # patterns, found in each chunk's text at training time
+                ans = [compile_answer(a, nfd=False) for a in ex.answers]
+            else:
+                ans = [self.tokenizer(a, add_special_tokens=False)["input_ids"] for a in ex.answers]
+            items.append(Item([], [], ex.question, ans, i, {"answers": ex.answers, "regex": regex}))
         return items
 
     def _read(self, items: list[Item], retriever: TaskRetriever):
@@ -98,7 +132,7 @@ class OpenQAAdapter(Adapter):
         return lpz, lps.view(B, K, L), lpe.view(B, K, L), enc, allowed, texts, ids
 
     def loss(self, items: list[Item], retriever: TaskRetriever | None) -> torch.Tensor | None:
-        lpz, lps, lpe, enc, allowed, _, _ = self._read(items, retriever)
+        lpz, lps, lpe, enc, allowed, texts, _ = self._read(items, retriever)
         B, K, L = lps.shape
         ninf = torch.tensor(float("-inf"), device=lps.device)
         lpy, keep = [], []
@@ -107,8 +141,11 @@ class OpenQAAdapter(Adapter):
             for k in range(K):
                 j = b * K + k
                 cols = allowed[j].nonzero().ravel()
-                ids = enc["input_ids"][j].tolist()
-                spans = answer_spans(ids, it.target, int(cols[0]), int(cols[-1]) + 1) if len(cols) else []
+                lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 0)
+                if it.extra.get("regex"):
+                    spans = pattern_spans(texts[j], enc["offset_mapping"][j].tolist(), it.target, lo, hi)
+                else:
+                    spans = answer_spans(enc["input_ids"][j].tolist(), it.target, lo, hi)
                 if spans:
                     s = torch.tensor([a for a, _ in spans], device=lps.device)
                     e = torch.tensor([z for _, z in spans], device=lps.device)
@@ -143,14 +180,15 @@ class OpenQAAdapter(Adapter):
                         offs = enc["offset_mapping"][j]
                         best = (total, texts[j][int(offs[s][0]) : int(offs[e][1])], int(ids[b, k]))
                 ex = examples[it.example]
-                hit = [has_answer(texts[b * K + k], ex.answers, self.lang) for k in range(K)]
+                regex = it.extra["regex"]
+                hit = [has_answer(texts[b * K + k], ex.answers, self.lang, regex) for k in range(K)]
                 out[ex.id] = {"answer": best[1], "chunk": best[2], "hits": hit, "ids": ids[b].tolist()}
         return out
 
     def score(self, examples, predictions) -> dict[str, float]:
         qa = M.qa_metrics({k: v["answer"] for k, v in predictions.items()}, examples, self.lang)
         hits = np.array([predictions[ex.id]["hits"] for ex in examples], dtype=bool)
-        res = {"em": qa["em"], "f1": qa["f1"]}
+        res = dict(qa)  # "f1" is absent when every answer is a pattern
         if hits.size:
             k = hits.shape[1]
             for kk in sorted({1, min(5, k), k}):

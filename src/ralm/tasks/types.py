@@ -50,11 +50,16 @@ class TextExample:
 
 @dataclass
 class OpenQAExample:
-    """Open-domain QA: a question and the answer strings that count as correct."""
+    """Open-domain QA: a question and the answers that count as correct.
+
+    regex: the answers are regular expressions (CuratedTREC), matched as DPR does
+    (`ralm.retrieval.evaluate.regex_hit`, `regex_em`), not normalised strings.
+    """
 
     id: str
     question: str
     answers: list[str]
+    regex: bool = False
 
 
 Example = QAExample | TaggingExample | TextExample | OpenQAExample

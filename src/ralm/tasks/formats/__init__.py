@@ -3,7 +3,7 @@
 Every reader is `read_X(path, text, task, counts) -> list of examples` (the types of
 `ralm.tasks.types`): `text` is the decoded file (`common.read_text`), `counts` a Counter of what the
 reader repaired or dropped, which `common.format_notes` turns into notes. Ids are made unique and
-empty files refused by the caller.
+empty files refused by the caller. `read_openqa` also takes `answers` (auto, string or regex).
 
     squad   SQuAD v1.1 JSON (`squad.read_squad`)
     conllu  CoNLL-U and NorNE's NDT files (`conll.read_conllu`)

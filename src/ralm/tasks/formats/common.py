@@ -150,6 +150,8 @@ _NOTES = {
     "pipes": "{n} NDT paragraph tokens '|' (tagged O) dropped in {where}",
     "cp1252": "{n} file(s) read as cp1252 (not valid UTF-8): {where}",
     "unanswered": "{n} questions without answers skipped in train ({where})",
+    "regex": "{n} questions with regular-expression answers in {where}, matched as patterns "
+    "(--answers string matches them as text)",
 }
 
 
