@@ -10,6 +10,7 @@
   removed only afterwards; on any failure the temp dir is removed and `out` stays as it was;
 - a full disk or quota (ENOSPC, EDQUOT, also behind a pyarrow error that caught it) becomes
   one CorpusError naming `out` and the mount point.
+`remove_stale` and `replace_dir` also serve `ralm finetune`'s partial folders (ralm.tasks.job_dir).
 
 Example:
     with staged_build(Path("corpus"), overwrite=False, log=print) as tmp:
@@ -56,10 +57,16 @@ def disk_full_error(out: Path, cause: OSError) -> CorpusError:
     )
 
 
-def remove_stale(out: Path, log: Callable[[str], None]) -> None:
-    """Remove `.NAME.tmp-PID` dirs (and `.NAME.old-PID` once `out` exists) of processes that are gone."""
-    kinds = "tmp|old" if out.exists() else "tmp"
-    pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:{kinds})-(\d+)")
+def remove_stale(
+    out: Path, log: Callable[[str], None], kinds: tuple[str, ...] = ("tmp",), what: str = "build"
+) -> None:
+    """Remove `.NAME.KIND-PID` dirs, KIND one of `kinds` (and `old` once `out` exists), of processes
+    that are gone, each with a note to `log` naming the interrupted `what` ("build", "fine-tuning job").
+
+    Example: remove_stale(Path("ft"), print, ("partial",), "fine-tuning job") removes `.ft.partial-4242`
+    when process 4242 no longer runs."""
+    names = "|".join(re.escape(k) for k in (*kinds, *(("old",) if out.exists() else ())))
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:{names})-(\d+)")
     if not out.parent.is_dir():
         return
     for p in sorted(out.parent.iterdir()):
@@ -72,9 +79,9 @@ def remove_stale(out: Path, log: Callable[[str], None]) -> None:
         try:
             shutil.rmtree(p)
         except OSError as exc:
-            log(f"note: could not remove {p}, left by an interrupted build ({exc}); remove it by hand")
+            log(f"note: could not remove {p}, left by an interrupted {what} ({exc}); remove it by hand")
             continue
-        log(f"note: removed {p}, left by an interrupted build (PID {pid} is no longer running)")
+        log(f"note: removed {p}, left by an interrupted {what} (PID {pid} is no longer running)")
 
 
 def replace_dir(tmp: Path, out: Path) -> None:

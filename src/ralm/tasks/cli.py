@@ -62,7 +62,10 @@ def register(sub) -> None:
         "finetune",
         help="fine-tune and evaluate a reader on QA, NER, POS, classification or open-domain QA",
         description="Fine-tune a model on a downstream task (BRENT Table 1, REALM open-QA), per seed, "
-        "with or without retrieval; writes results.json and results.md into --out.",
+        "with or without retrieval; writes results.json and results.md into --out. The job works in "
+        ".OUT.partial beside --out; if it is interrupted (Ctrl-C, a crash, kill -9), rerunning the same "
+        "command keeps the seeds that finished and runs the rest, with the same results (a rerun with "
+        "other options is refused unless --overwrite, which starts over).",
     )
     p.add_argument("task", choices=TASKS)
     p.add_argument(
@@ -72,7 +75,11 @@ def register(sub) -> None:
     p.add_argument(
         "--model", help="REALM run, exported reader or HF encoder directory (default: bundled MiniLM)"
     )
-    p.add_argument("--out", required=True, help="output directory (written only when every seed is done)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output directory (written only when every seed is done; a rerun resumes an interrupted job)",
+    )
     p.add_argument("--name", help="row label in tables (default: the model directory's name)")
     p.add_argument("--dataset", help="column label in tables (default: the data path's name)")
     p.add_argument("--format", choices=("squad", "conllu", "conll", "text", "openqa"))
@@ -116,7 +123,11 @@ def register(sub) -> None:
     )
     p.add_argument("--no-save", action="store_true", help="do not write the fine-tuned models")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier finetune output")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier finetune output, and an interrupted job with other options",
+    )
     p.set_defaults(func=cmd_finetune)
 
     t = sub.add_parser(

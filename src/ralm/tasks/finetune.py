@@ -6,10 +6,17 @@ head and, with `retrieval`, the retriever; AdamW and a warm-up schedule from `ra
 with reader, head and query tower at their own learning rates; dev scoring every `eval_every`
 steps and at each epoch end, keeping the best dev state, early stopping after `patience`
 evaluations without improvement; dev and test scored with that state) and summarises the seeds.
-Outputs go to a temporary directory renamed to `out` only when every seed has finished::
+Outputs go to `.OUT.partial` beside `out`, renamed to `out` only when every seed has finished::
 
     out/results.json  out/results.md  out/init.json  out/init/ (a REALM run's exported parts)
     out/seed-42/{metrics.jsonl, eval.json, predictions.jsonl, model/ (AutoModelFor...), query/}
+
+A job holds `out`'s writer lock throughout. Cut off (Ctrl-C, a crash, kill -9), it leaves
+`.OUT.partial` with its finished seeds; a rerun of the same command keeps those, runs the others
+(an unfinished seed from its start) and gives the results an uninterrupted job gives (timings
+aside). A rerun with other options is refused, naming them, unless --overwrite (which then
+starts over). `.OUT.partial-PID` folders that killed jobs of earlier versions left are removed
+with a note. The rules: `ralm.tasks.job_dir`.
 
 Defaults follow BRENT Appendix A where it gives them (Table 5: NorQuAD; Table 7: NoReC sentence;
 Table 8: morpho-syntactic tasks, used for NER and POS); `TASK_DEFAULTS` lists them.
@@ -21,11 +28,15 @@ import json
 import os
 import shutil
 import statistics
+import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ralm.errors import RalmError
+from ralm.locks import writer_lock
+from ralm.tasks.job_dir import abandon, finished_record, prepare_job, publish, start_seed
 from ralm.tasks.metrics import PRIMARY
 from ralm.tasks.models import prepare_init, write_init
 from ralm.tasks.trainer import run_seed
@@ -152,7 +163,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, fl
 
 def prepare_out(out: Path, overwrite: bool) -> Path:
     """A fresh temporary sibling of `out` to write a fine-tuning job into (renamed over `out` at the
-    end); RalmError when `out` exists without `overwrite`, or is not a fine-tuning output."""
+    end); RalmError when `out` exists without `overwrite`, or is not a fine-tuning output.
+    `ralm luke ner`'s all-or-nothing output; `finetune` resumes through `ralm.tasks.job_dir`."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not overwrite:
             raise RalmError(f"{out}: exists; choose another --out or pass --overwrite")
@@ -177,8 +189,17 @@ def publish_results(tmp: Path, out: Path, results: dict[str, Any], markdown: str
     os.replace(tmp, out)
 
 
-def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
-    """Run every seed of `cfg`; returns the results dict written to `out/results.json`."""
+def finetune(cfg: FinetuneConfig, log=print, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run every seed of `cfg`; returns the results dict written to `out/results.json`.
+
+    log: where the data notes and one line per seed go (stdout); note: where the notes on
+    interrupted jobs go (stderr by default: stale folders removed, a job resumed or kept).
+    """
+    with writer_lock(Path(cfg.out)):
+        return _finetune(cfg, log, note or (lambda m: print(m, file=sys.stderr)))
+
+
+def _finetune(cfg: FinetuneConfig, log, note: Callable[[str], None]) -> dict[str, Any]:
     from ralm.tasks.datasets import check_label_sets, load_task_data
     from ralm.tasks.tables import results_markdown
 
@@ -195,8 +216,8 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
         seed=cfg.seeds[0],
         answers=cfg.answers,
     )
-    for note in data.notes:
-        log(f"note: {note}")
+    for msg in data.notes:
+        log(f"note: {msg}")
     if not data.splits.get("train"):
         raise RalmError(
             f"{cfg.data or cfg.train}: no train split found; pass --train FILE (and --dev/--test)"
@@ -205,20 +226,22 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
     if cfg.task in ("ner", "pos", "classify"):
         check_label_sets(data)
         labels = data.labels()
-    tmp = prepare_out(out, cfg.overwrite)
+    tmp = prepare_job(out, asdict(cfg), cfg.overwrite, note)
     try:
         spec = prepare_init(cfg.model, tmp, retrieval=cfg.retrieval, index=cfg.index, retriever=cfg.retriever)
         write_init(spec, tmp, final=out)
         records = []
         for seed in cfg.seeds:
-            sd = tmp / f"seed-{seed}"
-            sd.mkdir()
-            rec = run_seed(cfg, spec, data, labels, seed, sd)
+            rec = finished_record(tmp, seed)
+            reused = rec is not None
+            if rec is None:
+                rec = run_seed(cfg, spec, data, labels, seed, start_seed(tmp, seed))
             shown = rec.get("test") or rec.get("dev")
             log(
                 f"seed {seed}: "
                 + ", ".join(f"{k} {v:.2f}" for k, v in shown.items())
-                + f" ({'test' if rec.get('test') else 'dev'}; {rec['seconds']:.0f} s)"
+                + f" ({'test' if rec.get('test') else 'dev'}; {rec['seconds']:.0f} s"
+                + ("; finished by the interrupted run)" if reused else ")")
             )
             records.append(rec)
         results = {
@@ -239,7 +262,8 @@ def finetune(cfg: FinetuneConfig, log=print) -> dict[str, Any]:
             "summary": summarize(records),
             "seconds": round(sum(r["seconds"] for r in records), 2),
         }
-        publish_results(tmp, out, results, results_markdown(results))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish(tmp, out, results, results_markdown(results))
+    except BaseException:
+        abandon(tmp, note)
+        raise
     return results

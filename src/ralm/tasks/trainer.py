@@ -7,8 +7,9 @@ schedule from `ralm.train.optim`, one `metrics.jsonl` row per step. The dev spli
 `eval_every` steps and at each epoch end; `BestState` keeps a CPU copy of the best weights (and of
 the tuned query tower) and restores them before the final dev/test scoring and saving.
 
-Left out: resuming an interrupted seed (a seed is minutes to hours; rerun it), gradient
-accumulation and multi-process fine-tuning.
+Left out: resuming inside an interrupted seed (a rerun of the job keeps its finished seeds and
+runs this one again from its start, see `ralm.tasks.job_dir`), gradient accumulation and
+multi-process fine-tuning.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ralm.tasks.metrics import PRIMARY
 from ralm.tasks.models import InitSpec, load_retriever_parts, load_task_model
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
+from ralm.typed_config import write_text_atomic
 
 if TYPE_CHECKING:
     from ralm.tasks.finetune import FinetuneConfig
@@ -220,7 +222,7 @@ def train(cfg: FinetuneConfig, parts: Parts, items: list, dev: list, seed: int, 
 
 def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: Path) -> dict[str, Any]:
     """Train and evaluate one seed into `out` (metrics.jsonl, eval.json, predictions.jsonl, model/);
-    returns its eval record."""
+    returns its eval record. eval.json (the record) is written last, through a rename."""
     torch.manual_seed(seed)
     np.random.seed(seed % (2**32))
     t0 = time.perf_counter()
@@ -265,7 +267,8 @@ def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: 
         parts.tokenizer.save_pretrained(str(out / "model"))
         if parts.retriever is not None and parts.retriever.tune:
             parts.retriever.encoder.save(out / "retriever")
-    (out / "eval.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    # last, and atomically: eval.json marks a finished seed (ralm.tasks.job_dir resumes on it)
+    write_text_atomic(out / "eval.json", json.dumps(record, indent=2) + "\n")
     return record
 
 
