@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ralm.errors import RalmError
-from ralm.realm.checkpoint import restore_rng
+from ralm.train.checkpoint import restore_rng
 from ralm.train.distributed import Dist
 
 

@@ -8,7 +8,7 @@ sums the two), clips, steps AdamW and the warm-up schedule, logs and checkpoints
 step the model is written to RUN/model (`ralm.luke.io.save_model`).
 
 Run directory: config.toml, entity_vocab.tsv, metrics.jsonl (+ tb/), checkpoints/step-N (model,
-optimizer and scheduler state, torch RNG; `ralm.realm.checkpoint`), model/. Everything the
+optimizer and scheduler state, torch RNG; `ralm.train.checkpoint`), model/. Everything the
 inputs can get wrong (no entity spans for the sources, a tokenizer other than the store's, l > L,
 a vocabulary that does not match the run on resume) is checked before anything is written
 (`ralm.luke.pretrain_run`), so a failed start leaves --out as it was (an --overwrite deletes the
@@ -16,7 +16,7 @@ old run only after the checks).
 
 Shared with `ralm pretrain` (REALM): the data order and per-example mask generators
 (`ralm.realm.data`), AdamW groups and schedules (`ralm.train.optim`), metrics
-(`ralm.train.logging`), checkpoints and their integrity records (`ralm.realm.checkpoint`),
+(`ralm.train.logging`), checkpoints and their integrity records (`ralm.train.checkpoint`),
 the writer lock, bf16 autocast and torchrun DDP (`ralm.train.distributed`). Determinism: step s
 masks example j of micro-batch m with `default_rng([seed, s, m, j])` and the torch RNG state is
 checkpointed, so a resumed run reaches the same weights as an uninterrupted one, and the
@@ -46,10 +46,10 @@ from ralm.luke.annotations import annotation_stats
 from ralm.luke.data import LukeCollator, MaskSettings
 from ralm.luke.pretrain_config import LukePretrainConfig
 from ralm.luke.pretrain_run import MODEL_DIR, check_out, corpus_stats, open_run, prepare, read_run_config
-from ralm.realm.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint
 from ralm.realm.data import batch_positions, example_rngs
 from ralm.realm.run import check_checkpoint_corpus, trim_metrics
 from ralm.retrieval.encoders import autocast_context, autocast_dtype
+from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint
 from ralm.train.distributed import Dist, init_distributed, peer_failure_message
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule

@@ -24,8 +24,8 @@ from ralm.luke.annotations import EntitySpans, annotation_stats, open_store
 from ralm.luke.data import WordTokens
 from ralm.luke.pretrain_config import CONFIG_FILE, RESUME_FIELDS, LukePretrainConfig
 from ralm.luke.vocab import VOCAB_FILE, EntityVocabulary
-from ralm.realm.checkpoint import clear_leftovers, intact_checkpoint
 from ralm.realm.run import read_metrics_for_resume
+from ralm.train.checkpoint import clear_leftovers, intact_checkpoint
 from ralm.train.logging import METRICS_FILE
 
 __all__ = [

@@ -23,7 +23,10 @@ from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
 from ralm.realm.build import build_model, resolve_device
-from ralm.realm.checkpoint import (
+from ralm.realm.config import CONFIG_FILE, PretrainConfig
+from ralm.realm.model import RealmModel
+from ralm.realm.refresh import SyncRefresher
+from ralm.train.checkpoint import (
     STATE_FILE,
     checkpoint_problems,
     clear_leftovers,
@@ -31,9 +34,6 @@ from ralm.realm.checkpoint import (
     load_checkpoint,
     read_state,
 )
-from ralm.realm.config import CONFIG_FILE, PretrainConfig
-from ralm.realm.model import RealmModel
-from ralm.realm.refresh import SyncRefresher
 from ralm.train.logging import METRICS_FILE, read_metric_rows
 
 __all__ = [

@@ -21,11 +21,11 @@ One writer per run: the main process holds `ralm.locks.writer_lock(out)` from be
 the directory until it returns, so a second `ralm pretrain` into the same --out (with --resume
 or --overwrite too) stops with one line naming the holder's PID, before anything is deleted or
 written. Resuming checks the newest checkpoint's recorded sizes and digests and falls back to
-the newest intact one with a warning (`ralm.realm.checkpoint`); a metrics.jsonl line cut off by
+the newest intact one with a warning (`ralm.train.checkpoint`); a metrics.jsonl line cut off by
 a crash is dropped with a warning.
 
 Modules: `ralm.realm.build` (model, optimizer, refresher), `ralm.realm.data` (split and data
-order), `ralm.realm.run` (the run directory, `load_run`), `ralm.realm.checkpoint`; this module
+order), `ralm.realm.run` (the run directory, `load_run`), `ralm.train.checkpoint`; this module
 is the loop, and re-exports what used to live here.
 
 Metrics per step (JSONL and TensorBoard): loss (NLL per masked token), ppl (masked-token
@@ -59,13 +59,6 @@ from ralm.realm.build import (
     resolve_device,
     resolve_reader_dir,
 )
-from ralm.realm.checkpoint import (
-    latest_checkpoint,
-    load_checkpoint,
-    read_state,
-    restore_rng,
-    save_checkpoint,
-)
 from ralm.realm.config import PretrainConfig
 from ralm.realm.data import batch_positions, example_rngs, split_ids
 from ralm.realm.masking import MaskingCollator
@@ -82,6 +75,13 @@ from ralm.realm.run import (
     write_split,
 )
 from ralm.retrieval.encoders import autocast_context, autocast_dtype
+from ralm.train.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    read_state,
+    restore_rng,
+    save_checkpoint,
+)
 from ralm.train.distributed import Dist, init_distributed, peer_failure_message
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import warmup_schedule

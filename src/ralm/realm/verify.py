@@ -1,7 +1,7 @@
 """`ralm run verify RUN`: every file of a pre-training run checked against what was recorded.
 
 - each checkpoint's files (model, optimizer, RNG, its index copy) against the sizes and XXH3
-  digests in its state.json (`ralm.realm.checkpoint.checkpoint_problems`);
+  digests in its state.json (`ralm.train.checkpoint.checkpoint_problems`);
 - each index version under RUN/index against its index.json (`verify_index_files`);
 - config.toml parses, split.json reads, metrics.jsonl has JSON lines (a torn last line is the
   crash-safe case resume drops, reported as a note, not a problem).
@@ -20,9 +20,9 @@ from ralm.errors import RalmError
 
 def verify_run(run_dir: str | os.PathLike) -> tuple[list[str], list[str], int]:
     """(problems, notes, files checked) of a run directory; problems [] when it is intact."""
-    from ralm.realm.checkpoint import finished_checkpoints, read_state
     from ralm.realm.run import read_run_config
     from ralm.retrieval.index_io import verify_index_files
+    from ralm.train.checkpoint import finished_checkpoints, read_state
     from ralm.train.logging import read_metric_rows
 
     run = Path(run_dir)

@@ -184,8 +184,8 @@ def _with_hybrid(t: Target) -> Target:
 
 
 def _realm(p: Path, device: str | None) -> Target:
-    from ralm.realm.checkpoint import intact_checkpoint
     from ralm.realm.run import load_run, open_stores, read_run_config
+    from ralm.train.checkpoint import intact_checkpoint
 
     cfg = read_run_config(p)
     t = Target("realm", p, [], metrics_path=p / METRICS_FILE, config=cfg.to_dict(), steps=cfg.steps)

@@ -1,4 +1,4 @@
-"""Training checkpoints of a pre-training run: write atomically, check, find the newest intact one, read back.
+"""Training checkpoints of a run (REALM and LUKE pre-training, retriever training): write atomically, check, find the newest intact one, read back.
 
 ``checkpoints/step-N/`` holds model.safetensors (every parameter of the RealmModel, tied ones
 once), optim.pt (optimizer and scheduler state dicts, read with ``weights_only=True``),
@@ -29,7 +29,6 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.integrity import check_digests, check_sizes, records
-from ralm.realm.config import PretrainConfig
 from ralm.train.logging import warn
 
 CKPT_DIR = "checkpoints"
@@ -147,9 +146,12 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 
 def save_checkpoint(
-    run: Path, step: int, model, opt, sched, refresher, cfg: PretrainConfig, docstore_fingerprint: str
+    run: Path, step: int, model, opt, sched, refresher, cfg: Any, docstore_fingerprint: str
 ) -> Path:
-    """Write checkpoints/step-N atomically (temp dir + rename); keep the newest `keep_checkpoints`."""
+    """Write checkpoints/step-N atomically (temp dir + rename); keep the newest `cfg.keep_checkpoints`.
+
+    cfg: the run's config; its batch_size, grad_accum, mode and keep_checkpoints are read.
+    """
     from safetensors.torch import save_file, save_model
 
     root = run / CKPT_DIR
