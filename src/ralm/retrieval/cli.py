@@ -177,9 +177,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _encoder_args(t)
     t.set_defaults(func=_ict)
 
-    from ralm.retrieval import eval_cli
+    from ralm.retrieval import eval_cli, train_cli
 
     eval_cli.register(sub)
+    train_cli.register(sub, _encoder_args)
 
 
 def _index_build(args: argparse.Namespace) -> int:

@@ -1,0 +1,213 @@
+"""`ralm retriever train {dpr,contrastive,ict}`: thin CLI over `ralm.retrieval.retriever_train`.
+
+ralm retriever train dpr norquad/train.json --corpus pool/ --dev norquad/dev.json --lang nb --out runs/dpr
+ralm retriever train dpr nq-train.json --out runs/dpr              # DPR JSON: its own passages
+ralm retriever train dpr beir/scifact --out runs/dpr               # BEIR folder (qrels/train.tsv)
+ralm retriever train contrastive corpora/dawiki --out runs/cc     # Contriever crops, no labels
+ralm retriever train ict corpora/dawiki --out runs/ict            # = contrastive --recipe ict
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ralm.errors import RalmError
+from ralm.retrieval.eval_cli import bm25_options
+
+
+def register(sub: argparse._SubParsersAction, encoder_args) -> None:
+    """Add `retriever train` to the top-level parser; `encoder_args(p)` adds --encoder and friends."""
+    r = sub.add_parser("retriever", help="train a dense retriever (DPR pairs, contrastive, ICT)")
+    rsub = r.add_subparsers(dest="retriever_command", metavar="SUBCOMMAND")
+    r.set_defaults(func=lambda a: (r.print_help(), 2)[1])
+    t = rsub.add_parser(
+        "train",
+        help="train a dual encoder for your language and corpus",
+        description="Train the query and document towers of a dual encoder. dpr: from labelled pairs (SQuAD "
+        "JSON or open-QA questions over --corpus, DPR JSON, a BEIR folder) with in-batch and BM25 hard "
+        "negatives; contrastive: from raw text (a DocStore) with Contriever's independent crops, ICT or both; "
+        "ict: contrastive --recipe ict. Saves OUT/encoder (the best dev checkpoint), metrics.jsonl and "
+        "results.json; rerun the same command to resume after an interruption.",
+    )
+    t.add_argument("mode", choices=["dpr", "contrastive", "ict"], help="training recipe")
+    t.add_argument(
+        "data",
+        type=Path,
+        help="dpr: pairs (SQuAD JSON, DPR JSON, BEIR folder, open-QA JSONL/TSV); contrastive/ict: a DocStore",
+    )
+    t.add_argument(
+        "--out", type=Path, required=True, help="run directory (resumed when it holds the same run)"
+    )
+    t.add_argument("--corpus", type=Path, default=None, help="DocStore the pairs' passages are chunks of")
+    t.add_argument(
+        "--format", choices=["squad", "dpr", "beir", "openqa"], default=None, help="force the pairs' format"
+    )
+    t.add_argument(
+        "--dev",
+        default=None,
+        help="dev questions (same formats; over --corpus, or the contrastive DocStore) evaluated each epoch",
+    )
+    t.add_argument(
+        "--dev-max", type=int, default=0, help="evaluate on at most this many dev questions (0 = all)"
+    )
+    t.add_argument(
+        "--lang", default=None, help="language: answer normalisation and BM25 analysis (nb, da, en...)"
+    )
+    t.add_argument(
+        "--bm25",
+        default=None,
+        metavar="SPEC",
+        help="BM25 that mines hard negatives: none, LANG, LANG:stop, LANG:stem (default: --lang)",
+    )
+    t.add_argument("--epochs", type=float, default=3.0, help="dpr: passes over the pairs (default 3)")
+    t.add_argument(
+        "--steps", type=int, default=0, help="optimiser steps (overrides --epochs; contrastive: 1000)"
+    )
+    t.add_argument("--batch-size", type=int, default=32, help="questions per step (default 32)")
+    t.add_argument(
+        "--grad-cache",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="gradient caching with mini-batches of ROWS (memory of ROWS, any --batch-size; default off)",
+    )
+    t.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5, DPR)")
+    t.add_argument("--temperature", type=float, default=0.05, help="softmax temperature (default 0.05)")
+    t.add_argument(
+        "--hard-negatives", type=int, default=1, help="BM25 negatives per question (default 1, DPR)"
+    )
+    t.add_argument(
+        "--negative-depth", type=int, default=10, help="draw them from this many top negatives (default 10)"
+    )
+    t.add_argument("--recipe", choices=["crop", "ict", "both"], default="crop", help="contrastive views")
+    t.add_argument(
+        "--eval-every", type=int, default=0, help="steps between dev evaluations (default: each epoch)"
+    )
+    t.add_argument(
+        "--select",
+        default="recall@5",
+        help="dev metric that picks the saved encoder (recall@K, nDCG@10, RR@10) or 'last' (default recall@5)",
+    )
+    t.add_argument("--save-every", type=int, default=200, help="steps between resumable checkpoints")
+    t.add_argument("--similarity", choices=["cos", "dot"], default="cos", help="score of a fresh encoder")
+    t.add_argument("--seed", type=int, default=0, help="random seed")
+    t.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    t.add_argument("--overwrite", action="store_true", help="start over in an existing --out")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    encoder_args(t)
+    t.set_defaults(func=_train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from ralm.retrieval.retriever_train import RetrieverTrainConfig, config_from
+
+    mode = "contrastive" if args.mode == "ict" else args.mode
+    recipe = "ict" if args.mode == "ict" else args.recipe
+    lang = args.lang or "en"
+    cfg = config_from(
+        {
+            **vars(args),
+            "mode": mode,
+            "recipe": recipe,
+            "lang": lang,
+            "steps": args.steps or (0 if mode == "dpr" else 1000),
+        }
+    )
+    assert isinstance(cfg, RetrieverTrainConfig)
+    if mode == "dpr" and args.format != "beir" and not args.data.exists():
+        raise RalmError(f"{args.data}: no such file or folder; pass training pairs")
+    if args.corpus is not None and not args.corpus.is_dir():
+        raise RalmError(
+            f"--corpus {args.corpus}: no such DocStore directory; build one with `ralm corpus build`"
+        )
+    spec = args.bm25 or lang
+    bm25_opts = bm25_options(spec) if spec != "en" or args.bm25 else {}
+    log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.train_data import read_beir_dev, read_pairs
+
+    enc = DualEncoder.from_pretrained(args.encoder, _fresh_config(args))
+    data = {
+        "mode": mode,
+        "train": str(args.data.resolve()),
+        "corpus": _resolved(args.corpus),
+        "dev": _resolved(args.dev),
+    }
+    negatives = None
+    if mode == "dpr":
+        store = DocStore(args.corpus) if args.corpus is not None else None
+        bm25 = None
+        if store is not None:
+            bm25 = _bm25_for(store, bm25_opts)
+        pairs = read_pairs(args.data, store, args.format, lang=lang, bm25_options=bm25_opts, bm25=bm25)
+        for note in pairs.notes:
+            log(f"note: {note}")
+        log(f"{len(pairs.examples)} training questions ({pairs.format}) over {pairs.passages.describe()}")
+        from ralm.retrieval.negatives import mine_negatives
+
+        if cfg.hard_negatives:
+            bm25 = bm25 or pairs.passages.bm25(**bm25_opts)
+            negatives = mine_negatives(pairs, bm25, depth=cfg.negative_depth, lang=lang)
+        else:
+            negatives = [[] for _ in pairs.examples]
+        if args.dev is not None:
+            dev = read_pairs(Path(args.dev), store, None, lang=lang, bm25_options=bm25_opts, bm25=bm25)
+        elif pairs.format == "beir":
+            dev = read_beir_dev(args.data, pairs)
+        else:
+            dev = None
+        train = pairs
+    else:
+        from ralm.retrieval.passages import StorePassages
+
+        store = DocStore(args.data)
+        train = StorePassages(store)
+        dev = None
+        if args.dev is not None:
+            dev = read_pairs(Path(args.dev), store, None, lang=lang, bm25_options=bm25_opts)
+    if dev is not None:
+        if args.dev_max:
+            dev.examples = dev.examples[: args.dev_max]
+        log(f"{len(dev.examples)} dev questions")
+    from ralm.retrieval.retriever_train import train_retriever
+
+    res = train_retriever(
+        enc, train, args.out, cfg, dev=dev, negatives=negatives, data=data,
+        overwrite=args.overwrite, progress=not args.quiet, log=log,
+    )  # fmt: skip
+    print(json.dumps({"run": str(args.out), "encoder": res["encoder"], "best_step": res["best_step"],
+                      "best": res["best"], **{k: round(v, 4) for k, v in res["last_eval"].items()}}))  # fmt: skip
+    return 0
+
+
+def _resolved(p) -> str | None:
+    return None if p is None else str(Path(p).resolve())
+
+
+def _bm25_for(store, opts: dict):
+    from ralm.retrieval.bm25 import BM25Retriever
+
+    return BM25Retriever.build(store, **opts)
+
+
+def _fresh_config(args: argparse.Namespace):
+    """The EncoderConfig of a fresh encoder (a saved one keeps its own; only max_length/scale may change)."""
+    from ralm.retrieval.encoders import ENCODER_FILE, EncoderConfig
+
+    if args.encoder is not None and (Path(args.encoder) / ENCODER_FILE).is_file():
+        saved = json.loads((Path(args.encoder) / ENCODER_FILE).read_text(encoding="utf-8"))["config"]
+        return EncoderConfig.from_dict(
+            {**saved, "max_length": args.max_length, "scale_by_sqrt_dim": args.scale}
+        )
+    return EncoderConfig(
+        pooling=args.pooling or "mean",
+        proj_dim=args.proj_dim,
+        scale_by_sqrt_dim=args.scale,
+        shared=args.shared,
+        max_length=args.max_length,
+        normalize=args.similarity == "cos",
+    )
