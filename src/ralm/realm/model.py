@@ -164,7 +164,7 @@ class RealmModel(nn.Module):
 
     def _scale(self, s: torch.Tensor) -> torch.Tensor:
         assert self.encoder is not None
-        return s / (self.encoder.dim**0.5) if self.encoder.config.scale_by_sqrt_dim else s
+        return self.encoder.scale_scores(s)
 
     def embed_queries(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """(B, d) query vectors of the masked queries ``[CLS] x [SEP]``, with gradient.

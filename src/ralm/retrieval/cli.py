@@ -17,7 +17,7 @@ from ralm.retrieval.eval_cli import add_bm25_args
 KINDS = ("flat", "ivf-flat", "hnsw", "sq8", "ivf-pq")
 
 
-def _encoder_args(p: argparse.ArgumentParser) -> None:
+def _encoder_args(p: argparse.ArgumentParser, similarity: str = "dot") -> None:
     p.add_argument(
         "--encoder",
         default=None,
@@ -40,19 +40,49 @@ def _encoder_args(p: argparse.ArgumentParser) -> None:
         help="one tower for queries and documents (default: separate, as REALM/BRENT)",
     )
     p.add_argument(
-        "--max-length", type=int, default=128, help="max tokens of a query or document (default 128)"
+        "--similarity",
+        choices=["dot", "cos"],
+        default=similarity,
+        help=f"score of a fresh encoder: dot (inner product, REALM) or cos (unit vectors, as "
+        f"sentence-transformers trains MiniLM); default {similarity}",
+    )
+    p.add_argument(
+        "--max-length", type=int, default=None, help="max tokens of a query or document (default 128)"
     )
 
 
 def _encoder_config(args: argparse.Namespace):
-    from ralm.retrieval.encoders import EncoderConfig
+    """The EncoderConfig to load `--encoder` with: a fresh encoder's from the flags; a saved (trained)
+    encoder keeps its own (None), with --max-length / --scale applied when given."""
+    from ralm.retrieval.encoders import ENCODER_FILE, EncoderConfig
 
+    saved = None if args.encoder is None else Path(args.encoder).expanduser() / ENCODER_FILE
+    if saved is not None and saved.is_file():
+        if args.pooling or args.proj_dim or args.shared:
+            raise RalmError(
+                f"--encoder {args.encoder}: a trained ralm encoder keeps its pooling, projection and towers; "
+                "drop --pooling/--proj-dim/--shared"
+            )
+        if args.max_length is None and not args.scale:
+            return None
+        try:
+            cfg = json.loads(saved.read_text(encoding="utf-8"))["config"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RalmError(f"{saved}: unreadable ({exc}); re-save the encoder") from None
+        return EncoderConfig.from_dict(
+            {
+                **cfg,
+                "max_length": args.max_length or cfg.get("max_length", 128),
+                "scale_by_sqrt_dim": args.scale or cfg.get("scale_by_sqrt_dim", False),
+            }
+        )
     return EncoderConfig(
         pooling=args.pooling or "mean",
         proj_dim=args.proj_dim,
         scale_by_sqrt_dim=args.scale,
         shared=args.shared,
-        max_length=args.max_length,
+        max_length=args.max_length or 128,
+        normalize=args.similarity == "cos",
     )
 
 
@@ -180,7 +210,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ralm.retrieval import eval_cli, train_cli
 
     eval_cli.register(sub)
-    train_cli.register(sub, _encoder_args)
+    train_cli.register(sub, _encoder_args, _encoder_config)
 
 
 def _index_build(args: argparse.Namespace) -> int:

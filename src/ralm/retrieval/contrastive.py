@@ -3,13 +3,14 @@
 A step scores B queries against N documents: each query's positive, the other queries' positives
 (in-batch negatives) and any hard negatives (DPR: one BM25 negative per question, so N = 2B):
 
-    logits[i, j] = score(q_i, d_j) / temperature          (B, N); score = the encoder's own q.d
+    logits[i, j] = score(q_i, d_j) / temperature          (B, N); score = the encoder's `score`
     loss         = mean_i -log softmax(logits[i])[target_i]
 
 `mask[i, j] = True` removes document j from query i's softmax: a document that is another
 positive of query i (two questions about one passage in a batch, a passage holding the answer)
 would otherwise be pushed away as a false negative. With unit vectors and temperature 0.05
-this is sentence-transformers' MultipleNegativesRankingLoss (cosine x 20).
+this is sentence-transformers' MultipleNegativesRankingLoss (cosine x 20). The trainer keeps the
+temperature in the encoder (`EncoderConfig.score_scale` = 1/temperature) and steps at 1.
 
 Gradient caching (Gao et al. 2021, "GradCache"; sentence-transformers'
 CachedMultipleNegativesRankingLoss) makes the batch independent of memory: the towers run in

@@ -61,12 +61,17 @@ class EncoderConfig:
     shared: bool = False  # one tower for queries and docs; REALM/BRENT keep them separate
     max_length: int = 128  # max tokens of a query or a doc incl. special tokens (BRENT chunks: 128)
     normalize: bool = False  # L2-normalise outputs (score = cosine); REALM/BRENT do not
+    # multiplies q.d (after the optional 1/sqrt(d)): a contrastively trained encoder stores 1/temperature
+    # here, so p(z|x) = softmax(score) in REALM and open-QA fine-tuning is as sharp as in training
+    score_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.pooling not in ("mean", "cls"):
             raise RalmError(f"pooling {self.pooling!r}: choose 'mean' or 'cls'")
         if self.proj_dim is not None and self.proj_dim < 1:
             raise RalmError(f"proj_dim {self.proj_dim}: must be a positive integer or None")
+        if not self.score_scale > 0:
+            raise RalmError(f"score_scale {self.score_scale}: must be > 0")
         if self.max_length < 4:
             raise RalmError(f"max_length {self.max_length}: too small; use at least 4 tokens")
 
@@ -486,9 +491,14 @@ class DualEncoder(nn.Module):
         return self.doc_tower.dim
 
     def score(self, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-        """(B, d) queries x (N, d) docs -> (B, N) = q @ d.T, divided by sqrt(d) if configured."""
-        s = q @ d.T
-        return s / (self.dim**0.5) if self.config.scale_by_sqrt_dim else s
+        """(B, d) queries x (N, d) docs -> (B, N) = q @ d.T, scaled (see `scale_scores`)."""
+        return self.scale_scores(q @ d.T)
+
+    def scale_scores(self, s: torch.Tensor) -> torch.Tensor:
+        """Inner products -> scores: divided by sqrt(d) if `scale_by_sqrt_dim`, times `score_scale`."""
+        if self.config.scale_by_sqrt_dim:
+            s = s / (self.dim**0.5)
+        return s * self.config.score_scale if self.config.score_scale != 1.0 else s
 
     # -- construction
     @classmethod
@@ -499,7 +509,8 @@ class DualEncoder(nn.Module):
 
         From a plain encoder both towers start from its weights (REALM/BRENT start both from one
         warm-started BERT); the projections, if any, start equal so queries and docs share a space.
-        Loading a saved DualEncoder, `config` may change max_length and scale_by_sqrt_dim, but
+        Loading a saved DualEncoder, `config` may change max_length, scale_by_sqrt_dim and
+        score_scale, but
         not proj_dim, shared, pooling or normalize (the weights were trained with those).
         Returned in eval mode, as Hugging Face models are; call `.train()` before training.
         """
@@ -557,6 +568,8 @@ class DualEncoder(nn.Module):
             self.doc_tower.tensor_hash(h)
         if part == "all":
             h.update(f"{c.shared}|{c.scale_by_sqrt_dim}".encode())
+            if c.score_scale != 1.0:  # encoders saved before the field hash as they did
+                h.update(f"|{c.score_scale}".encode())
         elif part not in ("query", "doc"):
             raise ValueError(f"part {part!r}: choose all, query or doc")
         return h.hexdigest()

@@ -70,7 +70,9 @@ class RetrieverTrainConfig:
     weight_decay: float = 0.01
     warmup_frac: float = 0.1  # linear warm-up over this fraction of the steps
     schedule: str = "linear"  # linear | cosine | constant after warm-up
-    temperature: float = 0.05  # logits = score / temperature (0.05 = sentence-transformers' scale 20)
+    # logits = q.d / temperature; None = 0.05 for unit vectors (sentence-transformers' scale 20), else 1;
+    # the encoder saves 1 / temperature as its score_scale (REALM's p(z|x) then has the trained sharpness)
+    temperature: float | None = None
     hard_negatives: int = 1  # BM25 negatives per question and step (DPR: 1)
     negative_depth: int = 10  # drawn from this many top BM25 passages without the answer
     grad_clip: float = 1.0
@@ -101,7 +103,7 @@ class RetrieverTrainConfig:
                 raise RalmError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
         if self.batch_size < 2:
             raise RalmError(f"--batch-size {self.batch_size}: in-batch negatives need at least 2")
-        if self.temperature <= 0:
+        if self.temperature is not None and self.temperature <= 0:
             raise RalmError(f"--temperature {self.temperature}: must be > 0")
         if self.hard_negatives < 0 or self.grad_cache < 0 or self.steps < 0 or self.epochs < 0:
             raise RalmError("--hard-negatives, --grad-cache, --steps and --epochs must be >= 0")
@@ -337,6 +339,8 @@ def train_retriever(
         device = _device(cfg)
         torch.manual_seed(cfg.seed)
         encoder.to(device).train()
+        tau = cfg.temperature or (0.05 if encoder.config.normalize else 1.0)
+        encoder.config.score_scale = 1.0 / tau
         amp = autocast_dtype(device, cfg.autocast, next(encoder.parameters()).dtype)
 
         heldout = None
@@ -358,7 +362,7 @@ def train_retriever(
                 delete_prob=cfg.delete_prob, remove_prob=cfg.remove_prob,
             )  # fmt: skip
             perm = np.random.default_rng([cfg.seed, 7]).permutation(len(train))
-            n_held = 0 if dev is not None else min(cfg.heldout, len(train) // 10)
+            n_held = 0 if dev is not None else min(cfg.heldout, len(train) // 5)
             held_ids, train_ids = perm[:n_held], perm[n_held:]
             if len(train_ids) < cfg.batch_size:
                 raise RalmError(
@@ -409,7 +413,7 @@ def train_retriever(
                 opt.zero_grad(set_to_none=True)
                 res = contrastive_step(
                     encoder, q_rows, d_rows, targets, mask,
-                    temperature=cfg.temperature, chunk=cfg.grad_cache, amp=amp, device=device,
+                    chunk=cfg.grad_cache, amp=amp, device=device,
                 )  # fmt: skip
                 grad_norm = torch.nn.utils.clip_grad_norm_(encoder.parameters(), cfg.grad_clip).item()
                 opt.step()
@@ -445,6 +449,7 @@ def train_retriever(
         results = {
             "mode": cfg.mode,
             "recipe": cfg.recipe if cfg.mode == "contrastive" else None,
+            "temperature": tau,
             "steps": step,
             "steps_per_epoch": per_epoch or None,
             "best_step": best_step,

@@ -18,8 +18,9 @@ from ralm.errors import RalmError
 from ralm.retrieval.eval_cli import bm25_options
 
 
-def register(sub: argparse._SubParsersAction, encoder_args) -> None:
-    """Add `retriever train` to the top-level parser; `encoder_args(p)` adds --encoder and friends."""
+def register(sub: argparse._SubParsersAction, encoder_args, encoder_config) -> None:
+    """Add `retriever train` to the top-level parser; `encoder_args(p)` adds --encoder and friends,
+    `encoder_config(args)` reads them."""
     r = sub.add_parser("retriever", help="train a dense retriever (DPR pairs, contrastive, ICT)")
     rsub = r.add_subparsers(dest="retriever_command", metavar="SUBCOMMAND")
     r.set_defaults(func=lambda a: (r.print_help(), 2)[1])
@@ -75,7 +76,12 @@ def register(sub: argparse._SubParsersAction, encoder_args) -> None:
         help="gradient caching with mini-batches of ROWS (memory of ROWS, any --batch-size; default off)",
     )
     t.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5, DPR)")
-    t.add_argument("--temperature", type=float, default=0.05, help="softmax temperature (default 0.05)")
+    t.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="softmax temperature (default 0.05 for --similarity cos, 1 for dot); saved as 1/T score scale",
+    )
     t.add_argument(
         "--hard-negatives", type=int, default=1, help="BM25 negatives per question (default 1, DPR)"
     )
@@ -92,13 +98,12 @@ def register(sub: argparse._SubParsersAction, encoder_args) -> None:
         help="dev metric that picks the saved encoder (recall@K, nDCG@10, RR@10) or 'last' (default recall@5)",
     )
     t.add_argument("--save-every", type=int, default=200, help="steps between resumable checkpoints")
-    t.add_argument("--similarity", choices=["cos", "dot"], default="cos", help="score of a fresh encoder")
     t.add_argument("--seed", type=int, default=0, help="random seed")
     t.add_argument("--device", default="auto", help="cpu, cuda or auto")
     t.add_argument("--overwrite", action="store_true", help="start over in an existing --out")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
-    encoder_args(t)
-    t.set_defaults(func=_train)
+    encoder_args(t, similarity="cos")
+    t.set_defaults(func=_train, encoder_config=encoder_config)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -130,7 +135,7 @@ def _train(args: argparse.Namespace) -> int:
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.train_data import read_beir_dev, read_pairs
 
-    enc = DualEncoder.from_pretrained(args.encoder, _fresh_config(args))
+    enc = DualEncoder.from_pretrained(args.encoder, args.encoder_config(args))
     data = {
         "mode": mode,
         "train": str(args.data.resolve()),
@@ -192,22 +197,3 @@ def _bm25_for(store, opts: dict):
     from ralm.retrieval.bm25 import BM25Retriever
 
     return BM25Retriever.build(store, **opts)
-
-
-def _fresh_config(args: argparse.Namespace):
-    """The EncoderConfig of a fresh encoder (a saved one keeps its own; only max_length/scale may change)."""
-    from ralm.retrieval.encoders import ENCODER_FILE, EncoderConfig
-
-    if args.encoder is not None and (Path(args.encoder) / ENCODER_FILE).is_file():
-        saved = json.loads((Path(args.encoder) / ENCODER_FILE).read_text(encoding="utf-8"))["config"]
-        return EncoderConfig.from_dict(
-            {**saved, "max_length": args.max_length, "scale_by_sqrt_dim": args.scale}
-        )
-    return EncoderConfig(
-        pooling=args.pooling or "mean",
-        proj_dim=args.proj_dim,
-        scale_by_sqrt_dim=args.scale,
-        shared=args.shared,
-        max_length=args.max_length,
-        normalize=args.similarity == "cos",
-    )

@@ -136,7 +136,7 @@ class TaskRetriever(nn.Module):
 
     def _scale(self, s: torch.Tensor) -> torch.Tensor:
         assert self.encoder is not None
-        return s / (self.encoder.dim**0.5) if self.encoder.config.scale_by_sqrt_dim else s
+        return self.encoder.scale_scores(s)
 
     def forward(self, queries: Sequence[str]) -> Retrieved:
         """Top `n_retrieved` chunks and log p(z|x) for each query text."""

@@ -1,0 +1,250 @@
+"""Retriever training end to end on tiny random towers: every mode, resume, and the saved encoder's uses."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pairs_ref import QUESTIONS
+
+from ralm.cli import main
+from ralm.errors import RalmError
+from ralm.retrieval import retriever_train as rt
+from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+from ralm.retrieval.negatives import mine_negatives
+from ralm.retrieval.passages import StorePassages
+from ralm.retrieval.retriever_train import RetrieverTrainConfig, plan_epoch, train_retriever
+from ralm.retrieval.train_data import read_pairs
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, [ln for ln in cap.err.splitlines() if ln.startswith("ralm: error")]
+
+
+def test_plan_epoch_docstring_example():
+    batches = plan_epoch([7, 7, 8], 2, np.random.default_rng(0))
+    assert len(batches) == 2 and sorted(i for b in batches for i in b) == [0, 1, 2]
+    assert all(not {0, 1} <= set(b) for b in batches)
+
+
+def test_plan_epoch_keeps_shared_positives_apart():
+    rng = np.random.default_rng(3)
+    positives = rng.integers(0, 40, size=203).tolist()  # many questions share a passage
+    batches = plan_epoch(positives, 16, rng)
+    assert len(batches) == -(-203 // 16)  # ceil(n / B), always
+    assert sorted(i for b in batches for i in b) == list(range(203))
+    clean = [len({positives[i] for i in b}) == len(b) for b in batches]
+    assert sum(clean) >= len(batches) - 2  # only the leftovers at the end may clash
+
+
+def test_mask_marks_other_positives_and_answer_bearing_passages(pair_files, context_store, tiny_dir):
+    pairs = read_pairs(pair_files["dir"] / "squad.json", context_store)
+    cfg = RetrieverTrainConfig(batch_size=4, hard_negatives=1)
+    batches = rt.SupervisedBatches(pairs, [[0]] * len(pairs.examples), cfg)
+    exs = pairs.examples[:2]  # both about Oslo (article 0)
+    docs = [exs[0].positives[0], exs[1].positives[0], 0]
+    mask = batches.mask(exs, docs)
+    texts = [context_store.get(d)["text"] for d in docs]
+    for i, ex in enumerate(exs):
+        for j, d in enumerate(docs):
+            want = d in ex.positives or any(a in texts[j] for a in ex.answers)
+            assert bool(mask[i, j]) == want
+    assert bool(mask[0, 0]) and bool(mask[1, 1])  # own positives (the loss keeps the target)
+
+
+def _enc(tiny_dir, **kw):
+    torch.manual_seed(0)
+    return DualEncoder.from_pretrained(tiny_dir, EncoderConfig(normalize=True, max_length=32, **kw))
+
+
+def _dpr_run(tiny_dir, pairs, out, dev=None, **kw):
+    cfg = RetrieverTrainConfig(
+        mode="dpr", epochs=kw.pop("epochs", 2), batch_size=4, lr=1e-3, save_every=2, log_every=1, **kw
+    )
+    negatives = mine_negatives(pairs, pairs.passages.bm25(), depth=3)
+    return train_retriever(
+        _enc(tiny_dir), pairs, out, cfg, dev=dev, negatives=negatives, progress=False, log=lambda m: None
+    )
+
+
+@pytest.mark.parametrize("fmt", ["squad.json", "qa.jsonl", "dpr.json", "beir"])
+def test_dpr_mode_trains_on_each_format(tmp_path, pair_files, context_store, tiny_dir, one_thread, fmt):
+    store = None if fmt in ("dpr.json", "beir") else context_store
+    pairs = read_pairs(pair_files["dir"] / fmt, store)
+    res = _dpr_run(tiny_dir, pairs, tmp_path / "run", dev=pairs)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = -(-len(pairs.examples) // 4) * 2
+    assert res["steps"] == steps and res["steps_per_epoch"] == steps // 2
+    assert [r["step"] for r in rows if "dev_recall@5" in r] == [0, steps // 2, steps]  # each epoch end
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, steps + 1))
+    assert res["best"] == max(r["dev_recall@5"] for r in rows if r["step"] > 0 and "dev_recall@5" in r)
+    assert not (tmp_path / "run" / "checkpoints").exists()  # removed when finished
+    enc = DualEncoder.from_pretrained(tmp_path / "run" / "encoder")
+    assert enc.config.normalize and enc.fingerprint() != _enc(tiny_dir).fingerprint()
+    # the training temperature (0.05 for unit vectors) travels with the encoder as its score scale
+    assert res["temperature"] == 0.05 and enc.config.score_scale == pytest.approx(20.0)
+    q, d = torch.randn(2, enc.dim), torch.randn(3, enc.dim)
+    torch.testing.assert_close(enc.score(q, d), 20.0 * (q @ d.T))
+
+
+def test_training_lowers_the_loss_on_the_pairs(tmp_path, pair_files, context_store, tiny_dir, one_thread):
+    pairs = read_pairs(pair_files["dir"] / "squad.json", context_store)
+    _dpr_run(tiny_dir, pairs, tmp_path / "run", epochs=12)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert np.mean(losses[-6:]) < 0.6 * np.mean(losses[:6])
+
+
+@pytest.mark.parametrize("recipe", ["crop", "ict", "both"])
+def test_contrastive_recipes(tmp_path, context_store, tiny_dir, one_thread, recipe):
+    cfg = RetrieverTrainConfig(
+        mode="contrastive", recipe=recipe, steps=3, batch_size=4, heldout=4, log_every=1
+    )
+    res = train_retriever(
+        _enc(tiny_dir),
+        StorePassages(context_store),
+        tmp_path / "run",
+        cfg,
+        progress=False,
+        log=lambda m: None,
+    )
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert res["steps"] == 3 and res["recipe"] == recipe
+    held = [r for r in rows if "dev_heldout_recall@1" in r]
+    assert [r["step"] for r in held] == [0, 3]
+    assert all(0.0 <= r["dev_heldout_recall@1"] <= r["dev_heldout_recall@5"] <= 1.0 for r in held)
+
+
+def test_gradient_cache_run_equals_the_plain_run(tmp_path, pair_files, context_store, tiny_dir, one_thread):
+    """Dropout off: batch 4 in mini-batches of 1 trains the same weights as batch 4 at once."""
+    pairs = read_pairs(pair_files["dir"] / "squad.json", context_store)
+    fps = []
+    for cache in (0, 1):
+        enc = _enc(tiny_dir, pooling="cls")
+        for m in enc.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        cfg = RetrieverTrainConfig(mode="dpr", epochs=1, batch_size=4, grad_cache=cache, autocast="off")
+        negatives = mine_negatives(pairs, pairs.passages.bm25(), depth=3)
+        train_retriever(
+            enc, pairs, tmp_path / f"c{cache}", cfg, negatives=negatives, progress=False, log=lambda m: None
+        )
+        fps.append(torch.cat([p.detach().flatten() for p in enc.parameters()]))
+    torch.testing.assert_close(fps[0], fps[1], rtol=1e-4, atol=1e-6)
+
+
+def test_resume_after_a_crash_gives_the_uninterrupted_weights(
+    tmp_path, pair_files, context_store, tiny_dir, one_thread, monkeypatch
+):
+    pairs = read_pairs(pair_files["dir"] / "squad.json", context_store)
+    _dpr_run(tiny_dir, pairs, tmp_path / "whole", epochs=2)
+    calls = {"n": 0}
+    real = rt.contrastive_step
+
+    def crash_at_step_4(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(rt, "contrastive_step", crash_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2)
+    assert (tmp_path / "cut" / "checkpoints" / "step-0000002").is_dir()
+    monkeypatch.setattr(rt, "contrastive_step", real)
+    res = _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2)
+    assert res["steps"] == 6
+    a = DualEncoder.from_pretrained(tmp_path / "whole" / "encoder")
+    b = DualEncoder.from_pretrained(tmp_path / "cut" / "encoder")
+    assert a.fingerprint() == b.fingerprint()
+    steps = [json.loads(x)["step"] for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [
+        json.loads(x)["step"] for x in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()
+    ]
+    with pytest.raises(RalmError, match="holds a finished run"):
+        _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x").write_text("")
+    with pytest.raises(RalmError, match="is not a retriever run"):
+        _dpr_run(tiny_dir, pairs, tmp_path / "other", epochs=2)
+
+
+def test_changed_settings_are_refused_on_resume(
+    tmp_path, pair_files, context_store, tiny_dir, one_thread, monkeypatch
+):
+    pairs = read_pairs(pair_files["dir"] / "squad.json", context_store)
+    monkeypatch.setattr(rt, "contrastive_step", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        _dpr_run(tiny_dir, pairs, tmp_path / "cut")
+    with pytest.raises(RalmError, match=r"unfinished run with other settings \(lr\)"):
+        cfg = RetrieverTrainConfig(mode="dpr", epochs=2, batch_size=4, lr=5e-4, save_every=2, log_every=1)
+        train_retriever(_enc(tiny_dir), pairs, tmp_path / "cut", cfg, negatives=[[]] * 10, progress=False)
+
+
+def test_cli_trains_and_the_encoder_works_in_index_build_and_eval_retrieval(
+    tmp_path, pair_files, context_store, tiny_dir, capsys, one_thread
+):
+    d = pair_files["dir"]
+    code, out, err = run(
+        capsys, "retriever", "train", "dpr", d / "squad.json", "--corpus", context_store.root,
+        "--dev", d / "qa.jsonl", "--out", tmp_path / "dpr", "--encoder", tiny_dir, "--epochs", "1",
+        "--batch-size", "4", "--max-length", "32", "--quiet",
+    )  # fmt: skip
+    assert code == 0 and not err
+    summary = json.loads(out)
+    assert summary["encoder"] == str(tmp_path / "dpr" / "encoder") and summary["best_step"] == 3
+    enc = tmp_path / "dpr" / "encoder"
+    assert (
+        run(
+            capsys,
+            "index",
+            "build",
+            context_store.root,
+            "--out",
+            tmp_path / "index",
+            "--encoder",
+            enc,
+            "--quiet",
+        )[0]
+        == 0
+    )
+    code, out, _ = run(
+        capsys, "search", tmp_path / "index", "when was the royal palace finished", "-k", "2", "--json"
+    )
+    assert code == 0 and len(out.splitlines()) == 2
+    code, out, err = run(
+        capsys, "eval-retrieval", context_store.root, "--qa", d / "qa.jsonl", "--dense", enc, "--no-bm25",
+        "-k", "1", "5", "--json-out", tmp_path / "eval.json", "--quiet",
+    )  # fmt: skip
+    assert code == 0 and not err
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert report["questions"] == len(QUESTIONS) and f"dense:{enc}" in report["recall"]
+    # the REALM pre-training and fine-tuning configs take the same directory
+    from ralm.realm.config import PretrainConfig
+
+    assert PretrainConfig(retriever=str(enc)).retriever == str(enc)
+    # ict and contrastive from the CLI
+    for mode in ("ict", "contrastive"):
+        code, out, err = run(
+            capsys, "retriever", "train", mode, context_store.root, "--out", tmp_path / mode,
+            "--encoder", tiny_dir, "--steps", "2", "--batch-size", "4", "--max-length", "32", "--quiet",
+        )  # fmt: skip
+        assert code == 0 and not err and Path(json.loads(out)["encoder"]).is_dir()
+
+
+def test_cli_bad_input_is_one_line(tmp_path, pair_files, context_store, tiny_dir, capsys):
+    d = pair_files["dir"]
+    code, _, err = run(
+        capsys, "retriever", "train", "dpr", d / "squad.json", "--out", tmp_path / "x", "--encoder", tiny_dir
+    )
+    assert code == 2 and len(err) == 1 and "need the corpus" in err[0]
+    code, _, err = run(capsys, "retriever", "train", "dpr", tmp_path / "nope.json", "--out", tmp_path / "x")
+    assert code == 2 and len(err) == 1 and "nope.json: no such file" in err[0]
+    code, _, err = run(
+        capsys, "retriever", "train", "dpr", d / "dpr.json", "--out", tmp_path / "x", "--batch-size", "1"
+    )
+    assert code == 2 and len(err) == 1 and "--batch-size 1" in err[0]
+    assert not (tmp_path / "x").exists()
