@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from ralm.cli import main
@@ -329,3 +330,27 @@ def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir
     assert len(json.loads((tmp_path / "c" / "dense" / "index.json").read_text())["center"]) == 64
     code, out, _ = run(capsys, "search", tmp_path / "c", "capital of Norway", "-k", "6", "--json")
     assert code == 0 and sorted(json.loads(x)["id"] for x in out.splitlines()) == list(range(6))
+
+
+@pytest.mark.parametrize("w", [0.2, 0.5, 0.9])
+def test_weighted_rrf_hybrid_equals_fusing_the_two_rankings(built, w):
+    from ralm.retrieval.hybrid import fuse_rankings
+    from ralm.retrieval.search import load_retriever
+
+    queries = ["capital of Norway", "who was a student of Plato", "sunlight reflected by snow"]
+    _, bm25 = load_retriever(built / "index", "bm25")
+    _, dense = load_retriever(built / "index", "dense")
+    _, hybrid = load_retriever(built / "index", "hybrid", dense_weight=w, depth=6)
+    got = hybrid.search_text(queries, 6)
+    b, d = bm25.search_text(queries, 6), dense.search_text(queries, 6)
+    for i in range(len(queries)):
+        ids, scores = fuse_rankings([b.ids[i], d.ids[i]], [b.scores[i], d.scores[i]], 6, weights=[1 - w, w])
+        assert got.ids[i].tolist() == ids.tolist()
+        np.testing.assert_allclose(got.scores[i], scores, rtol=1e-6)
+
+
+def test_search_dense_weight_out_of_range(built, capsys):
+    code, _, err = run(
+        capsys, "search", built / "index", "x", "--retriever", "hybrid", "--dense-weight", "1.5"
+    )
+    assert code == 2 and len(err) == 1 and "--dense-weight 1.5" in err[0]

@@ -172,6 +172,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="rrf",
         help="hybrid: reciprocal rank fusion (default) or weighted min-max normalised scores",
     )
+    s.add_argument(
+        "--dense-weight",
+        type=float,
+        default=0.5,
+        help="hybrid: weight of the dense side (BM25 gets 1 - w; default 0.5, equal)",
+    )
     add_bm25_args(s)
     s.add_argument("--store", type=Path, default=None, help="DocStore, if it moved since the index was built")
     s.add_argument("--json", action="store_true", help="print results as JSON lines")
@@ -277,6 +283,8 @@ def _search(args: argparse.Namespace) -> int:
         raise RalmError("empty query; pass some text to search for")
     if args.k < 1:
         raise RalmError(f"-k {args.k}: must be >= 1")
+    if not 0.0 <= args.dense_weight <= 1.0:
+        raise RalmError(f"--dense-weight {args.dense_weight}: must be between 0 and 1")
     if not args.index.is_dir():
         raise RalmError(f"{args.index}: no such index directory; build one with `ralm index build`")
     if args.store is not None and not args.store.is_dir():
@@ -292,6 +300,7 @@ def _search(args: argparse.Namespace) -> int:
         args.store,
         bm25_options=bm25_options,
         fusion=args.fusion,
+        dense_weight=args.dense_weight,
         log=lambda m: print(m, file=sys.stderr),
     )
     if args.k > len(store):

@@ -133,7 +133,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--dense-weight",
         type=float,
         default=0.5,
-        help="weight of the dense scores in weighted fusion (default 0.5)",
+        help="weight of the dense side in either fusion (RRF: its reciprocal ranks; weighted: its "
+        "normalised scores), BM25 gets 1 - w (default 0.5, equal); lower it when BM25 is the stronger side",
     )
     e.add_argument("--ql", action="store_true", help="add query-likelihood retrieval (Dirichlet, mu 200)")
     e.add_argument(
@@ -266,8 +267,9 @@ def _eval(args: argparse.Namespace) -> int:
     for method in args.hybrid or []:
         if not dense:
             raise RalmError("--hybrid needs a dense retriever (--dense or --index)")
-        w = [1.0 - args.dense_weight, args.dense_weight] if method == "weighted" else None
-        retrievers[f"hybrid:{method}({sparse[0]}+{dense[0]})"] = HybridRetriever(
+        w = [1.0 - args.dense_weight, args.dense_weight]
+        tag = "" if args.dense_weight == 0.5 else f"@{args.dense_weight:g}"
+        retrievers[f"hybrid:{method}{tag}({sparse[0]}+{dense[0]})"] = HybridRetriever(
             [retrievers[sparse[0]], retrievers[dense[0]]],
             len(store),
             method=method,

@@ -305,9 +305,11 @@ def load_retriever(
     bm25_options: dict[str, Any] | None = None,
     fusion: str = "rrf",
     depth: int = 100,
+    dense_weight: float = 0.5,
     log: Callable[[str], None] = print,
 ):
-    """(DocStore, retriever) from an index directory; kind "dense", "bm25" or "hybrid" (both fused).
+    """(DocStore, retriever) from an index directory; kind "dense", "bm25" or "hybrid" (both fused,
+    the dense side weighted `dense_weight`, BM25 1 - dense_weight).
 
     bm25_options (lang/stopwords/stemmer): the BM25 analysis wanted. The index's own BM25 is used
     when it was built that way (or when none is asked for); otherwise one is built in memory.
@@ -324,7 +326,11 @@ def load_retriever(
     from ralm.retrieval.hybrid import HybridRetriever
 
     return ds, HybridRetriever(
-        [sparse, _index_dense(path, ds, manifest)], len(ds), method=fusion, depth=depth
+        [sparse, _index_dense(path, ds, manifest)],
+        len(ds),
+        method=fusion,
+        depth=depth,
+        weights=[1.0 - dense_weight, dense_weight],
     )
 
 
