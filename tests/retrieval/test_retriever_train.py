@@ -14,7 +14,8 @@ from ralm.retrieval import retriever_train as rt
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 from ralm.retrieval.negatives import mine_negatives
 from ralm.retrieval.passages import StorePassages
-from ralm.retrieval.retriever_train import RetrieverTrainConfig, plan_epoch, train_retriever
+from ralm.retrieval.retriever_train import RetrieverTrainConfig, train_retriever
+from ralm.retrieval.train_batches import SupervisedBatches, plan_epoch
 from ralm.retrieval.train_data import read_pairs
 
 
@@ -42,8 +43,7 @@ def test_plan_epoch_keeps_shared_positives_apart():
 
 def test_mask_marks_other_positives_and_answer_bearing_passages(pair_files, context_store, tiny_dir):
     pairs = read_pairs(pair_files["dir"] / "squad.json", context_store)
-    cfg = RetrieverTrainConfig(batch_size=4, hard_negatives=1)
-    batches = rt.SupervisedBatches(pairs, [[0]] * len(pairs.examples), cfg)
+    batches = SupervisedBatches(pairs, [[0]] * len(pairs.examples), batch_size=4)
     exs = pairs.examples[:2]  # both about Oslo (article 0)
     docs = [exs[0].positives[0], exs[1].positives[0], 0]
     mask = batches.mask(exs, docs)
@@ -61,12 +61,13 @@ def _enc(tiny_dir, **kw):
 
 
 def _dpr_run(tiny_dir, pairs, out, dev=None, **kw):
+    log = kw.pop("log", lambda m: None)
     cfg = RetrieverTrainConfig(
         mode="dpr", epochs=kw.pop("epochs", 2), batch_size=4, lr=1e-3, save_every=2, log_every=1, **kw
     )
     negatives = mine_negatives(pairs, pairs.passages.bm25(), depth=3)
     return train_retriever(
-        _enc(tiny_dir), pairs, out, cfg, dev=dev, negatives=negatives, progress=False, log=lambda m: None
+        _enc(tiny_dir), pairs, out, cfg, dev=dev, negatives=negatives, progress=False, log=log
     )
 
 
@@ -154,8 +155,13 @@ def test_resume_after_a_crash_gives_the_uninterrupted_weights(
     with pytest.raises(KeyboardInterrupt):
         _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2)
     assert (tmp_path / "cut" / "checkpoints" / "step-0000002").is_dir()
+    notes: list[str] = []
     monkeypatch.setattr(rt, "contrastive_step", real)
-    res = _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2)
+    # what a process killed while saving would leave: an encoder half-written by a PID that is gone
+    (tmp_path / "cut" / ".encoder.tmp-99999999").mkdir()
+    res = _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2, log=notes.append)
+    assert not (tmp_path / "cut" / ".encoder.tmp-99999999").exists()
+    assert any("removed" in n and ".encoder.tmp-99999999" in n and "no longer running" in n for n in notes)
     assert res["steps"] == 6
     a = DualEncoder.from_pretrained(tmp_path / "whole" / "encoder")
     b = DualEncoder.from_pretrained(tmp_path / "cut" / "encoder")

@@ -111,3 +111,33 @@ def evaluate_pairs(
         out.update(rank_measures(ids, qrels, list(measures)))
     out[f"hub@{max(ks)}"] = float(hubness(ids, max(ks))["hub_share"])
     return out
+
+
+def heldout_recall(
+    encoder: DualEncoder,
+    q_rows: list,
+    ids: np.ndarray,
+    passages,
+    *,
+    ks: Sequence[int] = (1, 5, 20),
+    autocast: str = "auto",
+) -> dict[str, float]:
+    """recall@k of each held-out chunk `ids[i]` for its own query row `q_rows[i]` (built by the query
+    tower's template) among all the held-out chunks: {"heldout_recall@k": ...}."""
+    was = encoder.training
+    encoder.eval()
+    try:
+        with torch.inference_mode():
+            d = embed_passages(encoder, passages, ids, autocast=autocast)
+            tpl, types = encoder.query_tower.template, encoder.query_tower.uses_token_types
+
+            def batches():
+                for s in range(0, len(q_rows), 64):
+                    yield np.arange(s, min(len(q_rows), s + 64)), tpl.collate(q_rows[s : s + 64], types)
+
+            q = encoder._encode(encoder.query_tower, batches(), len(q_rows), None, autocast, False)
+    finally:
+        encoder.train(was)
+    top, _ = search_exact(q, d, max(ks))
+    own = top == np.arange(len(ids))[:, None]  # the right chunk of query i is held-out chunk i
+    return {f"heldout_recall@{k}": float(own[:, :k].any(axis=1).mean()) for k in ks}

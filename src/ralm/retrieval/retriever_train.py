@@ -47,13 +47,12 @@ import torch
 from ralm.errors import RalmError
 from ralm.retrieval.contrastive import contrastive_step
 from ralm.retrieval.encoders import DualEncoder, autocast_dtype
-from ralm.retrieval.evaluate import token_string
+from ralm.retrieval.train_batches import SupervisedBatches, UnsupervisedBatches
 from ralm.retrieval.train_data import PairSet
-from ralm.train.logging import MetricsLogger, read_metric_rows, warn
+from ralm.retrieval.train_run import RESULTS, prepare_run, truncate_metrics, write_json
+from ralm.train.logging import MetricsLogger
 
 MODES = ("dpr", "contrastive")
-RESULTS = "results.json"
-CONFIG = "train_config.json"
 
 
 @dataclass
@@ -124,189 +123,6 @@ def _device(cfg: RetrieverTrainConfig) -> torch.device:
     return torch.device(cfg.device)
 
 
-# ----------------------------------------------------------------------------- batches
-def plan_epoch(positives: list[int], batch_size: int, rng: np.random.Generator) -> list[list[int]]:
-    """Example indices grouped into batches in a random order, no two in a batch sharing a positive.
-
-    positives: each example's positive id. An example whose positive is already in the batch
-    waits for the next one; whatever still clashes at the end goes into the last batches as is.
-    Example: positives [7, 7, 8], batch 2 -> two batches, the two 7s apart.
-    """
-    order = rng.permutation(len(positives)).tolist()
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    used: set[int] = set()
-    waiting: list[int] = []
-
-    def take(i: int) -> None:
-        cur.append(i)
-        used.add(positives[i])
-
-    for i in order:
-        if positives[i] in used:
-            waiting.append(i)
-            continue
-        take(i)
-        while len(cur) == batch_size:
-            batches.append(cur)
-            cur, used = [], set()
-            still = []
-            for j in waiting:
-                if len(cur) < batch_size and positives[j] not in used:
-                    take(j)
-                else:
-                    still.append(j)
-            waiting = still
-    rest = cur + waiting  # full batches so far + ceil(len(rest) / B) = ceil(n / B) batches in all
-    batches.extend(rest[s : s + batch_size] for s in range(0, len(rest), batch_size))
-    return batches
-
-
-class SupervisedBatches:
-    """DPR batches of a PairSet: epoch plans, hard negatives drawn per batch, the false-negative mask."""
-
-    def __init__(self, pairs: PairSet, negatives: list[list[int]], cfg: RetrieverTrainConfig) -> None:
-        self.pairs, self.negatives, self.cfg = pairs, negatives, cfg
-        self.positive = [ex.positives[0] for ex in pairs.examples]
-        self._plans: dict[int, list[list[int]]] = {}
-        self._needles: dict[int, list[str]] = {}
-
-    def plan(self, epoch: int) -> list[list[int]]:
-        if epoch not in self._plans:
-            rng = np.random.default_rng([self.cfg.seed, epoch])
-            self._plans = {epoch: plan_epoch(self.positive, self.cfg.batch_size, rng)}
-        return self._plans[epoch]
-
-    def steps_per_epoch(self) -> int:
-        return len(self.plan(0))
-
-    def batch(self, epoch: int, b: int, encoder: DualEncoder):
-        """(query rows, doc rows, targets, mask) of batch b of `epoch`."""
-        idx = self.plan(epoch)[b]
-        rng = np.random.default_rng([self.cfg.seed, epoch, b, 1])
-        exs = [self.pairs.examples[i] for i in idx]
-        docs = [self.positive[i] for i in idx]
-        for i in idx:
-            pool = self.negatives[i]
-            h = min(self.cfg.hard_negatives, len(pool))
-            if h:
-                docs.extend(int(c) for c in rng.choice(pool, size=h, replace=False))
-        q_tok = encoder.query_tower.tokenizer([e.query for e in exs], add_special_tokens=False)["input_ids"]
-        tpl, m = encoder.query_tower.template, encoder.config.max_length
-        q_rows = [tpl.build(None, ids, m) for ids in q_tok]
-        d_rows = self.pairs.passages.doc_rows(encoder, docs)
-        return q_rows, d_rows, list(range(len(idx))), self.mask(exs, docs)
-
-    def mask(self, exs, docs: list[int]) -> torch.Tensor:
-        """(B, N) True where doc j is a known positive of question i or holds one of its answers."""
-        out = torch.zeros((len(exs), len(docs)), dtype=torch.bool)
-        hays: dict[int, str] = {}
-        for i, ex in enumerate(exs):
-            pos = set(ex.positives)
-            needles = [n for n in (token_string(a, self.cfg.lang) for a in ex.answers or []) if n.strip()]
-            for j, d in enumerate(docs):
-                if d in pos:
-                    out[i, j] = True
-                elif needles:
-                    if d not in hays:
-                        hays[d] = token_string(self.pairs.passages.text(d), self.cfg.lang)
-                    out[i, j] = any(n in hays[d] for n in needles)
-        return out
-
-
-class UnsupervisedBatches:
-    """Contrastive batches: B distinct training chunks per step, each turned into a pseudo pair."""
-
-    def __init__(self, views, train_ids: np.ndarray, cfg: RetrieverTrainConfig) -> None:
-        self.views, self.ids, self.cfg = views, train_ids, cfg
-
-    def batch(self, step: int):
-        rng = np.random.default_rng([self.cfg.seed, step, 2])
-        pick = rng.choice(self.ids, size=min(len(self.ids), 2 * self.cfg.batch_size), replace=False)
-        q_rows, d_rows, used = self.views.rows(pick, rng)
-        q_rows, d_rows = q_rows[: self.cfg.batch_size], d_rows[: self.cfg.batch_size]
-        if len(q_rows) < 2:
-            raise RalmError("too few chunks with two or more sentences for ICT; use --recipe crop or both")
-        return q_rows, d_rows, list(range(len(q_rows))), None
-
-
-# ----------------------------------------------------------------------------- run directory
-def prepare_run(out: Path, cfg: RetrieverTrainConfig, data: dict[str, Any], overwrite: bool) -> bool:
-    """Make `out` ready; True when it holds a checkpoint of the same run to resume.
-
-    A finished run (results.json) is kept unless `overwrite`; a run with other settings is refused.
-    """
-    from ralm.train.checkpoint import clear_leftovers, finished_checkpoints
-
-    _remove_stale_temps(out)
-    if out.exists() and not out.is_dir():
-        raise RalmError(f"{out}: exists and is not a directory; choose another --out")
-    if out.is_dir() and any(out.iterdir()):
-        known = (out / CONFIG).is_file()
-        if overwrite:
-            if not known:
-                raise RalmError(
-                    f"{out}: exists and is not a retriever run (no {CONFIG}); refusing to overwrite it"
-                )
-            shutil.rmtree(out)
-        elif (out / RESULTS).is_file():
-            raise RalmError(f"{out}: holds a finished run; choose another --out or pass --overwrite")
-        elif not known:
-            raise RalmError(f"{out}: exists and is not a retriever run; choose another --out")
-        else:
-            saved = json.loads((out / CONFIG).read_text(encoding="utf-8"))
-            diff = [k for k, v in cfg.comparable().items() if saved.get("config", {}).get(k) != v]
-            diff += [k for k, v in data.items() if saved.get("data", {}).get(k) != v]
-            if diff:
-                raise RalmError(
-                    f"{out}: holds an unfinished run with other settings ({', '.join(sorted(diff))}); "
-                    "rerun it with the same ones to resume, or pass --overwrite to start over"
-                )
-            clear_leftovers(out)
-            if finished_checkpoints(out):
-                return True
-            (out / "metrics.jsonl").unlink(missing_ok=True)  # cut before its first checkpoint
-            return False
-    out.mkdir(parents=True, exist_ok=True)
-    _write_json(out / CONFIG, {"config": cfg.comparable(), "data": data})
-    return False
-
-
-def _remove_stale_temps(out: Path) -> None:
-    """Remove `.OUT.tmp-PID`-style leftovers of processes that are gone, with a note."""
-    for p in out.parent.glob(f".{out.name}*.tmp-*") if out.parent.is_dir() else []:
-        pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-            warn(f"removed {p}, left half-written by process {pid}, which is gone")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _truncate_metrics(out: Path, step: int) -> None:
-    """Drop metric rows written after checkpoint `step` (the resumed run writes them again)."""
-    p = out / "metrics.jsonl"
-    if p.is_file():
-        rows = [r for r in read_metric_rows(p) if int(r.get("step", 0)) <= step]
-        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, p)
-
-
 # ----------------------------------------------------------------------------- the loop
 def train_retriever(
     encoder: DualEncoder,
@@ -335,7 +151,7 @@ def train_retriever(
     out = Path(out)
     data = dict(data or {})
     with writer_lock(out, "ralm retriever train"):
-        resume = prepare_run(out, cfg, data, overwrite)
+        resume = prepare_run(out, cfg.comparable(), data, overwrite, log)
         device = _device(cfg)
         torch.manual_seed(cfg.seed)
         encoder.to(device).train()
@@ -351,7 +167,10 @@ def train_retriever(
                 raise RalmError(
                     f"{train.source}: {len(train.examples)} usable pairs; training needs at least 2"
                 )
-            batches = SupervisedBatches(train, negatives, cfg)
+            batches = SupervisedBatches(
+                train, negatives, batch_size=cfg.batch_size, hard_negatives=cfg.hard_negatives, seed=cfg.seed,
+                lang=cfg.lang,
+            )  # fmt: skip
             per_epoch = batches.steps_per_epoch()
             total = cfg.steps or max(1, math.ceil(cfg.epochs * per_epoch))
         else:
@@ -368,11 +187,12 @@ def train_retriever(
                 raise RalmError(
                     f"{train.describe()}: {len(train_ids)} training chunks, fewer than --batch-size"
                 )
-            batches = UnsupervisedBatches(views, train_ids, cfg)
+            batches = UnsupervisedBatches(views, train_ids, batch_size=cfg.batch_size, seed=cfg.seed)
             per_epoch = 0
             total = cfg.steps or 1000
             if n_held >= 2:
-                heldout = _heldout_pairs(views, held_ids, cfg)
+                q_rows, _, used = views.rows(held_ids, np.random.default_rng([cfg.seed, 9]))
+                heldout = (q_rows, np.asarray(used, dtype=np.int64), train)
 
         opt = adamw(param_groups(encoder, cfg.lr, cfg.weight_decay))
         sched = warmup_schedule(opt, cfg.schedule, int(cfg.warmup_frac * total), total)
@@ -385,7 +205,7 @@ def train_retriever(
                 step = int(state["step"])
                 best, best_step = state.get("best"), int(state.get("best_step", 0))
                 last_eval = state.get("last_eval") or {}
-                _truncate_metrics(out, step)
+                truncate_metrics(out, step)
                 log(f"resuming {out} from step {step} of {total}")
         logger = MetricsLogger(out)
         evaluate = _evaluator(encoder, dev, heldout, cfg)
@@ -397,7 +217,7 @@ def train_retriever(
             st = out / "checkpoints" / f"step-{step:07d}" / "state.json"
             s = json.loads(st.read_text(encoding="utf-8"))
             s.update(best=best, best_step=best_step, last_eval=last_eval)
-            _write_json(st, s)
+            write_json(st, s)
 
         try:
             if step == 0 and evaluate is not None:
@@ -460,7 +280,7 @@ def train_retriever(
             "seconds": round(time.perf_counter() - t0, 1),
             "encoder": str(out / "encoder"),
         }
-        _write_json(out / RESULTS, results)
+        write_json(out / RESULTS, results)
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
         return results
 
@@ -478,43 +298,16 @@ def _eval_line(step: int, m: dict[str, float]) -> str:
     return f"step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in m.items())
 
 
-def _heldout_pairs(views, held_ids: np.ndarray, cfg: RetrieverTrainConfig):
-    """Held-out chunks and one fixed query row each (a view of the chunk, drawn once)."""
-    rng = np.random.default_rng([cfg.seed, 9])
-    q_rows, _, used = views.rows(held_ids, rng)
-    return q_rows, np.asarray(used, dtype=np.int64), views.passages
-
-
 def _evaluator(encoder: DualEncoder, dev: PairSet | None, heldout, cfg: RetrieverTrainConfig):
     """A function returning the dev metrics now (None when there is nothing to evaluate on)."""
-    from ralm.retrieval.dev_eval import embed_passages, evaluate_pairs, search_exact
+    from ralm.retrieval.dev_eval import evaluate_pairs, heldout_recall
 
     if dev is not None:
         return lambda: evaluate_pairs(encoder, dev, ks=cfg.ks, lang=cfg.lang, autocast=cfg.autocast)
     if heldout is None:
         return None
     q_rows, ids, passages = heldout
-
-    def run() -> dict[str, float]:
-        was = encoder.training
-        encoder.eval()
-        try:
-            with torch.inference_mode():
-                d = embed_passages(encoder, passages, ids, autocast=cfg.autocast)
-                tpl, types = encoder.query_tower.template, encoder.query_tower.uses_token_types
-
-                def batches():
-                    for s in range(0, len(q_rows), 64):
-                        yield np.arange(s, min(len(q_rows), s + 64)), tpl.collate(q_rows[s : s + 64], types)
-
-                q = encoder._encode(encoder.query_tower, batches(), len(q_rows), None, cfg.autocast, False)
-        finally:
-            encoder.train(was)
-        top, _ = search_exact(q, d, max(cfg.ks))
-        rank_ok = top == np.arange(len(ids))[:, None]
-        return {f"heldout_recall@{k}": float(rank_ok[:, :k].any(axis=1).mean()) for k in cfg.ks}
-
-    return run
+    return lambda: heldout_recall(encoder, q_rows, ids, passages, ks=cfg.ks, autocast=cfg.autocast)
 
 
 def config_from(args: dict[str, Any]) -> RetrieverTrainConfig:
