@@ -239,7 +239,7 @@ def main() -> None:
     ap.add_argument("--unsup-steps", type=int, default=600)
     ap.add_argument("--unsup-batch", type=int, default=64)
     ap.add_argument("--unsup-lr", type=float, default=5e-5)
-    ap.add_argument("--realm-steps", type=int, default=600)
+    ap.add_argument("--realm-steps", type=int, default=300)
     args = ap.parse_args()
     import torch
 

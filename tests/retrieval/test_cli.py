@@ -344,7 +344,8 @@ def test_weighted_rrf_hybrid_equals_fusing_the_two_rankings(built, w):
     got = hybrid.search_text(queries, 6)
     b, d = bm25.search_text(queries, 6), dense.search_text(queries, 6)
     for i in range(len(queries)):
-        ids, scores = fuse_rankings([b.ids[i], d.ids[i]], [b.scores[i], d.scores[i]], 6, weights=[1 - w, w])
+        weights = None if w == 0.5 else [1 - w, w]  # equal: the usual RRF scores (1 and 1)
+        ids, scores = fuse_rankings([b.ids[i], d.ids[i]], [b.scores[i], d.scores[i]], 6, weights=weights)
         assert got.ids[i].tolist() == ids.tolist()
         np.testing.assert_allclose(got.scores[i], scores, rtol=1e-6)
 

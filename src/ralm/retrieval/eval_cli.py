@@ -267,7 +267,8 @@ def _eval(args: argparse.Namespace) -> int:
     for method in args.hybrid or []:
         if not dense:
             raise RalmError("--hybrid needs a dense retriever (--dense or --index)")
-        w = [1.0 - args.dense_weight, args.dense_weight]
+        equal_rrf = method == "rrf" and args.dense_weight == 0.5  # 1 and 1: the usual RRF scores
+        w = None if equal_rrf else [1.0 - args.dense_weight, args.dense_weight]
         tag = "" if args.dense_weight == 0.5 else f"@{args.dense_weight:g}"
         retrievers[f"hybrid:{method}{tag}({sparse[0]}+{dense[0]})"] = HybridRetriever(
             [retrievers[sparse[0]], retrievers[dense[0]]],

@@ -330,7 +330,7 @@ def load_retriever(
         len(ds),
         method=fusion,
         depth=depth,
-        weights=[1.0 - dense_weight, dense_weight],
+        weights=None if dense_weight == 0.5 else [1.0 - dense_weight, dense_weight],  # None: 1 and 1
     )
 
 
