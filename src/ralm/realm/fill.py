@@ -15,6 +15,7 @@ Consecutive masks are predicted per position (each mask independently given z), 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,7 @@ from ralm.errors import RalmError
 from ralm.realm.reader import build_reader_inputs
 from ralm.realm.run import LoadedRun
 
-__all__ = ["FillDoc", "FillResult", "fill"]
+__all__ = ["FillDoc", "FillResult", "fill", "fill_many"]
 
 
 @dataclass
@@ -79,25 +80,39 @@ def _tokens(tok, ids) -> list[str]:
     return [tok.convert_ids_to_tokens(int(i)) for i in ids]
 
 
-@torch.inference_mode()
 def fill(run: LoadedRun, text: str, *, k: int | None = None, top: int = 5) -> FillResult:
     """Predict the [MASK] tokens of `text` with the run's model (see the module docstring).
 
     k: documents incl. the null one (default: the run's k). top: alternatives listed per mask.
     """
+    return fill_many(run, [text], k=k, top=top)[0]
+
+
+@torch.inference_mode()
+def fill_many(
+    run: LoadedRun, texts: Sequence[str], *, k: int | None = None, top: int = 5
+) -> list[FillResult]:
+    """`fill` for several texts in one batch: one query-tower pass, one index search, one doc-tower
+    pass and one reader pass (the texts padded to the longest); the same answers as one by one,
+    up to float rounding. RalmError when any text is unusable (no [MASK], or none within reach).
+    """
     tok = run.tokenizer
     mask_tok = tok.mask_token or "[MASK]"
-    if mask_tok not in text:
-        raise RalmError(f"the text has no {mask_tok}; put {mask_tok} where a token should be predicted")
-    enc = tok(text, truncation=True, max_length=run.cfg.encoder_max_length, return_tensors="pt")
-    ids = enc["input_ids"]
-    masked = (ids[0] == tok.mask_token_id).nonzero().flatten()
-    if len(masked) == 0:
+    for text in texts:
+        if mask_tok not in text:
+            raise RalmError(f"the text has no {mask_tok}; put {mask_tok} where a token should be predicted")
+    enc = tok(
+        list(texts), truncation=True, max_length=run.cfg.encoder_max_length, padding=True, return_tensors="pt"
+    )
+    ids = enc["input_ids"]  # (B, L), padded to the longest text
+    masked = [(row == tok.mask_token_id).nonzero().flatten() for row in ids]  # per text: mask positions
+    if any(len(m) == 0 for m in masked):
         raise RalmError(
             f"every {mask_tok} of the text lies beyond {run.cfg.encoder_max_length} tokens; shorten it"
         )
     labels = torch.full_like(ids, -100)
-    labels[0, masked] = tok.mask_token_id  # placeholder labels mark the positions to read
+    for b, m in enumerate(masked):
+        labels[b, m] = tok.mask_token_id  # placeholder labels mark the positions to read
     model, dev = run.model, run.device
     batch = {
         "input_ids": ids.to(dev),
@@ -107,43 +122,63 @@ def fill(run: LoadedRun, text: str, *, k: int | None = None, top: int = 5) -> Fi
 
     if not model.retrieval:
         logits = model.reader.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        lp = torch.log_softmax(logits[0, masked].float(), -1)  # (M, V)
-        best = lp.argmax(-1)
-        p = float(lp.gather(1, best[:, None]).sum().exp())
-        alts = _alternatives(tok, lp.exp(), top)
-        return FillResult(text, [], _tokens(tok, best), p, alts)
+        out = []
+        for b, (text, m) in enumerate(zip(texts, masked, strict=True)):
+            lp = torch.log_softmax(logits[b, m].float(), -1)  # (M, V)
+            best = lp.argmax(-1)
+            p = float(lp.gather(1, best[:, None]).sum().exp())
+            out.append(FillResult(text, [], _tokens(tok, best), p, _alternatives(tok, lp.exp(), top)))
+        return out
 
     kk = run.cfg.k if k is None else int(k)
     n_ret = kk - (0 if model.null_doc == "none" else 1)
     if n_ret < 1 or n_ret > len(run.store):
         raise RalmError(f"k={kk}: choose between {2 if model.null_doc != 'none' else 1} and {len(run.store)}")
-    q = model.embed_queries(batch)
-    qn, no_source = q.float().cpu().numpy(), np.full(1, -1, dtype=np.int64)
+    B = len(texts)
+    q = model.embed_queries(batch)  # (B, d)
+    qn, no_source = q.float().cpu().numpy(), np.full(B, -1, dtype=np.int64)
     if getattr(run.searcher, "wants_query_ids", False):
-        doc_ids = run.searcher(qn, no_source, n_ret, query_ids=ids.numpy())[0]
+        doc_ids = np.asarray(run.searcher(qn, no_source, n_ret, query_ids=ids.numpy()), dtype=np.int64)
     else:
-        doc_ids = run.refresher.index.search(qn, n_ret).ids[0]
-    d = model.encoder.doc_tower(**{kx: t.to(dev) for kx, t in model.docs.tower_batch(doc_ids).items()})
-    scores = model._scale(q @ d.T)  # (1, n_ret)
+        doc_ids = run.refresher.index.search(qn, n_ret).ids  # (B, n_ret)
+    towers = model.docs.tower_batch(doc_ids.ravel())
+    d = model.encoder.doc_tower(**{kx: t.to(dev) for kx, t in towers.items()}).view(B, n_ret, -1)
+    scores = model._scale(torch.einsum("bd,bkd->bk", q, d))  # (B, n_ret)
     from ralm.realm.marginal import doc_log_probs
 
-    log_p_z = doc_log_probs(scores, model.null_score(q))[0]  # (K,)
-    docs = [model.docs.reader_doc(i) for i in doc_ids]
+    log_p_z = doc_log_probs(scores, model.null_score(q))  # (B, K)
+    docs = [[model.docs.reader_doc(i) for i in row] for row in doc_ids]
     if model.null_doc != "none":
-        docs.append(([], []))
-    rin = build_reader_inputs(ids, labels, [docs], model.sep_id, model.pad_id, model.reader_max_length)
+        for row in docs:
+            row.append(([], []))
+    K = len(docs[0])
+    rin = build_reader_inputs(ids, labels, docs, model.sep_id, model.pad_id, model.reader_max_length)
     logits = model.reader.mlm(**{kx: v.to(dev) for kx, v in rin.items() if kx != "labels"}).logits
-    rows, cols = (rin["labels"] != -100).nonzero(as_tuple=True)
-    lp = torch.log_softmax(logits[rows.to(dev), cols.to(dev)].float(), -1).view(len(docs), len(masked), -1)
+    rows, cols = (rin["labels"] != -100).nonzero(as_tuple=True)  # row-major: query b's K rows in turn
+    lp_all = torch.log_softmax(logits[rows.to(dev), cols.to(dev)].float(), -1)  # (sum_b K * M_b, V)
+    out, at = [], 0
+    for b, (text, m) in enumerate(zip(texts, masked, strict=True)):
+        n = K * len(m)
+        lp = lp_all[at : at + n].view(K, len(m), -1)  # (K, M, V)
+        at += n
+        out.append(_marginal(run, text, doc_ids[b], log_p_z[b], lp, top))
+    return out
+
+
+def _marginal(
+    run: LoadedRun, text: str, doc_ids: np.ndarray, log_p_z: torch.Tensor, lp: torch.Tensor, top: int
+):
+    """One text's FillResult from log p(z|x) (K,) and the reader's log p(y_j|z,x) (K, M, V)."""
+    tok, K = run.tokenizer, lp.shape[0]
     best = lp.argmax(-1)  # (K, M)
     lp_best = lp.gather(2, best[..., None])[..., 0].sum(1)  # (K,) log p(argmax|z,x)
     p_marg = (log_p_z.float()[:, None, None] + lp).exp().sum(0)  # (M, V) per-mask marginal
     y = p_marg.argmax(-1)
     joint = torch.logsumexp(
-        log_p_z.float() + lp.gather(2, y[None, :, None].expand(len(docs), -1, 1))[..., 0].sum(1), 0
+        log_p_z.float() + lp.gather(2, y[None, :, None].expand(K, -1, 1))[..., 0].sum(1), 0
     )
     out_docs = []
-    for j in range(len(docs)):
+    for j in range(K):
         cid = int(doc_ids[j]) if j < len(doc_ids) else -1
         row = run.store.get(cid) if cid >= 0 else {"title": "", "text": ""}
         out_docs.append(
