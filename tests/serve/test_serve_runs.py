@@ -99,8 +99,9 @@ def test_unknown_hosts_are_refused_when_asked(serve_targets):
 
 
 def test_concurrent_requests_never_share_a_model(serve_targets):
-    """32 concurrent searches through a live server: the model runs one call at a time, in worker
-    threads that see torch's thread setting, and every answer is the one a lone call gives."""
+    """32 concurrent searches through a live server: the model runs one batch at a time, in worker
+    threads (never the event loop's) that see torch's thread setting, every query runs exactly once,
+    and every answer is the one a lone call gives."""
     import dataclasses
     import threading
     import time
@@ -113,7 +114,7 @@ def test_concurrent_requests_never_share_a_model(serve_targets):
     from ralm.serve.app import ServerThread, create_app
 
     base = serve_targets["index"]
-    active, seen = [0], {"max": 0, "threads": set(), "torch": set()}
+    active, seen = [0], {"max": 0, "threads": set(), "torch": set(), "queries": []}
     guard = threading.Lock()
 
     class Watched:
@@ -123,6 +124,7 @@ def test_concurrent_requests_never_share_a_model(serve_targets):
                 seen["max"] = max(seen["max"], active[0])
                 seen["threads"].add(threading.get_ident())
                 seen["torch"].add(torch.get_num_threads())
+                seen["queries"] += list(queries)
             time.sleep(0.01)
             try:
                 return base.dense.search_text(queries, k)
@@ -143,9 +145,11 @@ def test_concurrent_requests_never_share_a_model(serve_targets):
             queries = [f"capital of {w}" for w in ("Norway", "Sweden", "Denmark", "Finland")] * 8
             with ThreadPoolExecutor(32) as pool:
                 answers = list(pool.map(get, queries))
+            loop_thread = server.thread.ident
     finally:
         torch.set_num_threads(1)
-    assert seen["max"] == 1 and len(seen["threads"]) > 1 and seen["torch"] == {2}
+    assert seen["max"] == 1 and loop_thread not in seen["threads"] and seen["torch"] == {2}
+    assert sorted(seen["queries"]) == sorted(queries)
     for q, a in zip(queries, answers, strict=True):
         ids, scores = _hits(base.dense.search_text([q], 3))
         assert [h["id"] for h in a["results"]] == ids and np.allclose(

@@ -1,16 +1,17 @@
 """The JSON API under /api: every page's data, for the pages' scripts and for notebooks alike.
 
-Each endpoint checks what it can cheaply on the event loop, then runs the model call in a worker
-thread (anyio.to_thread) holding the locks of the models it uses (`Target.model_lock`, then
-`bm25_lock`, then `store_lock`), so requests never race on a model and the loop keeps answering.
+Each endpoint checks what it can cheaply on the event loop. Search and fill then join their
+model's batching queue (ralm.serve.batched: concurrent requests run as one batch, a full queue is
+a 503 with Retry-After); the other model calls run in a worker thread (anyio.to_thread) holding
+the locks of the models they use (`Target.model_lock`, then `bm25_lock`, then `store_lock`), so
+requests never race on a model and the loop keeps answering.
 Errors a user can cause are RalmErrors: 400, or `status` where a subclass sets it (404 for an
 unknown chunk, a page this TARGET does not have). The app turns them into {"error": one line}.
-Left out: batching concurrent requests into one forward pass (they are serialised per model).
+Left out: streaming answers (a generation is returned whole).
 """
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from functools import partial
 from typing import Annotated, Any
 
@@ -20,8 +21,8 @@ from fastapi import APIRouter, Path, Query, Request
 from ralm import __version__
 from ralm.errors import RalmError
 from ralm.serve import schemas as S
+from ralm.serve.batched import TargetQueues, fill_many_dicts, search_many
 from ralm.serve.loaders import Target
-from ralm.serve.markup import highlight_spans
 from ralm.serve.runs import run_status
 
 __all__ = ["NotFound", "router"]
@@ -66,11 +67,8 @@ async def in_thread(fn, *args, **kwargs):
     return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
 
-def held(locks):
-    stack = ExitStack()
-    for lock in locks:
-        stack.enter_context(lock)
-    return stack
+def queues_of(request: Request) -> TargetQueues:
+    return request.app.state.queues
 
 
 router = APIRouter(prefix="/api", tags=["api"], responses={400: {"model": S.Error}, 422: {"model": S.Error}})
@@ -91,6 +89,7 @@ async def info(request: Request) -> dict[str, Any]:
         "mask_token": (t.realm.tokenizer.mask_token or "[MASK]") if t.realm is not None else None,
         "device": t.device,
         "threads": torch.get_num_threads(),
+        "batching": queues_of(request).info(),
         "notes": t.notes,
         "version": __version__,
     }
@@ -130,80 +129,65 @@ async def metrics(
 
 
 # ----------------------------------------------------------------------------- search
-def search(t: Target, q: str, k: int, retriever: str) -> dict[str, Any]:
-    """Top-k chunks for `q` with their scores and highlighted query terms (see SearchResponse)."""
+def check_search(t: Target, q: str, k: int, retriever: str | None) -> str:
+    """The retriever to use (None: the first t offers); RalmError for an empty query, k over the
+    corpus, a retriever t does not offer."""
     if not q.strip():
         raise RalmError("empty query; pass some words to search for")
     n = len(t.store)
     if k > n:
         raise RalmError(f"k={k} is more than the {n} chunks of the corpus; ask for at most {n}")
-    r, locks = t.retriever(retriever)
-    with held(locks):
-        res = r.search_text([q], k)
-    if t.bm25 is not None:
-        analyzer = t.bm25.analyzer
-    else:
-        from ralm.retrieval.analysis import Analyzer
+    name = retriever if retriever is not None else (t.retrievers[0] if t.retrievers else "dense")
+    t.retriever(name)  # RalmError naming what t offers
+    return name
 
-        analyzer = Analyzer()
-    terms = analyzer.analyze(q)
-    ids = [int(i) for i in res.ids[0] if int(i) >= 0]
-    with t.store_lock:
-        rows = [t.store.get(i) for i in ids]
-    hits = [
-        {
-            "rank": rank,
-            "id": i,
-            "score": float(score),
-            "title": row["title"],
-            "text": row["text"],
-            "article": row["article"],
-            "position": row["position"],
-            "highlights": highlight_spans(row["text"], terms, analyzer),
-        }
-        for rank, (i, score, row) in enumerate(zip(ids, res.scores[0].tolist(), rows, strict=False), start=1)
-    ]
-    return {"query": q, "retriever": retriever, "k": k, "terms": list(dict.fromkeys(terms)), "results": hits}
+
+def search(t: Target, q: str, k: int, retriever: str | None = None) -> dict[str, Any]:
+    """Top-k chunks for `q` with their scores and highlighted query terms (SearchResponse), unbatched."""
+    name = check_search(t, q, k, retriever)
+    return search_many(t, name, k, [q])[0]
 
 
 @router.get(
-    "/search", response_model=S.SearchResponse, summary="Dense, BM25 or hybrid search over the corpus"
+    "/search",
+    response_model=S.SearchResponse,
+    responses={503: {"model": S.Error}},
+    summary="Dense, BM25 or hybrid search over the corpus",
 )
 async def search_endpoint(
     request: Request,
     q: Annotated[str, Query(max_length=S.MAX_QUERY_CHARS, description="the query text")],
     k: Annotated[int, Query(ge=1, le=S.MAX_K, description="results to return")] = 10,
     retriever: Annotated[
-        S.Retriever, Query(description="dense, bm25 or hybrid (both fused by RRF)")
-    ] = "dense",
+        S.Retriever | None,
+        Query(description="dense, bm25 or hybrid (both fused by RRF); default: the first TARGET offers"),
+    ] = None,
 ) -> dict[str, Any]:
     t = target_of(request)
     require(t, "search")
-    return await in_thread(search, t, q, k, retriever)
+    name = check_search(t, q, k, retriever)
+    return await queues_of(request).search(request, q, k, name)
 
 
 # ----------------------------------------------------------------------------- fill
 def fill_text(t: Target, text: str, k: int | None, top: int) -> dict[str, Any]:
-    """`ralm.realm.fill.fill` on the run, as FillResponse."""
-    from ralm.realm.fill import fill
-
-    with t.model_lock:
-        res = fill(t.realm, text, k=k, top=top)
-    out = res.as_dict()
-    null = [d.p_z for d in res.docs if d.chunk_id < 0]
-    out["null_mass"] = null[0] if null else None
-    out["retrieval"] = bool(t.realm.model.retrieval)
-    return out
+    """`ralm.realm.fill.fill` on the run, as FillResponse (unbatched)."""
+    return fill_many_dicts(t, [text], k, top)[0]
 
 
-@router.post("/fill", response_model=S.FillResponse, summary="Predict the [MASK] tokens (REALM Table 3)")
+@router.post(
+    "/fill",
+    response_model=S.FillResponse,
+    responses={503: {"model": S.Error}},
+    summary="Predict the [MASK] tokens (REALM Table 3)",
+)
 async def fill_endpoint(request: Request, body: S.FillRequest) -> dict[str, Any]:
     t = target_of(request)
     require(t, "fill")
     mask = t.realm.tokenizer.mask_token or "[MASK]"
     if mask not in body.text:
         raise RalmError(f"the text has no {mask}; put {mask} where a token should be predicted")
-    return await in_thread(fill_text, t, body.text, body.k, body.top)
+    return await queues_of(request).fill(request, body.text, body.k, body.top)
 
 
 # ----------------------------------------------------------------------------- corpus

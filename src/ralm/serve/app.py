@@ -1,10 +1,10 @@
 """The `ralm serve` application: `create_app(target)` and `ServerThread`, to run it on a free port.
 
 `create_app` loads TARGET once (or takes a loaded `Target`) and wires the JSON API
-(ralm.serve.api), the pages (ralm.serve.pages), the static files (our CSS/JS, vendored uPlot
+(ralm.serve.api) with its batching queues (ralm.serve.batched, settings in `BatchConfig`), the pages (ralm.serve.pages), the static files (our CSS/JS, vendored uPlot
 and Swagger UI: nothing comes from a CDN) and /docs + /openapi.json. Errors: a RalmError is
 {"error": one line} with 400 (404 for unknown things), a validation error 422 with a line naming
-the field and the cap, anything else 500 with one line (the traceback goes to the server log,
+the field and the cap, a full batching queue 503 with Retry-After, anything else 500 with one line (the traceback goes to the server log,
 never to the client); pages get the same as an HTML page. Responses carry nosniff, no-referrer
 and, on our pages, a Content-Security-Policy allowing scripts from this server only.
 
@@ -35,6 +35,8 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from ralm import __version__
 from ralm.errors import RalmError
 from ralm.serve import api, pages
+from ralm.serve.batched import TargetQueues
+from ralm.serve.batching import BatchConfig
 from ralm.serve.loaders import Target, load_target
 from ralm.serve.runs import MetricsReader
 from ralm.serve.schemas import validation_line
@@ -59,9 +61,11 @@ def create_app(
     *,
     device: str | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    batching: BatchConfig | None = None,
 ) -> FastAPI:
     """The ASGI app for `target` (a loaded Target, or a path loaded here with `device`).
 
+    batching: how concurrent search and fill requests are batched per model (default BatchConfig()).
     allowed_hosts: Host headers to accept (e.g. ["127.0.0.1", "localhost"]: a page on another
     site cannot reach a loopback server through DNS rebinding); None accepts any.
     """
@@ -72,6 +76,7 @@ def create_app(
         title="ralm serve", version=__version__, description=DESCRIPTION, docs_url=None, redoc_url=None
     )
     app.state.target = t
+    app.state.queues = TargetQueues(t, batching if batching is not None else BatchConfig())
     app.state.metrics = MetricsReader(t.metrics_path) if t.metrics_path is not None else None
     app.include_router(api.router)
     app.include_router(pages.router)
@@ -111,7 +116,10 @@ def _error(request: Request, status: int, message: str, detail=None):
 
 
 async def _ralm_error(request: Request, exc: RalmError):
-    return _error(request, getattr(exc, "status", 400), str(exc))
+    resp = _error(request, getattr(exc, "status", 400), str(exc))
+    for k, v in (getattr(exc, "headers", None) or {}).items():  # Retry-After of a 503
+        resp.headers[k] = v
+    return resp
 
 
 async def _validation_error(request: Request, exc: RequestValidationError):

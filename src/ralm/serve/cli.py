@@ -4,6 +4,7 @@ ralm serve runs/demo/realm                      # http://127.0.0.1:8000 : Fill, 
 ralm serve index/ --port 8080                   # Search (dense, BM25, hybrid) and Corpus
 ralm serve corpus/                              # Corpus and BM25 Search (built in memory)
 ralm serve runs/surealm --device cuda           # Generate and Runs
+ralm serve index/ --max-batch 1                 # no batching: one search at a time per model
 """
 
 from __future__ import annotations
@@ -52,14 +53,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     from ralm.serve.app import bind_socket, create_app
+    from ralm.serve.batching import BatchConfig
     from ralm.serve.loaders import load_target
 
+    batching = BatchConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
     target = load_target(args.target, args.device)
     sock = bind_socket(args.host, args.port)
     hosts = None
     if is_loopback(args.host):  # a loopback server answers loopback names only (no DNS rebinding)
         hosts = ["127.0.0.1", "localhost", "[::1]", "::1", args.host]
-    app = create_app(target, allowed_hosts=hosts)
+    app = create_app(target, allowed_hosts=hosts, batching=batching)
     host = f"[{args.host}]" if ":" in args.host else args.host
     port = sock.getsockname()[1]
     print(
@@ -68,12 +71,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    run_server(app, sock, "warning" if args.quiet else "info")
+    if args.debug:
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        serve_log = logging.getLogger("ralm.serve")
+        serve_log.addHandler(handler)
+        serve_log.setLevel(logging.DEBUG)
+    run_server(app, sock, "warning" if args.quiet else "debug" if args.debug else "info")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `serve` to the top-level parser."""
+    from ralm.serve.batching import BatchConfig
+
     p = sub.add_parser(
         "serve",
         help="web app and JSON API: fill, search, corpus browser, generation, training curves",
@@ -96,5 +109,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--threads", type=int, default=None,
         help="torch threads of the model calls (default: torch's, i.e. OMP_NUM_THREADS or the cores)",
     )  # fmt: skip
+    d = BatchConfig()
+    p.add_argument(
+        "--max-batch", type=int, default=d.max_batch,
+        help="concurrent search/fill requests run as one batch per model, at most this many "
+        "(default: %(default)s; 1 turns batching off)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-wait-ms", type=float, default=d.max_wait_ms,
+        help="how long the oldest waiting request waits for others to batch with (default: %(default)s: "
+        "batch what queued while the last batch ran)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-queue", type=int, default=d.max_queue,
+        help="requests waiting per model beyond which the answer is 503 with Retry-After (default: %(default)s)",
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no request log (default: off)")
+    p.add_argument(
+        "--debug", action="store_true",
+        help="debug log: every batch with its model, size, wait and run time (default: off)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_serve)

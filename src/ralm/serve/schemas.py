@@ -38,6 +38,28 @@ class Caps(BaseModel):
     beams: int = MAX_BEAMS
 
 
+class QueueState(BaseModel):
+    """One model's batching queue."""
+
+    waiting: int = Field(description="requests waiting for their batch now")
+    running: int = Field(description="requests in the batch running now")
+    batches: int = Field(description="batches run since the start")
+    requests: int = Field(description="requests run in them")
+    dropped: int = Field(description="requests taken out of the queue because their client left")
+    rejected: int = Field(description="requests answered 503 (queue full)")
+    batch_sizes: dict[str, int] = Field(description="batch size -> batches of that size")
+
+
+class Batching(BaseModel):
+    """How concurrent search and fill requests are batched per model (`ralm serve --max-batch ...`)."""
+
+    enabled: bool = Field(description="False with max_batch 1 (one request at a time)")
+    max_batch: int
+    max_wait_ms: float = Field(description="how long the oldest request waits for more to batch with")
+    max_queue: int = Field(description="waiting requests per model beyond which the answer is 503")
+    queues: dict[str, QueueState] = Field(description="model (query tower: dense, hybrid, fill) and bm25")
+
+
 class Info(BaseModel):
     """What the server serves: the kind of TARGET, its pages and retrievers."""
 
@@ -49,6 +71,7 @@ class Info(BaseModel):
     mask_token: str | None = Field(None, description="the token `fill` predicts, e.g. [MASK]")
     device: str
     threads: int = Field(description="torch intra-op threads of the inference calls")
+    batching: Batching
     notes: list[str] = Field(default_factory=list, description="what was left out at start, and why")
     caps: Caps = Field(default_factory=Caps)
     version: str
