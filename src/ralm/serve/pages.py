@@ -68,14 +68,19 @@ async def home(request: Request) -> RedirectResponse:
 
 
 @router.get("/fill", name="fill_page")
-async def fill_page(request: Request) -> HTMLResponse:
+async def fill_page(
+    request: Request, text: str = "", k: int | None = None, top: int | None = None
+) -> HTMLResponse:
+    """Fill; `?text=...&k=...&top=...` fills the form and runs it (a shareable link to a prediction)."""
     t = target_of(request)
     require(t, "fill")
     cfg = t.realm.cfg
     mask = t.realm.tokenizer.mask_token or "[MASK]"
     return page(
-        request, "fill", mask=mask, k=cfg.k, retrieval=bool(t.realm.model.retrieval), null_doc=cfg.null_doc,
-        example=f"Oslo is the capital of {mask}.",
+        request, "fill", mask=mask, retrieval=bool(t.realm.model.retrieval), null_doc=cfg.null_doc,
+        text=text[: S.MAX_QUERY_CHARS] or f"Oslo is the capital of {mask}.", run_now=bool(text.strip()),
+        k=min(max(k, 1), S.MAX_K) if k is not None else cfg.k,
+        top=min(max(top, 1), S.MAX_TOP) if top is not None else 5,
     )  # fmt: skip
 
 

@@ -1,4 +1,6 @@
 // Fill page: POST /api/fill, then REALM Table 3: p(z|x) bars, p(y|z,x) per document, the marginal.
+// The text, k and top go into the page's URL (?text=...&k=...&top=...), so a prediction can be shared;
+// a page opened with ?text=... fills at once.
 "use strict";
 
 (() => {
@@ -50,13 +52,22 @@
     return li;
   }
 
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
+  function run() {
     const body = { text: text.value, top: Number(topInput.value) || 5 };
     if (kInput && kInput.value) body.k = Number(kInput.value);
+    const params = new URLSearchParams({ text: body.text });
+    if (body.k !== undefined) params.set("k", String(body.k));
+    params.set("top", String(body.top));
+    history.replaceState(null, "", `${location.pathname}?${params}`);
     during(button, results, async () => render(await api("/fill", { method: "POST", body })));
+  }
+
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    run();
   });
   text.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) form.requestSubmit();
   });
+  if (form.dataset.runNow === "true" && text.value.trim()) run();
 })();
