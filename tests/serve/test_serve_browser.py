@@ -132,6 +132,36 @@ def test_fill_shows_pz_bars_the_marginal_and_the_null_mass(browser_page, live_se
     assert_clean(page)
 
 
+def test_fill_keeps_text_k_and_top_in_the_url(browser_page, live_server):
+    from urllib.parse import parse_qs, urlsplit
+
+    page, url = browser_page, live_server("realm")
+    text = "Bergen is a city in [MASK]."
+    page.goto(f"{url}/fill?" + str(httpx.QueryParams({"text": text, "k": 2, "top": 3})))
+    expect(page.get_by_test_id("fill-results")).to_be_visible()  # a shared link fills at once
+    expect(page.get_by_test_id("fill-text")).to_have_value(text)
+    expect(page.get_by_test_id("fill-k")).to_have_value("2")
+    expect(page.get_by_test_id("fill-top")).to_have_value("3")
+    want = httpx.post(f"{url}/api/fill", json={"text": text, "k": 2, "top": 3}).json()
+    expect(page.get_by_test_id("fill-doc")).to_have_count(2)
+    assert page.get_by_test_id("marginal-token").all_text_contents() == want["prediction"]
+    assert page.locator("#fill-alternatives tr .token").all_text_contents() == [
+        t for t, _ in want["alternatives"][0]
+    ]
+
+    # another text: the URL follows the form
+    other = "Oslo is the capital of [MASK]."
+    page.get_by_test_id("fill-text").fill(other)
+    page.get_by_test_id("fill-top").fill("4")
+    page.get_by_test_id("fill-submit").click()
+    want = httpx.post(f"{url}/api/fill", json={"text": other, "k": 2, "top": 4}).json()
+    expect(page.locator("#fill-alternatives tr .token")).to_have_count(4)
+    assert page.get_by_test_id("marginal-token").all_text_contents() == want["prediction"]
+    assert parse_qs(urlsplit(page.url).query) == {"text": [other], "k": ["2"], "top": ["4"]}
+    assert urlsplit(page.url).path == "/fill"
+    assert_clean(page)
+
+
 def test_progress_shows_while_a_request_computes(browser_page, live_server, serve_targets):
     page, url = browser_page, live_server("realm")
     page.goto(f"{url}/fill")
