@@ -137,6 +137,45 @@ def test_ties_go_to_the_lower_id():
     assert res.ids[0].tolist() == [5, 100]
 
 
+def test_one_query_at_a_time_equals_the_batch_and_brute_force(random_data):
+    """The single-query fast path (Python lists) gives what the batch path and numpy give."""
+    x, q = random_data
+    x = x.copy()
+    x[[40, 41]] = x[7]  # a three-way tie, for a query equal to chunk 7
+    index = DenseIndex.build(x, **FP)
+    queries = np.concatenate([q, x[[7, 9]]])
+    own = np.array([*range(25), 7, -1])  # -1: nothing to exclude for the last query
+    batch = index.search(queries, 10, exclude_ids=own)
+    plain = index.search(queries, 10)
+    for i in range(len(queries)):
+        for res, excl in ((batch, own[i : i + 1]), (plain, None)):
+            one = index.search(queries[i : i + 1], 10, exclude_ids=excl)
+            assert one.ids.tolist() == res.ids[i : i + 1].tolist()
+            np.testing.assert_array_equal(one.scores, res.scores[i : i + 1])
+            ids, scores = brute_force(x, queries[i : i + 1], 10, None if excl is None else [[int(excl[0])]])
+            np.testing.assert_array_equal(one.ids, ids)
+            np.testing.assert_allclose(one.scores, scores, rtol=1e-5, atol=1e-4)
+    assert plain.ids[25, :3].tolist() == [7, 40, 41] and batch.ids[25, :2].tolist() == [40, 41]
+
+
+def test_query_vectors_with_nan_or_inf_are_refused_and_huge_finite_ones_are_not(random_data):
+    x, q = random_data
+    index = DenseIndex.build(x[:100], **FP)
+    for bad in (np.nan, np.inf, -np.inf):
+        for rows in (1, 3):
+            v = q[:rows].copy()
+            v[rows - 1, 5] = bad
+            with pytest.raises(RalmError, match="^query vectors contain NaN or inf$"):
+                index.search(v, 5)
+    huge = q[:2] * np.float32(1e20)  # finite, though its squares overflow float32
+    with pytest.warns(RuntimeWarning, match="overflow"):  # numpy's, from the quick check
+        res = index.search(huge, 5)
+    np.testing.assert_array_equal(res.ids, brute_force(x[:100], q[:2], 5)[0])
+    with pytest.raises(RalmError, match="must be floating point, got int64"):
+        index.search(np.ones((1, 32), dtype=np.int64), 5)
+    np.testing.assert_array_equal(index.search(q[:2].astype(np.float64), 5).ids, index.search(q[:2], 5).ids)
+
+
 def test_float16_memmap_is_added_in_batches(tmp_path, random_data):
     x, q = random_data
     path = tmp_path / "emb.f16"

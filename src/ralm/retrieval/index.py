@@ -50,6 +50,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
+import operator
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -110,6 +112,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+# ufunc methods called directly: ndarray.all()/.min() go through Python wrappers that cost more than
+# the reduction itself on a single query (benchmarks/search.py, batch size 1)
+_ALL = np.logical_and.reduce
+_MIN = np.minimum.reduce
+_ROW0 = np.zeros((1, 1), dtype=np.intp)  # the row index of a single query, for fancy indexing
+_LESS = np.less
+_F32 = np.dtype(np.float32)
 ADD_BATCH = 65_536  # vectors converted to float32 and added at a time (memmap-friendly)
 GPU_MAX_K = 2048  # FAISS GPU limit on k and nprobe; larger searches run on the CPU copy
 
@@ -163,6 +172,28 @@ def _wants_gpu(device: str) -> bool:
     return n_gpus > 0
 
 
+def _select_one(
+    ids: np.ndarray, scores: np.ndarray, excl: np.ndarray | None, k: int
+) -> tuple[np.ndarray, np.ndarray, None] | None:
+    """`DenseIndex._select`'s fast path for a single query, on Python lists: a dozen values, where
+    each numpy call would cost more than the work (benchmarks/search.py, batch size 1). None when
+    the row needs the general path: a missing candidate, a tie, or too few candidates.
+
+    Example: ids [[7, 3, 9, 4]], scores [[.9, .8, .7, .6]], excl [[3]], k=2 -> ([[7, 9]], [[.9, .7]]).
+    """
+    row, s = ids[0].tolist(), scores[0].tolist()
+    drop = 0 if excl is None else 1
+    if len(row) <= k + drop or row[-1] < 0 or not all(map(operator.gt, s, s[1:])):
+        return None  # FAISS pads a short row with -1 at the end; a tie needs the id order
+    if excl is not None:
+        e = int(excl[0, 0])
+        if e in row[:k]:  # shift the candidates after it one place left (FAISS's fresh arrays)
+            p = row.index(e)
+            ids[0, p:k] = ids[0, p + 1 : k + 1]
+            scores[0, p:k] = scores[0, p + 1 : k + 1]
+    return ids[:, :k], scores[:, :k], None  # views of one row: C-contiguous, nobody else holds them
+
+
 # ----------------------------------------------------------------------------- the index
 class DenseIndex:
     """A FAISS index over the chunk embeddings of one DocStore; row i is chunk i.
@@ -175,6 +206,7 @@ class DenseIndex:
 
     def __init__(self, index: faiss.Index, manifest: dict[str, Any], device: str = "cpu") -> None:
         self.index = index
+        self._dim, self._count = int(index.d), int(index.ntotal)  # a built index never changes size
         self.manifest = manifest
         self.kind: str = manifest["kind"]
         self.metric: str = manifest["metric"]
@@ -192,11 +224,11 @@ class DenseIndex:
     # -- properties
     @property
     def dim(self) -> int:
-        return int(self.index.d)
+        return self._dim
 
     @property
     def count(self) -> int:
-        return int(self.index.ntotal)
+        return self._count
 
     def __len__(self) -> int:
         return self.count
@@ -360,19 +392,25 @@ class DenseIndex:
     # -- search
     def _check_queries(self, query_vectors: Any) -> np.ndarray:
         q = query_vectors if isinstance(query_vectors, np.ndarray) else np.asarray(query_vectors)
-        if q.ndim != 2:
-            raise RalmError(f"query vectors must be a 2-D (Q, d) array, got shape {q.shape}")
-        if q.shape[0] == 0:
+        shape = q.shape
+        if len(shape) != 2:
+            raise RalmError(f"query vectors must be a 2-D (Q, d) array, got shape {shape}")
+        if shape[0] == 0:
             raise RalmError("empty query batch: pass at least one query vector")
-        if q.shape[1] != self.dim:
+        if shape[1] != self._dim:
             raise RalmError(
-                f"query vectors have dimension {q.shape[1]} but the index has {self.dim}; "
+                f"query vectors have dimension {shape[1]} but the index has {self._dim}; "
                 "embed the queries with the encoder the index was built with"
             )
-        if q.dtype.kind != "f":
-            raise RalmError(f"query vectors must be floating point, got {q.dtype}")
-        q = np.ascontiguousarray(q, dtype=np.float32)
-        if not np.isfinite(q).all():
+        if q.dtype is not _F32 or not q.flags.c_contiguous:
+            if q.dtype.kind != "f":
+                raise RalmError(f"query vectors must be floating point, got {q.dtype}")
+            q = np.ascontiguousarray(q, dtype=np.float32)
+        # NaN and inf in one BLAS call: NaN or inf in q makes q.q NaN or inf (quietly: no warning);
+        # a finite q whose q.q overflows float32 (values over ~1e19, numpy warns) is told apart by
+        # the exact check after it. Cheaper than isfinite(q).all() on one query (benchmarks/search.py).
+        flat = q.reshape(-1)
+        if not math.isfinite(flat.dot(flat)) and not _ALL(np.isfinite(flat)):
             raise RalmError("query vectors contain NaN or inf")
         return q if self.center is None else centre(q, self.center)
 
@@ -387,7 +425,11 @@ class DenseIndex:
         if index is not self.index and (params is not None or kp > GPU_MAX_K):
             index = self.index  # rare widened searches run on the CPU copy
         if params is None:
-            dist, ids = index.search(q, kp)
+            # FAISS's own search, without its Python wrapper (index.search): the wrapper's checks
+            # (2-D, float32, C-contiguous, dimension) are those _check_queries has already made
+            n = q.shape[0]
+            dist, ids = np.empty((n, kp), dtype=np.float32), np.empty((n, kp), dtype=np.int64)
+            index.search_c(n, faiss.swig_ptr(q), kp, faiss.swig_ptr(dist), faiss.swig_ptr(ids))
         else:
             dist, ids = index.search(q, kp, params=params)
         return (-dist if self.metric == "l2" else dist), ids
@@ -404,7 +446,7 @@ class DenseIndex:
         for an empty batch or a wrong dimension.
         """
         q = self._check_queries(query_vectors)
-        n = self.count
+        n = self._count
         excl = prepare_exclude(exclude_ids, len(q), n, k)
         kp = min(n, k + (0 if excl is None else excl.shape[1]) + 1)
         scores, ids = self._raw_search(q, kp, 0)
@@ -443,18 +485,26 @@ class DenseIndex:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """filter_excluded plus which rows are done (None: all of them)."""
         c = ids.shape[1]
+        if len(ids) == 1 and (excl is None or excl.shape[1] == 1):
+            one = _select_one(ids, scores, excl, k)
+            if one is not None:
+                return one
         # Fast path (most searches): nothing missing, scores strictly descending, at most one
         # excluded id per row. The k-th kept candidate then sits before the last one and scores
         # higher, so there is no tie to resolve and every row is done.
         fits = (excl is None and c > k) or (excl is not None and excl.shape[1] == 1 and c > k + 1)
-        if fits and bool((ids[:, -1] >= 0).all()) and bool((scores[:, 1:] < scores[:, :-1]).all()):
+        if (
+            fits
+            and _MIN(ids[:, -1], axis=None) >= 0
+            and _ALL(_LESS(scores[:, 1:], scores[:, :-1]), axis=None)
+        ):
             if excl is None:
                 return ids[:, :k].copy(), scores[:, :k].copy(), None
-            hit = ids == excl
-            pos = np.where(hit.any(axis=1), hit.argmax(axis=1), c)
-            cols = np.arange(k)
-            flat = cols + (cols >= pos[:, None]) + np.arange(0, ids.size, c)[:, None]
-            return ids.ravel()[flat], scores.ravel()[flat], None
+            # a stable sort of "is excluded" moves the (at most one) excluded column to the end:
+            # [7, 3, 9] excluding 3 -> columns [0, 2, 1] -> the first k of [7, 9, 3]
+            keep = np.argsort(ids == excl, axis=1, kind="stable")[:, :k]
+            rows = _ROW0 if len(ids) == 1 else np.arange(len(ids))[:, None]
+            return ids[rows, keep], scores[rows, keep], None
         top_ids, top_scores, n_valid = filter_excluded(ids, scores, excl, k)
         done = n_valid >= k
         if kp > k and not self._final(kp, round_):
