@@ -1,29 +1,30 @@
-"""`ralm serve` under load: 32 concurrent clients for 60 s, and the search endpoint vs the library.
+"""`ralm serve` under load, with dynamic batching on and off: 32 clients, then one client.
 
-Question and targets (issue 16): with the server on loopback and 32 clients sending mixed
-search/fill requests for 60 s, report requests/s, p50 and p99 latency, the errors (target 0) and
-the server's RSS at the start and the end of the load (target: flat); and the search endpoint's
-p50 latency against the same search called in-process (target: overhead <= 10% at p50).
+Question and targets (issues 16 and 29): with the server on loopback and 32 clients sending
+mixed requests (3 searches to 1 fill), does batching concurrent requests per model (ralm.serve.
+batching) give >= 3x the requests/s of the same server with batching off (`--max-batch 1`, one
+request per model at a time, as before issue 29) and a p99 latency <= 1/3 of it, with 0 errors
+and a flat RSS after the warm-up? With one client (sequential requests), is the p50 with
+batching on within 5% of batching off (a lone request must not wait for company)? Which batch
+sizes does the server run under load? And the search endpoint's p50 against the same search
+called in-process (issue 16; target: overhead <= 10% at p50).
 
-Server: the real command, `ralm serve TARGET --port 0 --quiet --threads N`, as a subprocess on
-127.0.0.1 (the port is read from the line it prints); RSS of that process from psutil.
-TARGET: a REALM run, by default runs/demo/realm (`make demo`). When there is none, a small one is
-built under --work the way tests/serve/conftest.py does it (a random 2-layer BERT as reader and
-towers, 2 training steps) on the first --articles articles of the English sample.
+Servers: the real command, `ralm serve TARGET --port 0 --quiet --threads N` (+ `--max-batch 1` for
+off, + --on-args for on), as subprocesses on 127.0.0.1, both started at the beginning; RSS from
+psutil. TARGET: --target, else runs/demo/realm (`make demo`), else one of the same shape built
+under --work (benchmarks/serve_target.py: the enwiki sample in 64-token chunks, MiniLM reader and
+towers, configs/demo.toml at 2 steps); --small builds a tiny random BERT run instead (quick runs).
 Load: 32 asyncio clients (httpx, one keep-alive connection each), each in a loop: a search (dense,
 BM25, hybrid in turn, k=10, a chatterbot trivia question) three times in four, else a fill (a
-chunk's first 300 characters with its first salient span replaced by [MASK]); first --warmup (60)
-seconds, then the measured --seconds (60). Under 32 clients the server's RSS climbs for about a
-minute (worker threads and the allocator's arenas come up), then levels off: "start" is the RSS
-after the warm-up, and it is sampled throughout. The app answers one request per model at a time,
-so latency under 32 clients is mostly queueing; what one request costs alone is the next part.
-Search vs library: once the load is over, one client alternates GET /api/search (dense, k=10) with
-the same search run in this process on the same TARGET loaded by `load_target`:
-`Target.dense.search_text([q], 10)`, the very object the endpoint calls (for a REALM run: the query
-tower, then `DenseIndex.search`), plus `store.get` of the same 10 chunks (the rows the endpoint
-returns), in a worker thread as the app calls it, on --threads torch threads. What the endpoint adds
-is HTTP, JSON and the query-term highlights. overhead = p50 api / p50 direct - 1; the HTTP round trip alone (GET /api/info, no model)
-is reported beside it, and the direct call from the main thread too.
+chunk's first 300 characters with its first salient span replaced by [MASK]); per server first
+--warmup seconds, then the measured --seconds; batching off first, then on. RSS is sampled during
+the measured load ("start" is the RSS after the warm-up). The batch sizes are the difference of
+/api/info's per-queue counts over the measured load.
+One client: the same request sequence sent to both servers, alternating request by request (so
+load from other processes hits both alike), --one-client requests each after 20 of warm-up.
+Search vs library: on the batching-on server, one client alternates GET /api/search (dense, k=10)
+with `Target.dense.search_text([q], 10)` plus `store.get` of the same 10 chunks in this process
+(`load_target` of the same TARGET), in a worker thread as the app runs it; --direct-calls 0 skips it.
 
 Run: OMP_NUM_THREADS=2 python benchmarks/serve_load.py [--target runs/demo/realm] [--seconds 60]
 Writes benchmarks/results/serve_load.json.
@@ -43,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -53,84 +55,21 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result  # noqa: E402
+from serve_overhead import search_vs_library, slow_roundtrip_note  # noqa: E402
+from serve_target import DEFAULT_TARGET, build_demo_like, build_small_realm  # noqa: E402
 
-DEFAULT_TARGET = Path("runs/demo/realm")
 DEFAULT_WORK = Path(tempfile.gettempdir()) / "ralm-bench-serve"
 SEARCH_SHARE = 0.75
 RETRIEVERS = ("dense", "bm25", "hybrid")
-
-
-# ----------------------------------------------------------------------------- a small REALM run
-def tiny_bert(out: Path) -> Path:
-    """A random 2-layer BERT (hidden 64) on the bundled MiniLM's vocabulary (tests/conftest.py's)."""
-    import shutil
-
-    import torch
-    from transformers import BertConfig, BertModel
-
-    from ralm.backbones import default_backbone_path
-
-    if (out / "config.json").is_file():
-        return out
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        max_position_embeddings=256,
-    )  # fmt: skip
-    BertModel(cfg, add_pooling_layer=False).save_pretrained(out)
-    src = default_backbone_path()
-    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(src / f, out / f)
-    return out
-
-
-def build_small_realm(work: Path, articles: int = 40) -> Path:
-    """A REALM run under `work` (reused when there): the first `articles` articles of the English
-    sample in 64-token chunks, a random tiny BERT as reader and towers, 2 steps."""
-    import torch
-
-    from ralm.corpus.build import BuildConfig, build_docstore
-    from ralm.realm.config import PretrainConfig
-    from ralm.realm.trainer import pretrain
-    from ralm.samples import sample_path
-
-    run = work / "realm"
-    if (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()):
-        return run
-    work.mkdir(parents=True, exist_ok=True)
-    bert = tiny_bert(work / "tiny-bert")
-    store = work / "corpus"
-    if not (store / "manifest.json").is_file():
-        build_docstore(
-            [sample_path("enwiki")], store, BuildConfig(chunk_size=64, tokenizer=str(bert), max_articles=articles),
-            overwrite=True, progress=False, log=lambda m: None,
-        )  # fmt: skip
-    torch.manual_seed(0)
-    cfg = PretrainConfig(
-        docstore=str(store), out=str(run), reader=str(bert), steps=2, batch_size=2, k=4, encoder_max_length=64,
-        reader_max_length=160, heldout=2, refresh_every=0, checkpoint_every=0, warmup_steps=1, device="cpu",
-        autocast="off", tensorboard=False,
-    )  # fmt: skip
-    return pretrain(cfg, progress=False)
 
 
 # ----------------------------------------------------------------------------- the server
 class Server:
     """`ralm serve TARGET` in a subprocess on 127.0.0.1 and a free port; stderr is drained."""
 
-    def __init__(self, target: Path, threads: int) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "ralm",
-            "serve",
-            str(target),
-            "--port",
-            "0",
-            "--quiet",
-            "--threads",
-            str(threads),
-        ]
+    def __init__(self, target: Path, threads: int, extra: Sequence[str] = ()) -> None:
+        cmd = [sys.executable, "-m", "ralm", "serve", str(target), "--port", "0", "--quiet",
+               "--threads", str(threads), *extra]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.lines: list[str] = []
         self.url: str | None = None
@@ -159,6 +98,12 @@ class Server:
         """Anonymous resident memory (the heap: what a leak or the allocator grows; RSS adds mapped files)."""
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
         return int(re.search(r"RssAnon:\s+(\d+) kB", status).group(1)) / 1024
+
+    def batching(self) -> dict:
+        """/api/info's batching section (settings, and per model queue the batch-size counts)."""
+        import httpx
+
+        return httpx.get(f"{self.url}/api/info", timeout=60).json()["batching"]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -235,80 +180,94 @@ async def load(url: str, clients: int, seconds: float, queries: list[str], fills
     return {"lat": lat, "errors": errors, "wall": time.perf_counter() - t0}
 
 
-def search_vs_library(url: str, target, queries: list[str], n: int) -> dict:
-    """p50 (ms) of GET /api/search (dense, k=10) and of the same search plus the same chunk rows
-    in-process (what a script calling the library does to get the results), interleaved.
+# ----------------------------------------------------------------------------- on vs off
+def batch_sizes(before: dict, after: dict) -> dict[str, dict[str, int]]:
+    """Per queue, batch size -> batches run between two /api/info batching snapshots."""
+    out = {}
+    for name, q in after["queues"].items():
+        old = before["queues"][name]["batch_sizes"]
+        diff = {s: n - old.get(s, 0) for s, n in q["batch_sizes"].items() if n - old.get(s, 0)}
+        out[name] = dict(sorted(diff.items(), key=lambda kv: int(kv[0])))
+    return out
 
-    The in-process call runs in a worker thread, as the app runs it (anyio.to_thread): on a busy
-    machine, torch's OpenMP threads behave very differently in the main thread (see the notes).
-    """
-    from concurrent.futures import ThreadPoolExecutor
 
-    import httpx
+def under_load(server: Server, args, queries: list[str], fills: list[str]) -> dict:
+    """--warmup then --seconds of `args.clients` clients on `server`: throughput, latency, RSS, batches."""
+    samples: list[float] = []
+    stop = threading.Event()
 
-    api, direct, info = [], [], []
-    perf = time.perf_counter
-    worker = ThreadPoolExecutor(1)
+    def sample_rss() -> None:
+        while not stop.wait(args.seconds / 12):
+            samples.append(round(server.rss_mib(), 1))
 
-    def timed_search(q: str) -> float:
-        """The endpoint's work without the serving: the same search, then the same chunk rows."""
-        t = perf()
-        res = target.dense.search_text([q], 10)
-        [target.store.get(int(i)) for i in res.ids[0] if int(i) >= 0]
-        return perf() - t
-
-    with httpx.Client(base_url=url, timeout=60) as http:
-        for i in range(n + 10):
-            q = queries[i % len(queries)]
-
-            def call_api(q=q) -> float:
-                t = perf()
-                r = http.get("/api/search", params={"q": q, "k": 10, "retriever": "dense"})
-                r.raise_for_status()
-                r.json()
-                return perf() - t
-
-            def call_direct(q=q) -> float:
-                return worker.submit(timed_search, q).result()
-
-            def call_info() -> float:
-                t = perf()
-                http.get("/api/info").raise_for_status()
-                return perf() - t
-
-            order = (call_api, call_direct) if i % 2 else (call_direct, call_api)
-            times = {}
-            for f in order:  # a pause first, so the server's or this process's last call has wound down
-                time.sleep(0.02)
-                times[f] = f()
-            time.sleep(0.02)
-            ti = call_info()
-            if i >= 10:  # the first 10: warm-up
-                api.append(times[call_api])
-                direct.append(times[call_direct])
-                info.append(ti)
-    worker.shutdown()
-    main = [timed_search(queries[i % len(queries)]) for i in range(25)][5:]
-    a, d, h = (1000 * pct(x, 50) for x in (api, direct, info))
+    if args.warmup > 0:
+        asyncio.run(load(server.url, args.clients, args.warmup, queries, fills))
+    rss_start, before = server.rss_mib(), server.batching()
+    sampler = threading.Thread(target=sample_rss, daemon=True)
+    sampler.start()
+    res = asyncio.run(load(server.url, args.clients, args.seconds, queries, fills))
+    stop.set()
+    sampler.join()
+    rss_end, after = server.rss_mib(), server.batching()
+    lat = res["lat"]
+    both = lat["search"] + lat["fill"]
+    sizes = batch_sizes(before, after)
+    runs = {name: sum(int(s) * n for s, n in h.items()) for name, h in sizes.items()}
     return {
-        "api_p50_ms": round(a, 3),
-        "direct_p50_ms": round(d, 3),
-        "overhead_p50": round(a / d - 1, 4),
-        "overhead_p50_ms": round(a - d, 3),
-        "http_roundtrip_p50_ms": round(h, 3),
-        "api_p99_ms": round(1000 * pct(api, 99), 3),
-        "direct_p99_ms": round(1000 * pct(direct, 99), 3),
-        "calls": n,
-        "direct_main_thread_p50_ms": round(1000 * pct(main, 50), 3),
+        "seconds": round(res["wall"], 2),
+        "requests": len(both) + len(res["errors"]),
+        "search_requests": len(lat["search"]),
+        "fill_requests": len(lat["fill"]),
+        "requests_per_s": round(len(both) / res["wall"], 2),
+        "p50_ms": round(1000 * pct(both, 50), 1),
+        "p99_ms": round(1000 * pct(both, 99), 1),
+        "search_p50_ms": round(1000 * pct(lat["search"], 50), 1),
+        "search_p99_ms": round(1000 * pct(lat["search"], 99), 1),
+        "fill_p50_ms": round(1000 * pct(lat["fill"], 50), 1),
+        "fill_p99_ms": round(1000 * pct(lat["fill"], 99), 1),
+        "errors": len(res["errors"]),
+        "first_errors": res["errors"][:3],
+        "server_rss_start_mib": round(rss_start, 1),
+        "server_rss_end_mib": round(rss_end, 1),
+        "server_rss_during_mib": samples,
+        "server_rss_growth_pct": round(100 * (rss_end / rss_start - 1), 2),
+        "batch_sizes": sizes,
+        "mean_batch_size": {
+            name: round(runs[name] / max(1, sum(h.values())), 2) for name, h in sizes.items()
+        },
     }
 
 
-def slow_roundtrip_note(ms: float) -> str:
-    return (
-        f"GET /api/info (no model) takes {ms:.1f} ms at p50 on loopback (it should take ~1 ms): replies wait "
-        "for TCP delayed ACKs, as the listening socket made by ralm.serve.app.bind_socket has proto 0 and "
-        "asyncio then leaves TCP_NODELAY off on its connections; most of the search overhead is that wait"
-    )
+def one_client(servers: dict[str, Server], n: int, queries: list[str], fills: list[str]) -> dict:
+    """p50 (ms) of one client's sequential requests on each server, the same requests alternating."""
+    import httpx
+
+    rng = random.Random(1)
+    lat: dict[str, list[float]] = {name: [] for name in servers}
+    clients = {name: httpx.Client(base_url=s.url, timeout=120) for name, s in servers.items()}
+    try:
+        for i in range(n + 20):
+            if rng.random() < SEARCH_SHARE:
+                req = (
+                    "GET",
+                    "/api/search",
+                    {"params": {"q": rng.choice(queries), "k": 10, "retriever": RETRIEVERS[i % 3]}},
+                )
+            else:
+                req = ("POST", "/api/fill", {"json": {"text": rng.choice(fills)}})
+            names = list(servers) if i % 2 else list(servers)[::-1]
+            for name in names:
+                time.sleep(0.01)  # the other server's last call has wound down
+                t = time.perf_counter()
+                r = clients[name].request(req[0], req[1], **req[2])
+                r.raise_for_status()
+                r.json()
+                if i >= 20:
+                    lat[name].append(time.perf_counter() - t)
+    finally:
+        for c in clients.values():
+            c.close()
+    return {f"{name}_p50_ms": round(1000 * pct(x, 50), 2) for name, x in lat.items()} | {"requests": n}
 
 
 # ----------------------------------------------------------------------------- main
@@ -317,122 +276,110 @@ def main() -> None:
     ap.add_argument(
         "--target", type=Path, default=None, help="a REALM run (default: runs/demo/realm, else built)"
     )
+    ap.add_argument("--work", type=Path, default=DEFAULT_WORK, help="where a stand-in REALM run is built")
     ap.add_argument(
-        "--work", type=Path, default=DEFAULT_WORK, help="where a small REALM run is built if needed"
+        "--small", action="store_true", help="build a tiny random BERT run instead of a demo-like one"
     )
-    ap.add_argument("--articles", type=int, default=40, help="articles of the small run's corpus")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument(
-        "--warmup", type=float, default=60.0, help="seconds of load before the measured RSS start"
-    )
-    ap.add_argument("--direct-calls", type=int, default=200, help="search calls of each kind, interleaved")
+    ap.add_argument("--warmup", type=float, default=60.0, help="seconds of load before the measured load")
+    ap.add_argument("--one-client", type=int, default=200, help="sequential requests per server")
+    ap.add_argument("--on-args", default="", help="extra `ralm serve` flags of the batching-on server")
+    ap.add_argument("--direct-calls", type=int, default=200, help="search calls of each kind (0: skip)")
     ap.add_argument("--no-write", action="store_true", help="print, do not write the result file")
     args = ap.parse_args()
 
     import torch
 
+    from ralm.serve.batching import BatchConfig
     from ralm.serve.loaders import load_target
 
     threads = torch.get_num_threads()
     if args.target is not None:
-        target_path, built = args.target, False
+        target_path, built = args.target, ""
     elif (DEFAULT_TARGET / "config.toml").is_file():
-        target_path, built = DEFAULT_TARGET, False
+        target_path, built = DEFAULT_TARGET, ""
+    elif args.small:
+        target_path, built = build_small_realm(args.work), " (built here: tiny random BERT, 2 steps)"
     else:
-        print(f"no {DEFAULT_TARGET}: building a small REALM run under {args.work}", file=sys.stderr)
-        target_path, built = build_small_realm(args.work, args.articles), True
+        print(f"no {DEFAULT_TARGET}: building a demo-like REALM run under {args.work}", file=sys.stderr)
+        target_path, built = build_demo_like(args.work), " (built here: configs/demo.toml at 2 steps)"
 
     load_avg_start = os.getloadavg()
-    server = Server(target_path, threads)
+    target = load_target(
+        target_path, "cpu", log=lambda m: None
+    )  # this process's copy: requests, library calls
+    queries = search_queries()
+    fills = fill_texts(target.store, 200)
+    servers = {
+        "off": Server(target_path, threads, ["--max-batch", "1"]),
+        "on": Server(target_path, threads, shlex.split(args.on_args)),
+    }
     try:
-        rss_loaded = server.rss_mib()
-        target = load_target(
-            target_path, "cpu", log=lambda m: None
-        )  # this process's copy, for the library calls
-        if target.dense is None:
-            raise SystemExit(
-                f"{target_path}: no dense retriever to compare with (a REALM run with retrieval)"
+        rss_loaded = {name: round(s.rss_mib(), 1) for name, s in servers.items()}
+        settings = {
+            name: {k: v for k, v in s.batching().items() if k != "queues"} for name, s in servers.items()
+        }
+        loads = {}
+        for name in ("off", "on"):
+            print(
+                f"batching {name}: {args.warmup:.0f} s warm-up, {args.seconds:.0f} s measured",
+                file=sys.stderr,
             )
-        queries = search_queries()
-        fills = fill_texts(target.store, 200)
-        # RSS every --seconds/12 from now on; the warm-up at full concurrency brings up the worker
-        # threads and the allocator's arenas, then the RSS the measured load starts from
-        samples: list[tuple[float, float]] = []  # (RSS, anonymous RSS), MiB
-        stop = threading.Event()
-
-        def sample_rss() -> None:
-            while not stop.wait(args.seconds / 12):
-                samples.append((round(server.rss_mib(), 1), round(server.anon_mib(), 1)))
-
-        sampler = threading.Thread(target=sample_rss, daemon=True)
-        sampler.start()
-        if args.warmup > 0:
-            asyncio.run(load(server.url, args.clients, args.warmup, queries, fills))
-        rss_start, anon_start = server.rss_mib(), server.anon_mib()
-        n_warm = len(samples)
-        res = asyncio.run(load(server.url, args.clients, args.seconds, queries, fills))
-        stop.set()
-        sampler.join()
-        rss_end, anon_end = server.rss_mib(), server.anon_mib()
-        rss_samples = [r for r, _ in samples[n_warm:]]
-        cmp = search_vs_library(server.url, target, queries, args.direct_calls)
+            loads[name] = under_load(servers[name], args, queries, fills)
+        print(f"one client: {args.one_client} requests per server", file=sys.stderr)
+        single = one_client(servers, args.one_client, queries, fills)
+        cmp = None
+        if args.direct_calls > 0 and target.dense is not None:
+            cmp = search_vs_library(servers["on"].url, target, queries, args.direct_calls)
     finally:
-        server.stop()
+        for s in servers.values():
+            s.stop()
 
-    lat = res["lat"]
-    both = lat["search"] + lat["fill"]
-    n_ok = len(both)
+    on, off = loads["on"], loads["off"]
     metrics = {
         "clients": args.clients,
-        "seconds": round(res["wall"], 2),
-        "requests": n_ok + len(res["errors"]),
-        "search_requests": len(lat["search"]),
-        "fill_requests": len(lat["fill"]),
-        "requests_per_s": round(n_ok / res["wall"], 2),
-        "p50_ms": round(1000 * pct(both, 50), 1),
-        "p99_ms": round(1000 * pct(both, 99), 1),
-        "search_p50_ms": round(1000 * pct(lat["search"], 50), 1),
-        "search_p99_ms": round(1000 * pct(lat["search"], 99), 1),
-        "fill_p50_ms": round(1000 * pct(lat["fill"], 50), 1),
-        "fill_p99_ms": round(1000 * pct(lat["fill"], 99), 1),
-        "errors": len(res["errors"]),
-        "server_rss_loaded_mib": round(rss_loaded, 1),
-        "server_rss_start_mib": round(rss_start, 1),
-        "server_rss_end_mib": round(rss_end, 1),
-        "server_rss_max_mib": round(max(rss_samples + [rss_end]), 1),
-        "server_rss_during_mib": rss_samples,
-        "server_rss_during_warmup_mib": [r for r, _ in samples[:n_warm]],
-        "server_rss_growth_mib": round(rss_end - rss_start, 1),
-        "server_rss_growth_pct": round(100 * (rss_end / rss_start - 1), 2),
-        "server_anon_start_mib": round(anon_start, 1),
-        "server_anon_end_mib": round(anon_end, 1),
-        "server_anon_during_mib": [a for _, a in samples[n_warm:]],
-        "search_vs_library": cmp,
+        "throughput_on_over_off": round(on["requests_per_s"] / off["requests_per_s"], 2),
+        "p99_on_over_off": round(on["p99_ms"] / off["p99_ms"], 3),
+        "errors": on["errors"] + off["errors"],
+        "one_client_p50_on_over_off": round(single["on_p50_ms"] / single["off_p50_ms"], 4),
+        "batch_sizes_under_load": on["batch_sizes"],
+        "load": loads,
+        "one_client": single,
+        "settings": settings,
+        "server_rss_loaded_mib": rss_loaded,
+        "defaults": {
+            "max_batch": BatchConfig().max_batch,
+            "max_wait_ms": BatchConfig().max_wait_ms,
+            "max_queue": BatchConfig().max_queue,
+        },  # fmt: skip
     }
+    if cmp is not None:
+        metrics["search_vs_library"] = cmp
     targets = {
+        "throughput_on_over_off": ">= 3",
+        "p99_on_over_off": "<= 0.333",
         "errors": 0,
-        "server_rss_growth": "flat (end ~ start)",
+        "server_rss_growth": "flat after the warm-up (load.*.server_rss_growth_pct ~ 0)",
+        "one_client_p50_on_over_off": "<= 1.05",
         "search_vs_library.overhead_p50": "<= 0.10",
     }
     notes = [
-        f"target: {target_path}"
-        + (" (built here: tiny random BERT, 2 steps)" if built else "")
-        + f"; {len(target.store)} chunks; server `ralm serve --threads {threads}` in a subprocess on 127.0.0.1",
+        f"target: {target_path}{built}; {len(target.store)} chunks; servers `ralm serve --threads {threads}` "
+        f"(off: --max-batch 1; on: defaults{' ' + args.on_args if args.on_args else ''}) in subprocesses on 127.0.0.1",
         f"shared 2-core machine (other jobs running): load average {load_avg_start[0]:.1f} at the start, "
-        f"{os.getloadavg()[0]:.1f} at the end; the clients run on the same cores as the server",
-        "requests are serialised per model (model lock), so latency under 32 clients is mostly queueing",
+        f"{os.getloadavg()[0]:.1f} at the end; the clients run on the same cores as the servers",
     ]
-    if res["errors"]:
-        notes.append("first errors: " + " | ".join(res["errors"][:3]))
-    if cmp["http_roundtrip_p50_ms"] > 5:
+    for name in ("off", "on"):
+        if loads[name]["errors"]:
+            notes.append(f"first errors ({name}): " + " | ".join(loads[name]["first_errors"]))
+    if cmp is not None and cmp["http_roundtrip_p50_ms"] > 5:
         notes.append(slow_roundtrip_note(cmp["http_roundtrip_p50_ms"]))
     cmd = f"OMP_NUM_THREADS={threads} python benchmarks/serve_load.py {shlex.join(sys.argv[1:])}"
-    out = {"metrics": metrics, "targets": targets, "notes": notes}
     if args.no_write:
         import json
 
-        print(json.dumps(out, indent=2))
+        print(json.dumps({"metrics": metrics, "targets": targets, "notes": notes}, indent=2))
     else:
         write_result("serve_load", cmd.strip(), metrics, targets, notes=notes)
         print(f"wrote benchmarks/results/serve_load.json: {metrics}")

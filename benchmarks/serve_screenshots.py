@@ -2,7 +2,7 @@
 
 Not part of the test run: `python benchmarks/serve_screenshots.py` (or `make screenshots`).
 Fill, Search, Corpus and Runs show a REALM run: --realm, by default runs/demo/realm (`make demo`),
-else a small one built as benchmarks/serve_load.py builds it (random tiny BERT, 2 steps).
+else a small one built as benchmarks/serve_target.py builds it (random tiny BERT, 2 steps).
 Generate shows a SUREALM run: --surealm, else a tiny one trained here under --work (a random
 2-layer BERT that learns a dozen short dialogues by heart; its data store keyed by the bundled
 MiniLM), so the continuation and the retrieved entries read as sentences.
@@ -24,7 +24,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_load import DEFAULT_TARGET, build_small_realm, tiny_bert  # noqa: E402
+from serve_target import DEFAULT_TARGET, build_small_realm, tiny_bert  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 WORK = Path(tempfile.gettempdir()) / "ralm-serve-screenshots"
