@@ -28,6 +28,13 @@ def prepare_exclude(exclude_ids: ExcludeIds, n_queries: int, n_items: int, k: in
         raise RalmError(f"k={k} is more than the N={n_items} chunks of the index; ask for k <= {n_items}")
     if exclude_ids is None:
         return None
+    if (
+        type(exclude_ids) is np.ndarray
+        and exclude_ids.dtype == np.int64
+        and exclude_ids.shape == (n_queries,)
+        and k < n_items
+    ):
+        return exclude_ids[:, None]  # one id per query (REALM's own ids): k are always left
     arr = _exclude_array(exclude_ids, n_queries)
     width = arr.shape[1]
     if width == 0:

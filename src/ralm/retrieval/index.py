@@ -187,6 +187,8 @@ def _select_one(
         return None  # FAISS pads a short row with -1 at the end; a tie needs the id order
     if excl is not None:
         e = int(excl[0, 0])
+        if row[0] == e:  # the usual case (a chunk excluded from its own query): the next k
+            return ids[:, 1 : k + 1], scores[:, 1 : k + 1], None
         if e in row[:k]:  # shift the candidates after it one place left (FAISS's fresh arrays)
             p = row.index(e)
             ids[0, p:k] = ids[0, p + 1 : k + 1]
@@ -450,6 +452,10 @@ class DenseIndex:
         excl = prepare_exclude(exclude_ids, len(q), n, k)
         kp = min(n, k + (0 if excl is None else excl.shape[1]) + 1)
         scores, ids = self._raw_search(q, kp, 0)
+        if len(q) == 1 and (excl is None or excl.shape[1] == 1):  # one query: the shortest path
+            one = _select_one(ids, scores, excl, k)
+            if one is not None:
+                return SearchResult(ids=one[0], scores=one[1])
         top_ids, top_scores, done = self._select(ids, scores, excl, k, kp, 0)
         if done is None:  # the common case: every query complete in one search
             return SearchResult(ids=top_ids, scores=top_scores)
@@ -485,10 +491,6 @@ class DenseIndex:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """filter_excluded plus which rows are done (None: all of them)."""
         c = ids.shape[1]
-        if len(ids) == 1 and (excl is None or excl.shape[1] == 1):
-            one = _select_one(ids, scores, excl, k)
-            if one is not None:
-                return one
         # Fast path (most searches): nothing missing, scores strictly descending, at most one
         # excluded id per row. The k-th kept candidate then sits before the last one and scores
         # higher, so there is no tie to resolve and every row is done.
