@@ -155,13 +155,12 @@ def train(work: Path, pool: Path, unsup: Path, args) -> dict[str, Path]:
         enc["dpr:gc128"] = out / "encoder"
     realm = work / "realm"
     if not (work / "realm-towers" / "ralm_encoder.json").is_file():
-        if not (realm / "eval_mlm.json").is_file() and not (realm / "checkpoints").is_dir():
+        if not (realm / "eval_mlm.json").is_file():
+            resume = ["--resume"] if (realm / "checkpoints").is_dir() else []
             ralm(
                 "pretrain", HERE / "data" / "realm_nb.toml", "--docstore", unsup, "--out", realm,
-                "--set", f"retriever={enc['contrastive']}", "--set", f"steps={args.realm_steps}",
+                "--set", f"retriever={enc['contrastive']}", "--set", f"steps={args.realm_steps}", *resume,
             )  # fmt: skip
-        elif not (realm / "eval_mlm.json").is_file():
-            ralm("pretrain", HERE / "data" / "realm_nb.toml", "--docstore", unsup, "--out", realm, "--resume")
         ralm(
             "export-reader",
             realm,

@@ -132,6 +132,15 @@ def test_bad_inputs_are_one_clear_error(tiny_cfg, tmp_path, realm_store):
         pretrain(tiny_cfg(steps=1, out=str(run)), progress=False)
     with pytest.raises(RalmError, match="was started with batch_size"):
         pretrain(tiny_cfg(steps=2, batch_size=2, out=str(run)), resume=True, progress=False)
+    # the retriever a run started from (and the towers' shape) cannot change on resume: the towers
+    # would be rebuilt with another config (unit vectors, score scale) under the same weights
+    saved = (run / "config.toml").read_text()
+    with pytest.raises(RalmError, match="was started with retriever=None"):
+        pretrain(tiny_cfg(steps=2, retriever=str(tmp_path / "enc"), out=str(run)), resume=True, progress=False)
+    flipped = not tiny_cfg().scale_by_sqrt_dim
+    with pytest.raises(RalmError, match=f"was started with scale_by_sqrt_dim={not flipped}"):
+        pretrain(tiny_cfg(steps=2, scale_by_sqrt_dim=flipped, out=str(run)), resume=True, progress=False)
+    assert (run / "config.toml").read_text() == saved
 
 
 def test_run_from_another_corpus_is_refused(tiny_cfg, tmp_path, tiny_dir):

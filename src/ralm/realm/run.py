@@ -97,10 +97,18 @@ def read_run_config(run_dir: str | os.PathLike) -> PretrainConfig:
     return PretrainConfig.from_toml(p)
 
 
+# settings a checkpoint depends on: the data it saw, the shapes of its weights, and the retriever it
+# started from (whose saved config, e.g. unit vectors and a score scale, the towers are rebuilt with)
+RESUME_FIXED = (
+    "docstore", "queries", "mode", "seed", "batch_size", "grad_accum", "k", "null_doc", "reader",
+    "retriever", "pooling", "proj_dim", "scale_by_sqrt_dim",
+)  # fmt: skip
+
+
 def check_resume(run: Path, cfg: PretrainConfig) -> None:
     """RalmError unless `cfg` continues the run's own config (the settings a checkpoint depends on)."""
     saved = read_run_config(run)
-    for f in ("docstore", "queries", "mode", "seed", "batch_size", "grad_accum", "k", "null_doc", "reader"):
+    for f in RESUME_FIXED:
         if getattr(saved, f) != getattr(cfg, f):
             raise RalmError(
                 f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
