@@ -136,7 +136,9 @@ def test_bad_inputs_are_one_clear_error(tiny_cfg, tmp_path, realm_store):
     # would be rebuilt with another config (unit vectors, score scale) under the same weights
     saved = (run / "config.toml").read_text()
     with pytest.raises(RalmError, match="was started with retriever=None"):
-        pretrain(tiny_cfg(steps=2, retriever=str(tmp_path / "enc"), out=str(run)), resume=True, progress=False)
+        pretrain(
+            tiny_cfg(steps=2, retriever=str(tmp_path / "enc"), out=str(run)), resume=True, progress=False
+        )
     flipped = not tiny_cfg().scale_by_sqrt_dim
     with pytest.raises(RalmError, match=f"was started with scale_by_sqrt_dim={not flipped}"):
         pretrain(tiny_cfg(steps=2, scale_by_sqrt_dim=flipped, out=str(run)), resume=True, progress=False)
