@@ -123,11 +123,21 @@ def test_bad_batch_settings_are_one_line_errors():
         ({"max_batch": 0}, "--max-batch 0: must be >= 1 (1 turns batching off)"),
         ({"max_wait_ms": -1}, "--max-wait-ms -1: must be a number >= 0"),
         ({"max_queue": 0}, "--max-queue 0: must be >= 1"),
+        ({"max_fill_batch": 0}, "--max-fill-batch 0: must be >= 1"),
     ]
     for kwargs, line in cases:
         with pytest.raises(RalmError) as e:
             BatchConfig(**kwargs)
         assert str(e.value) == line
+
+
+def test_fill_batches_are_small_on_a_cpu_unless_set():
+    assert (BatchConfig().fill_batch("cpu"), BatchConfig().fill_batch("cuda:0")) == (4, 32)
+    assert (
+        BatchConfig(max_batch=2).fill_batch("cpu") == 2 and BatchConfig(max_batch=1).fill_batch("cuda") == 1
+    )
+    assert BatchConfig(max_fill_batch=16).fill_batch("cpu") == 16
+    assert BatchConfig(max_batch=8, max_fill_batch=16).fill_batch("cpu") == 8
 
 
 def test_serve_cli_refuses_bad_batch_settings(capsys, serve_store):
@@ -221,6 +231,24 @@ def test_waiting_requests_run_as_one_batch_per_kind_with_their_own_answers(serve
     assert (b["enabled"], b["max_batch"], b["max_wait_ms"], b["max_queue"]) == (True, 8, 0.0, 64)
 
 
+def test_fills_run_in_batches_of_max_fill_batch(serve_targets, held):
+    from ralm.serve.api import fill_text
+
+    t = serve_targets["realm"]
+    h = held(t, BatchConfig(max_batch=8, max_fill_batch=3))
+    first = h.search("Oslo")
+    h.wait_for(lambda q: q["running"] == 1, "the first batch running")
+    texts = TEXTS + [x.replace("[MASK].", "[MASK] again.") for x in TEXTS[:3]]
+    fills = [h.fill(x) for x in texts]
+    h.wait_for(lambda q: q["waiting"] == 7, "7 fills waiting")
+    t.model_lock.release()
+    assert first.result().status_code == 200
+    for x, f in zip(texts, fills, strict=True):
+        _same_fill(f.result().json(), fill_text(t, x, 3, 4))
+    b = h.info()
+    assert b["max_fill_batch"] == 3 and b["queues"]["model"]["batch_sizes"] == {"1": 2, "3": 2}
+
+
 def test_a_burst_beyond_the_queue_bound_gets_503_and_no_crossed_answers(serve_targets, held):
     from ralm.serve.api import search
 
@@ -269,7 +297,7 @@ def test_clients_that_leave_leave_no_work_behind(serve_targets, held):
 def test_info_reports_the_default_batching(serve_clients):
     b = serve_clients["docstore"].get("/api/info").json()["batching"]
     assert {k: v for k, v in b.items() if k != "queues"} == {
-        "enabled": True, "max_batch": 32, "max_wait_ms": 0.0, "max_queue": 256}  # fmt: skip
+        "enabled": True, "max_batch": 32, "max_fill_batch": 4, "max_wait_ms": 0.0, "max_queue": 256}  # fmt: skip
     assert sorted(b["queues"]) == ["bm25", "model"]
     assert set(b["queues"]["bm25"]) == {
         "waiting",

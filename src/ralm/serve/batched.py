@@ -105,6 +105,7 @@ class TargetQueues:
     def __init__(self, target: Target, config: BatchConfig) -> None:
         self.target = target
         self.config = config
+        self.fill_batch = config.fill_batch(target.device)
         self.model = ModelQueue("model", config)
         self.bm25 = ModelQueue("bm25", config)
 
@@ -120,13 +121,14 @@ class TargetQueues:
         )
 
     async def fill(self, request: Request, text: str, k: int | None, top: int) -> dict[str, Any]:
-        """One fill, batched with the waiting fills of the same k and top."""
+        """One fill, batched with the waiting fills of the same k and top (at most fill_batch)."""
         t = self.target
         return await self.model.submit(
             ("fill", k, top),
             lambda texts: fill_many_dicts(t, list(texts), k, top),
             text,
             gone=lambda: disconnected(request),
+            max_batch=self.fill_batch,
         )
 
     def info(self) -> dict[str, Any]:
@@ -134,6 +136,7 @@ class TargetQueues:
         return {
             "enabled": self.config.enabled,
             "max_batch": self.config.max_batch,
+            "max_fill_batch": self.fill_batch,
             "max_wait_ms": self.config.max_wait_ms,
             "max_queue": self.config.max_queue,
             "queues": {q.name: q.stats() for q in (self.model, self.bm25)},

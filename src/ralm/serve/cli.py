@@ -56,7 +56,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ralm.serve.batching import BatchConfig
     from ralm.serve.loaders import load_target
 
-    batching = BatchConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
+    batching = BatchConfig(
+        max_batch=args.max_batch, max_fill_batch=args.max_fill_batch, max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+    )  # fmt: skip
     target = load_target(args.target, args.device)
     sock = bind_socket(args.host, args.port)
     hosts = None
@@ -114,6 +117,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-batch", type=int, default=d.max_batch,
         help="concurrent search/fill requests run as one batch per model, at most this many "
         "(default: %(default)s; 1 turns batching off)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-fill-batch", type=int, default=None,
+        help="fills per batch (default: 4 on a CPU, where a fill is compute-bound and bigger batches only "
+        "make each fill wait for the others; --max-batch on a GPU)",
     )  # fmt: skip
     p.add_argument(
         "--max-wait-ms", type=float, default=d.max_wait_ms,

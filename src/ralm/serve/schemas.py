@@ -55,6 +55,9 @@ class Batching(BaseModel):
 
     enabled: bool = Field(description="False with max_batch 1 (one request at a time)")
     max_batch: int
+    max_fill_batch: int = Field(
+        description="fills per batch (4 on a CPU unless set, where fills are compute-bound)"
+    )
     max_wait_ms: float = Field(description="how long the oldest request waits for more to batch with")
     max_queue: int = Field(description="waiting requests per model beyond which the answer is 503")
     queues: dict[str, QueueState] = Field(description="model (query tower: dense, hybrid, fill) and bm25")
