@@ -27,7 +27,7 @@ with `Target.dense.search_text([q], 10)` plus `store.get` of the same 10 chunks 
 (`load_target` of the same TARGET), in a worker thread as the app runs it; --direct-calls 0 skips it.
 
 Run: OMP_NUM_THREADS=2 python benchmarks/serve_load.py [--target runs/demo/realm] [--seconds 60]
-Writes benchmarks/results/serve_load.json.
+Writes benchmarks/results/serve_load.json (--result NAME: NAME.json, for a variant's run).
 """
 
 from __future__ import annotations
@@ -286,6 +286,7 @@ def main() -> None:
     ap.add_argument("--one-client", type=int, default=200, help="sequential requests per server")
     ap.add_argument("--on-args", default="", help="extra `ralm serve` flags of the batching-on server")
     ap.add_argument("--direct-calls", type=int, default=200, help="search calls of each kind (0: skip)")
+    ap.add_argument("--result", default="serve_load", help="write benchmarks/results/RESULT.json")
     ap.add_argument("--no-write", action="store_true", help="print, do not write the result file")
     args = ap.parse_args()
 
@@ -381,8 +382,8 @@ def main() -> None:
 
         print(json.dumps({"metrics": metrics, "targets": targets, "notes": notes}, indent=2))
     else:
-        write_result("serve_load", cmd.strip(), metrics, targets, notes=notes)
-        print(f"wrote benchmarks/results/serve_load.json: {metrics}")
+        write_result(args.result, cmd.strip(), metrics, targets, notes=notes)
+        print(f"wrote benchmarks/results/{args.result}.json: {metrics}")
 
 
 if __name__ == "__main__":
