@@ -345,3 +345,17 @@ def test_fill_page_takes_text_k_and_top_from_its_url(serve_clients):
     assert 'min="1" max="100" value="3">' in plain and 'max="20" value="5">' in plain
     capped = c.get("/fill", params={"text": "a [MASK]", "k": 500, "top": 0}).text
     assert 'min="1" max="100" value="100">' in capped and 'max="20" value="1">' in capped
+
+
+def test_each_batch_is_logged_at_debug_level(serve_clients, caplog):
+    import logging
+    import re
+
+    with caplog.at_level(logging.DEBUG, logger="ralm.serve"):
+        assert serve_clients["index"].get("/api/search", params={"q": "Oslo", "k": 2}).status_code == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "ralm.serve"]
+    assert len(lines) == 1
+    assert re.fullmatch(
+        r"batch model \('search', 'dense', 2\): 1 requests, oldest waited [0-9.]+ ms, ran [0-9.]+ ms",
+        lines[0],
+    )
