@@ -49,9 +49,9 @@ class BatchConfig:
     """How requests are batched per model (`ralm serve --max-batch/--max-wait-ms/--max-queue`)."""
 
     max_batch: int = 32  # requests per batch; 1 = no batching (benchmarks/serve_load.py: 32 clients)
-    # fills per batch; None: 4 on a CPU (a fill is compute-bound there: batches of 2-4 cost 4% less
-    # per fill than one at a time, of 16 8% more, and every fill of a batch waits for the last),
-    # max_batch on a GPU
+    # fills per batch; None: 4 on a CPU (a fill is compute-bound there: a batch of 2-4 costs the
+    # same per fill as one alone, of 16 9% more, and every fill of a batch waits for the last;
+    # benchmarks/serve_batch_cost.py; under load 4 and 1 measure alike), max_batch on a GPU
     max_fill_batch: int | None = None
     max_wait_ms: float = 0.0  # wait after the oldest request for more; 0: take what is queued
     max_queue: int = 256  # waiting requests per model; beyond it: 503 with Retry-After
