@@ -103,3 +103,37 @@ def test_gradient_cache_replays_dropout(tiny_dir, one_thread):
     # and dropout really is on: a second draw gives another loss
     enc.zero_grad(set_to_none=True)
     assert contrastive_step(enc, q_rows, d_rows, range(5)).loss != pytest.approx(plain.loss, rel=1e-6)
+
+
+def test_gradient_cache_replays_dropout_across_mini_batches(tiny_dir, one_thread):
+    """Dropout on, several mini-batches per tower: the gradients equal those of the same mini-batches
+    (longest rows first) all run with autograd in the same order and kept, which draws the same
+    masks; so each replayed mini-batch saw the dropout its vectors in the loss were made with."""
+    from ralm.retrieval.encoders import autocast_context
+
+    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(pooling="mean", normalize=True))
+    enc.train()
+    q_rows, d_rows = _rows(enc, QUERIES), _rows(enc, DOCS, doc=True)
+    torch.manual_seed(7)
+    cached = contrastive_step(enc, q_rows, d_rows, range(5), temperature=0.1, chunk=2)
+    got = _grads(enc)
+    enc.zero_grad(set_to_none=True)
+
+    torch.manual_seed(7)
+    vecs = []
+    for tower, rows in ((enc.query_tower, q_rows), (enc.doc_tower, d_rows)):
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
+        out = torch.empty(len(rows), enc.dim)
+        parts = []
+        for s in range(0, len(rows), 2):
+            batch = tower.template.collate([rows[i] for i in order[s : s + 2]], tower.uses_token_types)
+            with autocast_context(torch.device("cpu"), None):
+                parts.append(tower(**batch).float())
+        out = torch.cat(parts)[torch.as_tensor(sorted(range(len(rows)), key=lambda i: order[i]))]
+        vecs.append(out)
+    ref_loss = contrastive_loss(enc.score(*vecs), torch.arange(5), None, 0.1)
+    ref_loss.backward()
+    assert cached.loss == pytest.approx(ref_loss.item(), rel=1e-5)
+    for name, g in _grads(enc).items():
+        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-6, msg=name)
+    assert len(got) > 10

@@ -19,7 +19,10 @@ with respect to the vectors are computed on the whole batch, then each mini-batc
 with autograd and back-propagates its slice of that gradient. Activations of one mini-batch
 live at a time, so batch 256 needs the memory of a `chunk`-row forward; the price is one extra
 forward pass. Dropout draws the same masks in both passes (the generator state of each
-mini-batch is replayed), so the gradients equal the uncached step's to float tolerance.
+mini-batch is replayed), so the gradients equal the uncached step's to float tolerance. Two
+savings: each tower's first mini-batch runs with autograd in the first pass and keeps its graph
+(one forward fewer per tower; a batch that fits one mini-batch costs what the uncached step
+does), and rows go into mini-batches longest first, so each pads to lengths near its own.
 
 Left out: a cross-device all-gather of vectors (multi-GPU in-batch negatives).
 """
@@ -100,6 +103,19 @@ def _slices(n: int, chunk: int) -> list[slice]:
     return [slice(s, min(n, s + chunk)) for s in range(0, n, chunk)]
 
 
+def _by_length(rows: Rows) -> list[int]:
+    """Row indices, longest first (stable), so each mini-batch pads to lengths close to its own."""
+    return sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
+
+
+def _inverse(order: list[int]) -> list[int]:
+    """The permutation that puts rows taken in `order` back in their original places."""
+    inv = [0] * len(order)
+    for pos, i in enumerate(order):
+        inv[i] = pos
+    return inv
+
+
 def contrastive_step(
     encoder: DualEncoder,
     q_rows: Rows,
@@ -132,28 +148,40 @@ def contrastive_step(
         acc = (scores.detach().masked_fill(_off_target(m, tgt), float("-inf")).argmax(1) == tgt).float()
         return StepResult(float(loss.item()), float(acc.mean().item()))
 
-    # pass 1: every vector without autograd, remembering each mini-batch's generator state
+    # pass 1: every vector, mini-batch by mini-batch, rows sorted longest first (less padding);
+    # each tower's first (longest) mini-batch with autograd, its graph kept for pass 2 (pass 2's
+    # peak is that mini-batch anyway), the others without, remembering their generator states
     plans = []
     parts = []
     for tower, rows in ((qt, q_rows), (dt, d_rows)):
-        vecs, states = [], []
-        for sl in _slices(len(rows), chunk):
+        order = _by_length(rows) if len(rows) > chunk else list(range(len(rows)))
+        srows = [rows[i] for i in order]
+        slices = _slices(len(srows), chunk)
+        kept = _forward(tower, srows[slices[0]], device, amp)
+        vecs, states = [kept.detach()], []
+        for sl in slices[1:]:
             states.append(_rng_state(device))
             with torch.no_grad():
-                vecs.append(_forward(tower, rows[sl], device, amp))
-        plans.append((tower, rows, states))
-        parts.append(torch.cat(vecs))
+                vecs.append(_forward(tower, srows[sl], device, amp))
+        plans.append((tower, srows, slices, states, kept, order))
+        parts.append(torch.cat(vecs)[torch.as_tensor(_inverse(order), device=device)])
     q = parts[0].requires_grad_(True)
     d = parts[1].requires_grad_(True)
     scores = encoder.score(q, d)
     loss = contrastive_loss(scores, tgt, m, temperature)
     loss.backward()  # gradients of the loss with respect to every vector: q.grad, d.grad
-    grads = (q.grad, d.grad)
-    # pass 2: each mini-batch again with autograd and the same dropout, back-propagating its slice
-    for (tower, rows, states), g in zip(plans, grads, strict=True):
-        for sl, state in zip(_slices(len(rows), chunk), states, strict=True):
+    grads = [
+        g[torch.as_tensor(order, device=device)]
+        for g, (*_, order) in zip((q.grad, d.grad), plans, strict=True)
+    ]
+    # pass 2: the kept graphs first (freeing them), then each other mini-batch again with autograd
+    # and the same dropout, back-propagating its slice of the vectors' gradient
+    for (_, _, slices, _, kept, _), g in zip(plans, grads, strict=True):
+        kept.backward(g[slices[0]])
+    for (tower, srows, slices, states, _, _), g in zip(plans, grads, strict=True):
+        for sl, state in zip(slices[1:], states, strict=True):
             with _replay(state):
-                v = _forward(tower, rows[sl], device, amp)
+                v = _forward(tower, srows[sl], device, amp)
             v.backward(g[sl])
     acc = (scores.detach().masked_fill(_off_target(m, tgt), float("-inf")).argmax(1) == tgt).float()
     return StepResult(float(loss.item()), float(acc.mean().item()))
