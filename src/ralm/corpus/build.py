@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
 from ralm import __version__
 from ralm.backbones import tokenizer_fingerprint
@@ -56,6 +55,7 @@ from ralm.corpus.types import Article, Span
 from ralm.corpus.verify import record_files
 from ralm.corpus.wiki import WikiPage, iter_wiki_pages, no_articles_error
 from ralm.errors import CorpusError
+from ralm.progress import tqdm
 
 __all__ = ["ENTITY_FILE", "BuildConfig", "SalientTagger", "build_docstore", "file_sha256"]
 

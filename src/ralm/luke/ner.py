@@ -108,8 +108,7 @@ def run_seed(
     cfg: LukeNerConfig, bb: Backbone, splits: dict[str, list], classes: list[str], seed: int, out: Path
 ) -> dict[str, Any]:
     """Fine-tune one seed into `out` (metrics.jsonl, eval.json, predictions.jsonl, model/); its record."""
-    from tqdm.auto import tqdm
-
+    from ralm.progress import tqdm
     from ralm.realm.build import resolve_device
     from ralm.retrieval.encoders import autocast_context, autocast_dtype
     from ralm.tasks.adapters import shuffled

@@ -181,9 +181,8 @@ def _pretrain(
     progress: bool,
     stop_after: int | None,
 ) -> Path:
-    from tqdm.auto import tqdm
-
     from ralm.luke.io import save_model
+    from ralm.progress import tqdm
     from ralm.realm.build import resolve_device
 
     if cfg.batch_size % dist.world:

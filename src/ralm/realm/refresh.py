@@ -71,7 +71,7 @@ def embed_chunks(
     Batches are length-sorted; the tower runs in eval mode without gradient on its own device.
     progress: a tqdm bar of chunks on stderr (`desc` before it), removed when done.
     """
-    from tqdm.auto import tqdm
+    from ralm.progress import tqdm
 
     tower = encoder.doc_tower
     ids = np.arange(len(docs), dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)

@@ -236,7 +236,7 @@ def _pretrain(
     progress: bool,
     stop_after: int | None,
 ) -> Path:
-    from tqdm.auto import tqdm
+    from ralm.progress import tqdm
 
     if cfg.batch_size % dist.world:
         raise RalmError(

@@ -323,7 +323,7 @@ def _is_finished(target: Path, meta: dict) -> bool:
 def _embed_rows(
     tower, store, ids, target, meta, batch_size, device, autocast, titles, flush_every, progress, on_batch
 ):
-    from tqdm.auto import tqdm
+    from ralm.progress import tqdm
 
     p = _paths(target)
     plan_meta = {**meta, "batch_size": batch_size}

@@ -654,7 +654,7 @@ class DualEncoder(nn.Module):
 
     # -- encoding (inference)
     def _encode(self, tower: Tower, batches, n: int, device, autocast, progress: bool) -> np.ndarray:
-        from tqdm.auto import tqdm
+        from ralm.progress import tqdm
 
         dev = resolve_device(device, tower)
         dtype = autocast_dtype(dev, autocast, next(tower.parameters()).dtype)

@@ -152,7 +152,7 @@ def train_ict(
     encoder: DualEncoder, store: DocStore, out: str | os.PathLike, cfg: ICTConfig, progress: bool = True
 ) -> dict[str, Any]:
     """Train `encoder` with ICT on `store`; saves `out/encoder/`, metrics and the config. Returns the last eval."""
-    from tqdm.auto import tqdm
+    from ralm.progress import tqdm
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -204,7 +204,7 @@ class TokenEncoder(nn.Module):
 
         Doc i is flat[offsets[i]:offsets[i+1]]. Texts are batched by length to limit padding.
         """
-        from tqdm.auto import tqdm
+        from ralm.progress import tqdm
 
         cfg = self.config
         texts = list(texts)

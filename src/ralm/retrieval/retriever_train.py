@@ -142,9 +142,8 @@ def train_retriever(
 
     Returns the results written to OUT/results.json (best step and metrics, counts, seconds).
     """
-    from tqdm.auto import tqdm
-
     from ralm.locks import writer_lock
+    from ralm.progress import tqdm
     from ralm.train.checkpoint import intact_checkpoint, load_checkpoint, restore_rng, save_checkpoint
     from ralm.train.optim import adamw, param_groups, warmup_schedule
 

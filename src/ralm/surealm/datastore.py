@@ -136,8 +136,8 @@ def build_datastore(
 def _build_into(tmp: Path, sents: SentenceSet, cfg: DatastoreConfig, tokenizer, tok_fp: str, progress, log):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from tqdm.auto import tqdm
 
+    from ralm.progress import tqdm
     from ralm.retrieval.index import DenseIndex
     from ralm.surealm.embedder import SpanEmbedder
 

@@ -175,8 +175,7 @@ def _save_atomic(model: SurealmLM, tokenizer, out: Path, extra: dict) -> None:
 
 def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -> Path:
     """Train SUREALM (or the baseline with retrieval=False); returns the output directory."""
-    from tqdm.auto import tqdm
-
+    from ralm.progress import tqdm
     from ralm.surealm.backbone import load_causal_lm, load_lm_tokenizer
 
     cfg.check()

@@ -164,7 +164,7 @@ class BestState:
 
 def train(cfg: FinetuneConfig, parts: Parts, items: list, dev: list, seed: int, log: MetricsLogger):
     """The optimisation loop; returns (steps taken, BestState)."""
-    from tqdm.auto import tqdm
+    from ralm.progress import tqdm
 
     adapter, retriever = parts.adapter, parts.retriever
     total = cfg.max_steps or max(1, math.ceil(cfg.epochs * math.ceil(len(items) / cfg.batch_size)))
