@@ -204,7 +204,7 @@ def _eval(args: argparse.Namespace) -> int:
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.compare import compare_retrievers, load_qa, report_json
     from ralm.retrieval.encoders import DualEncoder
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.hybrid import HybridRetriever, fusion_weights
     from ralm.retrieval.search import dense_retriever_for, load_retriever, open_index_dir
 
     _check_args(args)
@@ -267,14 +267,12 @@ def _eval(args: argparse.Namespace) -> int:
     for method in args.hybrid or []:
         if not dense:
             raise RalmError("--hybrid needs a dense retriever (--dense or --index)")
-        equal_rrf = method == "rrf" and args.dense_weight == 0.5  # 1 and 1: the usual RRF scores
-        w = None if equal_rrf else [1.0 - args.dense_weight, args.dense_weight]
         tag = "" if args.dense_weight == 0.5 else f"@{args.dense_weight:g}"
         retrievers[f"hybrid:{method}{tag}({sparse[0]}+{dense[0]})"] = HybridRetriever(
             [retrievers[sparse[0]], retrievers[dense[0]]],
             len(store),
             method=method,
-            weights=w,
+            weights=fusion_weights(method, args.dense_weight),
             depth=args.fusion_depth,
             rrf_k=args.rrf_k,
         )

@@ -31,6 +31,14 @@ from ralm.retrieval.base import ExcludeIds, Retriever, SearchResult, check_queri
 METHODS = ("rrf", "weighted")
 
 
+def fusion_weights(method: str, dense_weight: float) -> list[float] | None:
+    """The weights of [BM25, dense] for `--dense-weight` w: [1 - w, w], except RRF at the equal
+    weight 0.5, which keeps the usual RRF scores (None: 1 and 1)."""
+    if method == "rrf" and dense_weight == 0.5:
+        return None
+    return [1.0 - dense_weight, dense_weight]
+
+
 def fuse_rankings(
     ids: Sequence[np.ndarray],
     scores: Sequence[np.ndarray],

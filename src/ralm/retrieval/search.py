@@ -323,14 +323,14 @@ def load_retriever(
     sparse = _index_bm25(path, ds, manifest, bm25_options, log)
     if kind == "bm25":
         return ds, sparse
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.hybrid import HybridRetriever, fusion_weights
 
     return ds, HybridRetriever(
         [sparse, _index_dense(path, ds, manifest)],
         len(ds),
         method=fusion,
         depth=depth,
-        weights=None if dense_weight == 0.5 else [1.0 - dense_weight, dense_weight],  # None: 1 and 1
+        weights=fusion_weights(fusion, dense_weight),
     )
 
 
