@@ -108,14 +108,6 @@ def _by_length(rows: Rows) -> list[int]:
     return sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
 
 
-def _inverse(order: list[int]) -> list[int]:
-    """The permutation that puts rows taken in `order` back in their original places."""
-    inv = [0] * len(order)
-    for pos, i in enumerate(order):
-        inv[i] = pos
-    return inv
-
-
 def contrastive_step(
     encoder: DualEncoder,
     q_rows: Rows,
@@ -163,17 +155,15 @@ def contrastive_step(
             states.append(_rng_state(device))
             with torch.no_grad():
                 vecs.append(_forward(tower, srows[sl], device, amp))
-        plans.append((tower, srows, slices, states, kept, order))
-        parts.append(torch.cat(vecs)[torch.as_tensor(_inverse(order), device=device)])
+        order_t = torch.as_tensor(order, device=device)
+        plans.append((tower, srows, slices, states, kept, order_t))
+        parts.append(torch.cat(vecs)[torch.argsort(order_t)])  # back in the caller's row order
     q = parts[0].requires_grad_(True)
     d = parts[1].requires_grad_(True)
     scores = encoder.score(q, d)
     loss = contrastive_loss(scores, tgt, m, temperature)
     loss.backward()  # gradients of the loss with respect to every vector: q.grad, d.grad
-    grads = [
-        g[torch.as_tensor(order, device=device)]
-        for g, (*_, order) in zip((q.grad, d.grad), plans, strict=True)
-    ]
+    grads = [g[order_t] for g, (*_, order_t) in zip((q.grad, d.grad), plans, strict=True)]
     # pass 2: the kept graphs first (freeing them), then each other mini-batch again with autograd
     # and the same dropout, back-propagating its slice of the vectors' gradient
     for (_, _, slices, _, kept, _), g in zip(plans, grads, strict=True):
