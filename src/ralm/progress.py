@@ -60,10 +60,6 @@ class _Lines:
         self.stream.flush()
 
 
-class _LineBar(_std_tqdm):
-    """tqdm writing whole lines through `_Lines` (see the module docstring)."""
-
-
 def tqdm(*args: Any, **kwargs: Any) -> Any:
     """A tqdm bar (same arguments) suited to its stream: tqdm.auto's in a terminal or notebook,
     else one that prints a line at most every `log_interval()` seconds."""
@@ -72,7 +68,7 @@ def tqdm(*args: Any, **kwargs: Any) -> Any:
         return _auto_tqdm(*args, **kwargs)
     every = max(float(kwargs.get("mininterval", 0.1)), log_interval())
     kwargs.update(file=_Lines(stream), mininterval=every, maxinterval=max(every, 1.0))
-    return _LineBar(*args, **kwargs)
+    return _std_tqdm(*args, **kwargs)  # the plain-text bar, writing whole lines through _Lines
 
 
 tqdm.write = _auto_tqdm.write  # type: ignore[attr-defined]
