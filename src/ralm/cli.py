@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ralm.serve import cli as serve_cli
 
     serve_cli.register(sub)
+    from ralm.rag import cli as rag_cli
+
+    rag_cli.register(sub)
     try:  # the lecture's LMs; optional while that subpackage is being built
         from ralm.lm import cli as lm_cli
     except ImportError:

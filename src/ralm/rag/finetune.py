@@ -1,0 +1,225 @@
+"""RAG fine-tuning of the generator: (question + retrieved passages -> answer), the loss on the answer.
+
+As RA-DIT's LM fine-tuning and Atlas/RAG's generator training do, the causal LM reads the prompt
+that `ralm rag eval` would give it (the same `PromptBuilder`) and learns to produce the gold
+answer; cross-entropy counts only the answer turn's tokens (the answer and its end-of-turn
+token), averaged over those tokens in the batch. The closed-book control is trained the same
+way with no passages. With `gold="mix"`, a training question whose retrieved top-k lacks its gold
+passage gets it in place of a random one of them with probability `gold_rate`, so the model also
+sees a passage that holds the answer (RA-DIT trains on retrieved passages only: `gold="off"`).
+
+Full fine-tuning suits small models; `lora_r > 0` trains LoRA adapters (peft, all linear layers)
+and merges them into the weights at the end, so the output loads like any causal LM. AdamW,
+linear warm-up and decay, gradient clipping, bf16 autocast where the device has it. The model is
+saved as safetensors with its config and tokenizer (`save_generator`), which `--lm DIR` loads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ralm.errors import RalmError
+from ralm.rag.prompt import PromptBuilder, TrainingExample, passage_text
+
+__all__ = ["GeneratorTrainConfig", "save_generator", "train_generator", "training_examples"]
+
+
+@dataclass
+class GeneratorTrainConfig:
+    """Optimisation of the generator: epochs, learning rate, batch, LoRA rank (0 = full fine-tuning)."""
+
+    epochs: float = 2.0
+    lr: float = 5e-5
+    batch_size: int = 16
+    warmup: float = 0.05
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    lora_r: int = 0
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    seed: int = 0
+
+    def check(self) -> None:
+        """RalmError for a value no run can use."""
+        if self.epochs <= 0 or self.lr <= 0 or self.batch_size < 1 or self.lora_r < 0:
+            raise RalmError("--epochs and --lr must be > 0, --batch-size >= 1, --lora-r >= 0")
+
+
+def training_examples(
+    builder: PromptBuilder,
+    questions: Sequence,
+    passages: Sequence[Sequence] | None,
+    k: int,
+    *,
+    gold: str = "off",
+    gold_rate: float = 0.5,
+    seed: int = 0,
+) -> list[TrainingExample]:
+    """One example per question with a string answer (its first), passages None = closed-book."""
+    if gold not in ("off", "mix"):
+        raise RalmError(f"--gold-passage {gold}: choose off or mix")
+    rng = random.Random(seed)
+    out = []
+    for i, q in enumerate(questions):
+        if q.regex or not q.answers:
+            continue
+        texts: list[str] = []
+        if passages is not None:
+            texts = [passage_text(p.title, p.text) for p in passages[i][:k]]
+            if gold == "mix" and q.gold and q.gold not in texts and rng.random() < gold_rate:
+                if texts:
+                    texts[rng.randrange(len(texts))] = q.gold
+                else:
+                    texts = [q.gold]
+        out.append(builder.training_example(q.question, texts, q.answers[0]))
+    if not out:
+        raise RalmError("no training question has a string answer; RAG fine-tuning needs gold answer strings")
+    return out
+
+
+def _batches(examples: Sequence[TrainingExample], batch_size: int, rng: random.Random) -> list[list[int]]:
+    """Shuffled batches of similar lengths: shuffle, sort within windows of 50 batches, shuffle batches."""
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    window = batch_size * 50
+    batches = []
+    for s in range(0, len(order), window):
+        part = sorted(order[s : s + window], key=lambda i: len(examples[i].input_ids))
+        batches += [part[j : j + batch_size] for j in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def _collate(examples: Sequence[TrainingExample], pad: int, device) -> tuple[torch.Tensor, ...]:
+    width = max(len(e.input_ids) for e in examples)
+    x = torch.full((len(examples), width), pad, dtype=torch.long)
+    y = torch.full((len(examples), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for r, e in enumerate(examples):
+        n = len(e.input_ids)
+        x[r, :n] = torch.as_tensor(e.input_ids)
+        y[r, :n] = torch.as_tensor(e.labels)
+        mask[r, :n] = 1
+    return x.to(device), mask.to(device), y.to(device)
+
+
+def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(mean cross-entropy over the labelled positions, their count): logits (B, T, V) predict labels
+    (B, T) shifted by one (position t predicts token t + 1); -100 marks positions without loss."""
+    target = labels[:, 1:]
+    n = int((target != -100).sum())
+    loss = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+        target.reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+    )
+    return loss / max(n, 1), n
+
+
+def train_generator(
+    model: torch.nn.Module,
+    tokenizer,
+    examples: Sequence[TrainingExample],
+    cfg: GeneratorTrainConfig,
+    *,
+    device: torch.device,
+    autocast: torch.dtype | None,
+    log: Callable[[str], None] = print,
+    progress: bool = False,
+) -> tuple[torch.nn.Module, dict]:
+    """Fine-tune `model` (in place; LoRA merged at the end) on `examples`; returns (model, stats)."""
+    from ralm.progress import tqdm
+    from ralm.retrieval.encoders import autocast_context
+
+    cfg.check()
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    if cfg.lora_r:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError:
+            raise RalmError("--lora-r needs peft: pip install peft (in ralm's [rag] extra)") from None
+        lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules="all-linear", task_type="CAUSAL_LM")  # fmt: skip
+        model = get_peft_model(model, lcfg)
+    model.to(device).train()
+    for p in model.parameters():
+        if not cfg.lora_r:
+            p.requires_grad_(True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    per_epoch = math.ceil(len(examples) / cfg.batch_size)
+    total = max(1, int(round(per_epoch * cfg.epochs)))
+    warm = int(cfg.warmup * total)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / max(warm, 1) if s < warm else max(0.0, (total - s) / max(total - warm, 1))
+    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    t0, step, seen_tokens, losses = time.perf_counter(), 0, 0, []
+    with tqdm(total=total, disable=not progress, unit="step", desc="rag train") as bar:
+        while step < total:
+            for batch in _batches(examples, cfg.batch_size, rng):
+                if step >= total:
+                    break
+                x, mask, y = _collate([examples[i] for i in batch], pad, device)
+                with autocast_context(device, autocast):
+                    logits = model(input_ids=x, attention_mask=mask, use_cache=False).logits
+                loss, n = answer_loss(logits, y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                opt.step()
+                sched.step()
+                step += 1
+                seen_tokens += int(mask.sum())
+                losses.append(float(loss.detach()))
+                bar.update(1)
+                if step % 50 == 0 or step == total:
+                    log(f"step {step}/{total}: answer loss {sum(losses[-50:]) / len(losses[-50:]):.4f}")
+    if cfg.lora_r:
+        model = model.merge_and_unload()
+    model.eval()
+    seconds = time.perf_counter() - t0
+    tail = losses[-max(1, len(losses) // 10) :]  # the last tenth of the steps
+    stats = {"steps": step, "examples": len(examples), "seconds": seconds, "tokens": seen_tokens,
+             "first_loss": losses[0] if losses else None, "final_loss": sum(tail) / max(len(tail), 1)}  # fmt: skip
+    return model, stats
+
+
+def save_generator(model: torch.nn.Module, tokenizer, out: str | os.PathLike) -> Path:
+    """OUT/ with config.json, model.safetensors (tied weights once) and the tokenizer, atomically;
+    `AutoModelForCausalLM.from_pretrained(OUT)` and `ralm rag eval --lm OUT` load it."""
+    from safetensors.torch import save_model
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        cfg = model.config
+        for attr in ("gguf_file", "_name_or_path"):
+            if hasattr(cfg, attr):
+                setattr(cfg, attr, "" if attr == "_name_or_path" else None)
+        cfg.to_json_file(str(tmp / "config.json"))
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.to_json_file(str(tmp / "generation_config.json"))
+        save_model(model, str(tmp / "model.safetensors"))
+        tokenizer.save_pretrained(str(tmp))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -1,0 +1,189 @@
+"""REPLUG LSR: train a dense retriever's query tower toward the passages the frozen LM prefers.
+
+REPLUG (Shi et al. 2023, section 4): for a training question x with gold answer y and its top-n
+passages D' from the current retriever,
+
+    P_R(d | x) = softmax_d( s(d, x) / gamma )                 the retrieval likelihood
+    Q(d | x, y) = softmax_d( log P_LM(y | d, x) / beta )      the LM's preference
+    loss = KL( P_R || Q ), averaged over the batch
+
+and only the retriever is updated; the LM stays frozen. Here s is the encoder's own scaled score
+(`DualEncoder.scale_scores` of q . d, so gamma = 1 keeps the temperature it was trained with),
+log P_LM(y | d, x) is the summed log-probability of the answer turn after the RAG prompt with
+passage d alone (`lm_preferences`, the same `PromptBuilder` as generation), and beta = 1 makes Q
+the posterior over D' under a uniform prior. The document tower and the index stay fixed (the
+passage vectors are read from the index's embeddings.npy), so the index needs no refresh: the
+deviation from REPLUG, which re-embeds its corpus every T steps, is that D' is the starting
+retriever's top-n, fixed for the run. `index_with_query_tower` writes a copy of the index
+(hard links) whose encoder has the trained query tower, which every ralm command then loads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ralm.errors import RalmError
+
+__all__ = ["LSRConfig", "index_with_query_tower", "lm_preferences", "lsr_loss", "train_lsr"]
+
+
+@dataclass
+class LSRConfig:
+    """LSR training: candidates per question, temperatures, optimisation."""
+
+    n: int = 20
+    gamma: float = 1.0
+    beta: float = 1.0
+    epochs: float = 1.0
+    lr: float = 2e-5
+    batch_size: int = 32
+    seed: int = 0
+
+    def check(self) -> None:
+        """RalmError for a value no run can use."""
+        if (
+            self.n < 2
+            or self.gamma <= 0
+            or self.beta <= 0
+            or self.epochs <= 0
+            or self.lr <= 0
+            or self.batch_size < 1
+        ):
+            raise RalmError("LSR needs -n >= 2, --gamma/--beta/--epochs/--lr > 0 and --batch-size >= 1")
+
+
+def lsr_loss(
+    retrieval_scores: torch.Tensor, lm_logp: torch.Tensor, gamma: float = 1.0, beta: float = 1.0
+) -> torch.Tensor:
+    """Mean over the batch of KL(P_R || Q): retrieval_scores (B, n) s(d, x); lm_logp (B, n) log P_LM(y|d, x).
+
+    Example: scores [[0, 0]] and lm_logp [[0, log 3]] -> P_R = (.5, .5), Q = (.25, .75),
+    KL = .5 log(.5/.25) + .5 log(.5/.75) = 0.1438.
+    """
+    log_p = torch.log_softmax(retrieval_scores.float() / gamma, dim=-1)
+    log_q = torch.log_softmax(lm_logp.float() / beta, dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+
+
+def lm_preferences(lm, builder, questions: Sequence, passages: Sequence[Sequence], batch_tokens: int = 16384,
+                   progress: bool = False) -> np.ndarray:  # fmt: skip
+    """(Q, n) log P_LM(first answer | prompt with passage d alone), summed over the answer turn."""
+    from ralm.frozen.lm import ScoreJob
+    from ralm.progress import tqdm
+    from ralm.rag.prompt import passage_text
+
+    n = min(len(p) for p in passages)
+    jobs = []
+    for q, ps in tqdm(list(zip(questions, passages, strict=True)), disable=not progress, desc="lsr prompts"):
+        for p in ps[:n]:
+            ex = builder.training_example(q.question, [passage_text(p.title, p.text)], q.answers[0])
+            ids = np.asarray(ex.input_ids, dtype=np.int64)
+            pos = np.flatnonzero(np.asarray(ex.labels[1:]) != -100)
+            jobs.append(ScoreJob(ids, pos, ids[pos + 1]))
+    scores = lm.score(jobs, batch_tokens=batch_tokens)
+    return np.asarray([s.sum() for s in scores], dtype=np.float64).reshape(len(questions), n)
+
+
+def train_lsr(
+    encoder,
+    questions: Sequence,
+    candidates: np.ndarray,
+    doc_vectors: np.ndarray,
+    lm_logp: np.ndarray,
+    cfg: LSRConfig,
+    *,
+    device: torch.device,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Train `encoder.query_tower` in place: candidates (Q, n) chunk ids, doc_vectors (N, d) the index's
+    vectors, lm_logp (Q, n). Returns stats (steps, seconds, first and final loss)."""
+    cfg.check()
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    tower = encoder.query_tower.to(device).train()
+    params = [p for p in tower.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    docs = (
+        torch.as_tensor(doc_vectors[candidates.reshape(-1)], dtype=torch.float32)
+        .reshape(*candidates.shape, -1)
+        .to(device)
+    )
+    target = torch.as_tensor(lm_logp, dtype=torch.float32, device=device)
+    per_epoch = math.ceil(len(questions) / cfg.batch_size)
+    total = max(1, int(round(per_epoch * cfg.epochs)))
+    losses, step, t0 = [], 0, time.perf_counter()
+    while step < total:
+        order = list(range(len(questions)))
+        rng.shuffle(order)
+        for s in range(0, len(order), cfg.batch_size):
+            if step >= total:
+                break
+            rows = order[s : s + cfg.batch_size]
+            inputs = encoder.tokenize_queries([questions[i].question for i in rows])
+            q = tower(**{k: v.to(device) for k, v in inputs.items()})
+            scores = encoder.scale_scores(torch.einsum("bd,bnd->bn", q, docs[rows]))
+            loss = lsr_loss(scores, target[rows], cfg.gamma, cfg.beta)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            losses.append(float(loss.detach()))
+            if step % 20 == 0 or step == total:
+                log(f"lsr step {step}/{total}: KL {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+    tower.eval()
+    return {"steps": step, "seconds": time.perf_counter() - t0, "first_loss": losses[0],
+            "final_loss": sum(losses[-20:]) / len(losses[-20:])}  # fmt: skip
+
+
+def index_with_query_tower(src: str | os.PathLike, encoder, out: str | os.PathLike) -> Path:
+    """A copy of index `src` at `out` (files hard-linked where possible) whose encoder is `encoder`.
+
+    The doc tower must be the index's own (same fingerprint): the stored vectors stay valid.
+    """
+    from ralm.retrieval.index_dir import index_records
+    from ralm.retrieval.search import MANIFEST, open_index_dir
+
+    src, out = Path(src), Path(out)
+    _, manifest = open_index_dir(src)
+    if encoder.fingerprint("doc") != manifest["doc_encoder_fingerprint"]:
+        raise RalmError(
+            f"{src}: the trained encoder's doc tower differs from the index's; LSR keeps it fixed"
+        )
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    try:
+        shutil.copytree(src, tmp, copy_function=link, ignore=lambda d, names: [n for n in names if
+                        (Path(d) == src and n in ("encoder", MANIFEST))])  # fmt: skip
+        encoder.save(tmp / "encoder")
+        manifest = {
+            **manifest,
+            "encoder_fingerprint": encoder.fingerprint("all"),
+            **index_records(tmp, manifest["bm25"]),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

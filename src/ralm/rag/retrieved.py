@@ -1,0 +1,116 @@
+"""The passages retrieved for each question, kept as a portable file.
+
+`retrieve(questions, retriever, store, k)` runs one batched search (any ralm retriever: dense,
+BM25 with language analysis, hybrid) and returns, per question, its top-k `Passage`s with their
+ids, scores and texts. `write_retrieved`/`read_retrieved` keep them as JSONL, one line per
+question (`{"id", "question", "passages": [{"id", "score", "title", "text"}]}`), so retrieval can
+run once, on the machine that holds the index, and generation elsewhere (`--retrieved FILE`).
+
+`rerank_by_lm(lm, questions, passages, k)`: zero-shot reranking by the LM's likelihood of the
+question given each passage (UPR, Sachan et al. 2022): mean log p(question tokens | "Passage:
+<text>\\nQuestion:"); the top k by that score are kept, in that order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ralm.errors import RalmError
+
+__all__ = ["Passage", "read_retrieved", "rerank_by_lm", "retrieve", "write_retrieved"]
+
+
+@dataclass
+class Passage:
+    """A retrieved chunk: its DocStore id (-1 for a passage given as text), retrieval score and text."""
+
+    id: int
+    score: float
+    title: str
+    text: str
+
+
+def retrieve(questions, retriever, store, k: int) -> list[list[Passage]]:
+    """Top-k passages of each question (fewer when the retriever finds fewer), one batched search."""
+    from ralm.frozen.retrieve import search_blocks
+
+    hits, _ = search_blocks(retriever, [q.question for q in questions], k)
+    ids = sorted({h.id for row in hits for h in row})
+    rows = dict(zip(ids, store.get_many(ids), strict=True)) if ids else {}
+    return [
+        [Passage(h.id, h.score, rows[h.id].get("title") or "", rows[h.id]["text"]) for h in row]
+        for row in hits
+    ]
+
+
+def write_retrieved(path: str | os.PathLike, questions, passages: Sequence[Sequence[Passage]]) -> Path:
+    """Write the retrieval file atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as f:
+        for q, ps in zip(questions, passages, strict=True):
+            f.write(json.dumps({"id": q.id, "question": q.question, "passages": [asdict(p) for p in ps]},
+                               ensure_ascii=False) + "\n")  # fmt: skip
+    os.replace(tmp, path)
+    return path
+
+
+def read_retrieved(path: str | os.PathLike, questions) -> list[list[Passage]]:
+    """Passages per question from a retrieval file; RalmError naming a question the file lacks."""
+    path = Path(path)
+    if not path.is_file():
+        raise RalmError(f"{path}: no such retrieval file; write one with `ralm rag retrieve`")
+    by_id: dict[str, list[Passage]] = {}
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                by_id[str(rec["id"])] = [
+                    Passage(int(p["id"]), float(p["score"]), str(p.get("title") or ""), str(p["text"]))
+                    for p in rec["passages"]
+                ]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise RalmError(f"{path}:{n}: not a retrieval line ({type(exc).__name__}: {exc})") from None
+    missing = [q.id for q in questions if q.id not in by_id]
+    if missing:
+        raise RalmError(
+            f"{path}: has no passages for question {missing[0]!r} ({len(missing)} missing); "
+            "retrieve for this question file with `ralm rag retrieve`"
+        )
+    return [by_id[q.id] for q in questions]
+
+
+def rerank_by_lm(lm, questions, passages: Sequence[Sequence[Passage]], k: int, batch_tokens: int = 16384):
+    """Each question's passages reordered by mean log p(question | passage) under `lm`, top k kept."""
+    from ralm.frozen.lm import ScoreJob
+    from ralm.rag.prompt import passage_text
+
+    jobs, where = [], []
+    for qi, (q, ps) in enumerate(zip(questions, passages, strict=True)):
+        target = lm.encode([" " + q.question.strip()])[0]
+        if not target:
+            continue
+        for pi, p in enumerate(ps):
+            head = lm.encode([f"Passage: {passage_text(p.title, p.text)}\nQuestion:"])[0][-1536:]
+            ids = np.asarray(head + target, dtype=np.int64)
+            pos = np.arange(len(head) - 1, len(ids) - 1)
+            jobs.append(ScoreJob(ids, pos, ids[pos + 1]))
+            where.append((qi, pi))
+    scores = lm.score(jobs, batch_tokens=batch_tokens)
+    best: list[dict[int, float]] = [{} for _ in passages]
+    for (qi, pi), s in zip(where, scores, strict=True):
+        best[qi][pi] = float(np.mean(s))
+    out = []
+    for qi, ps in enumerate(passages):
+        order = sorted(range(len(ps)), key=lambda i: (-best[qi].get(i, -np.inf), i))[:k]
+        out.append([Passage(ps[i].id, best[qi].get(i, ps[i].score), ps[i].title, ps[i].text) for i in order])
+    return out
