@@ -149,7 +149,7 @@ def replug(
     groups[q]: the prompt ids of question q, one per passage; weights[q]: their mixture weights
     (summing to 1). `batch_size` counts prompts (passages), so a batch holds whole questions.
     """
-    from ralm.retrieval.encoders import autocast_context
+    from ralm.retrieval.encoders import autocast_context, quiet_transformers
 
     tok = lm.tokenizer
     stop = list(stop_ids) if stop_ids is not None else stop_token_ids(tok)
@@ -174,7 +174,7 @@ def replug(
         cache = None
         inp, inp_pos = x, pos
         for _ in range(max_new_tokens):
-            with autocast_context(lm.device, lm.autocast), warnings.catch_warnings():
+            with autocast_context(lm.device, lm.autocast), warnings.catch_warnings(), quiet_transformers():
                 warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
                 res = lm.model(
                     input_ids=inp,

@@ -1,0 +1,241 @@
+"""`ralm rag` end to end on a tiny chat LM and a small corpus: retrieve, eval, train, lsr, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ralm.cli import main
+
+ARTICLES = [
+    ("Oslo", "Oslo is the capital of Norway . The city lies at the end of the fjord ."),
+    ("Bergen", "Bergen is a city on the west coast of Norway . It rains a lot in Bergen ."),
+    ("Lincoln", "Abraham Lincoln was the 16th president of the United States . He was born in Kentucky ."),
+    ("Aristotle", "Aristotle was a Greek philosopher and a student of Plato ."),
+]
+QUESTIONS = [
+    {"question": "What is the capital of Norway ?", "answer": ["Oslo"]},
+    {"question": "Where was Abraham Lincoln born ?", "answer": ["Kentucky"]},
+    {"question": "Who taught Aristotle ?", "answer": ["Plato"]},
+]
+LM = ("--device", "cpu", "--autocast", "off")
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err.strip().splitlines()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    from ralm.corpus.build import BuildConfig, build_docstore
+
+    d = tmp_path_factory.mktemp("rag-corpus")
+    src = d / "docs.jsonl"
+    src.write_text("".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in ARTICLES), encoding="utf-8")
+    return build_docstore(
+        [src], d / "store", BuildConfig(chunk_size=32), progress=False, log=lambda m: None
+    ).root
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, store, tiny_dir):
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.encoders import EncoderConfig
+    from ralm.retrieval.search import build_index_dir
+
+    out = tmp_path_factory.mktemp("rag-index") / "index"
+    build_index_dir(DocStore(store), out, encoder=str(tiny_dir), encoder_config=EncoderConfig(max_length=32),
+                    bm25=True, progress=False, log=lambda m: None)  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def questions(tmp_path_factory):
+    p = tmp_path_factory.mktemp("rag-q") / "test.jsonl"
+    p.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS), encoding="utf-8")
+    return p
+
+
+def _read_jsonl(p):
+    return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines()]
+
+
+def test_eval_rows_predictions_and_results(capsys, chat_lm_dir, chat_lm, store, questions, tmp_path):
+    from ralm.corpus.docstore import DocStore
+    from ralm.rag.generate import answer_text, greedy
+    from ralm.rag.prompt import PromptBuilder, passage_text
+    from ralm.retrieval.bm25 import BM25Retriever
+
+    out = tmp_path / "rag"
+    code, stdout, err = run(capsys, "rag", "eval", questions, "--lm", chat_lm_dir, "--corpus", store, "--mode",
+                            "closed-book", "rag", "replug", "-k", "1", "2", "--max-new-tokens", "5", "--no-progress", "--out", out, *LM)  # fmt: skip
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == [
+        "closed-book",
+        "rag-k1",
+        "rag-k2",
+        "replug-k1",
+        "replug-k2",
+    ]
+    assert "| rag-k2 |" in stdout
+    ds = DocStore(store)
+    bm25 = BM25Retriever.build(ds, lang="en")
+    top = bm25.search_text([q["question"] for q in QUESTIONS], 2)
+    preds = _read_jsonl(out / "rag-k2" / "predictions.jsonl")
+    want = [
+        [int(i) for i, s in zip(r, sc, strict=True) if i >= 0 and s > 0]
+        for r, sc in zip(top.ids, top.scores, strict=True)
+    ]
+    assert [p["retrieved"] for p in preds] == want  # BM25 hits scoring 0 share no word: left out
+    b = PromptBuilder(chat_lm.tokenizer, 512 - 5)
+    for p, row in zip(preds, want, strict=True):
+        rows = [ds.get(i) for i in row]
+        prompt = b.ids(p["question"], [passage_text(r["title"], r["text"]) for r in rows])
+        assert p["prompt"] == chat_lm.tokenizer.decode(prompt)
+        assert p["prediction"] == answer_text(
+            chat_lm.tokenizer, greedy(chat_lm, [prompt], max_new_tokens=5)[0]
+        )
+    res = json.loads((out / "rag-k2" / "results.json").read_text())
+    assert res["task"] == "rag-qa" and res["mode"] == "rag" and res["retrieval"] is True
+    hits = [any(p["answer_in_passages"]) for p in preds]
+    assert res["metrics"]["recall@1"] == pytest.approx(
+        100 * np.mean([p["answer_in_passages"][0] for p in preds])
+    )
+    assert res["summary"]["test"]["em"]["mean"] == pytest.approx(
+        100 * np.mean([p["em"] for p in preds]), abs=1e-3
+    )
+    assert len(hits) == 3
+    closed = json.loads((out / "closed-book" / "results.json").read_text())
+    assert closed["retrieval"] is False
+    code, table, err = run(capsys, "table", out / "closed-book", out / "rag-k2")
+    assert code == 0 and "rag-k2" in table
+
+
+def test_a_retrieval_file_gives_the_same_answers(capsys, chat_lm_dir, store, questions, tmp_path):
+    f = tmp_path / "test.retrieved.jsonl"
+    code, _, err = run(capsys, "rag", "retrieve", questions, "--corpus", store, "-k", "3", "--out", f)
+    assert code == 0, err
+    assert [len(json.loads(x)["passages"]) for x in f.read_text().splitlines()] == [
+        2,
+        1,
+        1,
+    ]  # BM25 hits > 0 only
+    args = ("--lm", chat_lm_dir, "--mode", "rag", "-k", "2", "--max-new-tokens", "4", "--no-progress", *LM)
+    assert run(capsys, "rag", "eval", questions, "--corpus", store, "--out", tmp_path / "a", *args)[0] == 0
+    assert run(capsys, "rag", "eval", questions, "--retrieved", f, "--out", tmp_path / "b", *args)[0] == 0
+    a = _read_jsonl(tmp_path / "a" / "predictions.jsonl")
+    b = _read_jsonl(tmp_path / "b" / "predictions.jsonl")
+    assert [(x["retrieved"], x["prediction"]) for x in a] == [(x["retrieved"], x["prediction"]) for x in b]
+
+
+def test_cut_prompts_are_said_once(capsys, chat_lm_dir, store, questions, tmp_path):
+    code, _, err = run(capsys, "rag", "eval", questions, "--lm", chat_lm_dir, "--corpus", store, "-k", "3",
+                       "--max-prompt-tokens", "120", "--max-new-tokens", "2", "--no-progress", "--out", tmp_path / "o", *LM)  # fmt: skip
+    assert code == 0, err
+    notes = [line for line in err if "cut to fit" in line]
+    assert notes == ["note: 3 prompts had their passages cut to fit 120 tokens"]
+
+
+def test_bad_input_is_one_line(capsys, chat_lm_dir, tiny_dir, store, questions, tmp_path):
+    noans = tmp_path / "noans.jsonl"
+    noans.write_text(json.dumps({"question": "Who?", "answer": []}) + "\n")
+    code, _, err = run(
+        capsys, "rag", "eval", noans, "--lm", chat_lm_dir, "--corpus", store, "--out", tmp_path / "x", *LM
+    )
+    assert code == 2 and len(err) == 1 and f"{noans}: no question has an answer" in err[0]
+    code, _, err = run(
+        capsys,
+        "rag",
+        "eval",
+        questions,
+        "--lm",
+        tiny_dir,
+        "--mode",
+        "closed-book",
+        "--out",
+        tmp_path / "y",
+        *LM,
+    )
+    assert code == 2 and len(err) == 1 and str(tiny_dir) in err[0]
+    code, _, err = run(
+        capsys,
+        "rag",
+        "eval",
+        questions,
+        "--lm",
+        chat_lm_dir,
+        "--mode",
+        "oracle",
+        "--out",
+        tmp_path / "z",
+        *LM,
+    )
+    assert code == 2 and err == [
+        "ralm: error: --mode oracle needs gold passages: a SQuAD file (its contexts) has them"
+    ]
+    code, _, err = run(
+        capsys, "rag", "eval", questions, "--lm", chat_lm_dir, "--mode", "rag", "--out", tmp_path / "w", *LM
+    )
+    assert code == 2 and err == [
+        "ralm: error: --mode rag needs passages: pass --index, --corpus or --retrieved"
+    ]
+    assert not (tmp_path / "w").exists()
+
+
+def test_oracle_uses_the_chunk_of_a_squad_context(capsys, chat_lm_dir, store, tmp_path):
+    from ralm.corpus.docstore import DocStore
+
+    ctx = ARTICLES[3][1]
+    squad = {"data": [{"title": "Aristotle", "paragraphs": [{"context": ctx, "qas": [
+        {"id": "q1", "question": "Who taught Aristotle ?", "answers": [{"text": "Plato", "answer_start": ctx.index("Plato")}]}]}]}]}  # fmt: skip
+    f = tmp_path / "squad.json"
+    f.write_text(json.dumps(squad))
+    code, _, err = run(capsys, "rag", "eval", f, "--lm", chat_lm_dir, "--corpus", store, "--mode", "oracle",
+                       "--max-new-tokens", "2", "--no-progress", "--out", tmp_path / "o", *LM)  # fmt: skip
+    assert code == 0, err
+    ds = DocStore(store)
+    chunk = next(ds.get(i) for i in range(len(ds)) if "Plato" in ds.get(i)["text"])
+    pred = _read_jsonl(tmp_path / "o" / "predictions.jsonl")[0]
+    assert f"Passage 1: Aristotle\n{chunk['text']}" in pred["prompt"]
+
+
+def test_train_saves_a_generator_that_eval_loads(capsys, chat_lm_dir, store, questions, tmp_path):
+    out = tmp_path / "gen"
+    code, stdout, err = run(capsys, "rag", "train", questions, "--lm", chat_lm_dir, "--corpus", store, "-k", "2",
+                            "--epochs", "2", "--batch-size", "2", "--no-progress", "--out", out, *LM)  # fmt: skip
+    assert code == 0, err
+    stats = json.loads((out / "train.json").read_text())
+    assert stats["stats"]["steps"] == 4 and stats["stats"]["examples"] == 3 and stats["k"] == 2
+    assert (out / "model" / "model.safetensors").is_file()
+    code, _, err = run(capsys, "rag", "eval", questions, "--lm", out / "model", "--mode", "closed-book",
+                       "--max-new-tokens", "2", "--no-progress", "--out", tmp_path / "e", *LM)  # fmt: skip
+    assert code == 0, err
+
+
+def test_lsr_writes_an_index_with_the_trained_query_tower(capsys, chat_lm_dir, index, questions, tmp_path):
+    import torch
+
+    from ralm.retrieval.index_dir import verify_index_dir
+    from ralm.retrieval.search import load_retriever
+
+    out = tmp_path / "lsr"
+    code, stdout, err = run(capsys, "rag", "lsr", questions, "--lm", chat_lm_dir, "--index", index, "-n", "3",
+                            "--epochs", "2", "--lr", "1e-3", "--batch-size", "2", "--no-progress", "--out", out, *LM)  # fmt: skip
+    assert code == 0, err
+    assert verify_index_dir(out / "index").problems == []
+    _, before = load_retriever(index, "dense")
+    _, after = load_retriever(out / "index", "dense")
+    assert np.array_equal(np.load(index / "embeddings.npy"), np.load(out / "index" / "embeddings.npy"))
+    qa = dict(before.encoder.query_tower.named_parameters())
+    changed = [n for n, p in after.encoder.query_tower.named_parameters() if not torch.equal(p, qa[n])]
+    assert changed  # the query tower moved ...
+    for (n, p), (_, q) in zip(
+        before.encoder.doc_tower.named_parameters(), after.encoder.doc_tower.named_parameters(), strict=True
+    ):
+        assert torch.equal(p, q), n  # ... the doc tower did not
+    info = json.loads((out / "lsr.json").read_text())
+    assert info["questions"] == 3 and info["stats"]["steps"] == 4
