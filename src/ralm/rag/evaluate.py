@@ -5,7 +5,8 @@ Modes (`MODES`), each a row of a results table:
   rag          the top-k retrieved passages in the prompt (In-Context RALM / FlashRAG "standard");
   replug       one prompt per passage, next-token distributions mixed by the passage weights
                (softmax of retrieval score / `replug_temperature`) at every step;
-  oracle       the question's gold passage alone (questions without one are left out, counted).
+  oracle       the question's gold passage alone (questions without one are left out, counted);
+               its recall@1 is how often that passage holds an answer.
 `run_rag` returns a `RagRun`: per-question records (question, answers, retrieved ids and scores,
 the prompt, the answer, its scores, the passages' answer hits) and metrics in percent
 (`ralm.rag.scoring.aggregate`) with seconds per question. `write_run` writes
@@ -134,7 +135,11 @@ def run_rag(
         answer = answer_text(lm.tokenizer, gen[i])
         s = score_answer(answer, q.answers, regex=q.regex, lang=cfg.lang)
         rec = {"id": q.id, "question": q.question, "answers": q.answers, "prediction": answer, **s}
-        if ps is not None:
+        if cfg.mode == "oracle":  # recall@1: how often the gold passage holds an answer
+            h = recall_hits([q.gold], q.answers, regex=q.regex, lang=cfg.lang)
+            hits.append(h)
+            rec["answer_in_passages"] = h
+        elif ps is not None and cfg.mode != "closed-book":
             h = recall_hits(
                 [passage_text(p.title, p.text) for p in ps[i]], q.answers, regex=q.regex, lang=cfg.lang
             )
