@@ -185,8 +185,9 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b26")
     ap.add_argument("--prep", type=Path, default=ROOT / "runs" / "b27" / "prep")
     ap.add_argument(
-        "--device-json", type=Path, default=None, help="report: the device run's rag_qa_device.json"
+        "--device-json", type=Path, default=ROOT / "runs" / "b27" / "device-main" / "rag_qa_device.json"
     )
+    ap.add_argument("--lsr-json", type=Path, default=None, help="report: a device run of the lsr stage alone")
     args = ap.parse_args()
     if args.stage == "prep":
         prep(args)

@@ -226,7 +226,7 @@ def slim_encoder(tower_dir: Path, device):
 @torch.inference_mode()
 def dense_search(enc, questions, docs: torch.Tensor, depth: int, device) -> tuple[np.ndarray, np.ndarray]:
     """Exact inner-product top-depth (ids, scores) of each question with the query tower (what a flat index gives)."""
-    enc.query_tower.to(device).eval()
+    enc.query_tower.eval()  # moved to the device outside inference mode (its weights must stay trainable)
     out_i, out_s = [], []
     for s in range(0, len(questions), 256):
         inputs = enc.tokenize_queries([q.question for q in questions[s : s + 256]])
@@ -269,6 +269,7 @@ def lsr_stage(b: Bench, lm, d: Data, args) -> None:
     w = fusion["bm25_weight"]
     dev = lm.device
     enc = slim_encoder(args.prep / "tower", dev)
+    enc.query_tower.to(dev)
     docs = torch.as_tensor(np.load(args.prep / "norquad_doc_vectors.npy"), dtype=torch.float32, device=dev)
     test = d.qs["test"]
     train = d.qs["train"][: args.lsr_questions]

@@ -29,9 +29,16 @@ def table(rows: list[dict], dataset: str) -> list[str]:
 
 
 def report(args) -> None:
-    src = args.device_json or Path("/work/.device") / "rag_qa_device.json"
-    data = json.loads(Path(src).read_text())
+    data = json.loads(Path(args.device_json).read_text())
     rows, st = data["rows"], data["stages"]
+    if args.lsr_json is not None:  # a second device run of the lsr stage alone, with the zero-shot LM
+        extra = json.loads(Path(args.lsr_json).read_text())
+        st["lsr"] = {**extra["stages"]["lsr"], "supervising_lm": "zero-shot SmolLM2 (its own device run)"}
+        for r in extra["rows"]:
+            rows.append({**r, "row": r["row"].replace("RAG-FT ", "zero-shot ")})
+        data["errors"] = [e for e in data.get("errors", []) if not e.startswith("lsr:")] + extra.get(
+            "errors", []
+        )
     rm = _row_map(rows)
     metrics: dict[str, float] = {}
     for r in rows:
