@@ -2,7 +2,8 @@
 
 Each endpoint checks what it can cheaply on the event loop. Search and fill then join their
 model's batching queue (ralm.serve.batched: concurrent requests run as one batch, a full queue is
-a 503 with Retry-After); the other model calls run in a worker thread (anyio.to_thread) holding
+a 503 with Retry-After), ask the generator's queue (one question at a time, ralm.serve.ask); the
+other model calls run in a worker thread (anyio.to_thread) holding
 the locks of the models they use (`Target.model_lock`, then `bm25_lock`, then `store_lock`), so
 requests never race on a model and the loop keeps answering.
 Errors a user can cause are RalmErrors: 400, or `status` where a subclass sets it (404 for an
