@@ -11,8 +11,8 @@ objects, no second copy of an index): the passages are retrieved under that retr
 `store_lock`, as a search is, and the answer is generated under `Target.generator_lock`, so a
 search never waits for a generation. /api/ask puts questions on their own queue ("generator",
 ralm.serve.batched), one at a time: the LM never runs two requests at once.
-Ask needs a corpus to retrieve from: a REALM run, an index directory or a DocStore (closed-book
-mode aside, a SUREALM or metrics-only run has nothing to give the LM; it is refused at start).
+Ask needs a corpus to retrieve from: a REALM run, an index directory or a DocStore; `--generator`
+with a SUREALM or metrics-only run is refused at start, with one line, before anything loads.
 Left out: batching questions together, sampling, streaming the answer token by token.
 """
 
@@ -27,7 +27,7 @@ from ralm.rag.ask import MAX_K, Answer, Asker
 from ralm.serve.batched import held
 from ralm.serve.loaders import Target
 
-__all__ = ["ASK_MODES", "AskConfig", "Generator", "ask_one", "attach_generator", "check_ask"]
+__all__ = ["ASK_MODES", "AskConfig", "Generator", "ask_one", "attach_generator", "check_ask", "no_corpus"]
 
 ASK_MODES = ("rag", "replug", "closed-book")
 MAX_NEW_TOKENS = 200  # the cap of --ask-max-new-tokens (as /api/generate's)
@@ -73,10 +73,7 @@ def attach_generator(t: Target, cfg: AskConfig, device: str | None = None) -> Ta
     """Load `cfg.generator` on `device` (None: auto) and give `t` the Ask page; RalmError with one
     line for a TARGET without a corpus or a model that is not a causal LM."""
     if t.store is None or not t.retrievers:
-        raise RalmError(
-            f"{t.path}: --generator needs a corpus to retrieve from; serve a REALM run, an index directory "
-            "or a DocStore with it"
-        )
+        raise no_corpus(t.path)
     from ralm.frozen.lm import load_frozen_lm
     from ralm.serve.schemas import PAGES
 
@@ -86,6 +83,14 @@ def attach_generator(t: Target, cfg: AskConfig, device: str | None = None) -> Ta
     t.generator = Generator(lm, cfg)
     t.pages = [p for p in PAGES if p in t.pages or p == "ask"]
     return t
+
+
+def no_corpus(path) -> RalmError:
+    """The error for `--generator` with a TARGET that has no corpus to retrieve from."""
+    return RalmError(
+        f"{path}: --generator needs a corpus to retrieve from; serve a REALM run, an index directory "
+        "or a DocStore with it"
+    )
 
 
 def check_ask(

@@ -167,6 +167,10 @@ def load_target(path: str | Path, device: str | None = None, log=warn, ask=None)
     """
     p = Path(path)
     kind = detect_kind(p)
+    if ask is not None and kind in ("surealm", "run"):
+        from ralm.serve.ask import no_corpus
+
+        raise no_corpus(p)
     t = {"realm": _realm, "surealm": _surealm, "index": _index, "docstore": _docstore, "run": _run}[kind](
         p, device
     )
