@@ -7,7 +7,9 @@ Fixtures (session-scoped, built once):
   serve_index      index directory of serve_store (tiny BERT towers, BM25 stored)
   serve_realm      REALM run directory on serve_store (2 steps, k=3 with the null document)
   serve_surealm    SUREALM run directory (1 step on the tiny dialogues)
-  serve_targets    {"realm" | "index" | "docstore" | "surealm": loaded ralm.serve.loaders.Target}
+  serve_chat_lm    a random 2-layer Llama with a ChatML byte-level BPE tokenizer (Ask's generator)
+  serve_ask        serve_index loaded with serve_chat_lm as its generator (the Ask page)
+  serve_targets    {"realm" | "index" | "docstore" | "surealm" | "ask": loaded ralm.serve.loaders.Target}
   serve_clients    {kind: fastapi.testclient.TestClient on create_app(that Target)}
   live_server      factory: live_server("index") -> base URL of uvicorn serving that target on
                    127.0.0.1 and a free port, in a thread (stopped at the end of the session)
@@ -157,9 +159,70 @@ def serve_surealm(tiny_dir, tmp_path_factory):
     return train(tcfg, progress=False)
 
 
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
 @pytest.fixture(scope="session")
-def serve_targets(serve_store, serve_index, serve_realm, serve_surealm):
-    """Every kind of TARGET, loaded once (CPU)."""
+def serve_chat_lm(tmp_path_factory):
+    """A random 2-layer Llama (hidden 32) on a byte-level BPE with ChatML tokens and template,
+    trained on ARTICLES (SmolLM2's layout, as tests/rag's chat LM), saved as a HF directory."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    text = ["Answer the question with a short answer, using the passages. Passage 1: Question:"]
+    bpe.train_from_iterator(
+        (text + [f"{t}\n{x}" for t, x in ARTICLES]) * 10,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )  # fmt: skip
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|im_end|>", bos_token="<|im_start|>",
+        chat_template=CHATML,
+    )  # fmt: skip
+    d = tmp_path_factory.mktemp("serve-ask") / "chat-llama"
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, architectures=["LlamaForCausalLM"],
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        tie_word_embeddings=True,
+    )  # fmt: skip
+    model = LlamaForCausalLM(cfg)
+    # a random tiny LM with tied embeddings echoes its last input token: the prompt's "\n" then the
+    # end of turn. With the special tokens' and "\n"'s embeddings (so their logits) 0, answers have words.
+    quiet = [tok.convert_tokens_to_ids(t) for t in tok.all_special_tokens] + tok.encode("\n")
+    with torch.no_grad():
+        model.get_input_embeddings().weight[quiet] = 0
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def serve_ask(serve_index, serve_chat_lm):
+    """serve_index with serve_chat_lm as Ask's generator (k=3, rag, 6 new tokens, float32 on the CPU)."""
+    import torch
+
+    from ralm.serve.ask import AskConfig
+    from ralm.serve.loaders import load_target
+
+    torch.set_num_threads(1)
+    cfg = AskConfig(str(serve_chat_lm), k=3, mode="rag", max_new_tokens=6, autocast="off")
+    return load_target(serve_index, "cpu", log=lambda m: None, ask=cfg)
+
+
+@pytest.fixture(scope="session")
+def serve_targets(serve_store, serve_index, serve_realm, serve_surealm, serve_ask):
+    """Every kind of TARGET, loaded once (CPU); "ask" is the index with a generator."""
     import torch
 
     from ralm.serve.loaders import load_target
@@ -171,6 +234,7 @@ def serve_targets(serve_store, serve_index, serve_realm, serve_surealm):
         "index": load_target(serve_index, "cpu", log=quiet),
         "realm": load_target(serve_realm, "cpu", log=quiet),
         "surealm": load_target(serve_surealm, "cpu", log=quiet),
+        "ask": serve_ask,
     }
 
 

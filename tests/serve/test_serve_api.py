@@ -22,6 +22,7 @@ def _hits(res):
 API_OF_PAGE = {
     "fill": ("POST", "/api/fill", {"text": "a [MASK]"}),
     "generate": ("POST", "/api/generate", {"prefix": "i would"}),
+    "ask": ("POST", "/api/ask", {"question": "who?"}),
     "search": ("GET", "/api/search?q=oslo", None),
     "corpus": ("GET", "/api/chunk/0", None),
     "runs": ("GET", "/api/metrics", None),
@@ -34,6 +35,7 @@ def test_info_says_what_each_target_serves(serve_clients, serve_store):
         "index": (["search", "corpus"], ["dense", "bm25", "hybrid"], None),
         "docstore": (["search", "corpus"], ["bm25"], None),
         "surealm": (["generate", "runs"], [], None),
+        "ask": (["ask", "search", "corpus"], ["dense", "bm25", "hybrid"], None),
     }
     from ralm.corpus.docstore import DocStore
 
@@ -41,13 +43,15 @@ def test_info_says_what_each_target_serves(serve_clients, serve_store):
     for kind, (pages, retrievers, mask) in want.items():
         info = serve_clients[kind].get("/api/info").json()
         assert (info["kind"], info["pages"], info["retrievers"], info["mask_token"]) == (
-            kind,
+            "index" if kind == "ask" else kind,
             pages,
             retrievers,
             mask,
         )
         assert info["chunks"] == (None if kind == "surealm" else n)
-        assert info["caps"] == {"query_chars": 1000, "k": 100, "top": 20, "max_new_tokens": 200, "beams": 8}
+        assert info["caps"] == {
+            "query_chars": 1000, "k": 100, "top": 20, "max_new_tokens": 200, "beams": 8, "ask_k": 20,
+        }  # fmt: skip
 
 
 def test_every_page_renders_and_others_are_404(serve_clients):
@@ -55,7 +59,7 @@ def test_every_page_renders_and_others_are_404(serve_clients):
         pages = c.get("/api/info").json()["pages"]
         r = c.get("/", follow_redirects=False)
         assert r.status_code == 303 and r.headers["location"].endswith("/" + pages[0])
-        for page in ("fill", "generate", "search", "corpus", "runs"):
+        for page in ("fill", "generate", "ask", "search", "corpus", "runs"):
             r = c.get(f"/{page}")
             if page in pages:
                 assert (
@@ -80,6 +84,7 @@ def test_openapi_lists_the_endpoints_and_docs_are_served_locally(serve_clients):
     assert {p: sorted(m) for p, m in spec["paths"].items()} == {
         "/api/info": ["get"], "/api/config": ["get"], "/api/metrics": ["get"], "/api/search": ["get"],
         "/api/fill": ["post"], "/api/chunk/{chunk_id}": ["get"], "/api/corpus": ["get"], "/api/generate": ["post"],
+        "/api/ask": ["post"],
     }  # fmt: skip
     schemas = spec["components"]["schemas"]
     assert schemas["FillRequest"]["properties"]["text"]["maxLength"] == 1000

@@ -3,7 +3,8 @@
 What a user sees is checked against the JSON API on the same server (itself checked against the
 library in test_serve_api.py): Search's two columns and their highlighted terms, Fill's p(z|x)
 bars (rendered widths), marginal and null mass, the `<script>` chunk rendered as text, the Runs
-charts following a growing metrics.jsonl, Generate's retrieval steps, the progress indicator.
+charts following a growing metrics.jsonl, Generate's retrieval steps, Ask's answer and passage
+links, the progress indicator.
 Every test also fails on any console error, page error, dialog or 4xx/5xx (`page.problems`).
 Where the system has no Chromium the module is skipped, and the run ends with one line saying how
 to install it (conftest.pytest_terminal_summary).
@@ -324,8 +325,65 @@ def test_generate_shows_the_continuation_and_each_retrieval(browser_page, live_s
     assert_clean(page)
 
 
+# ----------------------------------------------------------------------------- ask
+def test_ask_shows_the_answer_and_the_passages_linking_to_their_chunks(browser_page, live_server):
+    page, url = browser_page, live_server("ask")
+    page.goto(f"{url}/ask")
+    question = "Who founded Oslo?"
+    page.get_by_test_id("ask-q").fill(question)
+    page.get_by_test_id("ask-k").fill("4")
+    page.get_by_test_id("ask-retriever").select_option("bm25")
+    page.get_by_test_id("ask-submit").click()
+    expect(page.get_by_test_id("ask-results")).to_be_visible()
+    body = {"question": question, "k": 4, "mode": "rag", "retriever": "bm25"}
+    want = httpx.post(f"{url}/api/ask", json=body, timeout=60).json()
+    assert want["answer"].strip() and len(want["passages"]) == 4
+    expect(page.get_by_test_id("ask-answer")).to_have_text(want["answer"])
+    passages = page.get_by_test_id("ask-passage")
+    expect(passages).to_have_count(4)
+    shown = passages.evaluate_all(
+        "els => els.map((e) => [Number(e.dataset.rank), Number(e.dataset.chunkId), Number(e.dataset.score)])"
+    )
+    assert shown == [[p["rank"], p["id"], p["score"]] for p in want["passages"]]
+    titles = passages.get_by_test_id("passage-title")
+    assert titles.all_text_contents() == [p["title"] for p in want["passages"]]
+    assert passages.get_by_test_id("passage-text").all_text_contents() == [
+        p["text"] for p in want["passages"]
+    ]
+    scores = [
+        float(t.removeprefix("score ")) for t in passages.get_by_test_id("passage-score").all_text_contents()
+    ]
+    assert scores == pytest.approx([p["score"] for p in want["passages"]], abs=5.1e-4)  # shown to 3 decimals
+    assert [titles.nth(i).get_attribute("href") for i in range(4)] == [
+        f"/corpus/{p['id']}" for p in want["passages"]
+    ]
+    assert page.get_by_test_id("ask-prompt").text_content() == want["prompt"]
+    assert "q=Who+founded+Oslo%3F" in page.url and "retriever=bm25" in page.url  # shareable
+    # a passage's title opens its chunk in the corpus browser
+    second = want["passages"][1]
+    titles.nth(1).click()
+    expect(page.get_by_test_id("chunk-title")).to_have_text(second["title"])
+    expect(page.locator("#chunk-id")).to_have_text(str(second["id"]))
+    assert page.get_by_test_id("chunk-text").text_content() == second["text"]
+    # back to the shared link: the form is filled in and run again
+    page.go_back()
+    expect(page.get_by_test_id("ask-answer")).to_have_text(want["answer"])
+    expect(page.get_by_test_id("ask-retriever")).to_have_value("bm25")
+    assert_clean(page)
+
+
+def test_ask_errors_show_in_one_line(browser_page, live_server):
+    page, url = browser_page, live_server("ask")
+    page.goto(f"{url}/ask")
+    page.get_by_test_id("ask-q").fill("   ")  # whitespace passes `required`; the server refuses it
+    page.get_by_test_id("ask-submit").click()
+    expect(page.get_by_test_id("error")).to_have_text("empty question; type a question")
+    expect(page.get_by_test_id("ask-results")).to_be_hidden()
+    assert len(page.problems) == 2 and all("400" in p for p in page.problems), page.problems
+
+
 # ----------------------------------------------------------------------------- every page
-@pytest.mark.parametrize("kind", ["realm", "index", "docstore", "surealm"])
+@pytest.mark.parametrize("kind", ["realm", "index", "docstore", "surealm", "ask"])
 def test_every_page_loads_without_console_errors(browser_page, live_server, kind):
     page, url = browser_page, live_server(kind)
     pages = httpx.get(f"{url}/api/info").json()["pages"]

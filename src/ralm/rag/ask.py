@@ -4,6 +4,8 @@
 generated text, the passages the LM was given (chunk id, score, title, text, in rank order), the
 prompt as the LM saw it, and the seconds spent retrieving and generating. Modes: "rag" (top-k in
 one prompt), "replug" (one prompt per passage, mixed), "closed-book" (no retrieval).
+`ask` is `retrieve` then `answer`; a server calls the two apart, so that the retriever and the
+LM are each held only for their own step.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from ralm.rag.generate import answer_text, greedy, passage_weights, replug
 from ralm.rag.prompt import PromptBuilder, passage_text
 from ralm.rag.retrieved import Passage, retrieve
 
-__all__ = ["Answer", "Asker"]
+__all__ = ["MAX_K", "Answer", "Asker"]
+
+MAX_K = 20  # passages one question may ask for
 
 
 @dataclass
@@ -67,28 +71,41 @@ class Asker:
         self.lm, self.retriever, self.store = lm, retriever, store
         self.builder = PromptBuilder(lm.tokenizer, prompt_budget(lm, self.cfg))
 
-    def ask(self, question: str, k: int | None = None) -> Answer:
-        """Answer one question; `k` overrides the number of passages for this call."""
+    def retrieve(self, question: str, k: int | None = None) -> list[Passage]:
+        """The passages `ask` gives the LM for `question`, in rank order (none in closed-book mode);
+        `k` overrides the number of passages for this call. RalmError for an empty question or k
+        outside 1..20."""
         question = (question or "").strip()
         if not question:
             raise RalmError("empty question; type a question")
         k = self.cfg.k if k is None else int(k)
-        if not 1 <= k <= 20:
-            raise RalmError(f"k={k}: choose 1 to 20 passages")
+        if not 1 <= k <= MAX_K:
+            raise RalmError(f"k={k}: choose 1 to {MAX_K} passages")
+        if self.cfg.mode == "closed-book":
+            return []
+        return retrieve([_Q(question)], self.retriever, self.store, k)[0]
+
+    def answer(self, question: str, passages: list[Passage], retrieve_seconds: float = 0.0) -> Answer:
+        """Generate the answer to `question` from `passages` (what `retrieve` gave for it)."""
+        question = (question or "").strip()
+        if not question:
+            raise RalmError("empty question; type a question")
         t0 = time.perf_counter()
-        ps: list[Passage] = []
-        if self.cfg.mode != "closed-book":
-            ps = retrieve([_Q(question)], self.retriever, self.store, k)[0]
-        t1 = time.perf_counter()
-        texts = [passage_text(p.title, p.text) for p in ps]
-        if self.cfg.mode == "replug" and ps:
+        texts = [passage_text(p.title, p.text) for p in passages]
+        if self.cfg.mode == "replug" and passages:
             group = [self.builder.ids(question, [t]) for t in texts]
-            w = passage_weights([p.score for p in ps], self.cfg.replug_temperature)
+            w = passage_weights([p.score for p in passages], self.cfg.replug_temperature)
             ids = replug(self.lm, [group], [w], max_new_tokens=self.cfg.max_new_tokens)[0]
             prompt = group[0]
         else:
             prompt = self.builder.ids(question, texts)
             ids = greedy(self.lm, [prompt], max_new_tokens=self.cfg.max_new_tokens)[0]
-        t2 = time.perf_counter()
-        return Answer(question, answer_text(self.lm.tokenizer, ids), ps, self.lm.tokenizer.decode(prompt),
-                      self.cfg.mode, t1 - t0, t2 - t1)  # fmt: skip
+        took = time.perf_counter() - t0
+        return Answer(question, answer_text(self.lm.tokenizer, ids), list(passages),
+                      self.lm.tokenizer.decode(prompt), self.cfg.mode, retrieve_seconds, took)  # fmt: skip
+
+    def ask(self, question: str, k: int | None = None) -> Answer:
+        """Answer one question (`retrieve`, then `answer`); `k` overrides the number of passages."""
+        t0 = time.perf_counter()
+        passages = self.retrieve(question, k)
+        return self.answer(question, passages, time.perf_counter() - t0)

@@ -2,7 +2,8 @@
 
 Each endpoint checks what it can cheaply on the event loop. Search and fill then join their
 model's batching queue (ralm.serve.batched: concurrent requests run as one batch, a full queue is
-a 503 with Retry-After); the other model calls run in a worker thread (anyio.to_thread) holding
+a 503 with Retry-After), ask the generator's queue (one question at a time, ralm.serve.ask); the
+other model calls run in a worker thread (anyio.to_thread) holding
 the locks of the models they use (`Target.model_lock`, then `bm25_lock`, then `store_lock`), so
 requests never race on a model and the loop keeps answering.
 Errors a user can cause are RalmErrors: 400, or `status` where a subclass sets it (404 for an
@@ -37,6 +38,8 @@ KIND_NAMES = {
 PAGE_NEEDS = {
     "fill": "a REALM run with a finished checkpoint",
     "generate": "a trained SUREALM run",
+    "ask": "a generator: start `ralm serve` on a REALM run, an index directory or a DocStore with "
+    "--generator LM (smollm2, a causal LM directory or a .gguf file)",
     "search": "a REALM run, an index directory or a DocStore",
     "corpus": "a REALM run, an index directory or a DocStore",
     "runs": "a run directory with metrics.jsonl",
@@ -91,6 +94,7 @@ async def info(request: Request) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "batching": queues_of(request).info(),
         "notes": t.notes,
+        "generator": t.generator.info() if t.generator is not None else None,
         "version": __version__,
     }
 
@@ -295,3 +299,33 @@ async def generate_endpoint(request: Request, body: S.GenerateRequest) -> dict[s
     t = target_of(request)
     require(t, "generate")
     return await in_thread(generate_text, t, body)
+
+
+# ----------------------------------------------------------------------------- ask
+def ask_dict(request: Request, answer, retriever: str | None) -> dict[str, Any]:
+    """`Answer.as_dict()` with the retriever used and each passage's rank and corpus page (AskResponse)."""
+    d = answer.as_dict()
+    d["retriever"] = retriever
+    d["passages"] = [
+        {"rank": rank, **p, "url": request.url_for("chunk_page", chunk_id=p["id"]).path}
+        for rank, p in enumerate(d["passages"], start=1)
+    ]
+    return d
+
+
+@router.post(
+    "/ask",
+    response_model=S.AskResponse,
+    responses={404: {"model": S.Error}, 503: {"model": S.Error}},
+    summary="Answer a question with the generator, from the passages retrieved for it (RAG)",
+)
+async def ask_endpoint(request: Request, body: S.AskRequest) -> dict[str, Any]:
+    """The generator (`ralm serve --generator`) answers `question` from the top-k passages of the
+    retriever; one question at a time (a queue of its own). Errors: 404 without a generator."""
+    from ralm.serve.ask import check_ask
+
+    t = target_of(request)
+    require(t, "ask")
+    check_ask(t, body.question, body.k, body.mode, body.retriever)
+    answer, name = await queues_of(request).ask(request, body.question, body.k, body.mode, body.retriever)
+    return ask_dict(request, answer, name)

