@@ -169,7 +169,9 @@ def test_broken_shards_named_in_one_line(tmp_path):
     data = bytearray((s1 / "index.faiss").read_bytes())
     data[-5] ^= 0xFF
     (s1 / "index.faiss").write_bytes(bytes(data))
-    with pytest.raises(RalmError, match=r"shard-00001-of-00003/index.faiss: contents changed.*\(shard 1 of 3"):
+    with pytest.raises(
+        RalmError, match=r"shard-00001-of-00003/index.faiss: contents changed.*\(shard 1 of 3"
+    ):
         ShardedIndex.load(d)
     assert "checksum mismatch" in verify_sharded(d)[0][0]
 

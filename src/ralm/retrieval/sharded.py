@@ -47,6 +47,7 @@ __all__ = [
     "flat_rows",
     "is_sharded",
     "load_dense",
+    "load_rank_shards",
     "shard_dir_name",
     "verify_sharded",
     "write_shards_manifest",
@@ -107,7 +108,9 @@ def build_shard(
     return index
 
 
-def write_shards_manifest(directory: str | os.PathLike, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_shards_manifest(
+    directory: str | os.PathLike, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Write DIRECTORY/shards.json over the shard directories already saved there (temp + rename).
 
     Reads each shard's index.json (which must agree with the others on kind, metric, dimension,
@@ -128,7 +131,9 @@ def write_shards_manifest(directory: str | os.PathLike, extra: dict[str, Any] | 
         first = first or m
         for key in ("kind", "metric", "dim", "docstore_fingerprint", "encoder_fingerprint"):
             if m.get(key) != first.get(key):
-                raise RalmError(f"{p}: {key} {m.get(key)!r} differs from the other shards' {first.get(key)!r}")
+                raise RalmError(
+                    f"{p}: {key} {m.get(key)!r} differs from the other shards' {first.get(key)!r}"
+                )
         entries.append(
             {
                 "dir": p.name,
@@ -324,7 +329,9 @@ class ShardedIndex:
         return self.manifest["encoder_fingerprint"]
 
     def __repr__(self) -> str:
-        return f"ShardedIndex(kind={self.kind!r}, count={self.count}, dim={self.dim}, shards={len(self.shards)})"
+        return (
+            f"ShardedIndex(kind={self.kind!r}, count={self.count}, dim={self.dim}, shards={len(self.shards)})"
+        )
 
     def memory_bytes(self) -> int:
         return sum(s.memory_bytes() for s in self.shards)
@@ -423,3 +430,25 @@ def check_shard_ranges(n: int, n_shards: int, manifest: dict[str, Any], where: P
         raise RalmError(
             f"{where}: {len(got)} shards over {manifest['count']} chunks, expected {n_shards} over {n}; {REBUILD}"
         )
+
+
+def load_rank_shards(
+    directory: str | os.PathLike, rank: int, world: int, **kw: Any
+) -> tuple[DenseIndex | ShardedIndex, int]:
+    """(index, start): the contiguous group of shards rank `rank` of `world` searches, and its
+    first chunk id. N shards over W <= N ranks: rank r takes shards shard_ranges(N, W)[r], so
+    4 shards on 2 ranks are 2 each; one shard is a DenseIndex, several a ShardedIndex whose ids
+    count from `start` (what DistributedShardSearch wants)."""
+    d = Path(directory)
+    manifest = read_shards_manifest(d)
+    check_fingerprints(d, manifest, kw.get("docstore_fingerprint"), kw.get("encoder_fingerprint"))
+    n_shards = len(manifest["shards"])
+    if world > n_shards:
+        raise RalmError(f"{d}: {n_shards} shards for {world} processes; build at least {world} shards")
+    lo, hi = shard_ranges(n_shards, world)[rank]
+    shards = [load_shard(d, manifest, s, **kw) for s in range(lo, hi)]
+    start = manifest["shards"][lo]["start"]
+    if len(shards) == 1:
+        return shards[0], start
+    local = [manifest["shards"][s]["start"] - start for s in range(lo, hi)]
+    return ShardedIndex(shards, local, manifest), start
