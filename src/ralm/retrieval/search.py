@@ -6,7 +6,8 @@
       build.json         the encoder source and options the build was asked for
       encoder/           the DualEncoder (queries are embedded with its query tower)
       embeddings.npy     doc vectors (resumable while being written; see ralm.retrieval.embed)
-      dense/             the FAISS index (index.faiss + index.json)
+      dense/             the FAISS index (index.faiss + index.json), or its shards (shards.json +
+                         shard-*-of-*/, built with shards > 1: ralm.retrieval.sharded)
       bm25/              the BM25 index, when built with bm25
 
 A directory without retrieval.json is an unfinished build: `ralm index build` resumes it, but
@@ -55,6 +56,9 @@ from ralm.retrieval.index_dir import (
     write_build_file,
 )
 from ralm.retrieval.index_io import IndexFileError, read_manifest
+from ralm.retrieval.index_plan import plan_shards
+from ralm.retrieval.shard_merge import shard_ranges
+from ralm.retrieval.sharded import ShardedIndex, build_sharded, load_dense
 
 __all__ = [
     "INDEX_DIR_FORMAT",
@@ -73,10 +77,14 @@ __all__ = [
 
 
 class DenseRetriever:
-    """Text queries -> query tower -> FAISS index over the DocStore's doc vectors."""
+    """Text queries -> query tower -> FAISS index (or ShardedIndex) over the DocStore's doc vectors."""
 
     def __init__(
-        self, encoder: DualEncoder, index: DenseIndex, batch_size: int = 64, autocast: str = "auto"
+        self,
+        encoder: DualEncoder,
+        index: DenseIndex | ShardedIndex,
+        batch_size: int = 64,
+        autocast: str = "auto",
     ) -> None:
         self.encoder = encoder
         self.index = index
@@ -150,9 +158,13 @@ def build_index_dir(
     log: Callable[[str], None] = print,
     overwrite: bool = False,
     center: bool = False,
+    shards: int = 1,
     **params: Any,
 ) -> Path:
     """Build (or resume building) a retrieval index directory for `store`; returns its path.
+
+    shards > 1: the dense index is split into that many shards of contiguous chunk ids, built
+    one after the other (one in memory at a time) under dense/ (ralm.retrieval.sharded).
 
     Holds `out`'s writer lock throughout. An unfinished build in `out` is resumed only when
     `encoder`/`encoder_config` are those it was started with; a finished index is replaced
@@ -161,6 +173,7 @@ def build_index_dir(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise RalmError(f"{out}: exists and is not a directory; choose another --out")
+    shard_ranges(len(store), shards)  # 0 shards, or more shards than chunks: one line before any work
     with writer_lock(out):
         state = dir_state(out)
         if state == "foreign":
@@ -191,6 +204,7 @@ def build_index_dir(
             "progress": progress,
             "log": log,
             "center": center,
+            "shards": shards,
             "params": params,
         }
         if not (overwrite and state in ("finished", "unfinished")):
@@ -222,6 +236,7 @@ def _build(
     progress: bool,
     log: Callable[[str], None],
     center: bool,
+    shards: int,
     params: dict[str, Any],
 ) -> None:
     """Build the index in `out` (resuming what is there); retrieval.json last."""
@@ -234,20 +249,19 @@ def _build(
         enc = DualEncoder.from_pretrained(encoder, encoder_config)
         write_build_file(out, request)
         enc.save(enc_dir)
-    est = estimate(kind, len(store), enc.dim, **params)
-    log(f"index plan: {est['text']}")
+    if shards > 1:
+        log(f"index plan: {plan_shards(kind, len(store), enc.dim, shards, **params)['text']}")
+    else:
+        log(f"index plan: {estimate(kind, len(store), enc.dim, **params)['text']}")
     vectors = embed_docstore(
         enc, store, out / "embeddings.npy", batch_size=batch_size, dtype=dtype, progress=progress
     )
-    index = DenseIndex.build(
-        vectors,
-        kind=kind,
-        docstore_fingerprint=store.fingerprint,
-        encoder_fingerprint=enc.fingerprint("doc"),
-        center=center,
-        **params,
-    )
-    index.save(out / "dense")
+    shutil.rmtree(out / "dense", ignore_errors=True)  # an earlier attempt's, sharded or not
+    fps = {"docstore_fingerprint": store.fingerprint, "encoder_fingerprint": enc.fingerprint("doc")}
+    if shards > 1:
+        build_sharded(vectors, out / "dense", shards, kind=kind, center=center, **fps, **params)
+    else:
+        DenseIndex.build(vectors, kind=kind, center=center, **fps, **params).save(out / "dense")
     if bm25:
         sparse = BM25Retriever.build(store, **(bm25_options or {}))
         log(f"bm25: {sparse.describe()}")
@@ -263,6 +277,7 @@ def _build(
         "doc_encoder_fingerprint": enc.fingerprint("doc"),
         "kind": kind,
         "center": center,
+        "shards": shards,
         "count": len(store),
         "dim": enc.dim,
         "bm25": bm25,
@@ -338,7 +353,7 @@ def _index_dense(path: Path, ds: DocStore, manifest: dict[str, Any]) -> DenseRet
     check_encoder_files(path, manifest)  # the query tower has no fingerprint to be checked against
     enc = DualEncoder.from_pretrained(path / "encoder")
     try:
-        index = DenseIndex.load(
+        index = load_dense(
             path / "dense", docstore_fingerprint=ds.fingerprint, encoder_fingerprint=enc.fingerprint("doc")
         )
     except IndexFileError as exc:
