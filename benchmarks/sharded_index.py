@@ -113,7 +113,9 @@ def _worker(rank: int, port: int, job: str, work: str, plan: dict) -> None:
             hh = len(qq) // 2
             m = slice(0, hh) if rank == 0 else slice(hh, len(qq))
             index, start = load_rank_shards(d / f"shards{shards}", rank, 2)
-            res = DistributedShardSearch(dist, index, start, plan["n"][name]).search(qq[m], K, exclude_ids=ss[m])
+            res = DistributedShardSearch(dist, index, start, plan["n"][name]).search(
+                qq[m], K, exclude_ids=ss[m]
+            )
             np.save(d / f"dist{shards}-rank{rank}-ids.npy", res.ids)
             np.save(d / f"dist{shards}-rank{rank}-scores.npy", res.scores)
             del index
@@ -202,7 +204,9 @@ def main() -> None:
             plan["exact"].append((name, shards))
             one = ShardedIndex.load(d / f"shards{shards}").search(q, K, exclude_ids=src)
             metrics[f"one_process_{shards}_shards_{name}_differing_ids"] = differing(one.ids, refs[name].ids)
-            metrics[f"one_process_{shards}_shards_{name}_differing_scores"] = differing(one.scores, refs[name].scores)
+            metrics[f"one_process_{shards}_shards_{name}_differing_scores"] = differing(
+                one.scores, refs[name].scores
+            )
         print(f"{name}: built ({time.perf_counter() - t_all:.0f} s)", flush=True)
 
     spawn("exact", work, plan)
@@ -211,7 +215,9 @@ def main() -> None:
         ids = np.concatenate([np.load(d / f"dist{shards}-rank{r}-ids.npy") for r in (0, 1)])
         scores = np.concatenate([np.load(d / f"dist{shards}-rank{r}-scores.npy") for r in (0, 1)])
         metrics[f"two_processes_{shards}_shards_{name}_differing_ids"] = differing(ids, refs[name].ids)
-        metrics[f"two_processes_{shards}_shards_{name}_differing_scores"] = differing(scores, refs[name].scores)
+        metrics[f"two_processes_{shards}_shards_{name}_differing_scores"] = differing(
+            scores, refs[name].scores
+        )
     print(f"exactness done ({time.perf_counter() - t_all:.0f} s)", flush=True)
 
     # search time at 1M, batch 32: one process with 2 threads vs 2 processes x 1 thread
@@ -250,7 +256,9 @@ def main() -> None:
     )
     metrics["index_mib_whole"] = args.chunks * args.dim * 4 / 2**20
     metrics["total_seconds"] = time.perf_counter() - t_all
-    cmd = "python benchmarks/sharded_index.py" + (f" --chunks {args.chunks}" if args.chunks != 1_000_000 else "")
+    cmd = "python benchmarks/sharded_index.py" + (
+        f" --chunks {args.chunks}" if args.chunks != 1_000_000 else ""
+    )
     res = write_result(
         "sharded_index",
         cmd,

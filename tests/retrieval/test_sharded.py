@@ -188,3 +188,16 @@ def test_broken_shards_named_in_one_line(tmp_path):
     (good / SHARDS_FILE).write_text("{not json")
     with pytest.raises(RalmError, match="shards.json: unreadable"):
         load_dense(good)
+
+
+def test_reconstruct_batch_reads_each_chunk_from_its_shard(tmp_path):
+    """What fine-tuning from a sharded REALM run reads (ralm.tasks.retrieval.doc_vectors)."""
+    from ralm.tasks.retrieval import doc_vectors
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((23, 4)).astype(np.float32)
+    build_sharded(x, tmp_path / "s", 4, **FP)
+    ids = np.array([22, 0, 5, 6, 6, 17])
+    np.testing.assert_array_equal(doc_vectors(load_dense(tmp_path / "s"), ids), x[ids])
+    with pytest.raises(RalmError, match="chunk ids must be in 0..22"):
+        load_dense(tmp_path / "s").reconstruct_batch(np.array([23]))

@@ -336,6 +336,26 @@ class ShardedIndex:
     def memory_bytes(self) -> int:
         return sum(s.memory_bytes() for s in self.shards)
 
+    def reconstruct_batch(self, ids: np.ndarray) -> np.ndarray:
+        """(N, d) float32 stored vectors of global chunk `ids` (N,), each from its shard (exact for
+        flat shards, decoded codes otherwise): what fine-tuning reads to score fixed documents."""
+        import faiss
+
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        if ids.size and (ids.min() < 0 or ids.max() >= self.count):
+            raise RalmError(f"chunk ids must be in 0..{self.count - 1}")
+        out = np.empty((len(ids), self.dim), dtype=np.float32)
+        for index, start in zip(self.shards, self.starts, strict=True):
+            hit = np.flatnonzero((ids >= start) & (ids < start + index.count))
+            if hit.size:
+                local = np.ascontiguousarray(ids[hit] - start)
+                try:
+                    out[hit] = index.index.reconstruct_batch(local)
+                except RuntimeError:  # IVF: needs its direct map first
+                    faiss.extract_index_ivf(index.index).make_direct_map()
+                    out[hit] = index.index.reconstruct_batch(local)
+        return out
+
     def set_search_params(self, **kw: Any) -> None:
         for s in self.shards:
             s.set_search_params(**kw)
