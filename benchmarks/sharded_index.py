@@ -149,6 +149,8 @@ def _worker(rank: int, port: int, job: str, work: str, plan: dict) -> None:
 def spawn(job: str, work: Path, plan: dict) -> list[dict]:
     import torch.multiprocessing as mp
 
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"  # each worker 1 thread, whatever its BLAS reads (spawned: read at start)
     mp.start_processes(_worker, args=(_free_port(), job, str(work), plan), nprocs=2, start_method="spawn")
     return [json.loads((work / f"{job}-rank{r}.json").read_text()) for r in (0, 1)]
 

@@ -35,6 +35,15 @@ def test_sharded_index_matches_the_replicated_one(realm_store, nodrop_dir, tmp_p
     assert state["index_version"] == 2 and state["index_shards"] == 2
     assert "index/shard-00001-of-00002/index.faiss" in state["files"]
     assert json.loads((rep / "checkpoints" / "step-0000003" / "state.json").read_text())["index_shards"] == 1
+    # `ralm run verify` checks every shard of the saved versions
+    from ralm.cli import main
+
+    assert main(["run", "verify", str(shd)]) == 0
+    victim = shd / "index" / "v00002" / "shard-00001-of-00002" / "index.faiss"
+    data = bytearray(victim.read_bytes())
+    data[-2] ^= 1
+    victim.write_bytes(bytes(data))
+    assert main(["run", "verify", str(shd)]) == 2
 
 
 def test_sharded_run_resumes_in_one_process(realm_store, nodrop_dir, tmp_path):  # noqa: F811
