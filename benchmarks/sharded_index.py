@@ -171,7 +171,8 @@ def main() -> None:
     import faiss
 
     from ralm.retrieval.index import DenseIndex
-    from ralm.retrieval.sharded import ShardedIndex, build_sharded
+    from ralm.retrieval.shard_build import build_sharded
+    from ralm.retrieval.sharded import ShardedIndex
 
     work = args.work
     work.mkdir(parents=True, exist_ok=True)

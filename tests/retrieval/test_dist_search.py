@@ -70,7 +70,7 @@ def _worker(rank: int, port: int, out: str, n_shards: int) -> None:
 
 @pytest.mark.parametrize("n_shards", [2, 4])
 def test_two_gloo_processes_match_the_unsharded_index(tmp_path, n_shards):
-    from ralm.retrieval.sharded import build_sharded
+    from ralm.retrieval.shard_build import build_sharded
 
     x, q, excl = data()
     build_sharded(x, tmp_path / "shards", n_shards, **FP)

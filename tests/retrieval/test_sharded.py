@@ -12,11 +12,11 @@ import pytest
 
 from ralm.errors import RalmError
 from ralm.retrieval.index import DenseIndex
+from ralm.retrieval.shard_build import build_sharded
 from ralm.retrieval.shard_merge import merge_topk, shard_ranges
 from ralm.retrieval.sharded import (
     SHARDS_FILE,
     ShardedIndex,
-    build_sharded,
     flat_rows,
     load_dense,
     shard_dir_name,

@@ -38,16 +38,9 @@ from ralm.retrieval.dist_search import DistributedShardSearch
 from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.index import auto_kind
 from ralm.retrieval.index_io import read_manifest
+from ralm.retrieval.shard_build import build_shard, write_shards_manifest
 from ralm.retrieval.shard_merge import shard_ranges
-from ralm.retrieval.sharded import (
-    build_shard,
-    flat_rows,
-    is_sharded,
-    load_shard,
-    read_shards_manifest,
-    shard_dir_name,
-    write_shards_manifest,
-)
+from ralm.retrieval.sharded import flat_rows, is_sharded, load_shard, read_shards_manifest, shard_dir_name
 
 logger = logging.getLogger(__name__)
 

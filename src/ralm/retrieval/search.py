@@ -57,8 +57,9 @@ from ralm.retrieval.index_dir import (
 )
 from ralm.retrieval.index_io import IndexFileError, read_manifest
 from ralm.retrieval.index_plan import plan_shards
+from ralm.retrieval.shard_build import build_sharded
 from ralm.retrieval.shard_merge import shard_ranges
-from ralm.retrieval.sharded import ShardedIndex, build_sharded, load_dense
+from ralm.retrieval.sharded import ShardedIndex, load_dense
 
 __all__ = [
     "INDEX_DIR_FORMAT",

@@ -7,7 +7,8 @@
       shard-00000-of-00002/   a normal DenseIndex directory (index.faiss + index.json) whose row
       shard-00001-of-00002/   i is chunk start + i; its index.json says which shard it is
 
-Each shard is what `DenseIndex.save` writes, so `faiss.read_index` and `DenseIndex.load` open
+Built by ralm.retrieval.shard_build (in turn in one process, or one shard per rank). Each
+shard is what `DenseIndex.save` writes, so `faiss.read_index` and `DenseIndex.load` open
 it alone; rank r of a training job builds and searches shard r (ralm.retrieval.dist_search),
 one process opens them all as a `ShardedIndex` that searches them in turn and merges
 (ralm.retrieval.shard_merge): for flat shards the same ids and scores as one DenseIndex.
@@ -22,35 +23,31 @@ index (a flat one can be cut anew from its vectors: `flat_rows`).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.integrity import check_digests, file_record
+from ralm.integrity import check_digests
 from ralm.retrieval.base import ExcludeIds, SearchResult
 from ralm.retrieval.exclusion import prepare_exclude
-from ralm.retrieval.index import INDEX_FILE, MANIFEST_FILE, DenseIndex, mean_vector
+from ralm.retrieval.index import MANIFEST_FILE, DenseIndex
 from ralm.retrieval.index_io import IndexFileError, check_fingerprints, read_manifest
 from ralm.retrieval.shard_merge import merge_topk, shard_ranges, shard_topk
 
 __all__ = [
     "SHARDS_FILE",
     "ShardedIndex",
-    "build_shard",
-    "build_sharded",
     "flat_rows",
     "is_sharded",
     "load_dense",
     "load_rank_shards",
     "shard_dir_name",
     "verify_sharded",
-    "write_shards_manifest",
 ]
 
 SHARDS_FILE = "shards.json"
@@ -67,157 +64,6 @@ def shard_dir_name(shard: int, n_shards: int) -> str:
 def is_sharded(directory: str | os.PathLike) -> bool:
     """Whether `directory` holds a finished sharded index (its shards.json)."""
     return (Path(directory) / SHARDS_FILE).is_file()
-
-
-# ----------------------------------------------------------------------------- building
-def build_shard(
-    vectors: np.ndarray,
-    *,
-    shard: int,
-    n_shards: int,
-    start: int,
-    total: int,
-    kind: str = "flat",
-    docstore_fingerprint: str,
-    encoder_fingerprint: str,
-    center: np.ndarray | None = None,
-    device: str = "cpu",
-    **params: Any,
-) -> DenseIndex:
-    """The DenseIndex of one shard: `vectors` (n_s, d) are chunks start..start+n_s-1 of `total`.
-
-    center: the (d,) mean of the whole corpus for a centred index (None: not centred).
-    Its manifest carries {"shard": {"index", "of", "start", "stop", "total"}}.
-    """
-    index = DenseIndex.build(
-        vectors,
-        kind=kind,
-        docstore_fingerprint=docstore_fingerprint,
-        encoder_fingerprint=encoder_fingerprint,
-        center=center if center is not None else False,
-        device=device,
-        **params,
-    )
-    index.manifest["shard"] = {
-        "index": shard,
-        "of": n_shards,
-        "start": int(start),
-        "stop": int(start) + int(len(vectors)),
-        "total": int(total),
-    }
-    return index
-
-
-def write_shards_manifest(
-    directory: str | os.PathLike, extra: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Write DIRECTORY/shards.json over the shard directories already saved there (temp + rename).
-
-    Reads each shard's index.json (which must agree with the others on kind, metric, dimension,
-    fingerprints and the id ranges, which must tile 0..total-1) and records its files' sizes
-    and digests (index.faiss's from index.json, hashed when it was saved). extra: more keys
-    (e.g. a REALM index version). Returns the manifest.
-    """
-    d = Path(directory)
-    shard_dirs = sorted(p for p in d.glob("shard-*-of-*") if p.is_dir())
-    if not shard_dirs:
-        raise RalmError(f"{d}: no shard directories to describe; {REBUILD}")
-    entries, first = [], None
-    for p in shard_dirs:
-        m = read_manifest(p / MANIFEST_FILE, "ralm-dense-index", 1, "index")
-        info = m.get("shard")
-        if not isinstance(info, dict):
-            raise RalmError(f"{p}: not a shard (its {MANIFEST_FILE} has no shard entry); {REBUILD}")
-        first = first or m
-        for key in ("kind", "metric", "dim", "docstore_fingerprint", "encoder_fingerprint"):
-            if m.get(key) != first.get(key):
-                raise RalmError(
-                    f"{p}: {key} {m.get(key)!r} differs from the other shards' {first.get(key)!r}"
-                )
-        entries.append(
-            {
-                "dir": p.name,
-                "start": info["start"],
-                "stop": info["stop"],
-                "files": {
-                    f"{p.name}/{MANIFEST_FILE}": file_record(p / MANIFEST_FILE),
-                    f"{p.name}/{INDEX_FILE}": m["files"][INDEX_FILE],
-                },
-            }
-        )
-    total = int(first["shard"]["total"])
-    entries.sort(key=lambda e: e["start"])
-    pos = 0
-    for e in entries:
-        if e["start"] != pos:
-            raise RalmError(f"{d / e['dir']}: starts at chunk {e['start']}, expected {pos}; {REBUILD}")
-        pos = e["stop"]
-    if pos != total or len(entries) != first["shard"]["of"]:
-        raise RalmError(f"{d}: the shards cover chunks 0..{pos - 1} of {total}; {REBUILD}")
-    manifest = {
-        "format": SHARDS_FORMAT,
-        "version": SHARDS_VERSION,
-        "kind": first["kind"],
-        "metric": first["metric"],
-        "dim": first["dim"],
-        "count": total,
-        "docstore_fingerprint": first["docstore_fingerprint"],
-        "encoder_fingerprint": first["encoder_fingerprint"],
-        "center": "center" in first,
-        "shards": entries,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        **(extra or {}),
-    }
-    tmp = d / f"{SHARDS_FILE}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, d / SHARDS_FILE)
-    return manifest
-
-
-def build_sharded(
-    vectors: np.ndarray,
-    directory: str | os.PathLike,
-    n_shards: int,
-    *,
-    kind: str = "flat",
-    docstore_fingerprint: str,
-    encoder_fingerprint: str,
-    center: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-    **params: Any,
-) -> dict[str, Any]:
-    """Build the shards of `vectors` (N, d; a memmap is read one shard at a time) in turn into
-    `directory`, then shards.json; returns that manifest. One shard is in memory at a time.
-    `progress(done_shards, n_shards)` after each shard."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / SHARDS_FILE).unlink(missing_ok=True)  # unfinished until the manifest is back
-    n = int(vectors.shape[0])
-    ranges = shard_ranges(n, n_shards)
-    for old in d.glob("shard-*-of-*"):
-        if old.name not in {shard_dir_name(s, n_shards) for s in range(n_shards)}:
-            import shutil
-
-            shutil.rmtree(old, ignore_errors=True)  # an earlier build with another number of shards
-    mu = mean_vector(vectors) if center else None
-    for s, (start, stop) in enumerate(ranges):
-        index = build_shard(
-            vectors[start:stop],
-            shard=s,
-            n_shards=n_shards,
-            start=start,
-            total=n,
-            kind=kind,
-            docstore_fingerprint=docstore_fingerprint,
-            encoder_fingerprint=encoder_fingerprint,
-            center=mu,
-            **params,
-        )
-        index.save(d / shard_dir_name(s, n_shards))
-        del index
-        if progress is not None:
-            progress(s + 1, n_shards)
-    return write_shards_manifest(d)
 
 
 # ----------------------------------------------------------------------------- loading
@@ -440,15 +286,6 @@ def _check_flat(index: DenseIndex, where: Path) -> None:
         raise RalmError(
             f"{where}: a {index.kind} index cannot be cut into other shards (only flat keeps its vectors); "
             "rebuild it, or resume on the number of processes it was built with"
-        )
-
-
-def check_shard_ranges(n: int, n_shards: int, manifest: dict[str, Any], where: Path) -> None:
-    """RalmError unless a shards.json splits n chunks as `shard_ranges(n, n_shards)` does."""
-    got = [(e["start"], e["stop"]) for e in manifest["shards"]]
-    if got != shard_ranges(n, n_shards):
-        raise RalmError(
-            f"{where}: {len(got)} shards over {manifest['count']} chunks, expected {n_shards} over {n}; {REBUILD}"
         )
 
 
