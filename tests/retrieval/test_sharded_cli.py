@@ -86,3 +86,59 @@ def test_index_plan_per_shard(pair, capsys):
     assert code == 2 and err == ["ralm: error: --shards 6: must be between 1 and the 5 chunks"]
     code, _, err = run(capsys, "index", "build", pair / "store", "--out", pair / "x", "--shards", "19")
     assert code == 2 and "more shards than the 18 chunks" in err[0] and not (pair / "x").exists()
+
+
+def test_index_build_under_torchrun_one_shard_per_process(pair, tmp_path, capsys):
+    """2 gloo processes: each embeds its share and builds its shard; the index searches like the
+    one-process build (same encoder; the embedding batches differ, so scores to float16 noise)."""
+    import os
+    import subprocess
+
+    from ralm.train.distributed import torchrun_command
+
+    out = tmp_path / "ranks"
+    argv = [
+        "index",
+        "build",
+        str(pair / "store"),
+        "--out",
+        str(out),
+        "--encoder",
+        str(pair / "index" / "encoder"),
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.pop("WORLD_SIZE", None)
+    res = subprocess.run(
+        torchrun_command(2, [*argv, "--center", "--quiet"]),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((out / "retrieval.json").read_text())
+    shards = json.loads((out / "dense" / "shards.json").read_text())
+    assert manifest["shards"] == 2 and [(e["start"], e["stop"]) for e in shards["shards"]] == [
+        (0, 9),
+        (9, 18),
+    ]
+    code, text, _ = run(capsys, "index", "verify", out)
+    assert code == 0 and text.startswith("ok:")
+    np.testing.assert_allclose(
+        np.load(out / "embeddings.npy").astype(np.float32),
+        np.load(pair / "index" / "embeddings.npy").astype(np.float32),
+        atol=2e-3,
+    )
+    for query in ("capital of Norway", "Greek philosopher"):
+        _, whole, _ = run(capsys, "search", pair / "index", query, "-k", "5", "--json")
+        _, ranks, _ = run(capsys, "search", out, query, "-k", "5", "--json")
+        a, b = [json.loads(x) for x in whole.splitlines()], [json.loads(x) for x in ranks.splitlines()]
+        assert [r["id"] for r in a] == [r["id"] for r in b]
+        assert [r["score"] for r in a] == pytest.approx([r["score"] for r in b], abs=1e-3)
+    # more processes than shards asked for: one line from every rank, nothing built
+    res = subprocess.run(
+        torchrun_command(2, [*argv[:4], str(tmp_path / "x"), *argv[5:], "--shards", "1", "--quiet"]),
+        capture_output=True, text=True, env=env, timeout=240,
+    )  # fmt: skip
+    assert res.returncode != 0 and "--shards 1: fewer shards than the 2 processes" in res.stderr
+    assert not (tmp_path / "x").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -131,9 +132,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--shards",
         type=int,
-        default=1,
+        default=None,
         help="split the dense index into N shards of contiguous chunk ids, built one after the other "
-        "(default 1: one index); `ralm search`, `eval-retrieval` and `serve` search them in turn and merge",
+        "(default 1: one index); under torchrun each process builds its share of them (default: one "
+        "per process); `ralm search`, `eval-retrieval` and `serve` search them in turn and merge",
     )
     b.add_argument("--batch-size", type=int, default=64, help="chunks per embedding batch (default 64)")
     b.add_argument(
@@ -243,7 +245,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _index_build(args: argparse.Namespace) -> int:
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.search import build_index_dir
 
     params = {
         k: v for k, v in {"nlist": args.nlist, "nprobe": args.nprobe, "m": args.m}.items() if v is not None
@@ -252,6 +253,27 @@ def _index_build(args: argparse.Namespace) -> int:
         params["M"] = params.pop("m")
     bm25_opts = _bm25_opts(args)
     store = DocStore(args.store)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: one shard per process or more
+        from ralm.train.distributed import init_distributed, peer_failure_message
+
+        dist = init_distributed("auto")
+        shards = args.shards or dist.world
+        try:
+            return _run_build(args, store, bm25_opts, params, shards, dist)
+        except RuntimeError as exc:
+            msg = peer_failure_message(dist, exc)
+            if msg is None:
+                raise
+            raise RalmError(msg) from None
+        finally:
+            dist.close()
+    return _run_build(args, store, bm25_opts, params, args.shards or 1, None)
+
+
+def _run_build(args: argparse.Namespace, store, bm25_opts, params: dict, shards: int, dist) -> int:
+    """`build_index_dir` with the command's options; `dist`: the torchrun job (None: one process)."""
+    from ralm.retrieval.search import build_index_dir
+
     out = build_index_dir(
         store,
         args.out,
@@ -266,12 +288,15 @@ def _index_build(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         log=lambda m: print(m, file=sys.stderr),
         overwrite=args.overwrite,
-        shards=args.shards,
+        shards=shards,
+        dist=dist,
         **params,
     )
+    if dist is not None and not dist.is_main:
+        return 0
     print(
         f"index {out}: {len(store)} chunks, {args.kind}"
-        + (f" in {args.shards} shards" if args.shards > 1 else "")
+        + (f" in {shards} shards" if shards > 1 else "")
         + (" + bm25" if args.bm25 or bm25_opts else ""),
         file=sys.stderr,
     )
