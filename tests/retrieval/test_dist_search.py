@@ -64,6 +64,19 @@ def _worker(rank: int, port: int, out: str, n_shards: int) -> None:
         got["error"] = np.array([0])
     except RalmError as exc:
         got["error"] = np.array([1 if "chunks left" in str(exc) else 2])
+    # a RalmError on one rank only (a damaged shard, say) reaches both through Dist.together
+
+    def fail_on_rank1() -> int:
+        if rank == 1:
+            raise RalmError("shard-00001-of-00002/index.faiss: contents changed")
+        return 7
+
+    try:
+        dist.together(fail_on_rank1)
+        got["together"] = np.array([0])
+    except RalmError as exc:
+        got["together"] = np.array([1 if str(exc).startswith("rank 1: shard-00001") else 2])
+    got["together_ok"] = np.array([dist.together(lambda: 7)])
     tdist.destroy_process_group()
     np.savez(f"{out}/rank{rank}.npz", **got)
 
@@ -95,3 +108,4 @@ def test_two_gloo_processes_match_the_unsharded_index(tmp_path, n_shards):
         got = np.load(tmp_path / f"rank{rank}.npz")
         assert int(got["empty_ok"][0]) == (0 if rank == 0 else BATCHES[1])
         assert int(got["error"][0]) == 1  # query 3 excludes 30 of 61 chunks: 32 cannot be returned
+        assert int(got["together"][0]) == 1 and int(got["together_ok"][0]) == 7

@@ -71,28 +71,32 @@ class ShardedRefresher(SyncRefresher):
         if version == 0 and dist.is_main:
             print(f"index: {plan_line(kind, n, d)}, in {dist.world} shards (one per process)", flush=True)
         start, stop = self._share()
-        vectors = embed_chunks(
-            encoder,
-            docs,
-            batch_size=self.batch_size,
-            autocast=self.autocast,
-            ids=np.arange(start, stop),
-            out=np.empty((stop - start, d), np.float16),
-            progress=self.progress and dist.is_main,
-            desc=f"index v{version}: embedding",
-        )
-        shard = build_shard(
-            vectors,
-            shard=dist.rank,
-            n_shards=dist.world,
-            start=start,
-            total=n,
-            kind=kind,
-            docstore_fingerprint=docs.store.fingerprint,
-            encoder_fingerprint=encoder.fingerprint("doc"),
-        )
-        del vectors
-        shard.manifest.update(index_version=version, built_at_step=step)
+
+        def build():  # this rank's share: a RalmError here reaches every rank (Dist.together)
+            vectors = embed_chunks(
+                encoder,
+                docs,
+                batch_size=self.batch_size,
+                autocast=self.autocast,
+                ids=np.arange(start, stop),
+                out=np.empty((stop - start, d), np.float16),
+                progress=self.progress and dist.is_main,
+                desc=f"index v{version}: embedding",
+            )
+            shard = build_shard(
+                vectors,
+                shard=dist.rank,
+                n_shards=dist.world,
+                start=start,
+                total=n,
+                kind=kind,
+                docstore_fingerprint=docs.store.fingerprint,
+                encoder_fingerprint=encoder.fingerprint("doc"),
+            )
+            shard.manifest.update(index_version=version, built_at_step=step)
+            return shard
+
+        shard = dist.together(build)
         if self.root is not None:
             self._publish(shard, version, step)
         self.index = DistributedShardSearch(dist, shard, start, n)
@@ -104,7 +108,7 @@ class ShardedRefresher(SyncRefresher):
 
     def _publish(self, shard, version: int, step: int) -> None:
         """Save this rank's shard of `version` into root/.build-vNNNNN, then (rank 0) shards.json
-        and the rename to root/vNNNNN. Every rank takes part; each rank's errors reach all."""
+        and the rename to root/vNNNNN. Every rank takes part; a RalmError on one reaches all."""
         assert self.root is not None
         dist = self.dist
         build, final = self.root / f".build-v{version:05d}", self.version_dir(version)
@@ -112,8 +116,7 @@ class ShardedRefresher(SyncRefresher):
             shutil.rmtree(build, ignore_errors=True)
             build.mkdir(parents=True)
         dist.barrier()
-        shard.save(build / shard_dir_name(dist.rank, dist.world))
-        dist.barrier()
+        dist.together(lambda: shard.save(build / shard_dir_name(dist.rank, dist.world)))
 
         def finish() -> None:
             write_shards_manifest(build, extra={"index_version": version, "built_at_step": step})
@@ -146,16 +149,17 @@ class ShardedRefresher(SyncRefresher):
         version = int(manifest.get("index_version", 0))
         step = int(manifest.get("built_at_step", 0))
         recut = cut != shard_ranges(n, self.dist.world)
-        if not recut:
-            shard = load_shard(d, manifest, self.dist.rank, docstore_fingerprint=fp)
-        else:
-            if manifest.get("kind") != "flat":
-                raise RalmError(
-                    f"{d}: a {manifest.get('kind')} index in {len(cut)} shard(s) cannot be re-cut into "
-                    f"{self.dist.world} (only a flat index keeps its vectors); resume with --nproc {len(cut)}"
-                )
+        if recut and manifest.get("kind") != "flat":
+            raise RalmError(
+                f"{d}: a {manifest.get('kind')} index in {len(cut)} shard(s) cannot be re-cut into "
+                f"{self.dist.world} (only a flat index keeps its vectors); resume with --nproc {len(cut)}"
+            )
+
+        def open_mine():  # a damaged shard is seen by its rank alone: Dist.together tells every rank
+            if not recut:
+                return load_shard(d, manifest, self.dist.rank, docstore_fingerprint=fp)
             rows = flat_rows(d, start, stop, docstore_fingerprint=fp)
-            shard = build_shard(
+            return build_shard(
                 rows,
                 shard=self.dist.rank,
                 n_shards=self.dist.world,
@@ -165,6 +169,9 @@ class ShardedRefresher(SyncRefresher):
                 docstore_fingerprint=fp,
                 encoder_fingerprint=manifest["encoder_fingerprint"],
             )
+
+        shard = self.dist.together(open_mine)
+        if recut:
             logger.info("index %s re-cut from %d shard(s) into %d", d, len(cut), self.dist.world)
         shard.manifest.update(index_version=version, built_at_step=step)
         self.index = DistributedShardSearch(self.dist, shard, start, n)

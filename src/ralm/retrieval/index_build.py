@@ -220,7 +220,6 @@ def _build_rank_shards(
 ) -> None:
     """Rank r builds shards shard_ranges(shards, world)[r] of `vectors` into `dense`; a RalmError
     on any rank is raised on every rank (none is left waiting)."""
-    from ralm.retrieval.dist_search import all_gather
 
     def clear() -> None:
         shutil.rmtree(dense, ignore_errors=True)
@@ -229,8 +228,8 @@ def _build_rank_shards(
     dist.on_main(clear)
     ranges = shard_ranges(len(vectors), shards)
     mine = range(*shard_ranges(shards, dist.world)[dist.rank])
-    error = None
-    try:
+
+    def build_mine() -> None:
         mu = mean_vector(vectors) if center else None  # the same corpus mean on every rank
         for s in mine:
             start, stop = ranges[s]
@@ -240,11 +239,8 @@ def _build_rank_shards(
             )  # fmt: skip
             index.save(dense / shard_dir_name(s, shards))
             del index
-    except RalmError as exc:
-        error = f"rank {dist.rank}: {exc}"
-    errors = [e for e in all_gather(dist, error) if e]
-    if errors:
-        raise RalmError(errors[0])
+
+    dist.together(build_mine)
 
 
 def _finish(
