@@ -52,6 +52,12 @@ def test_search_over_shards_equals_the_whole_index(pair, capsys):
     got, want = dense.search_text(queries, 5, exclude_ids=excl), ref.search_text(queries, 5, exclude_ids=excl)
     np.testing.assert_array_equal(got.ids, want.ids)
     np.testing.assert_array_equal(got.scores, want.scores)
+    from ralm.serve.loaders import load_target
+
+    target = load_target(pair / "sharded")  # `ralm serve INDEX`: the same retriever behind the pages
+    assert isinstance(target.dense.index, ShardedIndex)
+    served = target.dense.search_text(queries[:4], 3)
+    np.testing.assert_array_equal(served.ids, ref.search_text(queries[:4], 3).ids)
 
 
 def test_verify_names_a_damaged_shard(pair, tmp_path, capsys):
