@@ -159,6 +159,10 @@ def make_refresher(
         dist=dist,
         progress=progress,
     )
+    if cfg.refresh_mode == "sync" and cfg.index_sharding == "rank":
+        from ralm.realm.sharded_refresh import ShardedRefresher
+
+        return ShardedRefresher(model.docs, **common)
     if cfg.refresh_mode == "sync":
         return SyncRefresher(model.docs, **common)
     from ralm.realm.async_refresh import AsyncRefresher

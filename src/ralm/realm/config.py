@@ -70,6 +70,7 @@ class PretrainConfig:
     candidate_depth: int = 32  # hybrid: chunks taken from each list before fusion
     bm25_lang: str | None = None  # hybrid: BM25 stopwords + Snowball stemmer (da, nb, en, ...); None = plain
     index_kind: str = "flat"  # exact inner product (BRENT); any DenseIndex kind, or "auto" (by corpus size)
+    index_sharding: str = "none"  # none: each process holds the whole index | rank: process r holds shard r
     initial_index: str | None = None  # a saved DenseIndex of this corpus to start from (else built at step 0)
     refresh_mode: str = "sync"  # sync (BRENT: stop, re-embed, rebuild) | async (REALM: a builder process)
     builder_threads: int = 1  # async: torch threads of the index builder
@@ -119,6 +120,14 @@ class PretrainConfig:
             (
                 self.refresh_mode == "sync" or self.refresh_every >= 1,
                 "refresh_mode async needs refresh_every >= 1",
+            ),
+            (
+                self.index_sharding in CHOICES["index_sharding"],
+                f"index_sharding {self.index_sharding!r}: choose none or rank",
+            ),
+            (
+                self.index_sharding == "none" or self.refresh_mode == "sync",
+                'index_sharding = "rank" needs refresh_mode = "sync" (the async builder holds the whole index)',
             ),
             (self.heldout >= 0, f"heldout={self.heldout}: must be >= 0"),
             (

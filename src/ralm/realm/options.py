@@ -30,6 +30,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "candidates": ("dense", "hybrid"),
     "refresh_mode": ("sync", "async"),
     "index_kind": INDEX_KINDS,
+    "index_sharding": ("none", "rank"),
 }
 
 HELP: dict[str, str] = {
@@ -65,6 +66,8 @@ HELP: dict[str, str] = {
     "candidate_depth": "hybrid: chunks taken from each list before fusion",
     "bm25_lang": "hybrid: BM25 stopwords and stemmer of this language, e.g. da, nb, en (default: none)",
     "index_kind": "index: flat (exact, BRENT), another `ralm index build` kind, or auto (by corpus size)",
+    "index_sharding": "none: every process holds the whole index; rank: process r builds and holds "
+    "shard r (1/N of the corpus), searched together over torch.distributed",
     "initial_index": "a saved index of this corpus to start from (default: embed the corpus at step 0)",
     "refresh_mode": "sync: stop, re-embed, rebuild (BRENT); async: a builder process (REALM)",
     "builder_threads": "async: torch threads of the index builder",

@@ -33,6 +33,7 @@ from ralm.realm.model import ChunkDocs
 from ralm.retrieval.embed import plan_batches
 from ralm.retrieval.encoders import DualEncoder, autocast_context, autocast_dtype, eval_on
 from ralm.retrieval.index import DenseIndex, auto_kind, estimate
+from ralm.retrieval.sharded import ShardedIndex, load_dense
 from ralm.train.distributed import Dist
 
 logger = logging.getLogger(__name__)
@@ -230,7 +231,8 @@ class SyncRefresher:
         self.progress = progress
         self.version = -1
         self.built_at_step = -1
-        self.index: DenseIndex | None = None
+        self.index: DenseIndex | ShardedIndex | None = None
+        self._loaded_from: Path | None = None  # the directory `load` read (copied by _save)
         self.last_seconds = 0.0
 
     # -- the protocol
@@ -279,7 +281,12 @@ class SyncRefresher:
 
     def _save(self) -> None:
         assert self.index is not None and self.root is not None
-        if self.dist.is_main:
+        if self.dist.is_main and isinstance(self.index, ShardedIndex):  # a sharded version, opened whole
+            assert self._loaded_from is not None
+            dst = self.version_dir(self.version)
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(self._loaded_from, dst)
+        elif self.dist.is_main:
             self.index.save(self.version_dir(self.version))
         self._prune()
 
@@ -293,13 +300,15 @@ class SyncRefresher:
             shutil.rmtree(p, ignore_errors=True)
 
     def load(self, directory: str | os.PathLike) -> None:
-        """Use the saved index version in `directory` (a checkpoint's copy or `version_dir(v)`)."""
-        index = DenseIndex.load(
+        """Use the saved index version in `directory` (a checkpoint's copy or `version_dir(v)`); a
+        sharded one (saved by `index_sharding = "rank"`) is opened whole, its shards searched in turn."""
+        index = load_dense(
             directory,
             docstore_fingerprint=self.docs.store.fingerprint,
             device=index_device(self.dist),
         )
         self.index = index
+        self._loaded_from = Path(directory)
         self.version = int(index.manifest.get("index_version", 0))
         self.built_at_step = int(index.manifest.get("built_at_step", 0))
         if self.root is None:

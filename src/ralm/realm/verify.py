@@ -2,7 +2,8 @@
 
 - each checkpoint's files (model, optimizer, RNG, its index copy) against the sizes and XXH3
   digests in its state.json (`ralm.train.checkpoint.checkpoint_problems`);
-- each index version under RUN/index against its index.json (`verify_index_files`);
+- each index version under RUN/index against its index.json (`verify_index_files`), or each
+  shard of a sharded version against its shards.json (`verify_sharded`);
 - config.toml parses, split.json reads, metrics.jsonl has JSON lines (a torn last line is the
   crash-safe case resume drops, reported as a note, not a problem).
 What it leaves out: the DocStore the run reads (`ralm corpus verify` checks it) and whether the
@@ -68,7 +69,13 @@ def verify_run(run_dir: str | os.PathLike) -> tuple[list[str], list[str], int]:
         problems += check_digests(ckpt, files)
     idx_root = run / "index"
     for vdir in sorted(idx_root.glob("v*")) if idx_root.is_dir() else []:
-        if vdir.is_dir():
+        if vdir.is_dir() and (vdir / "shards.json").is_file():  # index_sharding = "rank"
+            from ralm.retrieval.sharded import verify_sharded
+
+            found, n = verify_sharded(vdir)
+            checked += n
+            problems += found
+        elif vdir.is_dir():
             checked += 1
             problems += verify_index_files(vdir)
     return problems, notes, checked

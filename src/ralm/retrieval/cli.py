@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -128,6 +129,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also build a BM25 index (implied by --lang/--stopwords/--stemmer)",
     )
     add_bm25_args(b)
+    b.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="split the dense index into N shards of contiguous chunk ids, built one after the other "
+        "(default 1: one index); under torchrun each process builds its share of them (default: one "
+        "per process); `ralm search`, `eval-retrieval` and `serve` search them in turn and merge",
+    )
     b.add_argument("--batch-size", type=int, default=64, help="chunks per embedding batch (default 64)")
     b.add_argument(
         "--dtype",
@@ -141,6 +150,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     _encoder_args(b)
     b.set_defaults(func=_index_build)
+
+    pl = isub.add_parser(
+        "plan",
+        help="memory of an index before building it, whole and per shard",
+        description="Estimate the memory of a dense index of N chunks of dimension d (from a DocStore or "
+        "--chunks), per kind, and with --shards N what each shard (one per process or host) holds.",
+    )
+    pl.add_argument("store", type=Path, nargs="?", default=None, help="DocStore directory (or give --chunks)")
+    pl.add_argument("--chunks", type=int, default=None, help="number of chunks (instead of a DocStore)")
+    pl.add_argument("--dim", type=int, default=384, help="vector dimension (default 384, the bundled MiniLM)")
+    pl.add_argument(
+        "--kind", choices=KINDS, default=None, help="one kind (default: flat, sq8 and ivf-pq side by side)"
+    )
+    pl.add_argument("--shards", type=int, default=1, help="number of shards (default 1: one index)")
+    pl.set_defaults(func=_index_plan)
 
     v = isub.add_parser(
         "verify",
@@ -221,7 +245,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _index_build(args: argparse.Namespace) -> int:
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.search import build_index_dir
 
     params = {
         k: v for k, v in {"nlist": args.nlist, "nprobe": args.nprobe, "m": args.m}.items() if v is not None
@@ -230,6 +253,27 @@ def _index_build(args: argparse.Namespace) -> int:
         params["M"] = params.pop("m")
     bm25_opts = _bm25_opts(args)
     store = DocStore(args.store)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: one shard per process or more
+        from ralm.train.distributed import init_distributed, peer_failure_message
+
+        dist = init_distributed("auto")
+        shards = args.shards or dist.world
+        try:
+            return _run_build(args, store, bm25_opts, params, shards, dist)
+        except RuntimeError as exc:
+            msg = peer_failure_message(dist, exc)
+            if msg is None:
+                raise
+            raise RalmError(msg) from None
+        finally:
+            dist.close()
+    return _run_build(args, store, bm25_opts, params, args.shards or 1, None)
+
+
+def _run_build(args: argparse.Namespace, store, bm25_opts, params: dict, shards: int, dist) -> int:
+    """`build_index_dir` with the command's options; `dist`: the torchrun job (None: one process)."""
+    from ralm.retrieval.search import build_index_dir
+
     out = build_index_dir(
         store,
         args.out,
@@ -244,12 +288,40 @@ def _index_build(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         log=lambda m: print(m, file=sys.stderr),
         overwrite=args.overwrite,
+        shards=shards,
+        dist=dist,
         **params,
     )
+    if dist is not None and not dist.is_main:
+        return 0
     print(
-        f"index {out}: {len(store)} chunks, {args.kind}" + (" + bm25" if args.bm25 or bm25_opts else ""),
+        f"index {out}: {len(store)} chunks, {args.kind}"
+        + (f" in {shards} shards" if shards > 1 else "")
+        + (" + bm25" if args.bm25 or bm25_opts else ""),
         file=sys.stderr,
     )
+    return 0
+
+
+def _index_plan(args: argparse.Namespace) -> int:
+    from ralm.retrieval.index_plan import plan_shards
+
+    if (args.store is None) == (args.chunks is None):
+        raise RalmError("index plan: give a DocStore directory or --chunks N (one of the two)")
+    if args.dim < 1:
+        raise RalmError(f"--dim {args.dim}: must be >= 1")
+    if args.store is not None:
+        if not args.store.is_dir():
+            raise RalmError(f"{args.store}: no such DocStore directory; pass what `ralm corpus build` wrote")
+        from ralm.corpus.docstore import DocStore
+
+        n = len(DocStore(args.store))
+    else:
+        n = args.chunks
+        if n < 1:
+            raise RalmError(f"--chunks {n}: must be >= 1")
+    for kind in [args.kind] if args.kind else ["flat", "sq8", "ivf-pq"]:
+        print(plan_shards(kind, n, args.dim, args.shards)["text"])
     return 0
 
 

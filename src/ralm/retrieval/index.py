@@ -20,6 +20,9 @@ more IVF probes, a larger HNSW beam) for the queries that came back short, down 
 re-scoring as the last resort. Results are best first with ties broken by the lower id; the one
 extra candidate lets a tie at the k-th place be seen and resolved the same way.
 
+A corpus bigger than one host is split into shards, each a DenseIndex of a contiguous range of
+chunk ids: see ralm.retrieval.sharded (the files, ShardedIndex) and ralm.retrieval.shard_merge.
+
 Scores are those of the index: exact inner products for flat, ivf-flat and hnsw, approximate
 ones (of the quantised vectors) for sq8/sq6/sq4 and ivf-pq. With metric "l2" the score is the negative
 squared distance, so higher is still better.
@@ -37,8 +40,7 @@ parameters, the fingerprints of the DocStore and of the encoder that made the ve
 size and XXH3-128 digest of index.faiss; loading checks all of them, the digest in the same pass
 that reads the file (1.03x the time of a bare `faiss.read_index` of a 1.5 GB index; with
 mmap=True the size only, `ralm index verify` hashes it): see ralm.retrieval.index_io. Left out: adding to or removing from a built index (REALM
-and BRENT rebuild it after re-embedding), sharding one index over several machines, and training
-IVF on the GPU.
+and BRENT rebuild it after re-embedding) and training IVF on the GPU.
 
 The module is split along its seams; everything stays importable from here:
     ralm.retrieval.index_plan   KINDS, PARAMS, resolve_params, estimate, auto_kind (no FAISS)
@@ -260,7 +262,7 @@ class DenseIndex:
         seed: int = 0,
         batch_size: int = ADD_BATCH,
         progress: Callable[[int, int], None] | None = None,
-        center: bool = False,
+        center: bool | np.ndarray = False,
         **params: Any,
     ) -> DenseIndex:
         """Index `vectors` (N, d), float32 or float16 (a memmap is read batch by batch).
@@ -268,7 +270,8 @@ class DenseIndex:
         kind: one of KINDS; metric: "ip" (inner product, REALM/BRENT) or "l2"; params: see PARAMS
         (defaults from N and d). Training samples for ivf-*/sq* are drawn with `seed`.
         `progress(done, total)` is called after each added batch. center: index centred,
-        re-normalised vectors and centre queries the same way (see the module docstring).
+        re-normalised vectors and centre queries the same way (see the module docstring); a (d,)
+        array is the mean to centre on (a shard of a sharded index centres on the corpus mean).
         """
         vectors = _check_vectors(vectors)
         if metric not in METRICS:
@@ -294,7 +297,10 @@ class DenseIndex:
                 f"use kind='flat' or smaller parameters"
             )
         faiss_metric = METRICS[metric]
-        mu = mean_vector(vectors) if center else None
+        if isinstance(center, np.ndarray):
+            mu: np.ndarray | None = np.asarray(center, dtype=np.float32).reshape(d)
+        else:
+            mu = mean_vector(vectors) if center else None
         if kind == "flat":
             index = faiss.IndexFlatIP(d) if metric == "ip" else faiss.IndexFlatL2(d)
         elif kind == "ivf-flat":

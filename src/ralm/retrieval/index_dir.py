@@ -11,7 +11,8 @@ No torch here (the CLI's `index verify` and argument checks import only this). T
                            unfinished build resumes only when asked for the same
       encoder/             the DualEncoder
       embeddings.npy       + embeddings.meta.json (its size + digest in `files`)
-      dense/               index.faiss + index.json (its size + digest in `files`)
+      dense/               index.faiss + index.json (its size + digest in `files`), or shards.json
+                           (in `files`) naming shard-*-of-*/ directories and their files' digests
       bm25/                bm25s's files + bm25.json (their sizes + digests in `files`)
 
 So retrieval.json vouches for the manifests and the encoder, and each manifest for its big
@@ -135,7 +136,8 @@ def encoder_files(out: Path) -> tuple[list[str], dict[str, str]]:
 def index_records(out: Path, bm25: bool) -> dict[str, Any]:
     """`files` and `links` for retrieval.json: the encoder's files and the sub-manifests, hashed."""
     files, links = encoder_files(out)
-    names = [*files, BUILD_FILE, EMBEDDINGS_META, "dense/index.json"] + (["bm25/bm25.json"] if bm25 else [])
+    dense = "dense/shards.json" if (out / "dense/shards.json").is_file() else "dense/index.json"
+    names = [*files, BUILD_FILE, EMBEDDINGS_META, dense] + (["bm25/bm25.json"] if bm25 else [])
     return {"files": records(out, [n for n in names if (out / n).is_file()]), "links": links}
 
 
@@ -225,13 +227,20 @@ def verify_index_dir(path: str | os.PathLike) -> Report:
     else:
         rep.unrecorded.append(EMBEDDINGS)
         rep.problems.extend(check_digests(path, {EMBEDDINGS: {}}))  # there, at least
-    # dense/: index.faiss against index.json
+    # dense/: index.faiss against index.json, or every shard's files against shards.json
     dense = path / "dense"
-    rep.problems.extend(verify_index_files(dense))
-    rec = recorded_files(_read_json(dense / "index.json") or {}).get("index.faiss", {})
-    rep.checked += 1
-    if DIGEST not in rec:
-        rep.unrecorded.append("dense/index.faiss (size checked)" if rec else "dense/index.faiss")
+    if (dense / "shards.json").is_file():
+        from ralm.retrieval.sharded import verify_sharded
+
+        problems, n = verify_sharded(dense)
+        rep.problems.extend(problems)
+        rep.checked += n
+    else:
+        rep.problems.extend(verify_index_files(dense))
+        rec = recorded_files(_read_json(dense / "index.json") or {}).get("index.faiss", {})
+        rep.checked += 1
+        if DIGEST not in rec:
+            rep.unrecorded.append("dense/index.faiss (size checked)" if rec else "dense/index.faiss")
     # bm25/: its files against bm25.json
     if manifest.get("bm25"):
         bdir = path / "bm25"

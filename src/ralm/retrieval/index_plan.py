@@ -185,3 +185,38 @@ def auto_kind(n: int, d: int) -> str:
     if flat <= AUTO_FLAT_MAX_BYTES:
         return "flat"
     return "sq8" if flat <= AUTO_SQ8_MAX_BYTES else "ivf-pq"
+
+
+def plan_shards(kind: str, n: int, d: int, shards: int, **params: Any) -> dict[str, Any]:
+    """`estimate` for an index split into `shards` shards of contiguous ids (one per process or
+    host): the largest shard's memory, what each process holds, beside the whole index's.
+
+    Returns {kind, n, d, shards, shard_n (largest shard's chunks), shard_bytes, total_bytes,
+    shard_memory, total_memory, text}. Each shard of an IVF/PQ/SQ kind trains its own quantiser
+    (its own nlist from its size), so the shards' total can differ slightly from one index's.
+
+    Example: plan_shards("flat", 13_000_000, 128, 8)["text"] -> 'flat index of 13,000,000 x 128 in
+    8 shards of up to 1,625,000: about 793.5 MiB per shard, 6.2 GiB in all, build time: seconds'.
+    """
+    if shards < 1 or shards > n:
+        raise RalmError(f"--shards {shards}: must be between 1 and the {n} chunks")
+    base, extra = divmod(n, shards)
+    big = base + (1 if extra else 0)
+    one = estimate(kind, big, d, **params)
+    sizes = [(big, extra), (base, shards - extra)] if extra else [(base, shards)]
+    total = sum(estimate(kind, m, d, **params)["bytes"] * c for m, c in sizes)
+    return {
+        "kind": kind,
+        "n": int(n),
+        "d": int(d),
+        "shards": int(shards),
+        "shard_n": int(big),
+        "shard_bytes": one["bytes"],
+        "total_bytes": int(total),
+        "shard_memory": one["memory"],
+        "total_memory": _human_bytes(total),
+        "text": (
+            f"{kind} index of {n:,} x {d} in {shards} shards of up to {big:,}: about {one['memory']} per shard, "
+            f"{_human_bytes(total)} in all, build time: {one['build_time']}"
+        ),
+    }

@@ -6,7 +6,8 @@
       build.json         the encoder source and options the build was asked for
       encoder/           the DualEncoder (queries are embedded with its query tower)
       embeddings.npy     doc vectors (resumable while being written; see ralm.retrieval.embed)
-      dense/             the FAISS index (index.faiss + index.json)
+      dense/             the FAISS index (index.faiss + index.json), or its shards (shards.json +
+                         shard-*-of-*/, built with shards > 1: ralm.retrieval.sharded)
       bm25/              the BM25 index, when built with bm25
 
 A directory without retrieval.json is an unfinished build: `ralm index build` resumes it, but
@@ -18,15 +19,15 @@ the directory's writer lock (ralm.locks): a second writer fails at once, naming 
 Files are checked on load (ralm.retrieval.index_dir: the encoder's files, index.faiss, the BM25
 files) and all of them by `ralm index verify`.
 
+Building one (`build_index_dir`, importable from here): ralm.retrieval.index_build.
+
 `DenseRetriever` and `BM25Retriever` answer `search_text` the same way, so every caller can
 switch between "dense" and "bm25".
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,26 +36,21 @@ import numpy as np
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.locks import writer_lock
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
 from ralm.retrieval.bm25 import BM25Retriever
 from ralm.retrieval.embed import embed_docstore
-from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-from ralm.retrieval.index import DenseIndex, estimate
+from ralm.retrieval.encoders import DualEncoder
+from ralm.retrieval.index import DenseIndex
+from ralm.retrieval.index_build import build_index_dir
 from ralm.retrieval.index_dir import (
     INDEX_DIR_FORMAT,
     INDEX_DIR_VERSION,
     MANIFEST,
     check_encoder_files,
-    dir_state,
-    encoder_request,
-    index_records,
-    request_differences,
-    swap_in,
     verify_index_dir,
-    write_build_file,
 )
 from ralm.retrieval.index_io import IndexFileError, read_manifest
+from ralm.retrieval.sharded import ShardedIndex, load_dense
 
 __all__ = [
     "INDEX_DIR_FORMAT",
@@ -73,10 +69,14 @@ __all__ = [
 
 
 class DenseRetriever:
-    """Text queries -> query tower -> FAISS index over the DocStore's doc vectors."""
+    """Text queries -> query tower -> FAISS index (or ShardedIndex) over the DocStore's doc vectors."""
 
     def __init__(
-        self, encoder: DualEncoder, index: DenseIndex, batch_size: int = 64, autocast: str = "auto"
+        self,
+        encoder: DualEncoder,
+        index: DenseIndex | ShardedIndex,
+        batch_size: int = 64,
+        autocast: str = "auto",
     ) -> None:
         self.encoder = encoder
         self.index = index
@@ -133,144 +133,6 @@ def dense_retriever_for(
         **params,
     )
     return DenseRetriever(encoder, index)
-
-
-def build_index_dir(
-    store: DocStore,
-    out: str | os.PathLike,
-    *,
-    encoder: str | os.PathLike | None = None,
-    encoder_config: EncoderConfig | None = None,
-    kind: str = "flat",
-    bm25: bool = False,
-    bm25_options: dict[str, Any] | None = None,
-    batch_size: int = 64,
-    dtype: str = "float16",
-    progress: bool = True,
-    log: Callable[[str], None] = print,
-    overwrite: bool = False,
-    center: bool = False,
-    **params: Any,
-) -> Path:
-    """Build (or resume building) a retrieval index directory for `store`; returns its path.
-
-    Holds `out`'s writer lock throughout. An unfinished build in `out` is resumed only when
-    `encoder`/`encoder_config` are those it was started with; a finished index is replaced
-    only with overwrite=True (built beside it, swapped in when complete). RalmError otherwise.
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise RalmError(f"{out}: exists and is not a directory; choose another --out")
-    with writer_lock(out):
-        state = dir_state(out)
-        if state == "foreign":
-            raise RalmError(
-                f"{out}: exists and is not a ralm index; refusing to write into it, choose another --out"
-            )
-        request = encoder_request(encoder, encoder_config)
-        if state == "finished" and not overwrite:
-            raise RalmError(
-                f"{out}: holds a finished index; pass --overwrite to replace it (the old one stays usable "
-                "until the new one is complete), or choose another --out"
-            )
-        if state == "unfinished" and not overwrite:
-            diffs = request_differences(out, request)
-            if diffs:
-                raise RalmError(
-                    f"{out}: holds an unfinished build made with other encoder options ({'; '.join(diffs)}); "
-                    "rerun with its options to resume it, pass --overwrite to start over, or choose another --out"
-                )
-        opts = {
-            "encoder": encoder,
-            "encoder_config": encoder_config,
-            "kind": kind,
-            "bm25": bm25,
-            "bm25_options": bm25_options,
-            "batch_size": batch_size,
-            "dtype": dtype,
-            "progress": progress,
-            "log": log,
-            "center": center,
-            "params": params,
-        }
-        if not (overwrite and state in ("finished", "unfinished")):
-            _build(store, out, request, **opts)
-            return out
-        work = out.parent / f".{out.name}.rebuild"
-        if work.exists():
-            if dir_state(work) in ("unfinished", "finished") and not request_differences(work, request):
-                log(f"resuming the interrupted --overwrite build in {work}")
-            else:
-                shutil.rmtree(work)
-        _build(store, work, request, **opts)
-        swap_in(work, out)
-    return out
-
-
-def _build(
-    store: DocStore,
-    out: Path,
-    request: dict[str, Any],
-    *,
-    encoder: str | os.PathLike | None,
-    encoder_config: EncoderConfig | None,
-    kind: str,
-    bm25: bool,
-    bm25_options: dict[str, Any] | None,
-    batch_size: int,
-    dtype: str,
-    progress: bool,
-    log: Callable[[str], None],
-    center: bool,
-    params: dict[str, Any],
-) -> None:
-    """Build the index in `out` (resuming what is there); retrieval.json last."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)  # unfinished from here on (an interrupted --overwrite)
-    enc_dir = out / "encoder"
-    if enc_dir.exists():
-        enc = DualEncoder.from_pretrained(enc_dir)  # resuming: the encoder the embeddings were made with
-    else:
-        enc = DualEncoder.from_pretrained(encoder, encoder_config)
-        write_build_file(out, request)
-        enc.save(enc_dir)
-    est = estimate(kind, len(store), enc.dim, **params)
-    log(f"index plan: {est['text']}")
-    vectors = embed_docstore(
-        enc, store, out / "embeddings.npy", batch_size=batch_size, dtype=dtype, progress=progress
-    )
-    index = DenseIndex.build(
-        vectors,
-        kind=kind,
-        docstore_fingerprint=store.fingerprint,
-        encoder_fingerprint=enc.fingerprint("doc"),
-        center=center,
-        **params,
-    )
-    index.save(out / "dense")
-    if bm25:
-        sparse = BM25Retriever.build(store, **(bm25_options or {}))
-        log(f"bm25: {sparse.describe()}")
-        sparse.save(out / "bm25")
-    else:
-        shutil.rmtree(out / "bm25", ignore_errors=True)  # left by an earlier attempt
-    manifest = {
-        "format": INDEX_DIR_FORMAT,
-        "version": INDEX_DIR_VERSION,
-        "docstore": str(Path(store.root).resolve()),
-        "docstore_fingerprint": store.fingerprint,
-        "encoder_fingerprint": enc.fingerprint("all"),
-        "doc_encoder_fingerprint": enc.fingerprint("doc"),
-        "kind": kind,
-        "center": center,
-        "count": len(store),
-        "dim": enc.dim,
-        "bm25": bm25,
-        **index_records(out, bm25),
-    }
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out / MANIFEST)
 
 
 def open_index_dir(
@@ -338,7 +200,7 @@ def _index_dense(path: Path, ds: DocStore, manifest: dict[str, Any]) -> DenseRet
     check_encoder_files(path, manifest)  # the query tower has no fingerprint to be checked against
     enc = DualEncoder.from_pretrained(path / "encoder")
     try:
-        index = DenseIndex.load(
+        index = load_dense(
             path / "dense", docstore_fingerprint=ds.fingerprint, encoder_fingerprint=enc.fingerprint("doc")
         )
     except IndexFileError as exc:

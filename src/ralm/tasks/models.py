@@ -178,10 +178,10 @@ def load_retriever_parts(spec: InitSpec, *, reader_tokenizer, k: int, tune: bool
         bm25 = BM25Retriever.load(spec.bm25, docstore_fingerprint=store.fingerprint)
         return TaskRetriever(store, bm25=bm25, k=k, null_doc=null_doc)
     from ralm.retrieval.encoders import DualEncoder
-    from ralm.retrieval.index import DenseIndex
+    from ralm.retrieval.sharded import load_dense
 
     encoder = DualEncoder.from_pretrained(spec.encoder)
-    index = DenseIndex.load(spec.index, docstore_fingerprint=store.fingerprint)
+    index = load_dense(spec.index, docstore_fingerprint=store.fingerprint)  # sharded or not
     if index.dim != encoder.dim:
         raise RalmError(f"{spec.index}: {index.dim}-d vectors, but the query tower gives {encoder.dim}-d")
     return TaskRetriever(store, encoder=encoder, index=index, k=k, null_doc=null_doc, tune=tune)

@@ -53,6 +53,8 @@ def marginalize(log_p_z: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
 def doc_vectors(index: DenseIndex, ids: np.ndarray) -> np.ndarray:
     """(N, d) float32 stored vectors of chunk `ids` (N,) (exact for flat indexes; decoded codes otherwise)."""
     flat = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).ravel())
+    if hasattr(index, "reconstruct_batch"):  # a ShardedIndex (a sharded REALM run's index version)
+        return index.reconstruct_batch(flat)
     try:
         return np.asarray(index.index.reconstruct_batch(flat), dtype=np.float32)
     except RuntimeError:

@@ -4,7 +4,7 @@
 once), optim.pt (optimizer and scheduler state dicts, read with ``weights_only=True``),
 rng.safetensors (torch and CUDA generator states), index/ (a hard-linked copy of the index
 version the next step searches, so resuming needs nothing from outside the checkpoint) and
-state.json (step, examples seen, index version, mode, corpus fingerprint, and ``files``: the
+state.json (step, examples seen, index version and its number of shards, mode, corpus fingerprint, and ``files``: the
 size and XXH3-128 digest of every other file, `ralm.integrity` records).
 
 A checkpoint is written into a temporary directory and renamed into place, so a crash leaves
@@ -137,8 +137,13 @@ def clear_leftovers(run_dir: str | os.PathLike) -> None:
 
 
 def _link_tree(src: Path, dst: Path) -> None:
+    """Hard-link (else copy) every file under `src` to the same place under `dst` (a sharded
+    index version has a directory per shard)."""
     dst.mkdir(parents=True, exist_ok=True)
     for f in src.iterdir():
+        if f.is_dir():
+            _link_tree(f, dst / f.name)
+            continue
         try:
             os.link(f, dst / f.name)
         except OSError:
@@ -174,6 +179,7 @@ def save_checkpoint(
             "step": step,
             "examples_seen": step * cfg.batch_size * cfg.grad_accum,
             "index_version": refresher.version if refresher is not None else None,
+            "index_shards": getattr(refresher, "n_shards", 1) if refresher is not None else None,
             "mode": cfg.mode,
             "docstore_fingerprint": docstore_fingerprint,
             "files": records(tmp, names),

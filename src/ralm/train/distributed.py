@@ -79,6 +79,25 @@ class Dist:
             raise RalmError(value)
         return value
 
+    def together(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn()` on every rank; its value here, or the first rank's RalmError (as
+        "rank R: ...") on every rank, so no rank is left waiting in the next collective."""
+        got, error = None, None
+        try:
+            got = fn()
+        except RalmError as exc:
+            error = f"rank {self.rank}: {exc}" if self.enabled else str(exc)
+        if not self.enabled:
+            if error is not None:
+                raise RalmError(error)
+            return got
+        errors: list = [None] * self.world
+        tdist.all_gather_object(errors, error)
+        first = next((e for e in errors if e), None)
+        if first is not None:
+            raise RalmError(first)
+        return got
+
     def wrap(self, model: torch.nn.Module, *, find_unused_parameters: bool = False) -> torch.nn.Module:
         """`model` in DistributedDataParallel when the job has several processes, else `model` itself."""
         if not self.enabled:
