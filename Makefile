@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m ralm.samples fetch-triviaqa
 	touch $(STAMP)
 
-# The main job on the bundled sample (6 to 9 minutes on 2 idle CPU cores once installed, as the README says): build a DocStore from
+# The main job on the bundled sample (about 10 minutes on 2 idle CPU cores once installed, as the README says): build a DocStore from
 # the gensim English Wikipedia sample with the bundled MiniLM tokenizer; REALM/BRENT pre-training
 # (retriever + reader from MiniLM, exact index refreshed every 100 steps) and the MLM-only
 # baseline on the same data and steps; the held-out perplexity table; REALM Table 3-style
