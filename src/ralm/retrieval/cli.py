@@ -292,37 +292,26 @@ def _search(args: argparse.Namespace) -> int:
             f"--store {args.store}: no such DocStore directory; pass the directory that `ralm corpus build` wrote"
         )
     bm25_options = _bm25_opts(args)
-    from ralm.retrieval.search import load_retriever, snippet
+    from ralm.retrieval.retriever import Retriever
+    from ralm.retrieval.search import snippet
 
-    store, retriever = load_retriever(
+    retriever = Retriever.load(
         args.index,
         args.retriever,
-        args.store,
+        store=args.store,
         bm25_options=bm25_options,
         fusion=args.fusion,
         dense_weight=args.dense_weight,
         log=lambda m: print(m, file=sys.stderr),
     )
-    if args.k > len(store):
-        raise RalmError(f"-k {args.k}: must be between 1 and the number of chunks ({len(store)})")
-    res = retriever.search_text([args.query], args.k)
-    for rank, (cid, score) in enumerate(zip(res.ids[0], res.scores[0], strict=True), start=1):
-        row = store.get(int(cid))
+    if args.k > len(retriever.store):
+        raise RalmError(f"-k {args.k}: must be between 1 and the number of chunks ({len(retriever.store)})")
+    for hit in retriever.search(args.query, args.k):
         if args.json:
-            print(
-                json.dumps(
-                    {
-                        "rank": rank,
-                        "id": int(cid),
-                        "score": float(score),
-                        "title": row["title"],
-                        "text": row["text"],
-                    },
-                    ensure_ascii=False,
-                )
-            )
+            row = {"rank": hit.rank, "id": hit.id, "score": hit.score, "title": hit.title, "text": hit.text}
+            print(json.dumps(row, ensure_ascii=False))
         else:
-            print(f"{rank:>3}  {score:8.3f}  [{int(cid)}] {row['title']}: {snippet(row['text'])}")
+            print(f"{hit.rank:>3}  {hit.score:8.3f}  [{hit.id}] {hit.title}: {snippet(hit.text)}")
     return 0
 
 
