@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench screenshots clean
+.PHONY: setup demo test lint docs bench screenshots clean
 
 setup: $(STAMP)
 
@@ -56,6 +56,12 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
+# The documentation site in site/ (mkdocs.yml): the README's sections as pages, the executed tutorial
+# notebook, the benchmark tables and the API reference from the docstrings; --strict fails on any
+# warning (a broken link, a docstring mkdocstrings cannot render). tests/test_docs.py builds it too.
+docs: setup
+	$(BIN)/mkdocs build --strict
+
 bench: setup
 	$(BIN)/python benchmarks/ingest.py
 
@@ -66,4 +72,4 @@ screenshots: setup
 	$(BIN)/python benchmarks/serve_screenshots.py
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs site .pytest_cache
