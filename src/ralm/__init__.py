@@ -4,8 +4,9 @@ The main objects under stable names. Each is imported on first use (PEP 562 modu
 `__getattr__`), so `import ralm` loads neither torch nor transformers; `ralm.DocStore`,
 `ralm.Retriever` (BM25) and `ralm.NGramLM` do not either, the models do.
 
-    corpus       DocStore, BuildConfig, build_docstore
-    retrieval    Retriever, Hit, SearchResult, build_index_dir, DualEncoder, EncoderConfig
+    corpus       DocStore, BuildConfig, build_docstore, export_dataset (to Hugging Face datasets)
+    retrieval    Retriever, Hit, SearchResult, build_index_dir, DualEncoder, EncoderConfig,
+                 export_rag (passages + FAISS index for transformers' RagRetriever)
     REALM/BRENT  PretrainConfig, pretrain, load_run, fill, FillResult, evaluate_mlm, export_reader
     downstream   FinetuneConfig, finetune, load_task_data
     frozen LMs   load_frozen_lm, tokenize_eval_text, FrozenEvalConfig, FrozenRetrieval, evaluate_frozen
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "DocStore": ("ralm.corpus.docstore", "DocStore"),
     "BuildConfig": ("ralm.corpus.build_options", "BuildConfig"),
     "build_docstore": ("ralm.corpus.build", "build_docstore"),
+    "export_dataset": ("ralm.retrieval.hf_export", "export_dataset"),
     # retrieval
     "Retriever": ("ralm.retrieval.retriever", "Retriever"),
     "Hit": ("ralm.retrieval.retriever", "Hit"),
@@ -49,6 +51,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "build_index_dir": ("ralm.retrieval.search", "build_index_dir"),
     "DualEncoder": ("ralm.retrieval.encoders", "DualEncoder"),
     "EncoderConfig": ("ralm.retrieval.encoders", "EncoderConfig"),
+    "export_rag": ("ralm.retrieval.hf_export", "export_rag"),
     # REALM / BRENT
     "PretrainConfig": ("ralm.realm.config", "PretrainConfig"),
     "pretrain": ("ralm.realm.trainer", "pretrain"),

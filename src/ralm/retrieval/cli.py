@@ -152,6 +152,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("index", type=Path, metavar="INDEX_DIR", help="index directory (ralm index build)")
     v.set_defaults(func=_index_verify)
 
+    r = isub.add_parser(
+        "export-rag",
+        help="write an index as passages + FAISS index for transformers' RagRetriever",
+        description="Write OUT/passages (a datasets folder: title, text, embeddings, id) and OUT/index.faiss "
+        '(the dense index) for RagRetriever with index_name="custom", passages_path=OUT/passages, '
+        "index_path=OUT/index.faiss; embed queries with the index's query tower (INDEX/encoder). "
+        "Needs the datasets package.",
+    )
+    r.add_argument("index", type=Path, metavar="INDEX_DIR", help="index directory (ralm index build)")
+    r.add_argument("--out", type=Path, required=True, help="folder to write")
+    r.add_argument("--overwrite", action="store_true", help="replace an earlier export at --out")
+    r.set_defaults(func=_index_export_rag)
+
     s = sub.add_parser(
         "search",
         help="search an index with a text query",
@@ -263,6 +276,14 @@ def _index_verify(args: argparse.Namespace) -> int:
         n = len(report.problems)
         raise RalmError(f"{args.index}: {n} problem{'s' if n > 1 else ''} (listed above); {OVERWRITE_HINT}")
     print(report.line(args.index))
+    return 0
+
+
+def _index_export_rag(args: argparse.Namespace) -> int:
+    from ralm.retrieval.hf_export import export_rag
+
+    out = export_rag(args.index, args.out, overwrite=args.overwrite)
+    print(f"wrote {out}: passages_path={out / 'passages'} index_path={out / 'index.faiss'}")
     return 0
 
 
