@@ -84,6 +84,20 @@ def test_export_reader_round_trip(runs, tmp_path):
         torch.testing.assert_close(
             q(**x).last_hidden_state, run.model.encoder.query_tower.model(**x).last_hidden_state
         )
+    from huggingface_hub import ModelCard
+
+    from ralm.retrieval.encoders import DualEncoder
+
+    DualEncoder.from_pretrained(ret)  # the model card beside the towers changes nothing for ralm
+    reader_card, retriever_card = ModelCard.load(out / "README.md"), ModelCard.load(ret / "README.md")
+    assert reader_card.data.to_dict() == {
+        "library_name": "transformers",
+        "pipeline_tag": "fill-mask",
+        "tags": ["ralm", "realm", "brent", "retrieval-augmented"],
+    }  # no base_model: the run's reader is a local directory, not a Hub id
+    assert retriever_card.data.library_name == "sentence-transformers"
+    assert retriever_card.data.pipeline_tag == "sentence-similarity"
+    assert "AutoModelForMaskedLM.from_pretrained" in reader_card.text and "| step | 3 |" in reader_card.text
     with pytest.raises(RalmError, match="exists"):
         export_reader(run, tmp_path / "reader")
     (tmp_path / "junk").mkdir()

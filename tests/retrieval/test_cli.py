@@ -355,3 +355,39 @@ def test_search_dense_weight_out_of_range(built, capsys):
         capsys, "search", built / "index", "x", "--retriever", "hybrid", "--dense-weight", "1.5"
     )
     assert code == 2 and len(err) == 1 and "--dense-weight 1.5" in err[0]
+
+
+@pytest.mark.parametrize("kind", ["dense", "bm25", "hybrid"])
+def test_python_retriever_equals_search_json(built, capsys, kind):
+    """`ralm.Retriever.load(dir, kind).search(...)` gives what `ralm search --json` prints, and the
+    ids and scores of the retriever `load_retriever` opens."""
+    from ralm import Hit, Retriever
+    from ralm.retrieval.search import load_retriever
+
+    queries = ["capital of Norway", "Greek philosopher"]
+    retriever = Retriever.load(built / "index", kind)
+    batch = retriever.search(queries, k=4)
+    for query, hits in zip(queries, batch, strict=True):
+        code, out, _ = run(capsys, "search", built / "index", query, "-k", "4", "--retriever", kind, "--json")
+        assert code == 0 and [Hit(**json.loads(x)) for x in out.splitlines()] == hits
+    assert retriever.search(queries[0], k=4) == batch[0]
+    _, backend = load_retriever(built / "index", kind, log=lambda m: None)
+    ref = backend.search_text(queries, 4)
+    assert [[h.id for h in hits] for hits in batch] == ref.ids.tolist()
+    np.testing.assert_array_equal(
+        np.array([[h.score for h in hits] for hits in batch], np.float32), ref.scores
+    )
+
+
+def test_python_retriever_errors(built):
+    from ralm import RalmError, Retriever
+
+    with pytest.raises(RalmError, match="no such index directory"):
+        Retriever.load(built / "nope")
+    retriever = Retriever.load(built / "index", "bm25")
+    with pytest.raises(RalmError, match=r"k 7: must be between 1 and the number of chunks \(6\)"):
+        retriever.search("x", k=7)
+    with pytest.raises(RalmError, match="query 0 is empty"):
+        retriever.search([" "], k=1)
+    with pytest.raises(RalmError, match="dense_weight 2: must be between 0 and 1"):
+        Retriever.load(built / "index", "hybrid", dense_weight=2)

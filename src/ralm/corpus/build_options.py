@@ -20,7 +20,7 @@ from ralm.corpus.salient import SpacyNER, find_dates
 from ralm.errors import CorpusError
 
 ENTITY_FILE = "entities.tsv"
-FORMATS = ("auto", "wiki", "jsonl", "text", "text-lines")  # text-lines: one document per line (samples)
+FORMATS = ("auto", "wiki", "jsonl", "text", "text-lines", "hf")  # text-lines: one document per line (samples)
 TEXT_MODES = ("file", "line")
 
 
@@ -66,7 +66,7 @@ class Prepared:
 def check_options(cfg: BuildConfig) -> None:
     """CorpusError naming the first bad option (no file is read)."""
     if cfg.format not in FORMATS:
-        raise CorpusError(f"--format {cfg.format}: use auto, wiki, jsonl or text")
+        raise CorpusError(f"--format {cfg.format}: use auto, wiki, jsonl, text or hf")
     if cfg.text_mode not in TEXT_MODES:
         raise CorpusError(f"--text-mode {cfg.text_mode}: use file or line")
     if cfg.chunk_size < 8:

@@ -34,8 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--format",
         default="auto",
-        choices=["auto", "wiki", "jsonl", "text"],
-        help="input format (default: by extension/content)",
+        choices=["auto", "wiki", "jsonl", "text", "hf"],
+        help="input format (default: by extension/content); hf: a datasets save_to_disk folder, Parquet "
+        'or Arrow files with a "text" column (and optional "title", "id", "links")',
     )
     b.add_argument(
         "--text-mode",
@@ -154,6 +155,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument("store", type=Path, help="DocStore directory")
     v.set_defaults(func=_verify)
+
+    e = csub.add_parser(
+        "export",
+        help="write a DocStore as a Hugging Face datasets folder (datasets.load_from_disk opens it)",
+        description="Write the DocStore's chunks (every column; row i = chunk i) as Dataset.save_to_disk "
+        "output, which datasets.load_from_disk opens. Needs the datasets package.",
+    )
+    e.add_argument("store", type=Path, help="DocStore directory")
+    e.add_argument("--out", type=Path, required=True, help="folder to write")
+    e.add_argument("--overwrite", action="store_true", help="replace an earlier export at --out")
+    e.set_defaults(func=_export)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -281,4 +293,13 @@ def _verify(args: argparse.Namespace) -> int:
             f"(`ralm corpus build ... --out {args.store} --overwrite`)"
         )
     print(f"ok: {n} files verified")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.hf_export import export_dataset
+
+    out = export_dataset(DocStore(args.store), args.out, overwrite=args.overwrite)
+    print(f"wrote {out} (datasets.load_from_disk opens it)")
     return 0

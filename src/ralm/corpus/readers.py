@@ -1,11 +1,13 @@
 """Read corpora other than wiki dumps (JSONL, plain text) and dispatch on the input format.
 
+Hugging Face data (save_to_disk folders, Parquet, Arrow) is read by `ralm.corpus.tables`.
+
 `iter_articles` is the one entry point the rest of ralm uses: it detects the format from the
 extension (or the decompressed head of a `.bz2`/`.gz` file) and streams `Article`s from
 `iter_wiki_dump`, `iter_jsonl` or `iter_text`. Every malformed input ends in a one-line
 `CorpusError` naming the file (and line, where there is one).
 
-Deliberately left out: other formats (CSV, Parquet, HTML), recursive directory walks (a
+Deliberately left out: other formats (CSV, HTML), recursive directory walks (a
 directory means its own `*.txt` files), encodings other than UTF-8, and any cleaning of the text
 beyond dropping empty documents: JSONL and text inputs are taken as they are.
 """
@@ -22,9 +24,9 @@ from ralm.corpus.types import Article, LinkSpan
 from ralm.corpus.wiki import iter_wiki_dump, normalize_title, open_binary
 from ralm.errors import CorpusError, check_json_text
 
-__all__ = ["FORMATS", "detect_format", "iter_articles", "iter_jsonl", "iter_text"]
+__all__ = ["FORMATS", "detect_format", "iter_articles", "iter_jsonl", "iter_text", "record_article"]
 
-FORMATS = ("wiki", "jsonl", "text")
+FORMATS = ("wiki", "jsonl", "text", "hf")
 _COMPRESSED_SUFFIXES = (".bz2", ".gz")
 
 
@@ -131,6 +133,12 @@ def _jsonl_record(line: str, where: str) -> Article | None:
             f'{where}: expected a JSON object with "title" and "text", got {type(obj).__name__}'
         )
     check_json_text(obj, line, where, CorpusError)
+    return record_article(obj, where)
+
+
+def record_article(obj: dict[str, Any], where: str) -> Article | None:
+    """The `Article` of one record {"title", "text", "id"?, "links"?} (a JSONL line or a table row),
+    None when its text is blank; CorpusError naming `where` for a malformed record."""
     text = obj.get("text")
     if not isinstance(text, str):
         what = "missing" if text is None else f"a {type(text).__name__}, not a string"
@@ -232,15 +240,20 @@ def _sniff(path: Path) -> str | None:
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
-    """Return "wiki", "jsonl" or "text" for `path`.
+    """Return "wiki", "jsonl", "text" or "hf" for `path`.
 
-    A directory is text. Otherwise the extension decides (`.xml[.bz2|.gz]` wiki,
+    Parquet and Arrow files, and directories that `datasets`' save_to_disk wrote or that hold such
+    files (and no `*.txt`), are hf (`ralm.corpus.tables`). Another directory is text. Otherwise the extension decides (`.xml[.bz2|.gz]` wiki,
     `.jsonl`/`.json` jsonl, `.txt`/`.cor` text); an unknown or bare-compressed extension (the
     gensim `...xml-p10p30302-shortened.bz2`) is sniffed: `<mediawiki` is wiki, `{` jsonl,
     anything else text.
     """
     path = Path(path)
     _check_exists(path)
+    from ralm.corpus.tables import is_table_source
+
+    if is_table_source(path):
+        return "hf"
     if path.is_dir():
         return "text"
     name = path.name.lower()
@@ -279,4 +292,8 @@ def iter_articles(
         return iter_jsonl(path)
     if fmt == "text":
         return iter_text(path, mode=text_mode)
+    if fmt == "hf":
+        from ralm.corpus.tables import iter_table
+
+        return iter_table(path)
     raise CorpusError(f"unknown corpus format {fmt!r}; use one of auto, {', '.join(FORMATS)}")

@@ -31,6 +31,18 @@ ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "si
 
 @dataclass
 class LukeConfig:
+    """The sizes of a LUKE (l == L) or DaLUKE (l < L) model; validated on creation (RalmError).
+
+    Example (a tiny LUKE for tests; `ralm.luke.init` derives one from a BERT backbone):
+
+    >>> cfg = LukeConfig(vocab_size=100, hidden_size=32, entity_hidden_size=32, entity_vocab_size=10,
+    ...                  entity_emb_size=32, num_hidden_layers=1, num_attention_heads=2,
+    ...                  intermediate_size=64, entity_intermediate_size=64, max_position_embeddings=64,
+    ...                  type_vocab_size=2, max_mention_length=4)
+    >>> cfg.is_luke
+    True
+    """
+
     vocab_size: int  # word vocabulary (the backbone tokenizer's)
     hidden_size: int  # L, the word width
     entity_hidden_size: int  # l; == L gives LUKE, < L DaLUKE (the seed: l = 252 < L = 768)

@@ -217,7 +217,12 @@ class EntityPredictionHead(nn.Module):
 
 
 class LukeForPretraining(nn.Module):
-    """`luke` (EntityAwareModel) + masked word (`lm_head`) and masked entity (`entity_predictions`) heads."""
+    """`luke` (EntityAwareModel) + masked word (`lm_head`) and masked entity (`entity_predictions`) heads.
+
+    LUKE's pre-training model (`ralm luke pretrain`): words (B, T) and entities (B, E) in, masked-word
+    logits (B, T, V) and masked-entity logits (B, E, entity vocabulary) out, with losses when labels
+    are given (see `forward`).
+    """
 
     def __init__(self, config: LukeConfig):
         super().__init__()
@@ -274,7 +279,24 @@ class LukeForPretraining(nn.Module):
 
 
 class LukeForSpanClassification(nn.Module):
-    """Classifier over concat(first word, last word, entity) states of each candidate span (B, E)."""
+    """Classifier over concat(first word, last word, entity) states of each candidate span (B, E).
+
+    LUKE's NER head (`ralm luke ner`): every candidate span is an entity token ([UNK] id 1 for
+    unknown entities) whose mention positions are the span's words. Example, with a tiny config:
+
+    >>> import torch
+    >>> cfg = LukeConfig(vocab_size=100, hidden_size=32, entity_hidden_size=32, entity_vocab_size=10,
+    ...                  entity_emb_size=32, num_hidden_layers=1, num_attention_heads=2,
+    ...                  intermediate_size=64, entity_intermediate_size=64, max_position_embeddings=64,
+    ...                  type_vocab_size=2, max_mention_length=4)
+    >>> model = LukeForSpanClassification(cfg, num_labels=3)
+    >>> words = torch.randint(5, 100, (2, 7))                        # (B, T) word ids
+    >>> mentions = torch.tensor([[[1, 2, -1, -1]], [[3, -1, -1, -1]]])  # (B, E, M) span word positions
+    >>> out = model(words, None, torch.ones(2, 1, dtype=torch.long), None, mentions,
+    ...             torch.tensor([[1], [3]]), torch.tensor([[2], [3]]))  # span starts, ends (B, E)
+    >>> tuple(out["logits"].shape)                                     # (B, E, num_labels)
+    (2, 1, 3)
+    """
 
     def __init__(self, config: LukeConfig, num_labels: int, *, dropout: float | None = None):
         super().__init__()

@@ -6,7 +6,8 @@ LM. `export_reader(run, out)` writes a directory that `AutoModelForMaskedLM.from
 run. `export_retriever(run, out)` writes the two towers as a `DualEncoder` directory (``query/``
 and ``doc/`` are themselves Hugging Face / sentence-transformers model directories), which
 `ralm index build --encoder`, `ralm search` and `ralm pretrain --retriever` take as they are.
-Both write into a temporary directory first and rename it into place.
+Both write into a temporary directory first and rename it into place, with a model card
+(README.md with the Hub's YAML header: `ralm.model_card`) saying what the model is and how to load it.
 """
 
 from __future__ import annotations
@@ -17,10 +18,73 @@ import shutil
 from pathlib import Path
 
 from ralm.errors import RalmError
+from ralm.model_card import model_card, write_model_card
 from ralm.realm.run import LoadedRun
 from ralm.retrieval.encoders import quiet_transformers
 
 __all__ = ["export_reader", "export_retriever"]
+
+_TAGS = ["ralm", "realm", "brent", "retrieval-augmented"]
+_MINILM = "sentence-transformers/all-MiniLM-L6-v2"  # the Hub id of the bundled default backbone
+
+
+def _base_model(path: str | None) -> str | None:
+    """The Hub id of a run's backbone when it is the bundled MiniLM (a local path is no Hub id)."""
+    return _MINILM if path in (None, "minilm") else None
+
+
+def _details(run: LoadedRun) -> dict[str, str]:
+    cfg = run.cfg
+    return {
+        "trained by": "ralm `pretrain`",
+        "mode": f"{cfg.mode} ({'retrieve-then-predict' if cfg.mode == 'realm' else 'masked LM only, no retrieval'})",
+        "step": str(run.state.get("step")),
+        "corpus": f"`{Path(cfg.docstore).name}` ({len(run.store)} chunks)",
+        "backbone": f"`{cfg.reader or 'minilm'}`",
+        "masking": cfg.masking.strategy,
+    }
+
+
+def _reader_card(run: LoadedRun, out: Path) -> str:
+    return model_card(
+        f"{out.name}: a REALM/BRENT reader",
+        "The reader (a BERT-style masked LM) extracted from a retrieval-augmented pre-training run made "
+        "with ralm, as BRENT does before fine-tuning it without retrieval. It predicts masked tokens from "
+        "its input alone; inside the run it read retrieved passages beside the input.",
+        library_name="transformers",
+        pipeline_tag="fill-mask",
+        tags=_TAGS,
+        base_model=_base_model(run.cfg.reader),
+        details=_details(run),
+        usage=f"""
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{out.name}")
+model = AutoModelForMaskedLM.from_pretrained("{out.name}")
+""",
+    )
+
+
+def _retriever_card(run: LoadedRun, out: Path) -> str:
+    return model_card(
+        f"{out.name}: a REALM/BRENT retriever",
+        "The query and document towers of a retrieval-augmented pre-training run made with ralm (a dual "
+        "encoder: score = query vector . document vector). `query/` and `doc/` are each a Hugging Face "
+        "and sentence-transformers model directory; ralm takes the whole directory "
+        "(`ralm index build --encoder`, `ralm pretrain --retriever`).",
+        library_name="sentence-transformers",
+        pipeline_tag="sentence-similarity",
+        tags=[*_TAGS, "dense-retrieval"],
+        base_model=_base_model(run.cfg.retriever or run.cfg.reader),
+        details=_details(run),
+        usage=f"""
+from sentence_transformers import SentenceTransformer
+
+queries = SentenceTransformer("{out.name}/query")
+docs = SentenceTransformer("{out.name}/doc")
+scores = queries.encode(["a question"]) @ docs.encode(["a passage"]).T
+""",
+    )
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
@@ -32,7 +96,7 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 
 def export_reader(run: LoadedRun, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Write the reader as an AutoModelForMaskedLM directory at `out`; returns it."""
+    """Write the reader as an AutoModelForMaskedLM directory at `out` (with a model card); returns it."""
     out = Path(out)
     _check_out(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -50,6 +114,7 @@ def export_reader(run: LoadedRun, out: str | os.PathLike, *, overwrite: bool = F
             "mode": run.cfg.mode,
         }
         (tmp / "ralm_export.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        write_model_card(tmp, _reader_card(run, out))
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -59,11 +124,13 @@ def export_reader(run: LoadedRun, out: str | os.PathLike, *, overwrite: bool = F
 
 
 def export_retriever(run: LoadedRun, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Write the query and document towers as a saved `DualEncoder` at `out`; returns it."""
+    """Write the query and document towers as a saved `DualEncoder` at `out` (with a model card); returns it."""
     if run.model.encoder is None:
         raise RalmError(f"{run.cfg.out}: an MLM-only run has no retriever to export")
     out = Path(out)
     _check_out(out, overwrite)
     if out.exists() and overwrite:
         shutil.rmtree(out)
-    return run.model.encoder.save(out)
+    saved = run.model.encoder.save(out)
+    write_model_card(saved, _retriever_card(run, out))
+    return saved

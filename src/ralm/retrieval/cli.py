@@ -176,6 +176,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("index", type=Path, metavar="INDEX_DIR", help="index directory (ralm index build)")
     v.set_defaults(func=_index_verify)
 
+    r = isub.add_parser(
+        "export-rag",
+        help="write an index as passages + FAISS index for transformers' RagRetriever",
+        description="Write OUT/passages (a datasets folder: title, text, embeddings, id) and OUT/index.faiss "
+        '(the dense index) for RagRetriever with index_name="custom", passages_path=OUT/passages, '
+        "index_path=OUT/index.faiss; embed queries with the index's query tower (INDEX/encoder). "
+        "Needs the datasets package.",
+    )
+    r.add_argument("index", type=Path, metavar="INDEX_DIR", help="index directory (ralm index build)")
+    r.add_argument("--out", type=Path, required=True, help="folder to write")
+    r.add_argument("--overwrite", action="store_true", help="replace an earlier export at --out")
+    r.set_defaults(func=_index_export_rag)
+
     s = sub.add_parser(
         "search",
         help="search an index with a text query",
@@ -338,6 +351,14 @@ def _index_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index_export_rag(args: argparse.Namespace) -> int:
+    from ralm.retrieval.hf_export import export_rag
+
+    out = export_rag(args.index, args.out, overwrite=args.overwrite)
+    print(f"wrote {out}: passages_path={out / 'passages'} index_path={out / 'index.faiss'}")
+    return 0
+
+
 def _bm25_opts(args: argparse.Namespace) -> dict | None:
     """BM25 analysis options from --lang/--stopwords/--stemmer (None when none was given), checked."""
     if args.lang is None and args.stopwords is None and args.stemmer is None:
@@ -364,37 +385,26 @@ def _search(args: argparse.Namespace) -> int:
             f"--store {args.store}: no such DocStore directory; pass the directory that `ralm corpus build` wrote"
         )
     bm25_options = _bm25_opts(args)
-    from ralm.retrieval.search import load_retriever, snippet
+    from ralm.retrieval.retriever import Retriever
+    from ralm.retrieval.search import snippet
 
-    store, retriever = load_retriever(
+    retriever = Retriever.load(
         args.index,
         args.retriever,
-        args.store,
+        store=args.store,
         bm25_options=bm25_options,
         fusion=args.fusion,
         dense_weight=args.dense_weight,
         log=lambda m: print(m, file=sys.stderr),
     )
-    if args.k > len(store):
-        raise RalmError(f"-k {args.k}: must be between 1 and the number of chunks ({len(store)})")
-    res = retriever.search_text([args.query], args.k)
-    for rank, (cid, score) in enumerate(zip(res.ids[0], res.scores[0], strict=True), start=1):
-        row = store.get(int(cid))
+    if args.k > len(retriever.store):
+        raise RalmError(f"-k {args.k}: must be between 1 and the number of chunks ({len(retriever.store)})")
+    for hit in retriever.search(args.query, args.k):
         if args.json:
-            print(
-                json.dumps(
-                    {
-                        "rank": rank,
-                        "id": int(cid),
-                        "score": float(score),
-                        "title": row["title"],
-                        "text": row["text"],
-                    },
-                    ensure_ascii=False,
-                )
-            )
+            row = {"rank": hit.rank, "id": hit.id, "score": hit.score, "title": hit.title, "text": hit.text}
+            print(json.dumps(row, ensure_ascii=False))
         else:
-            print(f"{rank:>3}  {score:8.3f}  [{int(cid)}] {row['title']}: {snippet(row['text'])}")
+            print(f"{hit.rank:>3}  {hit.score:8.3f}  [{hit.id}] {hit.title}: {snippet(hit.text)}")
     return 0
 
 

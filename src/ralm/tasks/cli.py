@@ -69,7 +69,10 @@ def register(sub) -> None:
     )
     p.add_argument("task", choices=TASKS)
     p.add_argument(
-        "data", nargs="?", help="dataset file or directory (its train/dev/test files are found by name)"
+        "data",
+        nargs="?",
+        help="dataset file or directory (its train/dev/test files are found by name), a datasets "
+        "save_to_disk folder, Parquet or JSON lines",
     )
     p.add_argument("--sample", choices=("polarity",), help="a bundled dataset instead of DATA (classify)")
     p.add_argument(
@@ -82,7 +85,16 @@ def register(sub) -> None:
     )
     p.add_argument("--name", help="row label in tables (default: the model directory's name)")
     p.add_argument("--dataset", help="column label in tables (default: the data path's name)")
-    p.add_argument("--format", choices=("squad", "conllu", "conll", "text", "openqa"))
+    p.add_argument(
+        "--format",
+        choices=("squad", "conllu", "conll", "text", "openqa", "hf"),
+        help="the reader (default: detected); hf: Hugging Face rows (save_to_disk Arrow, Parquet, JSON lines)",
+    )
+    p.add_argument(
+        "--labels",
+        help="names of class ids (ner_tags/pos_tags/label as ClassLabel ids) when the data does not name "
+        "them: a file with one name a line in id order, a JSON list, or a dataset_info.json",
+    )
     p.add_argument("--train", help="train split file or directory (overrides what DATA holds)")
     p.add_argument("--dev", help="dev split file or directory")
     p.add_argument("--test", help="test split file or directory")

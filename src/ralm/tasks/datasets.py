@@ -2,7 +2,7 @@
 
 `read_file` reads one file, `load_task_data` a file or a directory (train/dev/test decided from
 file names, see `split_of`), `check_label_sets` refuses dev/test labels the train split lacks
-and `detect_format` picks the reader from the task, the extension and the file's head. The readers
+and `detect_format` (`formats.detect`) picks the reader from the task, the name and the file's head. The readers
 live in `ralm.tasks.formats`, one module per format family:
 
     squad   SQuAD v1.1 JSON, answer offsets repaired (`formats.squad`)
@@ -10,6 +10,7 @@ live in `ralm.tasks.formats`, one module per format family:
     conll   `token<TAB>tag` or whitespace-separated columns (`formats.conll`)
     text    classification: `<label> <text>` lines, TSV, JSONL or JSON list (`formats.text`)
     openqa  open QA: JSONL, JSON list, DPR TSV (`formats.openqa`)
+    hf      Hugging Face rows: a save_to_disk folder's Arrow files, Parquet, JSON lines (`formats.hf`)
 
 Every example gets a unique string id: the file's own ids when all are present and unique,
 else the example's position in the file; files concatenated into one split get their file name
@@ -20,7 +21,8 @@ expressions per example; `answers=` ("auto", "string", "regex") picks how (`form
 
 Deliberately left out: parsing the formats (`ralm.tasks.formats`), SQuAD 2 no-answer training
 (such questions are kept in dev/test with no answers and dropped from train), grouping questions
-by context when dev is carved out of train, and any download or Hugging Face `datasets` loading.
+by context when dev is carved out of train, and any download (Hugging Face data is read from disk with
+pyarrow; the `datasets` package is not needed).
 """
 
 from __future__ import annotations
@@ -32,15 +34,16 @@ from collections import Counter
 from pathlib import Path
 
 from ralm.errors import RalmError
-from ralm.tasks.formats.common import check_file, ensure_unique_ids, format_notes, read_text
+from ralm.tasks.formats.common import ensure_unique_ids, format_notes, read_text
 from ralm.tasks.formats.conll import UPOS as UPOS  # re-exported: part of this module's names
-from ralm.tasks.formats.conll import first_token_columns, read_conll, read_conllu
+from ralm.tasks.formats.conll import read_conll, read_conllu
+from ralm.tasks.formats.detect import FORMATS, TASK_FORMATS, check_format, check_task, detect_format
+from ralm.tasks.formats.hf import META_FILES, is_table, name_class_ids, read_hf, read_label_names
 from ralm.tasks.formats.openqa import check_answer_mode, read_openqa
-from ralm.tasks.formats.squad import looks_like_squad, read_squad
+from ralm.tasks.formats.squad import read_squad
 from ralm.tasks.formats.text import read_text_examples
 from ralm.tasks.types import (
     SPLITS,
-    TASKS,
     OpenQAExample,
     QAExample,
     TaggingExample,
@@ -58,62 +61,7 @@ __all__ = [
     "split_of",
 ]
 
-FORMATS = ("squad", "conllu", "conll", "text", "openqa")
-TASK_FORMATS: dict[str, tuple[str, ...]] = {
-    "extractive-qa": ("squad",),
-    "ner": ("conllu", "conll"),
-    "pos": ("conllu", "conll"),
-    "classify": ("text",),
-    "open-qa": ("openqa", "squad"),
-}
-_HEAD_BYTES = 1 << 16
-
 PathArg = str | os.PathLike
-
-
-# ----------------------------------------------------------------------------- format detection
-
-
-def _check_task(task: str) -> None:
-    if task not in TASKS:
-        raise RalmError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-
-
-def _check_format(task: str, fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise RalmError(f"unknown dataset format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if fmt not in TASK_FORMATS[task]:
-        raise RalmError(f"format {fmt!r} does not fit task {task!r}; use {' or '.join(TASK_FORMATS[task])}")
-    return fmt
-
-
-def _head(path: Path) -> str:
-    check_file(path)
-    try:
-        with path.open("rb") as f:
-            return f.read(_HEAD_BYTES).decode("utf-8", errors="replace").lstrip("\ufeff")
-    except OSError as exc:
-        raise RalmError(f"{path}: cannot read ({exc.strerror}); check the file") from None
-
-
-def detect_format(path: PathArg, task: str) -> str:
-    """The reader for `path` and `task`: `detect_format("wnut17train.conll", "ner") == "conll"`.
-
-    Tagging files with 10 tab-separated columns (or a `.conllu` name) are CoNLL-U, other tagging
-    files CoNLL; open-qa files that are a JSON object with "data" are SQuAD, others openqa.
-    """
-    _check_task(task)
-    path = Path(path)
-    choices = TASK_FORMATS[task]
-    if len(choices) == 1:
-        check_file(path)
-        return choices[0]
-    head = _head(path)
-    if task == "open-qa":
-        return "squad" if looks_like_squad(head) else "openqa"
-    if path.suffix.lower() == ".conllu" or first_token_columns(head) == 10:
-        return "conllu"
-    return "conll"
 
 
 # ----------------------------------------------------------------------------- one file
@@ -127,28 +75,41 @@ _READERS = {
 }
 
 
-def _read_one(path: Path, task: str, fmt: str | None, answers: str = "auto") -> tuple[list, str, Counter]:
-    _check_task(task)
+def _read_one(
+    path: Path, task: str, fmt: str | None, answers: str = "auto", labels: list[str] | None = None
+) -> tuple[list, str, Counter]:
+    check_task(task)
     check_answer_mode(answers)
-    fmt = _check_format(task, fmt) if fmt is not None else detect_format(path, task)
+    fmt = check_format(task, fmt) if fmt is not None else detect_format(path, task)
     if fmt == "squad" and answers == "regex":
         raise RalmError(
             f"{path}: a SQuAD file's answers are spans of text, not patterns; drop --answers regex"
         )
     counts: Counter = Counter()
-    text = read_text(path, counts)
-    if not text.strip():
+    text = None if fmt == "hf" and is_table(path) else read_text(path, counts)
+    if text is not None and not text.strip():
         raise RalmError(f"{path}: the file is empty; give a file with examples")
-    if fmt == "openqa":
+    if fmt == "hf":
+        examples = read_hf(path, text, task, counts, labels)
+    elif fmt == "openqa":
         examples = read_openqa(path, text, task, counts, answers)
     else:
         examples = _READERS[fmt](path, text, task, counts)
+        if labels and task in ("ner", "pos", "classify"):
+            name_class_ids(examples, labels, str(path))
     if not examples:
         raise RalmError(
             f"{path}: no examples found (read as {fmt} for task {task}); check the file and format"
         )
     ensure_unique_ids(examples)
     return examples, fmt, counts
+
+
+def _label_names(labels: PathArg | list[str] | None) -> list[str] | None:
+    """Names for class ids: a list as given, or read from a file (`formats.hf.read_label_names`)."""
+    if labels is None or isinstance(labels, list):
+        return labels
+    return read_label_names(labels)
 
 
 def read_file(
@@ -158,15 +119,18 @@ def read_file(
     *,
     notes: list[str] | None = None,
     answers: str = "auto",
+    labels: PathArg | list[str] | None = None,
 ) -> tuple[list, str]:
     """Read one file of examples for `task` (one of types.TASKS); returns (examples, format name).
 
     Example: `read_file("stsa.binary.dev", "classify")` -> ([TextExample("0", "...", "1"), ...], "text").
     What the reader did (offsets repaired, tokens dropped) is appended to `notes` when given.
     answers: how open-QA answers match, "auto" (the file says), "string" or "regex".
+    labels: names of class ids (a list, or a file of one name a line), for files that hold ids
+    (Hugging Face ClassLabel columns) and do not name them in their features.
     """
     path = Path(path)
-    examples, fmt, counts = _read_one(path, task, fmt, answers)
+    examples, fmt, counts = _read_one(path, task, fmt, answers, _label_names(labels))
     if notes is not None:
         notes.extend(format_notes(counts, str(path)))
     return examples, fmt
@@ -205,6 +169,8 @@ def _is_data_file(path: Path, root: Path) -> bool:
     rel = path.relative_to(root)
     if any(part.startswith(".") for part in rel.parts) or not path.is_file():
         return False
+    if path.name in META_FILES or (path.suffix == ".arrow" and path.name.startswith("cache-")):
+        return False  # save_to_disk's bookkeeping and datasets' cache files
     return not _DOC_NAME.match(path.name) and path.suffix.lower() not in _SKIP_SUFFIXES
 
 
@@ -277,12 +243,17 @@ def _concat(parts: list[tuple[Path, list]]) -> list:
 
 
 def _read_split(
-    files: list[Path], task: str, fmt: str | None, data: TaskData, answers: str = "auto"
+    files: list[Path],
+    task: str,
+    fmt: str | None,
+    data: TaskData,
+    answers: str = "auto",
+    labels: list[str] | None = None,
 ) -> tuple[list, list[str]]:
     """One split's examples (files concatenated) and the formats used; notes go to `data`."""
     parts, formats, counts = [], [], Counter()
     for f in files:
-        examples, used, file_counts = _read_one(f, task, fmt, answers)
+        examples, used, file_counts = _read_one(f, task, fmt, answers, labels)
         parts.append((f, examples))
         formats.append(used)
         counts.update(file_counts)
@@ -336,6 +307,7 @@ def load_task_data(
     test_fraction: float = 0.0,
     seed: int = 0,
     answers: str = "auto",
+    labels: PathArg | list[str] | None = None,
 ) -> TaskData:
     """All splits of a dataset: `path` a file (-> used as train) or a directory; train/dev/test override.
 
@@ -348,14 +320,18 @@ def load_task_data(
     (seeded shuffle; 0 turns this off) becomes dev; likewise `test_fraction` (default 0) carves a
     test split, first, when the dataset has none. A missing train split is allowed. `answers`
     ("auto", "string", "regex") says how open-QA answers match (`ralm.tasks.formats.openqa`).
+    Hugging Face data: a `save_to_disk` folder (a DatasetDict's train/validation/test folders give
+    the splits), Parquet or Arrow files, JSON lines with datasets' columns (`ralm.tasks.formats.hf`);
+    `labels` (a list, or a file of one name a line) names class ids the files do not name.
     """
-    _check_task(task)
+    check_task(task)
     check_answer_mode(answers)
     if fmt is not None:
-        _check_format(task, fmt)
+        check_format(task, fmt)
     for name, frac in (("dev_fraction", dev_fraction), ("test_fraction", test_fraction)):
         if not 0 <= frac < 1:
             raise RalmError(f"{name} must be in [0, 1), not {frac}")
+    names = _label_names(labels)
     files, notes = _scan(Path(path)) if path is not None else ({}, [])
     for split, given in (("train", train), ("dev", dev), ("test", test)):
         if given is not None:
@@ -366,7 +342,7 @@ def load_task_data(
     formats: list[str] = []
     for split in SPLITS:
         if split in files:
-            data.splits[split], used = _read_split(files[split], task, fmt, data, answers)
+            data.splits[split], used = _read_split(files[split], task, fmt, data, answers, names)
             data.sources[split] = [str(f) for f in files[split]]
             formats.extend(used)
     data.format = "+".join(dict.fromkeys(formats))

@@ -89,7 +89,8 @@ class FinetuneConfig:
     model: str | None = None  # REALM run, exported reader or HF encoder; None = bundled MiniLM
     name: str | None = None  # row label in tables (default: the model directory's name)
     dataset: str | None = None  # column label in tables (default: the data path's name)
-    format: str | None = None  # force a reader format (squad, conllu, conll, text, openqa)
+    format: str | None = None  # force a reader format (squad, conllu, conll, text, openqa, hf)
+    labels: str | None = None  # names of class ids (one a line) for data that holds ids without names
     train: str | None = None  # explicit split files override what is found under `data`
     dev: str | None = None
     test: str | None = None
@@ -215,6 +216,7 @@ def _finetune(cfg: FinetuneConfig, log, note: Callable[[str], None]) -> dict[str
         test_fraction=cfg.test_fraction,
         seed=cfg.seeds[0],
         answers=cfg.answers,
+        labels=cfg.labels,
     )
     for msg in data.notes:
         log(f"note: {msg}")

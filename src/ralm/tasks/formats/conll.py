@@ -49,7 +49,7 @@ def _misc_name(misc: str) -> str | None:
     return None
 
 
-def _check_iob2(tag: str, where: str) -> str:
+def check_iob2(tag: str, where: str) -> str:
     if not _IOB2.fullmatch(tag):
         raise RalmError(f"{where}: tag {tag!r} is not IOB2 (O, B-TYPE or I-TYPE); NER needs IOB2 tags")
     return tag
@@ -100,7 +100,7 @@ def read_conllu(path: Path, text: str, task: str, counts: Counter) -> list:
         for lineno, cols in rows:
             tag = _misc_name(cols[9])
             named = named or tag is not None
-            tag = _check_iob2(tag or "O", f"{path}:{lineno}")
+            tag = check_iob2(tag or "O", f"{path}:{lineno}")
             if ndt and cols[1] == "|" and tag == "O":
                 counts["pipes"] += 1
                 continue
@@ -140,7 +140,7 @@ def read_conll(path: Path, text: str, task: str, counts: Counter) -> list:
                 )
             tag = cols[-1].strip()
             tokens.append(cols[0])
-            labels.append(_check_iob2(tag, f"{path}:{lineno}") if task == "ner" else tag)
+            labels.append(check_iob2(tag, f"{path}:{lineno}") if task == "ner" else tag)
         if tokens:
             out.append(TaggingExample("", tokens, labels))
     return out

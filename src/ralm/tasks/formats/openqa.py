@@ -1,6 +1,6 @@
 """Open-QA files: questions with answer lists, read as OpenQAExamples (SQuAD files: `squad`).
 
-JSONL {"question", "answer"|"answers"} (NQ-open), a JSON array {"qText"|"question", "answers"}
+JSONL {"question", "answer"|"answers"} (NQ-open; answers also as datasets' {"text": [...]}), a JSON array {"qText"|"question", "answers"}
 (WebQuestions), DPR TSV `question<TAB>["a1", "a2"]` (JSON; DPR's Python-style `['a1', "a2's"]`
 lists are read with ast.literal_eval, which parses literals only).
 
@@ -60,7 +60,9 @@ def _example(id_: str, question: str, answers: list[str], regex: bool, where: st
 
 
 def _answer_list(value: Any, where: str) -> list[str]:
-    """Answer strings from a list (or one string): `_answer_list(["a", 1], "x") == ["a", "1"]`."""
+    """Answer strings from a list, one string or datasets' {"text": [...]}: `_answer_list(["a", 1], "x") == ["a", "1"]`."""
+    if isinstance(value, dict) and "text" in value:
+        value = value["text"]
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and all(isinstance(a, (str, int, float)) for a in value):
@@ -68,7 +70,7 @@ def _answer_list(value: Any, where: str) -> list[str]:
     raise RalmError(f'{where}: "answers" (or "answer") must be a list of strings')
 
 
-def _openqa_from_records(records: list[tuple[str, dict]], default: bool, mode: str) -> list[OpenQAExample]:
+def openqa_from_records(records: list[tuple[str, dict]], default: bool, mode: str) -> list[OpenQAExample]:
     out = []
     for where, obj in records:
         question = obj.get("question", obj.get("qText"))
@@ -113,7 +115,7 @@ def read_openqa(path: Path, text: str, task: str, counts: Counter, answers: str 
     """The questions of one open-QA file; `answers` is auto, string or regex (see the module doc)."""
     default = regex_file(path) if check_answer_mode(answers) == "auto" else answers == "regex"
     if text.lstrip()[:1] in ("[", "{"):
-        out = _openqa_from_records(load_records(path, text), default, answers)
+        out = openqa_from_records(load_records(path, text), default, answers)
     else:
         out = _openqa_from_tsv(path, text, default)
     counts["regex"] += sum(ex.regex for ex in out)

@@ -55,7 +55,7 @@ def _occurrences(text: str, context: str) -> list[int]:
     return starts
 
 
-def _answer_start(context: str, text: str, start: int, qid: str, path: Path, counts: Counter) -> int:
+def answer_start(context: str, text: str, start: int, qid: str, path: Path, counts: Counter) -> int:
     """`start` when it points at `text`, else the nearest occurrence (counted as a repair)."""
     if start >= 0 and context[start : start + len(text)] == text:
         return start
@@ -81,7 +81,7 @@ def _squad_answers(qa: dict, context: str, qid: str, where: str, path: Path, cou
         answers.append(text)
         if check:
             start = _field(ans, "answer_start", int, f"{where}.answers[{a_i}]")
-            starts.append(_answer_start(context, text, start, qid, path, counts))
+            starts.append(answer_start(context, text, start, qid, path, counts))
     return answers, starts
 
 

@@ -1,0 +1,107 @@
+"""`Retriever`: any retrieval index directory (dense, BM25 or hybrid) opened for text search.
+
+The Python face of `ralm search`, in pyserini's manner: `Retriever.load(INDEX).search(queries, k)`
+gives each query's top-k chunks as `Hit`s (rank, chunk id, score, title, text), best first. It
+wraps `ralm.retrieval.search.load_retriever` (which checks the index against its DocStore) and the
+retrievers' common `search_text` (`ralm.retrieval.base`), which stays available as
+`search_ids` for code that wants the id and score arrays.
+
+Deliberately left out: building indexes (`ralm.retrieval.search.build_index_dir`, `ralm index build`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ralm.corpus.docstore import DocStore
+from ralm.errors import RalmError
+from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
+
+__all__ = ["Hit", "Retriever"]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk: its rank (1 = best), DocStore chunk id, score (higher is better), the
+    title of its article and its text."""
+
+    rank: int
+    id: int
+    score: float
+    title: str
+    text: str
+
+
+class Retriever:
+    """A retrieval index directory opened for text search: dense, BM25 or hybrid.
+
+    Example (an index that `ralm index build corpus/ --out index/ --bm25` wrote)::
+
+        retriever = Retriever.load("index/", kind="bm25")
+        hits = retriever.search("Who taught Aristotle?", k=3)   # [Hit(rank=1, id=..., ...), ...]
+        batch = retriever.search(["q1", "q2"], k=3)            # one list of hits per query
+
+    Attributes: `store` (the DocStore searched), `kind` ("dense", "bm25", "hybrid"), `path`.
+    """
+
+    def __init__(self, store: DocStore, backend: Any, kind: str, path: Path | None = None) -> None:
+        self.store = store
+        self.backend = backend  # anything with search_text(queries, k, exclude_ids) -> SearchResult
+        self.kind = kind
+        self.path = path
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike,
+        kind: str = "dense",
+        *,
+        store: str | os.PathLike | None = None,
+        fusion: str = "rrf",
+        dense_weight: float = 0.5,
+        bm25_options: dict[str, Any] | None = None,
+        log: Callable[[str], None] = lambda m: None,
+    ) -> Retriever:
+        """Open the index directory `path` (`ralm index build --out`) as a `kind` retriever.
+
+        store: the DocStore, when it moved since the index was built; fusion ("rrf" or "weighted")
+        and dense_weight (in [0, 1]) shape a hybrid's ranking; bm25_options (lang, stopwords,
+        stemmer) the BM25 analysis wanted (built in memory when the index has another).
+        RalmError (one line) for a missing or unfinished index, or one built from another corpus.
+        """
+        from ralm.retrieval.search import load_retriever
+
+        if not 0.0 <= dense_weight <= 1.0:
+            raise RalmError(f"dense_weight {dense_weight}: must be between 0 and 1")
+        ds, backend = load_retriever(
+            path, kind, store, bm25_options=bm25_options, fusion=fusion, dense_weight=dense_weight, log=log
+        )
+        return cls(ds, backend, kind, Path(path))
+
+    def search_ids(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
+        """The arrays behind `search`: ids (Q, k) int64 and scores (Q, k) float32, best first."""
+        if not 1 <= k <= len(self.store):
+            raise RalmError(f"k {k}: must be between 1 and the number of chunks ({len(self.store)})")
+        return self.backend.search_text(check_queries(queries), k, exclude_ids)
+
+    def search(self, queries: str | Sequence[str], k: int = 5) -> list[Hit] | list[list[Hit]]:
+        """The top-k chunks of one query (a list of `Hit`s), or of each of several (a list of lists)."""
+        one = isinstance(queries, str)
+        res = self.search_ids([queries] if one else list(queries), k)
+        rows = self.store.get_many(int(i) for i in res.ids.reshape(-1))
+        hits, j = [], 0
+        for q_ids, q_scores in zip(res.ids, res.scores, strict=True):
+            ranked = []
+            for rank, (cid, score) in enumerate(zip(q_ids, q_scores, strict=True), start=1):
+                row = rows[j]
+                j += 1
+                ranked.append(Hit(rank, int(cid), float(score), row["title"], row["text"]))
+            hits.append(ranked)
+        return hits[0] if one else hits
+
+    def __repr__(self) -> str:
+        return f"Retriever({str(self.path)!r}, kind={self.kind!r}, chunks={len(self.store)})"
