@@ -10,6 +10,8 @@ The main objects under stable names. Each is imported on first use (PEP 562 modu
     REALM/BRENT  PretrainConfig, pretrain, load_run, fill, FillResult, evaluate_mlm, export_reader
     downstream   FinetuneConfig, finetune, load_task_data
     frozen LMs   load_frozen_lm, tokenize_eval_text, FrozenEvalConfig, FrozenRetrieval, evaluate_frozen
+    RAG QA       read_questions, RagConfig, run_rag, Asker, GeneratorTrainConfig, train_generator,
+                 LSRConfig, train_lsr
     LMs          NGramLM
     LUKE         LukeConfig, LukeForPretraining, LukeForSpanClassification
     errors       RalmError
@@ -70,6 +72,15 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "FrozenEvalConfig": ("ralm.frozen.evaluate", "EvalConfig"),
     "FrozenRetrieval": ("ralm.frozen.evaluate", "Retrieval"),
     "evaluate_frozen": ("ralm.frozen.evaluate", "evaluate"),
+    # RAG QA: a generator answering from retrieved passages
+    "read_questions": ("ralm.rag.data", "read_questions"),
+    "RagConfig": ("ralm.rag.evaluate", "RagConfig"),
+    "run_rag": ("ralm.rag.evaluate", "run_rag"),
+    "Asker": ("ralm.rag.ask", "Asker"),
+    "GeneratorTrainConfig": ("ralm.rag.finetune", "GeneratorTrainConfig"),
+    "train_generator": ("ralm.rag.finetune", "train_generator"),
+    "LSRConfig": ("ralm.rag.lsr", "LSRConfig"),
+    "train_lsr": ("ralm.rag.lsr", "train_lsr"),
     # language models
     "NGramLM": ("ralm.lm.ngram", "NGramLM"),
     # LUKE / DaLUKE
