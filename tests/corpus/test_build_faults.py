@@ -277,7 +277,7 @@ def test_lang_matters_only_for_dates(tmp_path, bad_input, cli):
     ("option", "message"),
     [
         ({"text_mode": "para"}, "--text-mode para: use file or line"),
-        ({"format": "csv"}, "--format csv: use auto, wiki, jsonl or text"),
+        ({"format": "csv"}, "--format csv: use auto, wiki, jsonl, text or hf"),
         ({"row_group_size": 0}, "--row-group-size 0: must be >= 1"),
         ({"rows_per_shard": 100, "row_group_size": 64}, "--rows-per-shard 100: must be a multiple of --row-group-size 64"),
         ({"batch_articles": 0}, "batch_articles 0: must be >= 1"),
