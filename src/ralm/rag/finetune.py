@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ralm.corpus.staging import replace_dir
 from ralm.errors import RalmError
 from ralm.rag.prompt import PromptBuilder, TrainingExample, passage_text
 
@@ -217,9 +218,7 @@ def save_generator(model: torch.nn.Module, tokenizer, out: str | os.PathLike) ->
             model.generation_config.to_json_file(str(tmp / "generation_config.json"))
         save_model(model, str(tmp / "model.safetensors"))
         tokenizer.save_pretrained(str(tmp))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        replace_dir(tmp, out)  # an old OUT is removed only once the new one is in place
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -44,10 +44,12 @@ def answer_text(tokenizer, ids: Sequence[int]) -> str:
     return text.split("\n", 1)[0].strip()
 
 
-def _pad_id(tokenizer, stop: Sequence[int]) -> int:
+def _stop_and_pad(tokenizer, stop_ids: Sequence[int] | None) -> tuple[list[int], int]:
+    """The stop ids (given, or `stop_token_ids`) and the padding id (the tokenizer's, else a stop id)."""
+    stop = list(stop_ids) if stop_ids is not None else stop_token_ids(tokenizer)
     if tokenizer.pad_token_id is not None:
-        return int(tokenizer.pad_token_id)
-    return int(stop[0]) if stop else 0
+        return stop, int(tokenizer.pad_token_id)
+    return stop, int(stop[0]) if stop else 0
 
 
 def _batches(lengths: Sequence[int], batch_size: int, batch_tokens: int, order: np.ndarray):
@@ -96,8 +98,7 @@ def greedy(
     from ralm.retrieval.encoders import autocast_context
 
     tok = lm.tokenizer
-    stop = list(stop_ids) if stop_ids is not None else stop_token_ids(tok)
-    pad = _pad_id(tok, stop)
+    stop, pad = _stop_and_pad(tok, stop_ids)
     lengths = [len(p) for p in prompts]
     order = np.argsort([-n for n in lengths], kind="stable")
     out: list[list[int]] = [[] for _ in prompts]
@@ -151,10 +152,8 @@ def replug(
     """
     from ralm.retrieval.encoders import autocast_context, quiet_transformers
 
-    tok = lm.tokenizer
-    stop = list(stop_ids) if stop_ids is not None else stop_token_ids(tok)
+    stop, pad = _stop_and_pad(lm.tokenizer, stop_ids)
     stop_set = set(stop)
-    pad = _pad_id(tok, stop)
     k = max(len(g) for g in groups) if groups else 1
     lengths = [max(len(p) for p in g) * len(g) // k for g in groups]
     order = np.argsort([-n for n in lengths], kind="stable")

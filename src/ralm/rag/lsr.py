@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ralm.corpus.staging import replace_dir
 from ralm.errors import RalmError
 
 __all__ = ["LSRConfig", "index_with_query_tower", "lm_preferences", "lsr_loss", "train_lsr"]
@@ -181,9 +182,7 @@ def index_with_query_tower(src: str | os.PathLike, encoder, out: str | os.PathLi
             **index_records(tmp, manifest["bm25"]),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        replace_dir(tmp, out)  # an old OUT is removed only once the new one is in place
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
