@@ -89,6 +89,16 @@ def test_dpr_mode_trains_on_each_format(tmp_path, pair_files, context_store, tin
     assert res["temperature"] == 0.05 and enc.config.score_scale == pytest.approx(20.0)
     q, d = torch.randn(2, enc.dim), torch.randn(3, enc.dim)
     torch.testing.assert_close(enc.score(q, d), 20.0 * (q @ d.T))
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(tmp_path / "run" / "encoder" / "README.md")  # for push_to_hub
+    assert card.data.to_dict() == {
+        "library_name": "sentence-transformers",
+        "pipeline_tag": "sentence-similarity",
+        "tags": ["ralm", "dense-retrieval", "dpr"],
+    }
+    assert f"| steps | {steps} (saved: step {res['best_step']}, by dev recall@5) |" in card.text
+    assert f"| dev recall@5 | {res['best']:.4f} |" in card.text
 
 
 def test_training_lowers_the_loss_on_the_pairs(tmp_path, pair_files, context_store, tiny_dir, one_thread):

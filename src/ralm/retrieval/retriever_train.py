@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.model_card import write_model_card
 from ralm.retrieval.contrastive import contrastive_step
 from ralm.retrieval.encoders import DualEncoder, autocast_dtype
 from ralm.retrieval.train_batches import SupervisedBatches, UnsupervisedBatches
@@ -280,8 +281,46 @@ def train_retriever(
             "encoder": str(out / "encoder"),
         }
         write_json(out / RESULTS, results)
+        write_model_card(out / "encoder", encoder_card(out, cfg, results))
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
         return results
+
+
+def encoder_card(out: Path, cfg: RetrieverTrainConfig, results: dict[str, Any]) -> str:
+    """The README.md model card of a trained encoder: how it was trained and how it scored on dev."""
+    from ralm.model_card import model_card
+
+    best = results.get("best")
+    details = {
+        "trained by": f"ralm `retriever train {cfg.mode}`"
+        + (f" (recipe {cfg.recipe})" if cfg.mode == "contrastive" else ""),
+        "training data": ", ".join(
+            f"{k} `{Path(str(v)).name}`"
+            for k, v in results["data"].items()
+            if k in ("train", "corpus", "dev")
+        ),
+        "steps": f"{results['steps']} (saved: step {results['best_step']}, by dev {cfg.select})",
+        f"dev {cfg.select}": "–" if best is None else f"{best:.4f}",
+        "batch size / lr / temperature": f"{cfg.batch_size} / {cfg.lr:g} / {results.get('temperature')}",
+        "language (answers, BM25)": cfg.lang,
+    }
+    return model_card(
+        f"{out.name}: a dense retriever trained with ralm",
+        "A dual encoder (score = query vector . document vector, times the saved score scale) trained "
+        "with in-batch negatives. `query/` and `doc/` are each a Hugging Face and sentence-transformers "
+        "model directory; ralm takes the whole directory (`ralm index build --encoder`, `ralm pretrain`).",
+        library_name="sentence-transformers",
+        pipeline_tag="sentence-similarity",
+        tags=["ralm", "dense-retrieval", cfg.mode],
+        details={k: v for k, v in details.items() if v},
+        usage=f"""
+from sentence_transformers import SentenceTransformer
+
+queries = SentenceTransformer("{out.name}/encoder/query")
+docs = SentenceTransformer("{out.name}/encoder/doc")
+scores = queries.encode(["a question"]) @ docs.encode(["a passage"]).T
+""",
+    )
 
 
 def train_fingerprint(train) -> str:
