@@ -211,6 +211,11 @@ def test_train_saves_a_generator_that_eval_loads(capsys, chat_lm_dir, store, que
     stats = json.loads((out / "train.json").read_text())
     assert stats["stats"]["steps"] == 4 and stats["stats"]["examples"] == 3 and stats["k"] == 2
     assert (out / "model" / "model.safetensors").is_file()
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "model" / "README.md")
+    assert card.data.pipeline_tag == "text-generation" and card.data.library_name == "transformers"
+    assert "| fine-tuning | full, 4 steps, lr 5e-05, batch 2 |" in card.text
     code, _, err = run(capsys, "rag", "eval", questions, "--lm", out / "model", "--mode", "closed-book",
                        "--max-new-tokens", "2", "--no-progress", "--out", tmp_path / "e", *LM)  # fmt: skip
     assert code == 0, err

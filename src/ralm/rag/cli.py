@@ -263,7 +263,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                                batch_size=args.batch_size, lora_r=args.lora_r, seed=args.seed)  # fmt: skip
     model, stats = train_generator(lm.model, lm.tokenizer, examples, cfg, device=lm.device, autocast=lm.autocast,
                                    log=_log, progress=not args.no_progress)  # fmt: skip
-    save_generator(model, lm.tokenizer, args.out / "model")
+    save_generator(model, lm.tokenizer, args.out / "model", card=_generator_card(args, lm.name, stats, cfg))
     (args.out / "train.json").write_text(json.dumps({"config": vars(cfg), "stats": stats, "lm": lm.name,
         "closed_book": args.closed_book, "k": args.k, "gold_passage": args.gold_passage}, indent=2) + "\n")  # fmt: skip
     print(f"{args.out / 'model'}: trained {stats['steps']} steps on {stats['examples']} examples in "
@@ -305,3 +305,34 @@ def cmd_lsr(args: argparse.Namespace) -> int:
         f"KL {stats['first_loss']:.4f} -> {stats['final_loss']:.4f})"
     )
     return 0
+
+
+def _generator_card(args, lm_name: str, stats: dict, cfg) -> str:
+    """README.md model card of a generator trained by `ralm rag train`."""
+    from ralm.model_card import model_card
+
+    how = "without passages (closed-book control)" if args.closed_book else f"with the top {args.k} passages"
+    return model_card(
+        f"{args.out.name}: a generator fine-tuned for RAG question answering with ralm",
+        f"`{lm_name}` fine-tuned to answer questions {how}, the loss on the answer tokens only "
+        "(`ralm rag train`). Prompt it as `ralm rag eval` does (the chat template's user turn holds "
+        "the instruction, numbered passages and the question).",
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        tags=["ralm", "rag", "question-answering"],
+        details={
+            "training questions": f"`{args.questions.name}` ({stats['examples']} examples)",
+            "passages": "none"
+            if args.closed_book
+            else f"top {args.k} ({args.retrieved or args.retriever}), gold passage {args.gold_passage}",
+            "fine-tuning": f"{'LoRA r=' + str(cfg.lora_r) + ' (merged)' if cfg.lora_r else 'full'}, {stats['steps']} steps, "
+            f"lr {cfg.lr:g}, batch {cfg.batch_size}",
+            "answer loss": f"{stats['first_loss']:.3f} -> {stats['final_loss']:.3f}",
+        },
+        usage=f"""
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{args.out.name}/model")
+model = AutoModelForCausalLM.from_pretrained("{args.out.name}/model")
+""",
+    )

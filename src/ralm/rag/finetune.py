@@ -198,9 +198,12 @@ def train_generator(
     return model, stats
 
 
-def save_generator(model: torch.nn.Module, tokenizer, out: str | os.PathLike) -> Path:
+def save_generator(
+    model: torch.nn.Module, tokenizer, out: str | os.PathLike, card: str | None = None
+) -> Path:
     """OUT/ with config.json, model.safetensors (tied weights once) and the tokenizer, atomically;
-    `AutoModelForCausalLM.from_pretrained(OUT)` and `ralm rag eval --lm OUT` load it."""
+    `AutoModelForCausalLM.from_pretrained(OUT)` and `ralm rag eval --lm OUT` load it; `card` is
+    written as its README.md model card."""
     from safetensors.torch import save_model
 
     out = Path(out)
@@ -218,6 +221,10 @@ def save_generator(model: torch.nn.Module, tokenizer, out: str | os.PathLike) ->
             model.generation_config.to_json_file(str(tmp / "generation_config.json"))
         save_model(model, str(tmp / "model.safetensors"))
         tokenizer.save_pretrained(str(tmp))
+        if card is not None:
+            from ralm.model_card import write_model_card
+
+            write_model_card(tmp, card)
         replace_dir(tmp, out)  # an old OUT is removed only once the new one is in place
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
