@@ -120,6 +120,18 @@ def test_export_span_classifier_loads_in_hf(tmp_path, tiny_luke_config, minilm_d
     assert hf.config.id2label == {0: "O", 1: "PER", 2: "LOC"}
     real = ent_mask.bool()
     close(got.logits[real], ref["logits"][real])
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")
+    assert card.data.to_dict() == {
+        "library_name": "transformers",
+        "pipeline_tag": "token-classification",
+        "tags": ["ralm", "luke", "entity-aware", "ner"],
+    }
+    assert (
+        "LukeForEntitySpanClassification.from_pretrained" in card.text
+        and "| hidden size L / entity size l | 32 / 32 |" in card.text
+    )
 
 
 def test_reduced_entity_dimension_exports_ralm_format(
@@ -134,6 +146,12 @@ def test_reduced_entity_dimension_exports_ralm_format(
     assert len(note) == 1 and "l = 16 < L = 32" in note[0]
     assert json.loads((out / "config.json").read_text())["format"] == "ralm_luke"
     assert (out / "entity_vocab.tsv").is_file() and (out / "vocab.txt").is_file()
+    card = (out / "README.md").read_text()
+    assert (
+        'library_name: "ralm"' in card
+        and "load_model(" in card
+        and "| hidden size L / entity size l | 32 / 16 |" in card
+    )
     enc, ent, ent_mask, pos = inputs(bert_tokenizer)
     with torch.no_grad():
         a = ours(enc["input_ids"], enc["attention_mask"], ent, ent_mask, pos)

@@ -47,6 +47,7 @@ from ralm.luke.io import (
     write_safetensors,
 )
 from ralm.luke.model import EntityAwareModel, LukeForPretraining, LukeForSpanClassification
+from ralm.model_card import model_card, write_model_card
 
 __all__ = ["export_model", "find_model_dir", "hf_config", "to_hf_state_dict", "from_hf"]
 
@@ -282,6 +283,7 @@ def export_model(
             _write_entity_vocab(vocab, vocab_path, tmp)
         else:
             log(f"note: no entity_vocab.tsv beside {model_dir}; the export has no entity vocabulary")
+        write_model_card(tmp, _card(out, run, model, cfg, what, vocab))
         prov = {"exported_from": str(model_dir.resolve()), "model_class": info["model_class"], "format": what}
         (tmp / "ralm_export.json").write_text(json.dumps(prov, indent=2) + "\n", encoding="utf-8")
         replace_dir(tmp, out)
@@ -289,6 +291,39 @@ def export_model(
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"wrote {out}: {what}")
     return out
+
+
+def _card(out: Path, run: Path, model: nn.Module, cfg: LukeConfig, what: str, vocab) -> str:
+    """README.md model card of an export: what the model is, its sizes, how to load it."""
+    ner = isinstance(model, LukeForSpanClassification)
+    hf = cfg.is_luke
+    cls = HF_CLASS[type(model)] if hf else type(model).__name__
+    usage = (
+        f'from transformers import {cls}, AutoTokenizer\n\nmodel = {cls}.from_pretrained("{out.name}")\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("{out.name}")'
+        if hf
+        else f'from ralm.luke.io import load_model\n\nmodel = load_model("{out.name}")'
+    )
+    return model_card(
+        f"{out.name}: a LUKE-style entity-aware model trained with ralm",
+        "A BERT-style encoder with entity embeddings and entity-aware self-attention (LUKE; DaLUKE's "
+        "reduced entity dimension when l < L)"
+        + (
+            ", fine-tuned for named-entity recognition by span classification."
+            if ner
+            else ", pre-trained on masked words and masked entities."
+        ),  # fmt: skip
+        library_name="transformers" if hf else "ralm",
+        pipeline_tag="token-classification" if ner else "fill-mask",
+        tags=["ralm", "luke", "entity-aware"] + (["ner"] if ner else []),
+        details={
+            "trained by": f"ralm (run `{run.name}`)",
+            "format": what,
+            "hidden size L / entity size l": f"{cfg.hidden_size} / {cfg.entity_hidden_size}",
+            "entity vocabulary": "none" if vocab is None else f"{len(vocab)} entities",
+        },
+        usage=usage,
+    )
 
 
 def _tokenizer_dir(model_dir: Path, info: dict) -> Path | None:
