@@ -25,6 +25,21 @@ def test_a_log_gets_whole_lines_not_carriage_returns(monkeypatch):
     assert lines[1].startswith("embed: 100%") and "1000/1000" in lines[1]
 
 
+def test_postfix_and_description_changes_wait_for_the_next_line(monkeypatch):
+    # a training loop sets the loss every step; in a log that is no extra line (make demo wrote 200)
+    monkeypatch.setenv("RALM_PROGRESS_INTERVAL", "3600")
+    log = io.StringIO()
+    bar = tqdm(total=200, desc="pretrain", file=log)
+    for step in range(200):
+        bar.update(1)
+        bar.set_postfix(loss=f"{10 - step / 100:.3f}")
+        bar.set_postfix_str(f"loss={10 - step / 100:.3f}")
+        bar.set_description("pretrain")
+    bar.close()
+    lines = log.getvalue().split("\n")
+    assert len(lines) == 3 and lines[1].startswith("pretrain: 100%") and lines[1].endswith("loss=8.010]")
+
+
 def test_a_bar_that_does_not_stay_leaves_its_last_line(monkeypatch):
     monkeypatch.setenv("RALM_PROGRESS_INTERVAL", "3600")
     log = io.StringIO()

@@ -60,6 +60,20 @@ class _Lines:
         self.stream.flush()
 
 
+class _LogBar(_std_tqdm):
+    """tqdm's plain-text bar whose postfix and description changes wait for the next interval's line
+    (tqdm redraws on each `set_postfix` by default, which in a log is one line per step)."""
+
+    def set_postfix(self, ordered_dict=None, refresh: bool = True, **kwargs: Any) -> None:
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        super().set_postfix_str(s, refresh=False)
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        super().set_description(desc, refresh=False)
+
+
 def tqdm(*args: Any, **kwargs: Any) -> Any:
     """A tqdm bar (same arguments) suited to its stream: tqdm.auto's in a terminal or notebook,
     else one that prints a line at most every `log_interval()` seconds."""
@@ -68,7 +82,7 @@ def tqdm(*args: Any, **kwargs: Any) -> Any:
         return _auto_tqdm(*args, **kwargs)
     every = max(float(kwargs.get("mininterval", 0.1)), log_interval())
     kwargs.update(file=_Lines(stream), mininterval=every, maxinterval=max(every, 1.0))
-    return _std_tqdm(*args, **kwargs)  # the plain-text bar, writing whole lines through _Lines
+    return _LogBar(*args, **kwargs)  # the plain-text bar, writing whole lines through _Lines
 
 
 tqdm.write = _auto_tqdm.write  # type: ignore[attr-defined]
