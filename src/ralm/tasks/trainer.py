@@ -263,8 +263,11 @@ def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: 
     log.close()
     write_predictions(out / "predictions.jsonl", test_preds)
     if cfg.save:
-        parts.model.save_pretrained(str(out / "model"), safe_serialization=True)
-        parts.tokenizer.save_pretrained(str(out / "model"))
+        from ralm.retrieval.encoders import quiet_transformers
+
+        with quiet_transformers():  # no "Writing model shards" bar in the log
+            parts.model.save_pretrained(str(out / "model"), safe_serialization=True)
+            parts.tokenizer.save_pretrained(str(out / "model"))
         if parts.retriever is not None and parts.retriever.tune:
             parts.retriever.encoder.save(out / "retriever")
     # last, and atomically: eval.json marks a finished seed (ralm.tasks.job_dir resumes on it)
