@@ -175,7 +175,8 @@ def test_bad_input_is_one_line(capsys, chat_lm_dir, tiny_dir, store, questions, 
         *LM,
     )
     assert code == 2 and err == [
-        "ralm: error: --mode oracle needs gold passages: a SQuAD file (its contexts) has them"
+        "ralm: error: --mode oracle needs gold passages: a SQuAD file (its contexts) has them, "
+        "or retrieved passages of which one holds the answer"
     ]
     code, _, err = run(
         capsys, "rag", "eval", questions, "--lm", chat_lm_dir, "--mode", "rag", "--out", tmp_path / "w", *LM
@@ -244,3 +245,24 @@ def test_lsr_writes_an_index_with_the_trained_query_tower(capsys, chat_lm_dir, i
         assert torch.equal(p, q), n  # ... the doc tower did not
     info = json.loads((out / "lsr.json").read_text())
     assert info["questions"] == 3 and info["stats"]["steps"] == 4
+
+
+def test_oracle_without_contexts_uses_the_answer_bearing_passage(
+    capsys, chat_lm_dir, store, questions, tmp_path
+):
+    from ralm.corpus.docstore import DocStore
+
+    code, _, err = run(capsys, "rag", "eval", questions, "--lm", chat_lm_dir, "--corpus", store, "--mode", "oracle",
+                       "--max-new-tokens", "2", "--no-progress", "--out", tmp_path / "o", *LM)  # fmt: skip
+    assert code == 0, err
+    note = "note: oracle: 3 questions without a gold passage use their best-ranked retrieved passage that holds an answer"
+    assert note in err
+    ds = DocStore(store)
+    preds = _read_jsonl(tmp_path / "o" / "predictions.jsonl")
+    for p, (title, answer) in zip(
+        preds, [("Oslo", "Oslo"), ("Lincoln", "Kentucky"), ("Aristotle", "Plato")], strict=True
+    ):
+        chunk = next(
+            ds.get(i) for i in range(len(ds)) if ds.get(i)["title"] == title and answer in ds.get(i)["text"]
+        )
+        assert f"Passage 1: {title}\n{chunk['text']}" in p["prompt"] and p["answer_in_passages"] == [True]

@@ -77,6 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--max-prompt-tokens", type=int, default=None, help="default: the LM's positions")
     e.add_argument("--replug-temperature", type=float, default=1.0)
+    e.add_argument("--oracle-depth", type=int, default=100,
+                   help="oracle on data without gold passages: the answer-bearing passage is sought among this many retrieved (default 100)")  # fmt: skip
     e.add_argument(
         "--fewshot", type=int, default=0, help="few-shot examples from --fewshot-from (closed-book style)"
     )
@@ -170,7 +172,7 @@ def _passages(args, questions, k: int, lm=None):
         store, retriever, what = open_retriever(index=args.index, corpus=args.corpus, kind=args.retriever,
                                                 lang=args.lang, log=_log)  # fmt: skip
         _log(f"retrieval: {what}")
-        ps = retrieve(questions, retriever, store, max(k, args.rerank or 0))
+        ps = retrieve(questions, retriever, store, min(max(k, args.rerank or 0), len(store)))
         if any(q.context for q in questions):
             found = gold_chunks(questions, store, args.lang)
             _log(
@@ -216,7 +218,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise RalmError("--fewshot needs --fewshot-from TRAIN (examples from a train split)")
         fewshot = [(q.question, q.answers[0]) for q in read_questions(args.fewshot_from)[: args.fewshot]]
     lm = _load_lm(args)
-    ps = _passages(args, qs, max(args.k), lm)
+    depth = (
+        max(args.k)
+        if "oracle" not in args.mode or all(q.gold for q in qs)
+        else max(max(args.k), args.oracle_depth)
+    )
+    ps = _passages(args, qs, depth, lm)
     rows = []
     for mode in args.mode:
         for k in args.k if mode in ("rag", "replug") else [max(args.k)]:

@@ -5,8 +5,9 @@ Modes (`MODES`), each a row of a results table:
   rag          the top-k retrieved passages in the prompt (In-Context RALM / FlashRAG "standard");
   replug       one prompt per passage, next-token distributions mixed by the passage weights
                (softmax of retrieval score / `replug_temperature`) at every step;
-  oracle       the question's gold passage alone (questions without one are left out, counted);
-               its recall@1 is how often that passage holds an answer.
+  oracle       the question's gold passage alone; without one (data with no contexts), its
+               best-ranked retrieved passage that holds an answer (questions with neither are left
+               out, counted); its recall@1 is how often that passage holds an answer.
 `run_rag` returns a `RagRun`: per-question records (question, answers, retrieved ids and scores,
 the prompt, the answer, its scores, the passages' answer hits) and metrics in percent
 (`ralm.rag.scoring.aggregate`) with seconds per question. `write_run` writes
@@ -19,7 +20,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ralm.errors import RalmError
@@ -64,6 +65,16 @@ class RagRun:
     notes: list[str] = field(default_factory=list)
 
 
+def answer_bearing(question, passages: Sequence, lang: str = "en") -> str | None:
+    """The text of the best-ranked passage that holds one of the question's answers, or None:
+    the oracle passage of data without gold passages (the chunk an oracle retriever would give)."""
+    for p in passages:
+        text = passage_text(p.title, p.text)
+        if recall_hits([text], question.answers, regex=question.regex, lang=lang)[0]:
+            return text
+    return None
+
+
 def prompt_budget(lm, cfg: RagConfig) -> int:
     """Prompt tokens allowed: --max-prompt-tokens, else the LM's positions minus the answer's room."""
     if cfg.max_prompt_tokens is not None:
@@ -94,12 +105,24 @@ def run_rag(
     qs = list(questions)
     ps = list(passages) if passages is not None else None
     if cfg.mode == "oracle":
-        keep = [i for i, q in enumerate(qs) if q.gold]
+        golds = [
+            q.gold or (answer_bearing(q, ps[i], cfg.lang) if ps is not None else None)
+            for i, q in enumerate(qs)
+        ]
+        keep = [i for i, g in enumerate(golds) if g]
         if not keep:
-            raise RalmError("--mode oracle needs gold passages: a SQuAD file (its contexts) has them")
+            raise RalmError(
+                "--mode oracle needs gold passages: a SQuAD file (its contexts) has them, or retrieved "
+                "passages of which one holds the answer"
+            )
+        n_found = sum(1 for i in keep if not qs[i].gold)
+        if n_found:
+            notes.append(
+                f"oracle: {n_found} questions without a gold passage use their best-ranked retrieved passage that holds an answer"
+            )
         if len(keep) < len(qs):
             notes.append(f"oracle: {len(qs) - len(keep)} questions without a gold passage left out")
-        qs = [qs[i] for i in keep]
+        qs = [replace(qs[i], gold=golds[i]) for i in keep]
         ps = [ps[i] for i in keep] if ps is not None else None
     builder = PromptBuilder(lm.tokenizer, prompt_budget(lm, cfg), chat=cfg.chat, fewshot=fewshot)
     texts = [[passage_text(p.title, p.text) for p in row[: cfg.k]] for row in ps] if ps is not None else None
