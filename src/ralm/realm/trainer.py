@@ -330,6 +330,8 @@ def _pretrain(
             row["elapsed_seconds"] = time.perf_counter() - t_run
             bar.update(1)  # the step is done: the bar says so while the index is rebuilt
             bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.1f}")
+            if step == cfg.steps or (cfg.refresh_every and step % cfg.refresh_every == 0):
+                bar.refresh()  # before a re-embedding, also in a log (which otherwise prints at intervals)
             if refresher is not None:
                 t = refresher.maybe_refresh(step, model.encoder)
                 if t is not None:
