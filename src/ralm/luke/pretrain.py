@@ -50,7 +50,7 @@ from ralm.realm.data import batch_positions, example_rngs
 from ralm.realm.run import check_checkpoint_corpus, trim_metrics
 from ralm.retrieval.encoders import autocast_context, autocast_dtype
 from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint
-from ralm.train.distributed import Dist, init_distributed, peer_failure_message
+from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
@@ -159,17 +159,8 @@ def pretrain(
         raise RalmError(
             "luke pretrain needs a docstore and an out directory (--docstore, --out or the config)"
         )
-    dist = init_distributed(cfg.device, cfg.dist_timeout_s)
-    try:
-        with ExitStack() as held:
-            return _pretrain(cfg, dist, held, resume, overwrite, progress, stop_after)
-    except RuntimeError as exc:
-        msg = peer_failure_message(dist, exc)
-        if msg is None:
-            raise
-        raise RalmError(msg) from None
-    finally:
-        dist.close()
+    with job(init_distributed(cfg.device, cfg.dist_timeout_s)) as dist, ExitStack() as held:
+        return _pretrain(cfg, dist, held, resume, overwrite, progress, stop_after)
 
 
 def _pretrain(

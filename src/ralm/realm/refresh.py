@@ -275,6 +275,13 @@ class SyncRefresher:
         self.last_seconds = time.perf_counter() - t0
         return self.last_seconds
 
+    def _drop_later_versions(self) -> None:
+        """Rank 0 removes saved versions after the current one: they belong to steps being trained again."""
+        if self.dist.is_main:
+            for p in self.root.glob("v[0-9]*"):
+                if p.is_dir() and int(p.name[1:]) > self.version:
+                    shutil.rmtree(p, ignore_errors=True)
+
     def version_dir(self, version: int) -> Path:
         assert self.root is not None
         return self.root / f"v{version:05d}"
@@ -313,9 +320,6 @@ class SyncRefresher:
         self.built_at_step = int(index.manifest.get("built_at_step", 0))
         if self.root is None:
             return
-        if self.dist.is_main:  # versions built after this one belong to steps being trained again
-            for p in self.root.glob("v[0-9]*"):
-                if p.is_dir() and int(p.name[1:]) > self.version:
-                    shutil.rmtree(p, ignore_errors=True)
+        self._drop_later_versions()
         if Path(directory).resolve() != self.version_dir(self.version).resolve():
             self._save()

@@ -178,10 +178,7 @@ class ShardedRefresher(SyncRefresher):
         self.version, self.built_at_step = version, step
         if self.root is None:
             return
-        if self.dist.is_main:  # versions built after this one belong to steps being trained again
-            for p in self.root.glob("v[0-9]*"):
-                if p.is_dir() and int(p.name[1:]) > self.version:
-                    shutil.rmtree(p, ignore_errors=True)
+        self._drop_later_versions()
         self.dist.barrier()
         if d.resolve() != self.version_dir(self.version).resolve():
             self._publish(shard, version, step)

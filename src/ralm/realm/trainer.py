@@ -82,7 +82,7 @@ from ralm.train.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from ralm.train.distributed import Dist, init_distributed, peer_failure_message
+from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import warmup_schedule
 
@@ -211,19 +211,10 @@ def pretrain(
         raise RalmError(
             "pretrain needs a docstore and an out directory (--docstore, --out or the config file)"
         )
-    dist = init_distributed(cfg.device, cfg.dist_timeout_s)
-    try:
-        with ExitStack() as held:
-            return _pretrain(
-                cfg, dist, held, resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after
-            )
-    except RuntimeError as exc:
-        msg = peer_failure_message(dist, exc)
-        if msg is None:
-            raise
-        raise RalmError(msg) from None
-    finally:
-        dist.close()
+    with job(init_distributed(cfg.device, cfg.dist_timeout_s)) as dist, ExitStack() as held:
+        return _pretrain(
+            cfg, dist, held, resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after
+        )
 
 
 def _pretrain(

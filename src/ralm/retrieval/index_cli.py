@@ -139,19 +139,10 @@ def _index_build(args: argparse.Namespace) -> int:
     bm25_opts = _HELPERS["bm25_opts"](args)
     store = DocStore(args.store)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: one shard per process or more
-        from ralm.train.distributed import init_distributed, peer_failure_message
+        from ralm.train.distributed import init_distributed, job
 
-        dist = init_distributed("auto")
-        shards = args.shards or dist.world
-        try:
-            return _run_build(args, store, bm25_opts, params, shards, dist)
-        except RuntimeError as exc:
-            msg = peer_failure_message(dist, exc)
-            if msg is None:
-                raise
-            raise RalmError(msg) from None
-        finally:
-            dist.close()
+        with job(init_distributed("auto")) as dist:
+            return _run_build(args, store, bm25_opts, params, args.shards or dist.world, dist)
     return _run_build(args, store, bm25_opts, params, args.shards or 1, None)
 
 

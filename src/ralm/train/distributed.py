@@ -16,7 +16,8 @@ import datetime as dt
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ import torch.distributed as tdist
 
 from ralm.errors import RalmError
 
-__all__ = ["Dist", "init_distributed", "peer_failure_message", "torchrun_command", "without_nproc"]
+__all__ = ["Dist", "init_distributed", "job", "peer_failure_message", "torchrun_command", "without_nproc"]
 
 
 @dataclass
@@ -145,6 +146,21 @@ def peer_failure_message(dist: Dist, exc: BaseException) -> str | None:
             "see its error above. Resume with --resume."
         )
     return None
+
+
+@contextmanager
+def job(dist: Dist) -> Iterator[Dist]:
+    """The body of a distributed command: a broken collective (another rank died or hung) becomes
+    `peer_failure_message`'s one-line RalmError, and the process group is closed at the end."""
+    try:
+        yield dist
+    except RuntimeError as exc:
+        msg = peer_failure_message(dist, exc)
+        if msg is None:
+            raise
+        raise RalmError(msg) from None
+    finally:
+        dist.close()
 
 
 _STATE = {"reported": False}
