@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ralm.errors import RalmError
 
-__all__ = ["RagQuestion", "gold_chunks", "read_questions", "sample_questions"]
+__all__ = ["RagQuestion", "gold_chunks", "read_questions", "split_questions"]
 
 
 @dataclass
@@ -63,12 +63,6 @@ def read_questions(
     if len(kept) < len(out) and notes is not None:
         notes.append(f"{path}: {len(out) - len(kept)} questions without answers dropped")
     return kept
-
-
-def sample_questions(questions: list[RagQuestion], n: int | None, seed: int = 0) -> list[RagQuestion]:
-    """The first `n` questions (all when n is None): a prefix, so runs on n and on all agree."""
-    del seed  # a prefix, not a sample: "the first 200 test questions" is what results name
-    return questions if n is None or n >= len(questions) else questions[:n]
 
 
 def gold_chunks(questions: list[RagQuestion], store, lang: str = "en") -> int:
