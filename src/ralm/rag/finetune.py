@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ from pathlib import Path
 
 import torch
 
-from ralm.corpus.staging import replace_dir
 from ralm.errors import RalmError
 from ralm.rag.prompt import PromptBuilder, TrainingExample, passage_text
 
@@ -204,28 +202,6 @@ def save_generator(
     """OUT/ with config.json, model.safetensors (tied weights once) and the tokenizer, atomically;
     `AutoModelForCausalLM.from_pretrained(OUT)` and `ralm rag eval --lm OUT` load it; `card` is
     written as its README.md model card."""
-    from safetensors.torch import save_model
+    from ralm.causal_lm import save_causal_lm
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        cfg = model.config
-        for attr in ("gguf_file", "_name_or_path"):
-            if hasattr(cfg, attr):
-                setattr(cfg, attr, "" if attr == "_name_or_path" else None)
-        cfg.to_json_file(str(tmp / "config.json"))
-        if getattr(model, "generation_config", None) is not None:
-            model.generation_config.to_json_file(str(tmp / "generation_config.json"))
-        save_model(model, str(tmp / "model.safetensors"))
-        tokenizer.save_pretrained(str(tmp))
-        if card is not None:
-            from ralm.model_card import write_model_card
-
-            write_model_card(tmp, card)
-        replace_dir(tmp, out)  # an old OUT is removed only once the new one is in place
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return save_causal_lm(model, tokenizer, out, card)

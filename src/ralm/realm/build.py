@@ -1,4 +1,10 @@
-"""Building what a pre-training run trains: the device, the reader, the REALM model, AdamW, the index refresher."""
+"""Building what a pre-training run trains: the device, the reader, the REALM model, AdamW, the index refresher.
+
+The reader is a masked LM (REALM, BRENT: it fills [MASK]s and reads the DocStore's token ids, so
+the DocStore, the towers and the reader share one tokenizer) or a causal LM
+(`ralm.realm.causal_reader`: it generates the masked spans after the chunk and the masked text, in
+its own tokenizer; masks are still drawn on the DocStore's tokens, which the towers read).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "build_model",
+    "is_causal_reader",
+    "make_collator",
     "first_index",
     "check_reader_tokenizer",
     "load_reader",
@@ -74,37 +82,121 @@ def check_reader_tokenizer(store: DocStore, tokenizer, reader_dir) -> None:
         )
 
 
-def build_model(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
-    """The model `cfg` asks for, on CPU, in train mode; returns (model, tokenizer)."""
-    from ralm.backbones import load_tokenizer
-    from ralm.retrieval.embed import check_tokenizer
-    from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+def is_causal_reader(cfg: PretrainConfig) -> bool:
+    """Whether the run's reader is a causal LM: `reader_kind`, or for "auto" whether `reader` names
+    a decoder-only LM (gemma3, smollm2, a .gguf file or a directory whose config is a causal LM)."""
+    if cfg.reader_kind != "auto":
+        return cfg.reader_kind == "causal"
+    if cfg.reader is None or cfg.reader == "minilm":
+        return False
+    from ralm.causal_lm import NAMED_LMS, is_causal_config
 
-    reader, reader_dir = load_reader(cfg.reader)
-    tokenizer = load_tokenizer(reader_dir)
-    check_reader_tokenizer(store, tokenizer, reader_dir)
-    vocab = reader.mlm.get_output_embeddings()
-    if vocab is not None and len(tokenizer) > vocab.weight.shape[0]:
-        raise RalmError(f"{reader_dir}: the tokenizer has more tokens than the reader's vocabulary")
-    encoder = docs = None
-    if cfg.mode == "realm":
+    if cfg.reader in NAMED_LMS:
+        return True
+    p = Path(cfg.reader).expanduser()
+    if p.is_file():
+        return p.suffix == ".gguf"
+    conf = p / "config.json"
+    if conf.is_file():
+        import json
+
+        try:
+            return is_causal_config(json.loads(conf.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            return False
+    return p.is_dir() and any(p.glob("*.gguf"))
+
+
+def _towers(cfg: PretrainConfig, src: str, store: DocStore):
+    """The dual encoder from `src` (a saved DualEncoder keeps its own shape), checked against the store."""
+    from ralm.retrieval.embed import check_tokenizer
+    from ralm.retrieval.encoders import ENCODER_FILE, DualEncoder, EncoderConfig
+
+    if (Path(src).expanduser() / ENCODER_FILE).is_file():
+        encoder = DualEncoder.from_pretrained(src)
+        encoder.config.scale_by_sqrt_dim = cfg.scale_by_sqrt_dim
+        encoder.config.max_length = cfg.encoder_max_length
+    else:
         enc_cfg = EncoderConfig(
             pooling=cfg.pooling,
             proj_dim=cfg.proj_dim,
             scale_by_sqrt_dim=cfg.scale_by_sqrt_dim,
             max_length=cfg.encoder_max_length,
         )
-        from ralm.retrieval.encoders import ENCODER_FILE
+        encoder = DualEncoder.from_pretrained(src, enc_cfg)
+    check_tokenizer(encoder.doc_tower, store)
+    return encoder
 
-        src = cfg.retriever or str(reader_dir)
-        if (Path(src).expanduser() / ENCODER_FILE).is_file():  # a saved DualEncoder keeps its own shape
-            encoder = DualEncoder.from_pretrained(src)
-            encoder.config.scale_by_sqrt_dim = cfg.scale_by_sqrt_dim
-            encoder.config.max_length = cfg.encoder_max_length
-        else:
-            encoder = DualEncoder.from_pretrained(src, enc_cfg)
-        check_tokenizer(encoder.doc_tower, store)
+
+def _masking_tokenizer(cfg: PretrainConfig, store: DocStore):
+    """A causal run's masking tokenizer: the towers' (retriever, default MiniLM), which must be the
+    DocStore's, since masks are drawn on the stored token ids."""
+    from ralm.backbones import load_tokenizer, resolve_model_dir
+    from ralm.retrieval.encoders import ENCODER_FILE
+
+    src = Path(cfg.retriever).expanduser() if cfg.retriever else resolve_model_dir(None)
+    tok = load_tokenizer(src / "query" if (src / ENCODER_FILE).is_file() else src)
+    from ralm.backbones import tokenizer_fingerprint
+
+    want = store.manifest.get("tokenizer", {}).get("sha256")
+    if want and tokenizer_fingerprint(tok) != want:
+        raise RalmError(
+            f"{store.root}: built with another tokenizer than the retriever {src}; a causal reader reads text, "
+            "but the masks and the towers use the DocStore's token ids: set retriever to an encoder with the "
+            "DocStore's tokenizer, or rebuild the DocStore with --tokenizer set to the retriever's"
+        )
+    return tok
+
+
+def load_causal_reader(cfg: PretrainConfig, store: DocStore | None):
+    """The causal reader of `cfg`: the LM (float32), embeddings frozen unless asked, LoRA if asked."""
+    from ralm.causal_lm import add_lora, load_causal_lm_and_tokenizer
+    from ralm.realm.causal_reader import CausalReader
+
+    lm, tok, _ = load_causal_lm_and_tokenizer(cfg.reader or "minilm", what="reader")
+    if cfg.reader_embeddings != "train":
+        lm.get_input_embeddings().weight.requires_grad_(
+            False
+        )  # tied to the output layer where the LM ties them
+    if cfg.reader_lora_r:
+        lm = add_lora(lm, cfg.reader_lora_r)
+    return CausalReader(lm, tok, max_length=cfg.reader_max_length, store=store)
+
+
+def _build_causal(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
+    tokenizer = _masking_tokenizer(cfg, store)
+    encoder = docs = None
+    if cfg.mode == "realm":
+        encoder = _towers(cfg, cfg.retriever or "minilm", store)
         docs = ChunkDocs(store, encoder)
+    reader = load_causal_reader(cfg, store if cfg.mode == "realm" else None)
+    return _assemble(cfg, store, reader, encoder, docs), tokenizer
+
+
+def build_model(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
+    """The model `cfg` asks for, on CPU, in train mode; returns (model, the masking tokenizer)."""
+    from ralm.backbones import load_tokenizer
+
+    if is_causal_reader(cfg):
+        return _build_causal(cfg, store)
+    reader, reader_dir = load_reader(cfg.reader)
+    tokenizer = load_tokenizer(reader_dir)
+    check_reader_tokenizer(store, tokenizer, reader_dir)
+    vocab = reader.mlm.get_output_embeddings()
+    if vocab is not None and len(tokenizer) > vocab.weight.shape[0]:
+        raise RalmError(f"{reader_dir}: the tokenizer has more tokens than the reader's vocabulary")
+    if cfg.reader_embeddings == "freeze":
+        reader.mlm.get_input_embeddings().weight.requires_grad_(False)
+    if cfg.reader_lora_r:
+        raise RalmError("reader_lora_r: LoRA is for a causal reader; a masked-LM reader trains in full")
+    encoder = docs = None
+    if cfg.mode == "realm":
+        encoder = _towers(cfg, cfg.retriever or str(reader_dir), store)
+        docs = ChunkDocs(store, encoder)
+    return _assemble(cfg, store, reader, encoder, docs), tokenizer
+
+
+def _assemble(cfg: PretrainConfig, store: DocStore, reader, encoder, docs) -> RealmModel:
     model = RealmModel(
         reader,
         encoder,
@@ -119,7 +211,23 @@ def build_model(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
             f"k={cfg.k} needs {model.n_retrieved} retrieved chunks per query but {store.root} has "
             f"{len(store)} (one is the query's own); lower k"
         )
-    return model.train(), tokenizer
+    return model.train()
+
+
+def make_collator(
+    cfg: PretrainConfig, qstore: DocStore, tokenizer, model: RealmModel, masking=None, **kwargs
+):
+    """The batch maker of a run: `MaskingCollator`, plus the LM's view for a causal reader."""
+    from ralm.realm.masking import MaskingCollator
+
+    masking = masking if masking is not None else cfg.masking
+    if getattr(model.reader, "kind", "mlm") == "causal":
+        from ralm.realm.causal_masking import CausalMaskingCollator
+
+        return CausalMaskingCollator(
+            qstore, tokenizer, model.reader.tokenizer, masking, blank=cfg.causal_blank, **kwargs
+        )
+    return MaskingCollator(qstore, tokenizer, masking, **kwargs)
 
 
 def optimizer_for(model: RealmModel, cfg: PretrainConfig) -> torch.optim.AdamW:
@@ -171,7 +279,7 @@ def make_refresher(
     return AsyncRefresher(
         model.docs,
         **common,
-        encoder_src=cfg.retriever or str(resolve_reader_dir(cfg)),
+        encoder_src=cfg.retriever or ("minilm" if is_causal_reader(cfg) else str(resolve_reader_dir(cfg))),
         encoder_config=model.encoder.config,
         threads=cfg.builder_threads,
         cores=cfg.builder_cores,

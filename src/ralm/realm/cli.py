@@ -26,6 +26,7 @@ FLAGS = {
     "mode": str,
     "queries": str,
     "reader": str,
+    "reader_kind": str,
     "retriever": str,
     "steps": int,
     "batch_size": int,
@@ -126,10 +127,10 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(run: str, device: str | None):
+def _load(run: str, device: str | None, initial: bool = False):
     from ralm.realm.run import load_run
 
-    return load_run(run, device=device)
+    return load_run(run, device=device, initial=initial)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -137,15 +138,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from ralm.realm.evaluate import evaluate_mlm, format_table
 
-    run = _load(args.run, args.device)
-    base = _load(args.baseline, args.device) if args.baseline else None
+    run = _load(args.run, args.device, args.initial)
+    base = _load(args.baseline, args.device, args.initial) if args.baseline else None
     rows = evaluate_mlm(run, base, n=args.n, batch_size=args.batch_size)
     print(format_table(rows))
-    out = Path(args.json_out) if args.json_out else Path(args.run) / "eval_mlm.json"
+    default = "eval_mlm_initial.json" if args.initial else "eval_mlm.json"
+    out = Path(args.json_out) if args.json_out else Path(args.run) / default
     payload = {
         "run": args.run,
         "baseline": args.baseline,
-        "checkpoint": run.checkpoint.name,
+        "checkpoint": "initial" if args.initial else run.checkpoint.name,
+        "step": run.state.get("step"),
         "heldout_chunks": int(len(run.heldout_ids) if args.n is None else min(args.n, len(run.heldout_ids))),
         "rows": [r.as_dict() for r in rows],
     }
@@ -272,6 +275,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--json-out", metavar="FILE", help="where to write the table as JSON (default: RUN/eval_mlm.json)"
+    )
+    p.add_argument(
+        "--initial",
+        action="store_true",
+        help="score the runs' starting points (their config's reader and towers before step 1) instead of "
+        "their checkpoints: a curve's step-0 point (default JSON: RUN/eval_mlm_initial.json)",
     )
     p.set_defaults(func=cmd_evaluate)
 

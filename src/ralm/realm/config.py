@@ -42,7 +42,17 @@ class PretrainConfig:
     out: str = ""  # run directory
     mode: str = "realm"  # realm (retrieve-then-predict) | mlm (the MLM-only baseline, same reader)
     queries: str | None = None  # pre-training corpus X when it is not Z (a DocStore, same tokenizer)
-    reader: str | None = None  # HF masked-LM or encoder directory; None = the bundled MiniLM
+    reader: str | None = (
+        None  # HF masked-LM or encoder directory, or a causal LM (gemma3, smollm2, dir, .gguf); None = MiniLM
+    )
+    reader_kind: str = (
+        "auto"  # auto (causal for a decoder-only LM) | mlm (masked LM, REALM) | causal (span generation)
+    )
+    causal_blank: str = "[{i}]"  # causal reader: the sentinel that replaces masked span i in the text
+    reader_embeddings: str = (
+        "auto"  # auto (frozen for a causal reader, trained for a masked LM) | train | freeze
+    )
+    reader_lora_r: int = 0  # causal reader: LoRA rank on its linear layers (peft); 0 = full fine-tuning
     retriever: str | None = None  # saved DualEncoder (e.g. from `ralm ict`) or HF encoder; None = reader's
     pooling: str = "mean"  # for a retriever started from a plain encoder: mean (MiniLM) | cls (REALM)
     proj_dim: int | None = None  # REALM projects to 128; None keeps the backbone's size
@@ -104,6 +114,19 @@ class PretrainConfig:
                 f"query_masks {self.query_masks!r}: choose {', '.join(QUERY_MASKS)}",
             ),
             (self.k >= 1, f"k={self.k}: must be >= 1"),
+            (
+                self.reader_kind in CHOICES["reader_kind"],
+                f"reader_kind {self.reader_kind!r}: choose {', '.join(CHOICES['reader_kind'])}",
+            ),
+            (
+                self.reader_embeddings in CHOICES["reader_embeddings"],
+                f"reader_embeddings {self.reader_embeddings!r}: choose {', '.join(CHOICES['reader_embeddings'])}",
+            ),
+            (
+                "{i}" in self.causal_blank,
+                f"causal_blank {self.causal_blank!r}: must contain {{i}}, e.g. [{{i}}]",
+            ),
+            (self.reader_lora_r >= 0, f"reader_lora_r={self.reader_lora_r}: must be >= 0"),
             (self.steps >= 1, f"steps={self.steps}: must be >= 1"),
             (self.batch_size >= 1, f"batch_size={self.batch_size}: must be >= 1"),
             (self.grad_accum >= 1, f"grad_accum={self.grad_accum}: must be >= 1"),

@@ -10,6 +10,12 @@ reports masked-token perplexity exp(-Σ log p(y|x) / Σ |y|) for:
 * "mlm-only baseline": the baseline run's reader on ``[CLS] x [SEP]`` (BRENT's NorBERT2_50k row).
 
 The query chunk itself is excluded from retrieval, as in training.
+
+A causal-reader run (`reader_kind = "causal"`) is scored on the masked spans it generates: one
+salient span per held-out chunk (chosen at random, seeded per chunk), perplexity per LM token of
+the span, with the "reader alone" and baseline rows closed-book (no document). Each row also gives
+the perplexity per span kind (link, auto, ner, date, name, number: where the span came from), so
+the ratio to the closed-book row can be read per kind.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.realm.build import make_collator
+from ralm.realm.causal_masking import SPAN_KINDS
 from ralm.realm.masking import MaskingCollator
 from ralm.realm.run import LoadedRun
 from ralm.retrieval.encoders import autocast_context, autocast_dtype
@@ -38,6 +46,7 @@ class EvalRow:
     tokens: int
     examples: int
     answers_in_docs: float | None = None  # retrieval rows: masked tokens found in a retrieved chunk
+    by_kind: dict[str, dict[str, float]] | None = None  # causal runs: {kind: {ppl, nll, tokens, spans}}
 
     def as_dict(self) -> dict:
         d = {
@@ -49,12 +58,16 @@ class EvalRow:
         }
         if self.answers_in_docs is not None:
             d["answers_in_docs"] = self.answers_in_docs
+        if self.by_kind is not None:
+            d["by_kind"] = self.by_kind
         return d
 
 
 def _eval_collator(run: LoadedRun) -> MaskingCollator:
     cfg = replace(run.cfg.masking, strategy="salient", random_span_rate=0.0, replace_probs=(1.0, 0.0, 0.0))
-    return MaskingCollator(run.query_store, run.tokenizer, cfg, return_tensors="pt")
+    if run.model.causal:
+        cfg = replace(cfg, salient_rate=0.0)  # one salient span a chunk: each query's NLL is one span's
+    return make_collator(run.cfg, run.query_store, run.tokenizer, run.model, cfg, return_tensors="pt")
 
 
 def _batches(run: LoadedRun, ids: np.ndarray, batch_size: int):
@@ -77,6 +90,7 @@ def _score(run: LoadedRun, ids: np.ndarray, batch_size: int, how: str, model_run
     dev = model_run.device
     ac = autocast_dtype(dev, model_run.cfg.autocast, torch.float32)
     total, n, ex, found = 0.0, 0, 0, 0
+    kinds: dict[str, list[float]] = {}  # kind -> [nll, tokens, spans]
     for batch in _batches(run, ids, batch_size):
         batch = {k: v.to(dev) for k, v in batch.items()}
         with autocast_context(dev, ac):
@@ -87,7 +101,26 @@ def _score(run: LoadedRun, ids: np.ndarray, batch_size: int, how: str, model_run
         total += -float(lp.float().sum())
         n += int(nm.sum())
         ex += int(lp.shape[0])
+        if "lm_span_kind" in batch:
+            for kind, nll_b, n_b in zip(
+                batch["lm_span_kind"][:, 0].tolist(), lp.tolist(), nm.tolist(), strict=True
+            ):
+                acc = kinds.setdefault(SPAN_KINDS[kind], [0.0, 0, 0])
+                acc[0] -= nll_b
+                acc[1] += int(n_b)
+                acc[2] += 1
     nll = total / max(n, 1)
+    by_kind = None
+    if kinds:
+        by_kind = {
+            k: {
+                "ppl": math.exp(v[0] / max(v[1], 1)),
+                "nll": v[0] / max(v[1], 1),
+                "tokens": v[1],
+                "spans": v[2],
+            }
+            for k, v in sorted(kinds.items())
+        }
     return EvalRow(
         name="",
         ppl=math.exp(nll),
@@ -95,6 +128,7 @@ def _score(run: LoadedRun, ids: np.ndarray, batch_size: int, how: str, model_run
         tokens=n,
         examples=ex,
         answers_in_docs=found / max(n, 1) if how == "retrieval" else None,
+        by_kind=by_kind,
     )
 
 
@@ -121,13 +155,16 @@ def evaluate_mlm(
         rows.append(
             replace(_score(run, ids, batch_size, "retrieval", run), name=f"{run.cfg.mode} (retrieval)")
         )
-    rows.append(replace(_score(run, ids, batch_size, "reader", run), name=f"{run.cfg.mode} reader alone"))
+    alone = "reader alone, closed-book" if run.model.causal else "reader alone"
+    rows.append(replace(_score(run, ids, batch_size, "reader", run), name=f"{run.cfg.mode} {alone}"))
     if baseline is not None:
-        rows.append(
-            replace(
-                _score(run, ids, batch_size, "reader", baseline), name=f"{baseline.cfg.mode}-only baseline"
+        if baseline.model.causal != run.model.causal:
+            raise RalmError(
+                f"{baseline.cfg.out}: its reader is {'causal' if baseline.model.causal else 'a masked LM'}, "
+                f"{run.cfg.out}'s is not; compare runs with the same kind of reader"
             )
-        )
+        name = "closed-book baseline" if baseline.model.causal else f"{baseline.cfg.mode}-only baseline"
+        rows.append(replace(_score(run, ids, batch_size, "reader", baseline), name=name))
     return rows
 
 
@@ -139,4 +176,11 @@ def format_table(rows: list[EvalRow]) -> str:
     for r in rows:
         found = f"{r.answers_in_docs:>15.3f}" if r.answers_in_docs is not None else f"{'-':>15}"
         lines.append(f"{r.name:<{w}}  {r.ppl:>10.2f}  {r.nll:>9.4f}  {r.tokens:>7}  {r.examples:>8}  {found}")
+    kinds = sorted({k for r in rows for k in (r.by_kind or {})})
+    if kinds:
+        lines += ["", "perplexity by span kind (spans): " + "  ".join(kinds)]
+        for r in rows:
+            bk = r.by_kind or {}
+            cells = [f"{bk[k]['ppl']:.2f} ({bk[k]['spans']})" if k in bk else "-" for k in kinds]
+            lines.append(f"{r.name:<{w}}  " + "  ".join(cells))
     return "\n".join(lines)

@@ -3,7 +3,7 @@
 BRENT §4 extracts the reader after retrieval-augmented pre-training and fine-tunes it as a plain
 LM. `export_reader(run, out)` writes a directory that `AutoModelForMaskedLM.from_pretrained` (and
 `AutoTokenizer`) load, with safetensors weights, giving the same logits as the reader inside the
-run. `export_retriever(run, out)` writes the two towers as a `DualEncoder` directory (``query/``
+run; for a causal reader, `AutoModelForCausalLM` (LoRA adapters merged), which `ralm rag --lm` takes. `export_retriever(run, out)` writes the two towers as a `DualEncoder` directory (``query/``
 and ``doc/`` are themselves Hugging Face / sentence-transformers model directories), which
 `ralm index build --encoder`, `ralm search` and `ralm pretrain --retriever` take as they are.
 Both write into a temporary directory first and rename it into place, with a model card
@@ -28,9 +28,17 @@ _TAGS = ["ralm", "realm", "brent", "retrieval-augmented"]
 _MINILM = "sentence-transformers/all-MiniLM-L6-v2"  # the Hub id of the bundled default backbone
 
 
+_HUB_IDS = {
+    None: _MINILM,
+    "minilm": _MINILM,
+    "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "gemma3": "google/gemma-3-270m",
+}
+
+
 def _base_model(path: str | None) -> str | None:
-    """The Hub id of a run's backbone when it is the bundled MiniLM (a local path is no Hub id)."""
-    return _MINILM if path in (None, "minilm") else None
+    """The Hub id of a run's backbone when it is a bundled one (a local path is no Hub id)."""
+    return _HUB_IDS.get(path)
 
 
 def _details(run: LoadedRun) -> dict[str, str]:
@@ -61,6 +69,32 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 tokenizer = AutoTokenizer.from_pretrained("{out.name}")
 model = AutoModelForMaskedLM.from_pretrained("{out.name}")
+""",
+    )
+
+
+def _causal_reader_card(run: LoadedRun, out: Path) -> str:
+    terms = (
+        " Gemma-3 weights: the Gemma Terms of Use apply (not an OSI licence)."
+        if run.cfg.reader == "gemma3"
+        else ""
+    )
+    return model_card(
+        f"{out.name}: a REALM/BRENT causal reader",
+        "A causal LM extracted from a retrieval-augmented pre-training run made with ralm: inside the run "
+        "it generated masked spans of a text after a retrieved passage (REALM's marginal likelihood over the "
+        "retrieved passages trained it and the retriever). On its own it is an ordinary causal LM; "
+        f"`ralm rag --lm` takes this directory as the generator.{terms}",
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        tags=[*_TAGS, "causal-lm"],
+        base_model=_base_model(run.cfg.reader),
+        details=_details(run),
+        usage=f"""
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{out.name}")
+model = AutoModelForCausalLM.from_pretrained("{out.name}")
 """,
     )
 
@@ -96,9 +130,25 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 
 def export_reader(run: LoadedRun, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Write the reader as an AutoModelForMaskedLM directory at `out` (with a model card); returns it."""
+    """Write the reader as an AutoModelForMaskedLM directory at `out` (with a model card), or, for a
+    causal reader, as an AutoModelForCausalLM directory (LoRA adapters merged); returns it."""
     out = Path(out)
     _check_out(out, overwrite)
+    if run.model.causal:
+        from ralm.causal_lm import merge_lora, save_causal_lm
+
+        lm = merge_lora(run.model.reader.lm)
+        with quiet_transformers():
+            saved = save_causal_lm(lm, run.model.reader.tokenizer, out, card=_causal_reader_card(run, out))
+        info = {
+            "exported_from": str(Path(run.cfg.out).resolve()),
+            "checkpoint": run.checkpoint.name,
+            "step": run.state.get("step"),
+            "mode": run.cfg.mode,
+            "reader_kind": "causal",
+        }
+        (saved / "ralm_export.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        return saved
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -8,7 +8,9 @@ One training step for a batch of masked queries x (REALM §3, BRENT §3.1-3.2):
 3. the live document tower re-embeds those chunks, with gradient: D (B, k_r, d);
 4. scores f(x, z) = q . D (divided by sqrt(d) when the encoder config says so, BRENT) and the
    null document's score give log p(z|x) over k = k_r + 1 documents (null last);
-5. the reader scores log p(y|z, x) for each ``[CLS] x [SEP] title [SEP] body [SEP]``;
+5. the reader scores log p(y|z, x) for each ``[CLS] x [SEP] title [SEP] body [SEP]`` (a masked
+   LM), or for each ``[bos] title body x_masked target`` (a causal LM generating the masked spans,
+   `ralm.realm.causal_reader`);
 6. log p(y|x) = logsumexp_z [log p(z|x) + log p(y|z,x)]; its gradient reaches the reader and,
    through log p(z|x), both towers (and the learned null vector).
 
@@ -190,8 +192,16 @@ class RealmModel(nn.Module):
             v = self.encoder.doc_tower(**{k: t.to(dev) for k, t in self.docs.empty_batch().items()})[0]
         return self._scale(q @ v.to(q.dtype))
 
+    @property
+    def causal(self) -> bool:
+        """Whether the reader is a causal LM (`ralm.realm.causal_reader`) rather than a masked LM."""
+        return getattr(self.reader, "kind", "mlm") == "causal"
+
     def reader_only(self, batch: Mapping[str, torch.Tensor]) -> RealmOutput:
-        """The reader alone on ``[CLS] x [SEP]``: the MLM-only model, and BRENT's extracted reader."""
+        """The reader alone on ``[CLS] x [SEP]`` (a causal reader: closed-book, no document): the
+        MLM-only model, and BRENT's extracted reader."""
+        if self.causal:
+            return RealmOutput(self.reader.closed_book(batch), None, None, self.reader.n_target(batch))
         labels = batch["labels"]
         lp = self.reader.log_p_y_given_z(
             {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}, labels.shape[0], 1
@@ -200,7 +210,6 @@ class RealmModel(nn.Module):
 
     def forward(self, batch: Mapping[str, torch.Tensor], search=None) -> RealmOutput:
         labels = batch["labels"]
-        n_masked = (labels != IGNORE_INDEX).sum(1)
         if self.encoder is None:  # MLM-only
             return self.reader_only(batch)
         if search is None:
@@ -220,6 +229,18 @@ class RealmModel(nn.Module):
         )
         scores = self._scale(torch.einsum("bd,bkd->bk", q, d.view(B, kr, -1)))
         log_p_z = doc_log_probs(scores, self.null_score(q))
+        if self.causal:  # the chunks' text, read in the LM's own tokens; the null document is none at all
+            rows = [[*row, -1] for row in doc_ids.tolist()] if self.null_doc != "none" else doc_ids.tolist()
+            lpyz = self.reader.log_p_y_given_docs(batch, rows)
+            return RealmOutput(
+                marginal_log_likelihood(log_p_z, lpyz.to(log_p_z.dtype)),
+                log_p_z,
+                lpyz,
+                self.reader.n_target(batch),
+                doc_ids,
+                self.reader.answers_found(batch, doc_ids),
+            )
+        n_masked = (labels != IGNORE_INDEX).sum(1)
         docs = [[self.docs.reader_doc(i) for i in row] for row in doc_ids]
         if self.null_doc != "none":
             docs = [row + [([], [])] for row in docs]

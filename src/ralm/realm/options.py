@@ -31,6 +31,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "refresh_mode": ("sync", "async"),
     "index_kind": INDEX_KINDS,
     "index_sharding": ("none", "rank"),
+    "reader_kind": ("auto", "mlm", "causal"),
+    "reader_embeddings": ("auto", "train", "freeze"),
 }
 
 HELP: dict[str, str] = {
@@ -38,13 +40,23 @@ HELP: dict[str, str] = {
     "out": "run directory (config.toml, metrics.jsonl, checkpoints/, index/)",
     "mode": "realm: retrieve-then-predict; mlm: the MLM-only baseline with the same reader",
     "queries": "pre-training corpus X when it is not Z (a DocStore with the same tokenizer) (default: Z)",
-    "reader": "HF masked-LM or encoder directory (default: the bundled MiniLM)",
-    "retriever": "saved DualEncoder (e.g. from `ralm ict`) or HF encoder (default: the reader's backbone)",
+    "reader": "HF masked-LM or encoder directory, or a causal LM: gemma3, smollm2, a directory or a "
+    ".gguf file (default: the bundled MiniLM)",
+    "reader_kind": "mlm: a masked LM fills [MASK]s (REALM); causal: a decoder LM generates the masked "
+    "spans after the chunk and the text; auto: causal for a decoder-only reader",
+    "causal_blank": "causal reader: the sentinel that replaces masked span i in the text ({i} counts from 1)",
+    "reader_embeddings": "the reader's token embeddings: auto (frozen for a causal reader, whose "
+    "embeddings are tied to its output layer; trained for a masked LM), train or freeze",
+    "reader_lora_r": "causal reader: LoRA rank on its linear layers (peft; merged on export); 0 = full "
+    "fine-tuning",
+    "retriever": "saved DualEncoder (e.g. from `ralm ict`) or HF encoder (default: the reader's "
+    "backbone; the bundled MiniLM for a causal reader)",
     "pooling": "pooling of a retriever started from a plain encoder: mean (MiniLM) or cls (REALM)",
     "proj_dim": "project the towers' vectors to this size, REALM: 128 (default: the backbone's size)",
     "scale_by_sqrt_dim": "score f(x, z) = q.d / sqrt(d), as BRENT does",
     "encoder_max_length": "tokens of a query or a document for the towers",
-    "reader_max_length": "tokens of [CLS] x [SEP] title [SEP] body [SEP] for the reader (REALM: 288)",
+    "reader_max_length": "reader tokens of [CLS] x [SEP] title [SEP] body [SEP] (REALM: 288), or of "
+    "chunk, masked text and spans for a causal reader",
     "k": "documents per query including the null document (BRENT: 8)",
     "null_doc": "the null document: empty (REALM, BRENT code), zeros (BRENT paper) or none",
     "query_masks": "hide the [MASK]s from the query tower, or keep them (REALM)",

@@ -101,7 +101,8 @@ def read_run_config(run_dir: str | os.PathLike) -> PretrainConfig:
 # started from (whose saved config, e.g. unit vectors and a score scale, the towers are rebuilt with)
 RESUME_FIXED = (
     "docstore", "queries", "mode", "seed", "batch_size", "grad_accum", "k", "null_doc", "reader",
-    "retriever", "pooling", "proj_dim", "scale_by_sqrt_dim",
+    "retriever", "pooling", "proj_dim", "scale_by_sqrt_dim", "reader_kind", "causal_blank",
+    "reader_embeddings", "reader_lora_r",
 )  # fmt: skip
 
 
@@ -128,12 +129,20 @@ def check_checkpoint_corpus(
 
 
 def load_run(
-    run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None, device: str | None = None
+    run_dir: str | os.PathLike,
+    checkpoint: str | os.PathLike | None = None,
+    device: str | None = None,
+    *,
+    initial: bool = False,
 ) -> LoadedRun:
     """Read a run back for evaluation, `fill` or export: the newest intact checkpoint (a warning names
-    any newer damaged one) unless `checkpoint` names one, which must be intact."""
+    any newer damaged one) unless `checkpoint` names one, which must be intact. `initial`: the run's
+    starting point instead (the reader and towers its config names, before any step, with the
+    corpus embedded by the initial doc tower or its `initial_index`), e.g. a curve's step-0 point."""
     run = Path(run_dir)
     cfg = read_run_config(run)
+    if initial:
+        return _load_initial(run, cfg, device)
     if checkpoint:
         ckpt = Path(checkpoint)
         if not (ckpt / STATE_FILE).is_file():
@@ -180,6 +189,39 @@ def load_run(
         heldout_ids=split[1],
         checkpoint=ckpt,
         state=state,
+        device=dev,
+        searcher=searcher,
+    )
+
+
+def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedRun:
+    store, qstore = open_stores(cfg)
+    split = read_split(run)
+    dev = resolve_device(device or cfg.device)
+    torch.manual_seed(cfg.seed)
+    model, tokenizer = build_model(cfg, store)
+    model.to(dev)
+    refresher = searcher = None
+    if model.retrieval:
+        refresher = SyncRefresher(model.docs, every=0, kind=cfg.index_kind, autocast=cfg.autocast)
+        if cfg.initial_index:
+            refresher.load(cfg.initial_index)
+        else:
+            refresher.refresh(model.encoder, 0)
+        from ralm.realm.candidates import candidate_search
+
+        searcher = candidate_search(cfg, model, refresher.search)
+    return LoadedRun(
+        cfg=cfg,
+        model=model.eval(),
+        tokenizer=tokenizer,
+        store=store,
+        query_store=qstore,
+        refresher=refresher,
+        train_ids=split[0],
+        heldout_ids=split[1],
+        checkpoint=run / "step-0 (initial)",
+        state={"step": 0},
         device=dev,
         searcher=searcher,
     )

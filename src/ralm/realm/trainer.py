@@ -54,6 +54,7 @@ from ralm.realm.build import (
     check_reader_tokenizer,
     first_index,
     load_reader,
+    make_collator,
     make_refresher,
     optimizer_for,
     resolve_device,
@@ -259,7 +260,7 @@ def _pretrain(
         cfg.save(run)
         write_split(run, train_ids, held_out)
     dist.barrier()
-    collator = MaskingCollator(qstore, tokenizer, cfg.masking, return_tensors="pt")
+    collator = make_collator(cfg, qstore, tokenizer, model, return_tensors="pt")
     opt = optimizer_for(model, cfg)
     sched = warmup_schedule(opt, cfg.schedule, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
     show = progress and dist.is_main

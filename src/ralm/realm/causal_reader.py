@@ -1,0 +1,223 @@
+"""A causal LM as REALM's reader: log p(y | x, z) of the masked spans, generated after chunk and text.
+
+One reader row per (query x, document z), all tokens of the reader's own tokenizer:
+
+    [bos] z_title "\\n" z_text "\\n\\n"  x_masked "\\n"  "[1] " y_1 "\\n[2] " y_2 ...
+    \\_______ document ________/  \\___ query ___/  \\________ target ________/
+
+(`ralm.realm.causal_masking` makes the query and target). The null document is no document at all:
+``[bos] x_masked "\\n" target``, which is also the closed-book row (the MLM-only baseline of a
+causal run, and the reader extracted on its own). log p(y | x, z) is the sum of the LM's next-token
+log-probabilities of the span tokens only; the base model runs on every position, the output
+layer only on the positions that predict a span token (the vocabulary is 262k wide for Gemma-3,
+so logits everywhere would cost more than the model). The query and target are never cut; a
+document that does not fit in `max_length` is cut from its end. Rows are right-padded: under
+causal attention a real token never sees the padding after it.
+
+Left out: sharing the query's key/values across the K documents of a query (the document comes
+first, as in `ralm rag`, so the rows have no common prefix but [bos]).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ralm.errors import RalmError
+
+__all__ = ["CausalReader", "ReaderRows"]
+
+DOC_CACHE = 65536  # chunks whose LM token ids are kept
+
+
+@dataclass
+class ReaderRows:
+    """Reader rows for B queries x K documents (row b*K + k: query b, document k).
+
+    input_ids / attention_mask: (B*K, L), right-padded. The M scored positions: the token at
+    ``cols[i]`` of row ``rows[i]`` is ``targets[i]`` and belongs to span ``span[i]`` of its query.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    rows: torch.Tensor
+    cols: torch.Tensor
+    targets: torch.Tensor
+    span: torch.Tensor
+    B: int
+    K: int
+
+
+class CausalReader(nn.Module):
+    """A decoder-only LM scoring (x, z) pairs; `lm` is any `AutoModelForCausalLM`.
+
+    store: the knowledge corpus (a DocStore) whose chunks the documents are; None for a closed-book
+    model. max_length: the longest reader row in LM tokens.
+    """
+
+    kind = "causal"
+
+    def __init__(self, lm: nn.Module, tokenizer: Any, *, max_length: int = 512, store=None) -> None:
+        super().__init__()
+        self.lm = lm
+        self.tokenizer = tokenizer
+        self.max_length = int(max_length)
+        self.store = store
+        self.prefix = [int(i) for i in tokenizer("", add_special_tokens=True)["input_ids"]]  # [bos] or []
+        self._docs: OrderedDict[int, list[int]] = OrderedDict()
+        self._texts: OrderedDict[int, str] = OrderedDict()
+        cfg = lm.config
+        head = lm.get_output_embeddings()
+        base = getattr(lm, "base_model", None)
+        # the output layer on the scored positions alone, unless the head does more than a Linear
+        self.split = (
+            isinstance(head, nn.Linear)
+            and base is not None
+            and base is not lm
+            and getattr(cfg, "logit_scale", None) is None
+            and getattr(cfg, "logits_scaling", None) is None
+        )
+        self.softcap = getattr(cfg, "final_logit_softcapping", None)
+
+    # ------------------------------------------------------------------ documents
+    def doc_text(self, cid: int) -> str:
+        """Chunk `cid` as the reader reads it: its title and text ("title\\ntext")."""
+        cid = int(cid)
+        if cid not in self._texts:
+            if self.store is None:
+                raise ValueError("a closed-book reader has no documents")
+            row = self.store.get(cid)
+            title = (row.get("title") or "").strip()
+            self._texts[cid] = f"{title}\n{row['text']}" if title else str(row["text"])
+            if len(self._texts) > DOC_CACHE:
+                self._texts.popitem(last=False)
+        return self._texts[cid]
+
+    def doc_ids(self, cid: int) -> list[int]:
+        """LM token ids of chunk `cid` followed by a blank line (cached)."""
+        cid = int(cid)
+        got = self._docs.get(cid)
+        if got is None:
+            got = self.tokenizer(self.doc_text(cid) + "\n\n", add_special_tokens=False)["input_ids"]
+            self._docs[cid] = got
+            if len(self._docs) > DOC_CACHE:
+                self._docs.popitem(last=False)
+        return got
+
+    # ------------------------------------------------------------------ rows
+    def build_rows(self, batch: Mapping[str, torch.Tensor], doc_ids: Sequence[Sequence[int]]) -> ReaderRows:
+        """The reader rows of B queries (a `CausalMaskingCollator` batch) with K documents each
+        (chunk ids; -1 = the null document, no document at all). Row b*K + k is query b with its
+        k-th document."""
+        qids, qlen = batch["lm_query_ids"].cpu(), batch["lm_query_len"].cpu()
+        tids, tlen = batch["lm_target_ids"].cpu(), batch["lm_target_len"].cpu()
+        lab, span = batch["lm_target_labels"].cpu(), batch["lm_target_span"].cpu()
+        B = qids.shape[0]
+        if len(doc_ids) != B:
+            raise ValueError(f"{len(doc_ids)} document lists for {B} queries")
+        K = len(doc_ids[0]) if B else 0
+        seqs: list[list[int]] = []
+        rows, cols, targets, spans = [], [], [], []
+        for b in range(B):
+            q = qids[b, : int(qlen[b])].tolist()
+            t = tids[b, : int(tlen[b])].tolist()
+            fixed = len(self.prefix) + len(q) + len(t)
+            budget = self.max_length - fixed
+            if budget < 0:
+                raise RalmError(
+                    f"a masked text with its spans takes {fixed} reader tokens, more than reader_max_length="
+                    f"{self.max_length}; raise reader_max_length, or use shorter chunks or fewer masked spans"
+                )
+            scored = lab[b, : int(tlen[b])].nonzero().flatten().tolist()
+            if len(doc_ids[b]) != K:
+                raise ValueError("every query needs the same number of documents")
+            for cid in doc_ids[b]:
+                d = self.doc_ids(int(cid))[:budget] if int(cid) >= 0 else []
+                start = len(self.prefix) + len(d) + len(q)
+                r = len(seqs)
+                seqs.append(self.prefix + d + q + t)
+                for j in scored:
+                    rows.append(r)
+                    cols.append(start + j)
+                    targets.append(t[j])
+                    spans.append(int(span[b, j]))
+        L = max((len(s) for s in seqs), default=0)
+        ids = torch.zeros((len(seqs), L), dtype=torch.long)
+        am = torch.zeros((len(seqs), L), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+            am[i, : len(s)] = 1
+        return ReaderRows(
+            ids,
+            am,
+            torch.tensor(rows, dtype=torch.long),
+            torch.tensor(cols, dtype=torch.long),
+            torch.tensor(targets, dtype=torch.long),
+            torch.tensor(spans, dtype=torch.long),
+            B,
+            K,
+        )
+
+    # ------------------------------------------------------------------ scoring
+    def token_log_probs(self, rr: ReaderRows) -> torch.Tensor:
+        """(M,) log p of each scored token given everything before it in its row."""
+        dev = next(self.lm.parameters()).device
+        ids, am = rr.input_ids.to(dev), rr.attention_mask.to(dev)
+        rows, cols, y = rr.rows.to(dev), rr.cols.to(dev), rr.targets.to(dev)
+        if self.split:
+            hidden = self.lm.base_model(input_ids=ids, attention_mask=am, use_cache=False).last_hidden_state
+            logits = self.lm.get_output_embeddings()(hidden[rows, cols - 1])  # (M, V), never (N, L, V)
+        else:
+            logits = self.lm(input_ids=ids, attention_mask=am, use_cache=False).logits[rows, cols - 1]
+        logits = logits.float()
+        if self.split and self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return torch.log_softmax(logits, dim=-1).gather(1, y[:, None])[:, 0]
+
+    def log_p_y_given_docs(
+        self, batch: Mapping[str, torch.Tensor], doc_ids: Sequence[Sequence[int]]
+    ) -> torch.Tensor:
+        """(B, K) log p(y | x, z): summed log-probabilities of the span tokens, per query and document."""
+        rr = self.build_rows(batch, doc_ids)
+        lp = self.token_log_probs(rr)
+        per_row = torch.zeros(rr.B * rr.K, dtype=lp.dtype, device=lp.device)
+        return per_row.index_add(0, rr.rows.to(lp.device), lp).view(rr.B, rr.K)
+
+    def closed_book(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """(B,) log p(y | x) with no document: the closed-book reader (and the null document's score)."""
+        B = batch["lm_query_ids"].shape[0]
+        return self.log_p_y_given_docs(batch, [[-1]] * B)[:, 0]
+
+    @staticmethod
+    def n_target(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """(B,) scored span tokens per query."""
+        return batch["lm_target_labels"].sum(1)
+
+    def span_texts(self, batch: Mapping[str, torch.Tensor]) -> list[list[str]]:
+        """Per query, the text of each span (decoded from its scored target tokens)."""
+        tids, span = batch["lm_target_ids"].cpu(), batch["lm_target_span"].cpu()
+        out = []
+        for b in range(tids.shape[0]):
+            n = int(span[b].max()) + 1 if span.shape[1] else 0
+            out.append(
+                [self.tokenizer.decode(tids[b][span[b] == j].tolist()).strip() for j in range(max(n, 0))]
+            )
+        return out
+
+    def answers_found(self, batch: Mapping[str, torch.Tensor], doc_ids: np.ndarray) -> np.ndarray:
+        """(B,) scored span tokens of each query whose span text occurs (case-folded) in one of its
+        retrieved chunks: how often retrieval can hand the reader the answer to copy."""
+        span = batch["lm_target_span"].cpu()
+        out = np.zeros(len(doc_ids), dtype=np.int64)
+        for b, texts in enumerate(self.span_texts(batch)):
+            docs = [self.doc_text(int(c)).casefold() for c in doc_ids[b] if int(c) >= 0]
+            for j, s in enumerate(texts):
+                if s and any(s.casefold() in d for d in docs):
+                    out[b] += int((span[b] == j).sum())
+        return out
