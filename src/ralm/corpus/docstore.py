@@ -72,7 +72,7 @@ MANIFEST = "manifest.json"
 STATISTICS_COLUMNS = ["id", "article", "position", "char_start", "char_end"]
 
 # Salient span sources, in the integer code stored in tokens/salient.bin.
-SALIENT_SOURCES = ("link", "auto", "ner", "date")
+SALIENT_SOURCES = ("link", "auto", "ner", "date", "name", "number")  # new sources go last (stored codes)
 
 LINK_TYPE = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("target", pa.string())])
 SALIENT_TYPE = pa.struct(

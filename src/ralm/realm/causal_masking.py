@@ -80,6 +80,7 @@ def merge_char_spans(spans: Sequence[tuple[int, int, str]], text: str) -> list[t
     """
     out: list[list[Any]] = []
     for s, e, kind in sorted(spans):
+        s, e = max(0, s), min(e, len(text))
         while s < e and text[s].isspace():
             s += 1
         while e > s and text[e - 1].isspace():
