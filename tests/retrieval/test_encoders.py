@@ -307,6 +307,24 @@ def test_autocast_choice():
         autocast_dtype(cpu, "fp8", torch.float32)
 
 
+def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
+    """A CPU with the bf16 flag but slower bf16 products (a Xeon here: 0.5x) stays in float32."""
+    import ralm.retrieval.encoders as E
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(E, "_BF16_FASTER", None)
+    monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 0.5)
+    assert autocast_dtype(cpu, "auto", torch.float32) is None
+    monkeypatch.setattr(E, "_BF16_FASTER", None)
+    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 3.9)
+    assert autocast_dtype(cpu, "auto", torch.float32) == torch.bfloat16
+    monkeypatch.setattr(E, "_BF16_FASTER", None)
+    monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: False)
+    assert autocast_dtype(cpu, "auto", torch.float32) is None  # no flag: not even timed
+    assert 0.0 < E._matmul_speedup(torch.bfloat16, n=64, reps=1)
+
+
 def test_bundled_minilm_matches_sentence_transformers(minilm_dir):
     """The real backbone: mean pooling + L2 norm reproduces all-MiniLM-L6-v2's own embeddings."""
     from sentence_transformers import SentenceTransformer
