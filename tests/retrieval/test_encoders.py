@@ -312,6 +312,7 @@ def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
     import ralm.retrieval.encoders as E
 
     cpu = torch.device("cpu")
+    assert 0.0 < E._matmul_speedup(torch.bfloat16, n=64, reps=1)
     monkeypatch.setattr(E, "_BF16_FASTER", None)
     monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: True)
     monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 0.5)
@@ -322,7 +323,6 @@ def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
     monkeypatch.setattr(E, "_BF16_FASTER", None)
     monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: False)
     assert autocast_dtype(cpu, "auto", torch.float32) is None  # no flag: not even timed
-    assert 0.0 < E._matmul_speedup(torch.bfloat16, n=64, reps=1)
 
 
 def test_bundled_minilm_matches_sentence_transformers(minilm_dir):
