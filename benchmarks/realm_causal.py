@@ -1,22 +1,44 @@
 """REALM/BRENT with a causal-LM reader (issue 35): Norwegian with Gemma-3-270M, English with SmolLM2-135M.
 
-Stages (each skipped when its output exists in --work; training runs resume):
+Stages (each skipped when its output exists in --work; training runs resume after an interruption):
 
-  towers   the NorQuAD pool and the unsupervised Norwegian DocStore (NorQuAD passages + Norwegian Debian
-           text, 128 MiniLM tokens a chunk, as `retriever_train.py` builds them) and the best NorQuAD
-           DPR encoder of `retriever_train.py` (dpr-cc: `ralm retriever train contrastive` on the
-           unsupervised text, then `dpr` on NorQuAD train from it, batch 64 through gradient caching)
+  towers      the NorQuAD pool and the unsupervised Norwegian DocStore (NorQuAD passages + Norwegian
+              Debian text, 128 MiniLM tokens a chunk, as `retriever_train.py` builds them) and the best
+              NorQuAD DPR encoder of `retriever_train.py` (dpr-cc: `ralm retriever train contrastive` on
+              the unsupervised text, then `dpr` on NorQuAD train from it, batch 64 through gradient caching)
+  corpus      the REALM corpus: the same Norwegian text with names, numbers and dates as salient spans
+              (`--names --numbers`), the English demo corpus, and how often each kind of span recurs
+              elsewhere in its corpus (what retrieval can find at all)
+  nb          BRENT Fig. 2 in Norwegian: `ralm pretrain` with the Gemma-3 reader and the dpr-cc towers,
+              and the closed-book baseline (the same LM generating the spans without a chunk), same steps
+              and data; held-out span perplexity at step 0 (`evaluate-mlm --initial`) and at the end, per
+              span kind; curves (`ralm plot`)
+  table2      REALM Table 2 in Norwegian: NorQuAD-open answer recall@1/5/20 (472 test questions, the
+              5,859-chunk pool) of the towers after REALM pre-training against the dpr-cc towers they
+              started from
+  en          the same in English: SmolLM2-135M reader on the demo's Wikipedia sample, MiniLM towers
+  downstream  BRENT Table 1's question: `ralm rag train` on NorQuAD-open twice with the same budget, from
+              the REALM reader + towers and from plain Gemma-3 + the dpr-cc towers; test EM/F1 (RAG k=3)
+  speed       a causal REALM step (`train_step`) against the bare passes of the same models over the same
+              (z, x, y) rows: towers forward, LM forward with the output layer on the span positions,
+              backward and the AdamW step, interleaved, medians
+  report      benchmarks/results/realm_causal.json and .md
 
-Run: python benchmarks/realm_causal.py towers [--work runs/b35]
-Reads ../shared/data/norquad by path.
+Run: python benchmarks/realm_causal.py all [--work runs/b35] [--steps 300]   (or one stage at a time)
+Reads ../shared/data/norquad by path. Environment: OMP_NUM_THREADS (default 2) torch threads.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
+import statistics
+import subprocess
 import sys
 import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -24,17 +46,31 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from common import RESULTS, write_result  # noqa: E402
 
 ROOT = HERE.parent
+NB_CONFIG = HERE / "data" / "realm_causal_nb.toml"
+EN_CONFIG = HERE / "data" / "realm_causal_en.toml"
+KS = (1, 5, 20)
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def ralm(*args) -> None:
+    log("ralm " + " ".join(str(a) for a in args))
+    subprocess.run([sys.executable, "-m", "ralm", *[str(a) for a in args]], check=True)
+
+
+def read_json(p: Path) -> dict:
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+# ----------------------------------------------------------------------------- towers
 def towers(work: Path) -> Path:
     """The dpr-cc encoder of retriever_train.py (same corpus, settings and order); returns its directory."""
-    from retriever_train import NORQUAD, build_stores, ralm
+    from retriever_train import NORQUAD, build_stores
 
     pool, unsup = build_stores(work)
     contrastive = work / "contrastive"
@@ -54,14 +90,441 @@ def towers(work: Path) -> Path:
     return out / "encoder"
 
 
+# ----------------------------------------------------------------------------- corpora
+def corpora(work: Path) -> tuple[Path, Path]:
+    """(Norwegian REALM corpus with names/numbers/dates, English demo corpus)."""
+    from retriever_train import build_stores
+
+    build_stores(work)
+    nb = work / "unsup-nb-spans"
+    if not (nb / "manifest.json").is_file():
+        ralm(
+            "corpus", "build", work / "pool.jsonl", work / "nordic_nb.jsonl", "--out", nb, "--chunk-size", 128,
+            "--lang", "nb", "--names", "--numbers", "--quiet",
+        )  # fmt: skip
+    en = work / "enwiki-64"
+    if not (en / "manifest.json").is_file():
+        ralm("corpus", "build", "--sample", "enwiki", "--out", en, "--chunk-size", 64, "--quiet")
+    for name, store in (("nb", nb), ("en", en)):
+        out = work / f"recurrence-{name}.json"
+        if not out.is_file():
+            out.write_text(json.dumps(span_recurrence(store), indent=2) + "\n", encoding="utf-8")
+    return nb, en
+
+
+def span_recurrence(store_dir: Path, sample: int = 2000, seed: int = 0) -> dict:
+    """Per salient-span kind: how many spans, and the share of them (in `sample` random chunks) whose
+    text (case-folded) occurs in another chunk of the same article / of another article."""
+    import random
+
+    from ralm.corpus.docstore import DocStore
+
+    store = DocStore(store_dir)
+    rows = [
+        r
+        for b in store.iter_batches(2048, columns=["id", "article", "text", "salient"])
+        for r in zip(b["id"], b["article"], b["text"], b["salient"], strict=True)
+    ]
+    texts = [r[2].casefold() for r in rows]
+    index: dict[str, set[int]] = defaultdict(set)
+    for i, t in enumerate(texts):
+        for w in set(re.findall(r"\w+", t)):
+            index[w].add(i)
+    total: Counter = Counter()
+    hits: Counter = Counter()
+    for cid, art, text, salient in random.Random(seed).sample(rows, min(sample, len(rows))):
+        for s in salient:
+            span = text[s["start"] : s["end"]].casefold()
+            words = re.findall(r"\w+", span)
+            if not words:
+                continue
+            cand = set.intersection(*(index[w] for w in words)) - {cid}
+            found = [j for j in cand if span in texts[j]]
+            kind = s["source"]
+            total[kind] += 1
+            hits[kind, "same"] += any(rows[j][1] == art for j in found)
+            hits[kind, "other"] += any(rows[j][1] != art for j in found)
+    counts = store.manifest.get("counts", {}).get("salient", {})
+    return {
+        k: {
+            "spans_in_corpus": counts.get(k),
+            "sampled": total[k],
+            "recurs_same_article": round(hits[k, "same"] / total[k], 4),
+            "recurs_other_article": round(hits[k, "other"] / total[k], 4),
+        }
+        for k in sorted(total)
+    }
+
+
+# ----------------------------------------------------------------------------- pre-training runs
+def pretrain_pair(
+    work: Path, tag: str, config: Path, store: Path, steps: int, extra: list
+) -> tuple[Path, Path]:
+    """The REALM run and its closed-book baseline (resumed when interrupted), evaluated at step 0 and at the end."""
+    runs = {}
+    for mode, name in (("mlm", "closed"), ("realm", "realm")):
+        run = work / f"{tag}-{name}"
+        runs[name] = run
+        done = (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file()
+        if not done:
+            resume = ["--resume"] if (run / "config.toml").is_file() else []
+            ralm("pretrain", config, "--docstore", store, "--out", run, "--mode", mode, "--steps", steps, "--quiet",
+                 *extra, *resume)  # fmt: skip
+    realm, closed = runs["realm"], runs["closed"]
+    if not (realm / "eval_mlm_initial.json").is_file():
+        ralm("evaluate-mlm", realm, "--baseline", closed, "--initial")
+    if not (realm / "eval_mlm.json").is_file():
+        ralm("evaluate-mlm", realm, "--baseline", closed)
+    curves = RESULTS / f"realm_causal_{tag}_curves.png"
+    if not curves.is_file():
+        ralm("plot", realm, closed, "--out", curves)
+    return realm, closed
+
+
+def nb_stage(work: Path, steps: int) -> None:
+    enc = work / "dpr-cc" / "encoder"
+    if not (enc / "ralm_encoder.json").is_file():
+        raise SystemExit(f"{enc}: missing; run the towers stage first")
+    nb, _ = corpora(work)
+    pretrain_pair(work, "nb", NB_CONFIG, nb, steps, ["--retriever", enc])
+
+
+def en_stage(work: Path, steps: int) -> None:
+    _, en = corpora(work)
+    pretrain_pair(work, "en", EN_CONFIG, en, steps, [])
+
+
+# ----------------------------------------------------------------------------- REALM Table 2
+def table2_stage(work: Path) -> None:
+    from retriever_train import evaluate, qa_jsonl
+
+    out = work / "table2.json"
+    if out.is_file():
+        return
+    realm = work / "nb-realm"
+    if not (work / "nb-realm-towers" / "ralm_encoder.json").is_file():
+        ralm("export-reader", realm, work / "nb-realm-reader", "--retriever-out", work / "nb-realm-towers",
+             "--overwrite")  # fmt: skip
+    ev = evaluate(
+        work,
+        work / "pool",
+        {"before": work / "dpr-cc" / "encoder", "after": work / "nb-realm-towers"},
+        qa_jsonl("test", work / "test.jsonl"),
+        "test",
+    )
+    rows = {
+        name: {f"recall@{k}": round(rep.recall[k], 4) for k in KS}
+        | {"hub@20": round(rep.hubness["hub_share"], 4)}
+        for name, rep in ev["reports"].items()
+    }
+    out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- downstream
+def downstream_stage(work: Path, limit: int, epochs: float) -> None:
+    """`ralm rag train` + `rag eval` twice: REALM reader + towers, plain Gemma-3 + dpr-cc towers."""
+    from retriever_train import qa_jsonl
+
+    train_q = qa_jsonl("train", work / "train.jsonl")
+    test_q = qa_jsonl("test", work / "test.jsonl")
+    if not (work / "nb-realm-towers" / "ralm_encoder.json").is_file():
+        table2_stage(work)
+    arms = {
+        "realm": (work / "nb-realm-reader", work / "nb-realm-towers"),
+        "plain": ("gemma3", work / "dpr-cc" / "encoder"),
+    }
+    for arm, (lm, enc) in arms.items():
+        index = work / f"index-{arm}"
+        if not (index / "retrieval.json").is_file():
+            ralm("index", "build", work / "pool", "--encoder", enc, "--out", index, "--overwrite", "--quiet")
+        gen = work / f"rag-{arm}"
+        if not (gen / "model" / "config.json").is_file():
+            ralm("rag", "train", train_q, "--lm", lm, "--index", index, "--retriever", "dense", "-k", 3,
+                 "--lang", "nb", "--epochs", epochs, "--limit", limit, "--batch-size", 8, "--no-chat",
+                 "--out", gen, "--no-progress")  # fmt: skip
+        ev = work / f"rag-eval-{arm}"
+        if not (ev / "rag-k3" / "results.json").is_file():
+            ralm("rag", "eval", test_q, "--lm", gen / "model", "--index", index, "--retriever", "dense",
+                 "--mode", "rag", "closed-book", "-k", 3, "--lang", "nb", "--no-chat", "--batch-size", 16,
+                 "--name", arm, "--out", ev, "--no-progress")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- speed
+def speed_stage(work: Path, steps: int, warmup: int) -> dict:
+    """A causal REALM step vs the bare passes of its models over the same rows (see the module docstring)."""
+    import torch
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.build import build_model, make_collator, optimizer_for
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.data import batch_positions, example_rngs, split_ids
+    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.trainer import train_step
+    from ralm.retrieval.encoders import autocast_context, autocast_dtype
+    from ralm.train.optim import warmup_schedule
+
+    out = work / "speed.json"
+    if out.is_file():
+        return read_json(out)
+    nb, _ = corpora(work)
+    cfg = PretrainConfig.from_toml(
+        NB_CONFIG, docstore=str(nb), out="-", retriever=str(work / "dpr-cc" / "encoder"), warmup_steps=0
+    )
+    store = DocStore(nb)
+    torch.manual_seed(0)
+    model, tok = build_model(cfg, store)
+    dev = torch.device("cpu")
+    ac = autocast_dtype(dev, cfg.autocast, torch.float32)
+    train_ids, _ = split_ids(cfg, store)
+    col = make_collator(cfg, store, tok, model, return_tensors="pt")
+    opt = optimizer_for(model, cfg)
+    sched = warmup_schedule(opt, cfg.schedule, 0, cfg.steps)
+    ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast)
+    ref.refresh(model.encoder, 0)
+
+    def inputs(step: int):
+        ids = batch_positions(train_ids, cfg.seed, (step - 1) * cfg.batch_size, cfg.batch_size)
+        batch = col(ids, rngs=example_rngs(cfg.seed, step, 0, range(len(ids))))
+        with torch.no_grad():
+            q = model.embed_queries(batch)
+        doc_ids = ref.search(q.numpy(), batch["source_ids"].numpy(), model.n_retrieved)
+        rows = model.reader.build_rows(batch, [[*map(int, r), -1] for r in doc_ids])
+        return batch, model.docs.tower_batch(doc_ids.ravel()), rows
+
+    def bare(batch, dbatch, rows, head_only: bool) -> float:
+        model.zero_grad(set_to_none=True)
+        lm = model.reader.lm
+        t0 = time.perf_counter()
+        with autocast_context(dev, ac):
+            q = model.encoder.query_tower(batch["input_ids"], batch["attention_mask"])
+            d = model.encoder.doc_tower(**dbatch)
+            if head_only:
+                h = lm.base_model(
+                    input_ids=rows.input_ids, attention_mask=rows.attention_mask
+                ).last_hidden_state
+                logits = lm.get_output_embeddings()(h[rows.rows, rows.cols - 1])
+            else:
+                logits = lm(input_ids=rows.input_ids, attention_mask=rows.attention_mask).logits
+                logits = logits[rows.rows, rows.cols - 1]
+            loss = q.float().mean() + d.float().mean() + logits.float().logsumexp(-1).mean()
+        loss.backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    full_t, bare_t, hf_t = [], [], []
+    for step in range(1, warmup + steps + 1):
+        x = inputs(step)
+        t0 = time.perf_counter()
+        train_step(model, opt, sched, col, train_ids, cfg, step, ref.search, dev, ac)
+        tf = time.perf_counter() - t0
+        tb = bare(*x, head_only=True)
+        th = bare(*x, head_only=False)
+        tokens = int(x[2].attention_mask.sum())
+        log(
+            f"speed step {step}: full {tf:.2f}s  bare {tb:.2f}s  bare (full logits) {th:.2f}s  ({tokens} reader tokens)"
+        )
+        if step > warmup:
+            full_t.append(tf)
+            bare_t.append(tb)
+            hf_t.append(th)
+    full, b, h = statistics.median(full_t), statistics.median(bare_t), statistics.median(hf_t)
+    res = {
+        "step_seconds_median": full,
+        "bare_seconds_median": b,
+        "step_vs_bare": full / b,
+        "bare_full_logits_seconds_median": h,
+        "step_vs_bare_full_logits": full / h,
+        "reader_tokens_per_step": tokens,
+        "steps_measured": steps,
+        "autocast": str(ac),
+    }
+    out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    return res
+
+
+# ----------------------------------------------------------------------------- report
+def _rows(path: Path) -> dict:
+    return {r["name"]: r for r in read_json(path)["rows"]}
+
+
+def _pair_metrics(prefix: str, run: Path) -> tuple[dict, dict]:
+    final, start = _rows(run / "eval_mlm.json"), _rows(run / "eval_mlm_initial.json")
+    m = {
+        f"{prefix}_span_ppl_realm": final["realm (retrieval)"]["ppl"],
+        f"{prefix}_span_ppl_closed_book": final["closed-book baseline"]["ppl"],
+        f"{prefix}_span_ppl_realm_reader_alone": final["realm reader alone, closed-book"]["ppl"],
+        f"{prefix}_span_ppl_realm_step0": start["realm (retrieval)"]["ppl"],
+        f"{prefix}_span_ppl_closed_book_step0": start["closed-book baseline"]["ppl"],
+        f"{prefix}_answers_in_docs": final["realm (retrieval)"]["answers_in_docs"],
+    }
+    m[f"{prefix}_span_ppl_ratio_realm_vs_closed_book"] = (
+        m[f"{prefix}_span_ppl_realm"] / m[f"{prefix}_span_ppl_closed_book"]
+    )
+    m[f"{prefix}_span_ppl_ratio_step0"] = (
+        m[f"{prefix}_span_ppl_realm_step0"] / m[f"{prefix}_span_ppl_closed_book_step0"]
+    )
+    by_kind = {}
+    for when, rows in (("final", final), ("step0", start)):
+        r, c = rows["realm (retrieval)"]["by_kind"], rows["closed-book baseline"]["by_kind"]
+        for kind in r:
+            by_kind.setdefault(kind, {})[when] = {
+                "realm": r[kind]["ppl"],
+                "closed_book": c[kind]["ppl"],
+                "ratio": r[kind]["ppl"] / c[kind]["ppl"],
+                "spans": r[kind]["spans"],
+            }
+    for kind, v in by_kind.items():
+        m[f"{prefix}_span_ppl_ratio/{kind}"] = v["final"]["ratio"]
+    return m, by_kind
+
+
+def report(work: Path, argv: list[str]) -> None:
+    metrics: dict = {}
+    extra: dict = {
+        "settings": {
+            "nb_config": str(NB_CONFIG.relative_to(ROOT)),
+            "en_config": str(EN_CONFIG.relative_to(ROOT)),
+        }
+    }
+    targets: dict = {}
+    if (work / "nb-realm" / "eval_mlm.json").is_file():
+        m, kinds = _pair_metrics("nb", work / "nb-realm")
+        metrics.update(m)
+        extra["nb_by_kind"] = kinds
+        targets["nb_span_ppl_ratio_realm_vs_closed_book"] = "<= 0.5"
+    if (work / "table2.json").is_file():
+        t2 = read_json(work / "table2.json")
+        for when in ("before", "after"):
+            for k in KS:
+                metrics[f"nb_towers_recall@{k}_{when}"] = t2[when][f"recall@{k}"]
+            metrics[f"nb_towers_hub@20_{when}"] = t2[when]["hub@20"]
+        targets["nb_towers_recall@5_after"] = ">= nb_towers_recall@5_before"
+    if (work / "en-realm" / "eval_mlm.json").is_file():
+        m, kinds = _pair_metrics("en", work / "en-realm")
+        metrics.update(m)
+        extra["en_by_kind"] = kinds
+        targets["en_span_ppl_ratio_realm_vs_closed_book"] = "<= 0.5"
+    for arm in ("realm", "plain"):
+        for mode, sub in (("rag", "rag-k3"), ("closed-book", "closed-book")):
+            p = work / f"rag-eval-{arm}" / sub / "results.json"
+            if p.is_file():
+                res = read_json(p)["metrics"]
+                metrics[f"downstream_{arm}_{mode}_em"] = res["em"]
+                metrics[f"downstream_{arm}_{mode}_f1"] = res["f1"]
+    if (work / "speed.json").is_file():
+        sp = read_json(work / "speed.json")
+        metrics["step_vs_bare"] = sp["step_vs_bare"]
+        metrics["step_vs_bare_full_logits"] = sp["step_vs_bare_full_logits"]
+        metrics["step_seconds_median"] = sp["step_seconds_median"]
+        extra["speed"] = sp
+        targets["step_vs_bare"] = "<= 1.15"
+    for name in ("nb", "en"):
+        p = work / f"recurrence-{name}.json"
+        if p.is_file():
+            extra[f"span_recurrence_{name}"] = read_json(p)
+    met = {}
+    if "nb_span_ppl_ratio_realm_vs_closed_book" in metrics:
+        met["nb_span_ppl_ratio_realm_vs_closed_book"] = (
+            metrics["nb_span_ppl_ratio_realm_vs_closed_book"] <= 0.5
+        )
+    if "nb_towers_recall@5_after" in metrics:
+        met["nb_towers_recall@5_after"] = (
+            metrics["nb_towers_recall@5_after"] >= metrics["nb_towers_recall@5_before"]
+        )
+    if "en_span_ppl_ratio_realm_vs_closed_book" in metrics:
+        met["en_span_ppl_ratio_realm_vs_closed_book"] = (
+            metrics["en_span_ppl_ratio_realm_vs_closed_book"] <= 0.5
+        )
+    if "step_vs_bare" in metrics:
+        met["step_vs_bare"] = metrics["step_vs_bare"] <= 1.15
+    extra["targets_met"] = met
+    write_result(
+        "realm_causal", "python benchmarks/realm_causal.py " + " ".join(argv), metrics, targets, **extra
+    )
+    (RESULTS / "realm_causal.md").write_text(markdown(metrics, extra), encoding="utf-8")
+    log(f"written {RESULTS / 'realm_causal.json'} and .md")
+
+
+def markdown(m: dict, extra: dict) -> str:
+    def f(key, fmt="{:.2f}"):
+        v = m.get(key)
+        return fmt.format(v) if isinstance(v, (int, float)) else "-"
+
+    lines = ["# REALM with a causal reader (issue 35)", ""]
+    lines += ["| | step 0: REALM / closed-book | end: REALM | end: closed-book | ratio (target <= 0.5) |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for p, name in (("nb", "Norwegian, Gemma-3-270M"), ("en", "English, SmolLM2-135M")):
+        lines.append(
+            f"| {name} | {f(p + '_span_ppl_realm_step0')} / {f(p + '_span_ppl_closed_book_step0')} "
+            f"| {f(p + '_span_ppl_realm')} | {f(p + '_span_ppl_closed_book')} "
+            f"| {f(p + '_span_ppl_ratio_realm_vs_closed_book', '{:.3f}')} |"
+        )
+    for p in ("nb", "en"):
+        kinds = extra.get(f"{p}_by_kind")
+        if kinds:
+            lines += ["", f"{p}: span perplexity by kind (REALM / closed-book = ratio; spans)", "",
+                      "| kind | step 0 | end |", "|---|---|---|"]  # fmt: skip
+            for k, v in kinds.items():
+                cells = [
+                    f"{v[w]['realm']:.2f} / {v[w]['closed_book']:.2f} = {v[w]['ratio']:.3f} ({v[w]['spans']})"
+                    if w in v
+                    else "-"
+                    for w in ("step0", "final")
+                ]
+                lines.append(f"| {k} | {cells[0]} | {cells[1]} |")
+    lines += ["", "| NorQuAD-open towers | R@1 | R@5 | R@20 |", "|---|---|---|---|"]
+    for when in ("before", "after"):
+        lines.append(
+            f"| {when} REALM | " + " | ".join(f(f"nb_towers_recall@{k}_{when}", "{:.3f}") for k in KS) + " |"
+        )
+    lines += [
+        "",
+        "| NorQuAD-open rag train (same budget) | RAG k=3 EM / F1 | closed-book EM / F1 |",
+        "|---|---|---|",
+    ]
+    for arm in ("realm", "plain"):
+        lines.append(
+            f"| {arm} | {f(f'downstream_{arm}_rag_em')} / {f(f'downstream_{arm}_rag_f1')} "
+            f"| {f(f'downstream_{arm}_closed-book_em')} / {f(f'downstream_{arm}_closed-book_f1')} |"
+        )
+    lines += ["", f"step vs bare passes: {f('step_vs_bare', '{:.3f}')}x (target <= 1.15)", ""]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("stage", choices=["towers"])
+    stages = ["towers", "corpus", "nb", "table2", "en", "downstream", "speed", "report", "all"]
+    ap.add_argument("stage", choices=stages)
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b35")
+    ap.add_argument("--steps", type=int, default=300, help="pre-training steps of every run (default 300)")
+    ap.add_argument("--rag-limit", type=int, default=1000, help="NorQuAD train questions for rag train")
+    ap.add_argument("--rag-epochs", type=float, default=1.0)
+    ap.add_argument("--speed-steps", type=int, default=6)
     args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    if args.stage == "towers":
-        log(f"towers: {towers(args.work)}")
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    todo = stages[:-1] if args.stage == "all" else [args.stage]
+    for stage in todo:
+        log(f"stage {stage}")
+        if stage == "towers":
+            towers(work)
+        elif stage == "corpus":
+            corpora(work)
+        elif stage == "nb":
+            nb_stage(work, args.steps)
+        elif stage == "table2":
+            table2_stage(work)
+        elif stage == "en":
+            en_stage(work, args.steps)
+        elif stage == "downstream":
+            downstream_stage(work, args.rag_limit, args.rag_epochs)
+        elif stage == "speed":
+            speed_stage(work, args.speed_steps, 1)
+        elif stage == "report":
+            report(work, sys.argv[1:])
 
 
 if __name__ == "__main__":
