@@ -99,64 +99,6 @@ def tiny_cfg(realm_store, tiny_dir, tmp_path):
     return make
 
 
-@pytest.fixture(scope="session")
-def causal_dirs(tmp_path_factory):
-    """Tiny random causal LMs saved as HF directories, on a byte-level BPE trained on FACTS with
-    <pad>/<bos>/<eos>: "llama" (no BOS added) and "gemma3" (adds <bos>; final-logit soft-capping,
-    a sliding-window and a full-attention layer), as {name: directory}."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import (
-        Gemma3ForCausalLM,
-        Gemma3TextConfig,
-        LlamaConfig,
-        LlamaForCausalLM,
-        PreTrainedTokenizerFast,
-    )
-
-    root = tmp_path_factory.mktemp("causal")
-    text = [t for _, t in FACTS] * 5
-    out = {}
-    for name in ("llama", "gemma3"):
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(
-            text,
-            trainers.BpeTrainer(
-                vocab_size=420,
-                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                special_tokens=["<pad>", "<bos>", "<eos>"],
-            ),
-        )
-        if name == "gemma3":
-            tok.post_processor = processors.TemplateProcessing(
-                single="<bos> $A", special_tokens=[("<bos>", 1)]
-            )
-        fast = PreTrainedTokenizerFast(
-            tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
-        )
-        common = dict(
-            vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-            tie_word_embeddings=True,
-        )  # fmt: skip
-        torch.manual_seed(0)
-        if name == "llama":
-            lm = LlamaForCausalLM(LlamaConfig(architectures=["LlamaForCausalLM"], **common))
-        else:
-            cfg = Gemma3TextConfig(
-                architectures=["Gemma3ForCausalLM"], head_dim=8, sliding_window=16, final_logit_softcapping=30.0,
-                layer_types=["sliding_attention", "full_attention"], **common,
-            )  # fmt: skip
-            lm = Gemma3ForCausalLM(cfg)
-        d = root / name
-        lm.save_pretrained(d)
-        fast.save_pretrained(d)
-        out[name] = d
-    return out
-
-
 @pytest.fixture
 def causal_cfg(tiny_cfg, causal_dirs, tiny_dir):
     """tiny_cfg with a causal reader (default the tiny Llama) and the tiny BERT as towers."""

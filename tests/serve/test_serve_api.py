@@ -215,6 +215,41 @@ def test_fill_on_an_mlm_only_run_is_the_reader_alone(serve_store, tiny_dir, tmp_
     assert (got["null_mass"], got["retrieval"]) == (None, False)
 
 
+def test_fill_on_a_causal_reader_run(serve_store, tiny_dir, causal_dirs, tmp_path):
+    """A causal-reader run: /api/fill gives ralm.realm.fill's generated spans and p(z|x); the page says so."""
+    from fastapi.testclient import TestClient
+
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.fill import fill
+    from ralm.realm.run import load_run
+    from ralm.realm.trainer import pretrain
+    from ralm.serve.app import create_app
+
+    cfg = PretrainConfig(
+        docstore=str(serve_store), out=str(tmp_path / "causal"), reader=str(causal_dirs["llama"]),
+        retriever=str(tiny_dir), steps=1, batch_size=2, k=3, encoder_max_length=32, reader_max_length=160,
+        heldout=2, refresh_every=0, checkpoint_every=0, warmup_steps=1, device="cpu", autocast="off",
+        tensorboard=False,
+    )  # fmt: skip
+    run = pretrain(cfg, progress=False)
+    c = TestClient(create_app(run, device="cpu"), raise_server_exceptions=False)
+    text = "Oslo is the capital of [MASK] [MASK]."
+    got = c.post("/api/fill", json={"text": text, "k": 3, "top": 2}).json()
+    want = _as_json(fill(load_run(run, device="cpu"), text, k=3, top=2).as_dict())
+    assert {key: got[key] for key in want} == want and got["retrieval"] is True
+    assert (
+        len(got["prediction"]) == 1 and len(got["docs"]) == 3 and got["null_mass"] == want["docs"][-1]["p_z"]
+    )
+    assert sum(d["p_z"] for d in got["docs"]) == pytest.approx(1.0, abs=1e-5)
+    page = c.get("/fill").text
+    assert 'data-testid="fill-causal-note"' in page and "a span should be generated" in page
+    r = c.post("/api/fill", json={"text": "no mask"})
+    assert (r.status_code, r.json()["error"]) == (
+        400,
+        "the text has no [MASK]; put [MASK] where a span should be generated",
+    )
+
+
 def test_fill_errors(serve_clients):
     c = serve_clients["realm"]
     cases = [

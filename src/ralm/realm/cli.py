@@ -4,7 +4,7 @@ ralm pretrain CONFIG.toml [--steps 300 --out runs/x ...]   (or flags only: --doc
 ralm pretrain CONFIG.toml --resume                           (continue from the newest checkpoint)
 ralm pretrain CONFIG.toml --nproc 4                          (= torchrun --nproc_per_node 4 -m ralm pretrain ...)
 ralm evaluate-mlm RUN [--baseline RUN_MLM]                   (held-out salient perplexity table)
-ralm export-reader RUN OUT [--retriever-out DIR]             (AutoModelForMaskedLM directory)
+ralm export-reader RUN OUT [--retriever-out DIR]             (AutoModelForMaskedLM, or AutoModelForCausalLM, directory)
 ralm fill RUN "Fermat's little theorem says ... is a [MASK] prime."
 ralm plot RUN [RUN...] --out curves.png
 """
@@ -284,7 +284,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("export-reader", help="write the run's reader as an AutoModelForMaskedLM directory")
+XX
     p.add_argument("run", help="a `ralm pretrain` run directory (its newest intact checkpoint is used)")
     p.add_argument("out", help="directory to write the reader to (Hugging Face layout, safetensors)")
     p.add_argument(
@@ -295,7 +295,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("fill", help="predict [MASK] tokens, showing retrieved documents (REALM Table 3)")
     p.add_argument("run", help="a `ralm pretrain` run directory (its newest intact checkpoint is used)")
-    p.add_argument("text", nargs="+", help="text(s) with [MASK] where tokens should be predicted")
+    p.add_argument(
+        "text",
+        nargs="+",
+        help="text(s) with [MASK] where tokens should be predicted (spans, for a causal reader)",
+    )
     p.add_argument("--k", type=int, default=None, help="documents incl. the null one (default: the run's k)")
     p.add_argument("--top", type=int, default=5, help="alternatives shown per mask (default: 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object per text instead of the table")

@@ -190,7 +190,12 @@ async def fill_endpoint(request: Request, body: S.FillRequest) -> dict[str, Any]
     require(t, "fill")
     mask = t.realm.tokenizer.mask_token or "[MASK]"
     if mask not in body.text:
-        raise RalmError(f"the text has no {mask}; put {mask} where a token should be predicted")
+        what = (
+            "a span should be generated"
+            if getattr(t.realm.model, "causal", False)
+            else "a token should be predicted"
+        )
+        raise RalmError(f"the text has no {mask}; put {mask} where {what}")
     return await queues_of(request).fill(request, body.text, body.k, body.top)
 
 

@@ -81,6 +81,7 @@ async def fill_page(
     mask = t.realm.tokenizer.mask_token or "[MASK]"
     return page(
         request, "fill", mask=mask, retrieval=bool(t.realm.model.retrieval), null_doc=cfg.null_doc,
+        causal=bool(getattr(t.realm.model, "causal", False)),
         text=text[: S.MAX_QUERY_CHARS] or f"Oslo is the capital of {mask}.", run_now=bool(text.strip()),
         k=min(max(k, 1), S.MAX_K) if k is not None else cfg.k,
         top=min(max(top, 1), S.MAX_TOP) if top is not None else 5,

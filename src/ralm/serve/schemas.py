@@ -136,13 +136,17 @@ class FillDoc(BaseModel):
     title: str
     text: str
     p_z: float = Field(description="p(z|x)")
-    prediction: list[str] = Field(description="the reader's argmax token at each mask given z")
+    prediction: list[str] = Field(
+        description="the reader's argmax token at each mask given z (a causal reader: the span it generates)"
+    )
     p_y: float = Field(description="p(y|z,x) of that prediction (product over the masks)")
 
 
 class FillResponse(BaseModel):
     text: str
-    prediction: list[str] = Field(description="the marginal prediction, one token per mask")
+    prediction: list[str] = Field(
+        description="the marginal prediction, one token per mask (a causal reader: one span per run of masks)"
+    )
     p_y: float = Field(description="p(y|x) of the marginal prediction")
     alternatives: list[list[tuple[str, float]]] = Field(description="per mask: top tokens and p")
     docs: list[FillDoc] = Field(description="best p(z|x) first, the null document last")
