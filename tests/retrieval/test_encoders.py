@@ -312,7 +312,7 @@ def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
     import ralm.retrieval.encoders as E
 
     cpu = torch.device("cpu")
-    assert 0.0 < E._matmul_speedup(torch.bfloat16, n=64, reps=1)
+    assert E._matmul_speedup(torch.bfloat16, n=64, reps=1) > 0.0
     monkeypatch.setattr(E, "_BF16_FASTER", None)
     monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: True)
     monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 0.5)

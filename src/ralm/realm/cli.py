@@ -284,7 +284,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=cmd_evaluate)
 
-XX
+    p = sub.add_parser(
+        "export-reader",
+        help="write the run's reader as an AutoModelForMaskedLM directory (a causal reader: AutoModelForCausalLM)",
+    )
     p.add_argument("run", help="a `ralm pretrain` run directory (its newest intact checkpoint is used)")
     p.add_argument("out", help="directory to write the reader to (Hugging Face layout, safetensors)")
     p.add_argument(
