@@ -50,7 +50,7 @@ def test_span_query_and_merging():
     q = span_query(text, [(17, 22, "link"), (25, 29, "date"), (40, 50, "random")])
     assert q == SpanQuery("Ibsen ble født i [1] i [2] og døde i [3].", ["Skien", "1828", "Kristiania"],
                           ["link", "date", "random"])  # fmt: skip
-    assert q.target() == ("[1] Skien\n[2] 1828\n[3] Kristiania", [(4, 9), (14, 18), (23, 33)])
+    assert q.target() == ("[1] Skien\n[2] 1828\n[3] Kristiania\n", [(4, 9), (14, 18), (23, 33)])
     # touching spans (or only whitespace apart) become one; the kind is the first non-random one
     assert merge_char_spans([(0, 5, "random"), (6, 11, "date")], "Skien 1828 x") == [(0, 10, "date")]
     assert merge_char_spans([(0, 5, "name"), (7, 9, "number")], "Skien, 18") == [
@@ -69,12 +69,12 @@ def test_lm_rows_score_span_tokens_only(causal_dirs, lm):
     q = SpanQuery("Oslo is the capital of [1]. It was founded in [2].", ["Norway", "1040"], ["link", "date"])
     qids, tids, flags, span = lm_rows(q, tok)
     assert qids == tok(q.masked_text + "\n", add_special_tokens=False)["input_ids"]
-    assert tids == tok("[1] Norway\n[2] 1040", add_special_tokens=False)["input_ids"]
+    assert tids == tok("[1] Norway\n[2] 1040\n", add_special_tokens=False)["input_ids"]
     scored = [t for t, f in zip(tids, flags, strict=True) if f]
     assert tok.decode([t for t, s in zip(tids, span, strict=True) if s == 0]).strip() == "Norway"
     assert tok.decode([t for t, s in zip(tids, span, strict=True) if s == 1]).strip() == "1040"
     assert len(scored) == sum(s >= 0 for s in span) and all(s in (-1, 0, 1) for s in span)
-    assert "[" not in tok.decode(scored) and "\n" not in tok.decode(scored)
+    assert "[" not in tok.decode(scored) and tok.decode(scored).count("\n") == 2  # each span's end is scored
 
 
 def test_collator_masks_like_the_mlm_collator(store, tiny_dir, causal_dirs):
@@ -99,7 +99,7 @@ def test_collator_masks_like_the_mlm_collator(store, tiny_dir, causal_dirs):
             s
             for s in col.lm_tokenizer.decode(
                 causal["lm_target_ids"][b, : int(causal["lm_target_len"][b])].tolist()
-            ).split("\n")
+            ).split("\n")[:-1]  # the target ends with a line break
         ]
         assert masked.endswith("\n") and "[1]" in masked
         rebuilt = masked[:-1]
@@ -113,7 +113,8 @@ def test_collator_masks_like_the_mlm_collator(store, tiny_dir, causal_dirs):
 
 # ----------------------------------------------------------------------------- scores
 def _naive(lm, tok, prefix, doc_text, q, blank="[{i}]"):
-    """log p(spans) from full logits of one unpadded row, span tokens found by character overlap."""
+    """log p(spans) from full logits of one unpadded row, span tokens (and each span's closing line
+    break) found by character overlap."""
     target, where = q.target(blank)
     d = tok(doc_text + "\n\n", add_special_tokens=False)["input_ids"] if doc_text is not None else []
     x = tok(q.masked_text + "\n", add_special_tokens=False)["input_ids"]
@@ -124,7 +125,8 @@ def _naive(lm, tok, prefix, doc_text, q, blank="[{i}]"):
     total = 0.0
     start = len(prefix) + len(d) + len(x)
     for j, (a, b) in enumerate(enc["offset_mapping"]):
-        if any(a < e and b > s for s, e in where):
+        chars = set(range(a, b))
+        if any(chars & (set(range(s, e)) | {e}) for s, e in where):  # the span and the line break after it
             total += float(logp[start + j - 1, enc["input_ids"][j]])
     return total
 
@@ -146,7 +148,9 @@ def test_span_log_prob_equals_naive_sum(store, tiny_dir, causal_dirs, lm_name):
     for b in range(3):
         n = int(batch["lm_query_len"][b])
         masked = tok.decode(batch["lm_query_ids"][b, :n].tolist())[:-1]
-        lines = tok.decode(batch["lm_target_ids"][b, : int(batch["lm_target_len"][b])].tolist()).split("\n")
+        lines = tok.decode(batch["lm_target_ids"][b, : int(batch["lm_target_len"][b])].tolist()).split("\n")[
+            :-1
+        ]
         q = SpanQuery(masked, [line.split(" ", 1)[1] for line in lines], ["x"] * len(lines))
         for k, cid_doc in enumerate(docs[b]):
             text = reader.doc_text(cid_doc) if cid_doc >= 0 else None

@@ -9,11 +9,13 @@ with the DocStore's tokenizer; spans that touch are merged), replaced by a numbe
 and the spans become the target:
 
     masked text:  "Ibsen ble født i [1] i 1828 og døde i [2]."
-    target:       "[1] Skien\n[2] Kristiania"
+    target:       "[1] Skien\n[2] Kristiania\n"
 
-Only the tokens of the span texts are scored (the sentinels and line breaks are given), so
-log p(y | x, z) is the sum of the LM's log-probabilities of the span tokens. The sentinel format
-is `blank` ("[{i}]" by default; {i} counts from 1).
+Only the span tokens are scored, each span with the line break that ends it (the sentinels are
+given): log p(y | x, z) is the sum of the LM's log-probabilities of those tokens. The line break
+is scored because a reader must learn where a span ends to generate one (`ralm fill`); without
+it a trained reader runs on past the span. The sentinel format is `blank` ("[{i}]" by default;
+{i} counts from 1).
 
 `CausalMaskingCollator` adds to `MaskingCollator`'s batch (B queries; Lq / Lt the longest LM
 query / target, padded with 0):
@@ -62,13 +64,13 @@ class SpanQuery:
     kinds: list[str]
 
     def target(self, blank: str = DEFAULT_BLANK) -> tuple[str, list[tuple[int, int]]]:
-        """The target string and each span's (start, end) in it: "[1] Skien\\n[2] Kristiania"."""
+        """The target string and each span's (start, end) in it: "[1] Skien\\n[2] Kristiania\\n"."""
         parts, where, at = [], [], 0
         for i, s in enumerate(self.spans, start=1):
-            head = ("\n" if i > 1 else "") + blank.format(i=i) + " "
-            parts.append(head + s)
+            head = blank.format(i=i) + " "
+            parts.append(head + s + "\n")
             where.append((at + len(head), at + len(head) + len(s)))
-            at += len(head) + len(s)
+            at += len(head) + len(s) + 1
         return "".join(parts), where
 
 
@@ -182,13 +184,13 @@ class CausalMaskingCollator(MaskingCollator):
 def lm_rows(q: SpanQuery, lm_tokenizer: Any, blank: str = DEFAULT_BLANK):
     """(query ids, target ids, scored flags, span index per target token) of one SpanQuery: the masked
     text and a line break, and the target, each tokenized as one piece; a target token is scored
-    when it overlaps a span's characters."""
+    when it overlaps a span's characters or the line break that ends the span."""
     qids = lm_tokenizer(q.masked_text + "\n", add_special_tokens=False)["input_ids"]
     target, where = q.target(blank)
     enc = lm_tokenizer(target, add_special_tokens=False, return_offsets_mapping=True)
     span_of = []
     for a, b in enc["offset_mapping"]:
-        hit = [j for j, (s, e) in enumerate(where) if a < e and b > s]
+        hit = [j for j, (s, e) in enumerate(where) if a < e + 1 and b > s]
         span_of.append(hit[0] if hit else -1)
     return list(qids), list(enc["input_ids"]), [int(j >= 0) for j in span_of], span_of
 

@@ -2,13 +2,14 @@
 
 One reader row per (query x, document z), all tokens of the reader's own tokenizer:
 
-    [bos] z_title "\\n" z_text "\\n\\n"  x_masked "\\n"  "[1] " y_1 "\\n[2] " y_2 ...
+    [bos] z_title "\\n" z_text "\\n\\n"  x_masked "\\n"  "[1] " y_1 "\\n" "[2] " y_2 "\\n" ...
     \\_______ document ________/  \\___ query ___/  \\________ target ________/
 
 (`ralm.realm.causal_masking` makes the query and target). The null document is no document at all:
 ``[bos] x_masked "\\n" target``, which is also the closed-book row (the MLM-only baseline of a
 causal run, and the reader extracted on its own). log p(y | x, z) is the sum of the LM's next-token
-log-probabilities of the span tokens only; the base model runs on every position, the output
+log-probabilities of the span tokens only (each span with the line break that ends it, so the
+reader learns where a span stops); the base model runs on every position, the output
 layer only on the positions that predict a span token (the vocabulary is 262k wide for Gemma-3,
 so logits everywhere would cost more than the model). The query and target are never cut; a
 document that does not fit in `max_length` is cut from its end. Rows are right-padded: under
