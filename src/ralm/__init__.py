@@ -62,6 +62,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "FillResult": ("ralm.realm.fill", "FillResult"),
     "evaluate_mlm": ("ralm.realm.evaluate", "evaluate_mlm"),
     "export_reader": ("ralm.realm.export", "export_reader"),
+    "CausalReader": ("ralm.realm.causal_reader", "CausalReader"),
     # downstream tasks
     "FinetuneConfig": ("ralm.tasks.finetune", "FinetuneConfig"),
     "finetune": ("ralm.tasks.finetune", "finetune"),
