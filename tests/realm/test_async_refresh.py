@@ -69,6 +69,36 @@ def test_async_pretraining_runs_and_never_goes_back_a_version(tiny_cfg):
     assert state["index_version"] >= versions[-1]
 
 
+def test_async_refresh_with_a_causal_reader(causal_cfg, tmp_path):
+    """The builder process embeds with the towers (the retriever), not with the causal reader, and a
+    causal run trains with it."""
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.build import build_model, make_refresher
+    from ralm.realm.refresh import embed_chunks
+    from ralm.realm.trainer import pretrain
+    from ralm.train.distributed import Dist
+
+    cfg = causal_cfg(refresh_every=1, refresh_mode="async", autocast="off")
+    model, _ = build_model(cfg, DocStore(cfg.docstore))
+    ref = make_refresher(cfg, model, tmp_path, Dist())
+    assert model.causal and ref.spec["encoder_src"] == cfg.retriever
+    try:
+        ref.refresh(model.encoder, 0)
+        assert ref.maybe_refresh(1, model.encoder) is None
+        ref.wait(120)
+        assert ref.maybe_refresh(2, model.encoder) is not None and ref.version == 1
+        want = embed_chunks(model.encoder, model.docs, autocast="off").astype(np.float16)
+        np.testing.assert_allclose(_vectors(ref.index), want, atol=1e-3)
+    finally:
+        ref.close()
+    run = pretrain(
+        causal_cfg(steps=3, refresh_every=1, refresh_mode="async", checkpoint_every=0), progress=False
+    )
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    versions = [r["index_version"] for r in rows if "loss" in r]
+    assert len(versions) == 3 and versions == sorted(versions) and versions[0] == 0
+
+
 def test_a_half_written_version_is_never_used(tiny_cfg, tmp_path, caplog):
     model, ref = _refresher(tiny_cfg(), tmp_path, every=1000)
     ref.refresh(model.encoder, 0)

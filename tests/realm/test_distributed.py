@@ -96,6 +96,24 @@ def test_two_gloo_processes_match_one_process(realm_store, nodrop_dir, tmp_path)
     assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["step-0000002", "step-0000003"]
 
 
+def test_two_gloo_processes_match_one_process_with_a_causal_reader(
+    realm_store, nodrop_dir, causal_dirs, tmp_path
+):
+    """The causal reader under torchrun: the same losses and weights as one process (Llama has no dropout)."""
+    from ralm.cli import main
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    extra = ["--set", f"retriever={nodrop_dir}", "--set", "reader_max_length=200"]
+    assert main(_args(realm_store, causal_dirs["llama"], one, steps=2) + extra) == 0
+    res = _torchrun(_args(realm_store, causal_dirs["llama"], two, steps=2) + extra)
+    assert res.returncode == 0, res.stderr[-3000:]
+    la, lb = _losses(one), _losses(two)
+    assert sorted(la) == sorted(lb) == [1, 2]
+    for s in la:
+        assert la[s] == pytest.approx(lb[s], rel=1e-4)
+    _close(_params(one), _params(two))
+
+
 def test_resume_on_another_number_of_processes(realm_store, nodrop_dir, tmp_path):
     from ralm.cli import main
 
