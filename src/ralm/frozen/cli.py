@@ -110,7 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-length tokens advancing by --stride) and stores, for every token after an article's "
         "first, the context vector that predicted it (float16) and the token: Khandelwal et al. 2020.",
     )
-    d.add_argument("lm", nargs="?", default="smollm2", help="smollm2 (default), a causal LM dir or .gguf")
+    d.add_argument(
+        "lm", nargs="?", default="smollm2", help="smollm2 (default), gemma3, a causal LM dir or .gguf"
+    )
     d.add_argument("--corpus", type=Path, required=True, help="the DocStore to store")
     d.add_argument("--out", type=Path, required=True, help="the data store directory to write")
     d.add_argument("--gguf-file", default=None, help="the .gguf file inside LM's directory")

@@ -24,7 +24,11 @@ __all__ = ["register"]
 
 
 def _lm_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lm", default="smollm2", help="smollm2 (default), a causal LM directory or a .gguf file")
+    p.add_argument(
+        "--lm",
+        default="smollm2",
+        help="smollm2 (default), gemma3 (reads Norwegian, Danish), a causal LM directory or a .gguf file",
+    )
     p.add_argument(
         "--gguf-file", default=None, help="the .gguf file inside --lm's directory, when it holds several"
     )
