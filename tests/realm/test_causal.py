@@ -341,6 +341,18 @@ def test_evaluate_causal_run_by_kind_and_initial(causal_runs):
     assert start[1].nll != pytest.approx(rows[1].nll, abs=1e-9)  # training moved the reader
 
 
+def test_evaluate_cli_initial(causal_runs, capsys):
+    from ralm.cli import main
+
+    assert main(["evaluate-mlm", str(causal_runs["realm"]), "--baseline", str(causal_runs["mlm"]), "--initial",
+                 "--device", "cpu"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "closed-book baseline" in out and "perplexity by span kind" in out
+    saved = json.loads((causal_runs["realm"] / "eval_mlm_initial.json").read_text())
+    assert (saved["checkpoint"], saved["step"]) == ("initial", 0) and len(saved["rows"]) == 3
+    assert all("by_kind" in r for r in saved["rows"])
+
+
 def test_fill_causal_run(causal_runs):
     from ralm.realm.fill import fill, fill_many
     from ralm.realm.run import load_run
