@@ -221,19 +221,21 @@ def table2_stage(work: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- downstream
-def downstream_stage(work: Path, limit: int, epochs: float) -> None:
+def downstream_stage(work: Path, limit: int, epochs: float, which: list[str]) -> None:
     """`ralm rag train` + `rag eval` twice: REALM reader + towers, plain Gemma-3 + dpr-cc towers."""
     from retriever_train import qa_jsonl
 
     train_q = qa_jsonl("train", work / "train.jsonl")
     test_q = qa_jsonl("test", work / "test.jsonl")
-    if not (work / "nb-realm-towers" / "ralm_encoder.json").is_file():
+    if "realm" in which and not (work / "nb-realm-towers" / "ralm_encoder.json").is_file():
         table2_stage(work)
     arms = {
         "realm": (work / "nb-realm-reader", work / "nb-realm-towers"),
         "plain": ("gemma3", work / "dpr-cc" / "encoder"),
     }
     for arm, (lm, enc) in arms.items():
+        if arm not in which:
+            continue
         index = work / f"index-{arm}"
         if not (index / "retrieval.json").is_file():
             ralm("index", "build", work / "pool", "--encoder", enc, "--out", index, "--overwrite", "--quiet")
@@ -499,6 +501,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="pre-training steps of every run (default 300)")
     ap.add_argument("--rag-limit", type=int, default=1000, help="NorQuAD train questions for rag train")
     ap.add_argument("--rag-epochs", type=float, default=1.0)
+    ap.add_argument("--arms", default="realm,plain", help="downstream arms to run (default: both)")
     ap.add_argument("--speed-steps", type=int, default=6)
     args = ap.parse_args()
     import torch
@@ -520,7 +523,7 @@ def main() -> None:
         elif stage == "en":
             en_stage(work, args.steps)
         elif stage == "downstream":
-            downstream_stage(work, args.rag_limit, args.rag_epochs)
+            downstream_stage(work, args.rag_limit, args.rag_epochs, args.arms.split(","))
         elif stage == "speed":
             speed_stage(work, args.speed_steps, 1)
         elif stage == "report":
