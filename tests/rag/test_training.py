@@ -12,6 +12,7 @@ from ralm.rag.data import RagQuestion
 from ralm.rag.finetune import (
     GeneratorTrainConfig,
     answer_loss,
+    model_answer_loss,
     save_generator,
     train_generator,
     training_examples,
@@ -30,6 +31,30 @@ def test_answer_loss_counts_only_labelled_positions():
     want = -(lp[0, 1, 3] + lp[0, 2, 5] + lp[1, 0, 6]) / 3
     assert n == 3
     assert float(loss) == pytest.approx(float(want), rel=1e-6)
+
+
+def test_model_answer_loss_runs_the_head_on_answer_positions_only(chat_lm_dir):
+    """The same loss and gradient as the full logits, plain and under a peft LoRA wrapper."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    x = torch.randint(3, 60, (2, 9))
+    mask = torch.ones_like(x)
+    mask[1, 7:] = 0
+    y = torch.full_like(x, -100)
+    y[0, 5:8], y[1, 3:5] = x[0, 5:8], x[1, 3:5]
+    for wrap in (False, True):
+        model = AutoModelForCausalLM.from_pretrained(chat_lm_dir)
+        if wrap:
+            model = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"))
+        want, n0 = answer_loss(model(input_ids=x, attention_mask=mask).logits, y)
+        got, n = model_answer_loss(model, x, mask, y)
+        assert n == n0 == 5 and float(got) == pytest.approx(float(want), rel=1e-5)
+        g_want = torch.autograd.grad(want, [p for p in model.parameters() if p.requires_grad][:3])
+        g_got = torch.autograd.grad(got, [p for p in model.parameters() if p.requires_grad][:3])
+        for a, b in zip(g_want, g_got, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_lsr_loss_hand_computed():
