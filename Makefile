@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint docs bench screenshots clean
+.PHONY: setup demo demo-causal test lint docs bench screenshots clean
 
 setup: $(STAMP)
 
@@ -47,6 +47,17 @@ demo: setup
 	@echo "results: $(DEMO)/realm/eval_mlm.json (table), $(DEMO)/curves.png (curves),"
 	@echo "         $(DEMO)/{realm,mlm}/metrics.jsonl (per step), $(DEMO)/reader (AutoModelForMaskedLM),"
 	@echo "         $(DEMO)/polarity/results.md (the reader fine-tuned on sentiment; model in seed-42/model)"
+
+# The demo's REALM with a causal reader (SmolLM2-135M generating the masked spans; configs/demo_causal.toml):
+# 60 steps on the demo corpus (8 min 31 s on one core of a Xeon, 2026-11-26), then the same two fills as
+# `make demo`, with the masked-LM run's fills beside them when `make demo` has run.
+demo-causal: setup
+	test -f $(DEMO)/corpus/manifest.json || $(BIN)/ralm corpus build --sample enwiki --out $(DEMO)/corpus --chunk-size 64 --overwrite
+	$(BIN)/ralm pretrain configs/demo_causal.toml --out $(DEMO)/realm-causal --overwrite
+	$(BIN)/ralm fill $(DEMO)/realm-causal "Abraham Lincoln was born in [MASK] in 1809." \
+		"Aristotle was a student of [MASK] in Athens."
+	test ! -d $(DEMO)/realm/checkpoints || $(BIN)/ralm fill $(DEMO)/realm "Abraham Lincoln was born in [MASK] in 1809." \
+		"Aristotle was a student of [MASK] in Athens."
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks
