@@ -279,6 +279,29 @@ def test_causal_reader_trains_without_its_embeddings(causal_cfg, tmp_path):
     assert model.reader.lm.get_input_embeddings().weight.requires_grad
 
 
+def test_saved_towers_with_a_reserialised_tokenizer_are_accepted(causal_cfg, tiny_dir, tmp_path):
+    """A saved dual encoder's tokenizer.json may carry padding/truncation settings (another sha256) and
+    still give the DocStore's ids: the closed-book run masks with it."""
+    from ralm.backbones import load_tokenizer, tokenizer_fingerprint
+    from ralm.realm.build import build_model
+    from ralm.realm.run import open_stores
+    from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+
+    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(max_length=32))
+    enc.query_tower.tokenizer.enable_padding() if hasattr(
+        enc.query_tower.tokenizer, "enable_padding"
+    ) else None
+    saved = enc.save(tmp_path / "towers")
+    tok = load_tokenizer(saved / "query")
+    tok.backend_tokenizer.enable_truncation(32)
+    tok.save_pretrained(saved / "query")
+    cfg = causal_cfg(mode="mlm", retriever=str(saved))
+    store, _ = open_stores(cfg)
+    assert tokenizer_fingerprint(load_tokenizer(saved / "query")) != store.manifest["tokenizer"]["sha256"]
+    model, masking_tok = build_model(cfg, store)
+    assert masking_tok.mask_token_id == load_tokenizer(tiny_dir).mask_token_id and not model.retrieval
+
+
 def test_reader_kind_auto(causal_dirs, tiny_dir, tmp_path):
     from ralm.realm.build import is_causal_reader
     from ralm.realm.config import PretrainConfig

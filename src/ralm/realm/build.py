@@ -136,10 +136,9 @@ def _masking_tokenizer(cfg: PretrainConfig, store: DocStore):
 
     src = Path(cfg.retriever).expanduser() if cfg.retriever else resolve_model_dir(None)
     tok = load_tokenizer(src / "query" if (src / ENCODER_FILE).is_file() else src)
-    from ralm.backbones import tokenizer_fingerprint
+    from ralm.retrieval.embed import tokenizes_like
 
-    want = store.manifest.get("tokenizer", {}).get("sha256")
-    if want and tokenizer_fingerprint(tok) != want:
+    if not tokenizes_like(tok, store):
         raise RalmError(
             f"{store.root}: built with another tokenizer than the retriever {src}; a causal reader reads text, "
             "but the masks and the towers use the DocStore's token ids: set retriever to an encoder with the "

@@ -140,24 +140,31 @@ def _rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
 # ----------------------------------------------------------------------------- doc inputs from a DocStore
 def check_tokenizer(tower: Tower, store: DocStore, n_check: int = 8) -> None:
     """RalmError unless the doc tower tokenizes like the DocStore did (same sha256, or same ids on samples)."""
+    if not tokenizes_like(tower.tokenizer, store, n_check):
+        name = store.manifest.get("tokenizer", {}).get("name_or_path", "?")
+        raise RalmError(
+            f"{store.root}: tokenized with {name}, which differs from the doc encoder's tokenizer; "
+            "rebuild the DocStore with --tokenizer set to the encoder's directory"
+        )
+
+
+def tokenizes_like(tokenizer, store: DocStore, n_check: int = 8) -> bool:
+    """Whether `tokenizer` gives the DocStore's token ids: the same sha256 as the build's tokenizer, or
+    (a saved copy may serialise padding or truncation settings differently) the same ids on most of
+    `n_check` chunks spread over the store."""
     want = store.manifest.get("tokenizer", {}).get("sha256")
-    if want is not None and want == tokenizer_fingerprint(tower.tokenizer):
-        return
+    if want is not None and want == tokenizer_fingerprint(tokenizer):
+        return True
     n = len(store)
     sample = np.unique(np.linspace(0, n - 1, num=min(n, n_check)).astype(np.int64))
     # re-tokenizing a chunk alone may differ at its edges, so only a majority of misses counts
     bad = [
         int(i)
         for i in sample
-        if tower.tokenizer(store.get(int(i))["text"], add_special_tokens=False)["input_ids"]
+        if tokenizer(store.get(int(i))["text"], add_special_tokens=False)["input_ids"]
         != store.input_ids(int(i)).tolist()
     ]
-    if len(bad) * 2 > len(sample):
-        name = store.manifest.get("tokenizer", {}).get("name_or_path", "?")
-        raise RalmError(
-            f"{store.root}: tokenized with {name}, which differs from the doc encoder's tokenizer "
-            f"(chunks {bad[:3]}); rebuild the DocStore with --tokenizer set to the encoder's directory"
-        )
+    return len(bad) * 2 <= len(sample)
 
 
 class DocInputs:
