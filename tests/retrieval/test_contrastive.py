@@ -83,7 +83,9 @@ def test_gradient_cache_equals_the_uncached_step(tiny_dir, one_thread, chunk):
     assert cached.accuracy == plain.accuracy
     assert set(got) == set(ref) and len(ref) > 10
     for name, g in ref.items():
-        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-6, msg=name)
+        # float32 sums in another order: an error bound relative to the largest entry (a summed
+        # token-type row of size ~7 differs by ~3e-6 when the mini-batches are single rows)
+        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-6 * (1 + float(g.abs().max())), msg=name)
 
 
 def test_gradient_cache_replays_dropout(tiny_dir, one_thread):
