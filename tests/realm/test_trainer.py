@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -143,6 +144,11 @@ def test_bad_inputs_are_one_clear_error(tiny_cfg, tmp_path, realm_store):
     with pytest.raises(RalmError, match=f"was started with scale_by_sqrt_dim={not flipped}"):
         pretrain(tiny_cfg(steps=2, scale_by_sqrt_dim=flipped, out=str(run)), resume=True, progress=False)
     assert (run / "config.toml").read_text() == saved
+    # the same corpus named another way (relative instead of absolute) is the same setting
+    rel = os.path.relpath(tiny_cfg().docstore)
+    assert rel != tiny_cfg().docstore
+    pretrain(tiny_cfg(steps=2, docstore=rel, out=str(run)), resume=True, progress=False)
+    assert [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())][-1] == 2
 
 
 def test_run_from_another_corpus_is_refused(tiny_cfg, tmp_path, tiny_dir):
@@ -209,3 +215,19 @@ def test_initial_index_is_used_and_must_match_the_corpus(tiny_cfg, tmp_path):
     (tmp_path / "prebuilt" / "index.json").write_text(json.dumps(man))
     with pytest.raises(RalmError, match="fingerprint|another"):
         pretrain(tiny_cfg(out=str(tmp_path / "c"), initial_index=str(tmp_path / "prebuilt")), progress=False)
+
+
+def test_same_setting_compares_paths_by_what_they_name(tmp_path, monkeypatch):
+    from ralm.train.checkpoint import same_setting
+
+    (tmp_path / "store").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "store")
+    monkeypatch.chdir(tmp_path)
+    assert same_setting(str(tmp_path / "store"), "store")
+    assert same_setting("store", str(tmp_path / "link"))
+    assert same_setting(4, 4) and same_setting(None, None)
+    assert not same_setting(4, 8)
+    assert not same_setting("store", "other")  # "other" does not exist
+    assert not same_setting("gone", str(tmp_path / "gone"))  # names nothing: compared as text
+    (tmp_path / "other").mkdir()
+    assert not same_setting("store", "other")

@@ -25,7 +25,7 @@ from ralm.luke.data import WordTokens
 from ralm.luke.pretrain_config import CONFIG_FILE, RESUME_FIELDS, LukePretrainConfig
 from ralm.luke.vocab import VOCAB_FILE, EntityVocabulary
 from ralm.realm.run import read_metrics_for_resume
-from ralm.train.checkpoint import clear_leftovers, intact_checkpoint
+from ralm.train.checkpoint import clear_leftovers, intact_checkpoint, same_setting
 from ralm.train.logging import METRICS_FILE
 
 __all__ = [
@@ -130,7 +130,7 @@ def check_out(run: Path, resume: bool, overwrite: bool) -> bool:
 def check_resume(run: Path, cfg: LukePretrainConfig, vocab: EntityVocabulary) -> None:
     saved = read_run_config(run)
     for f in RESUME_FIELDS:
-        if getattr(saved, f) != getattr(cfg, f):
+        if not same_setting(getattr(saved, f), getattr(cfg, f)):
             raise RalmError(
                 f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
                 "resume it with its own config.toml"

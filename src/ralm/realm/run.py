@@ -33,6 +33,7 @@ from ralm.train.checkpoint import (
     intact_checkpoint,
     load_checkpoint,
     read_state,
+    same_setting,
 )
 from ralm.train.logging import METRICS_FILE, read_metric_rows
 
@@ -110,7 +111,7 @@ def check_resume(run: Path, cfg: PretrainConfig) -> None:
     """RalmError unless `cfg` continues the run's own config (the settings a checkpoint depends on)."""
     saved = read_run_config(run)
     for f in RESUME_FIXED:
-        if getattr(saved, f) != getattr(cfg, f):
+        if not same_setting(getattr(saved, f), getattr(cfg, f)):
             raise RalmError(
                 f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
                 "resume it with its own config.toml"
