@@ -373,7 +373,9 @@ def test_python_retriever_equals_search_json(built, capsys, kind):
         assert code == 0 and [Hit(**json.loads(x)) for x in out.splitlines()] == retriever.search(query, k=4)
         # in a batch the dense query is padded next to the others: equal up to float32 rounding
         single = retriever.search(query, k=4)
-        assert [(h.rank, h.id, h.title, h.text) for h in hits] == [(h.rank, h.id, h.title, h.text) for h in single]
+        assert [(h.rank, h.id, h.title, h.text) for h in hits] == [
+            (h.rank, h.id, h.title, h.text) for h in single
+        ]
         assert [h.score for h in hits] == pytest.approx([h.score for h in single], rel=1e-5)
     _, backend = load_retriever(built / "index", kind, log=lambda m: None)
     ref = backend.search_text(queries, 4)
