@@ -160,7 +160,7 @@ def span_recurrence(store_dir: Path, sample: int = 2000, seed: int = 0) -> dict:
 
 # ----------------------------------------------------------------------------- pre-training runs
 def pretrain_pair(
-    work: Path, tag: str, config: Path, store: Path, steps: int, extra: list
+    work: Path, tag: str, config: Path, store: Path, steps: int, extra: list, eval_n: int | None = None
 ) -> tuple[Path, Path]:
     """The REALM run and its closed-book baseline (resumed when interrupted), evaluated at step 0 and at the end."""
     runs = {}
@@ -173,27 +173,28 @@ def pretrain_pair(
             ralm("pretrain", config, "--docstore", store, "--out", run, "--mode", mode, "--steps", steps, "--quiet",
                  *extra, *resume)  # fmt: skip
     realm, closed = runs["realm"], runs["closed"]
+    n = [] if eval_n is None else ["--n", eval_n]
     if not (realm / "eval_mlm_initial.json").is_file():
-        ralm("evaluate-mlm", realm, "--baseline", closed, "--initial")
+        ralm("evaluate-mlm", realm, "--baseline", closed, "--initial", *n)
     if not (realm / "eval_mlm.json").is_file():
-        ralm("evaluate-mlm", realm, "--baseline", closed)
+        ralm("evaluate-mlm", realm, "--baseline", closed, *n)
     curves = RESULTS / f"realm_causal_{tag}_curves.png"
     if not curves.is_file():
         ralm("plot", realm, closed, "--out", curves)
     return realm, closed
 
 
-def nb_stage(work: Path, steps: int) -> None:
+def nb_stage(work: Path, steps: int, eval_n: int | None = None) -> None:
     enc = work / "dpr-cc" / "encoder"
     if not (enc / "ralm_encoder.json").is_file():
         raise SystemExit(f"{enc}: missing; run the towers stage first")
     nb, _ = corpora(work)
-    pretrain_pair(work, "nb", NB_CONFIG, nb, steps, ["--retriever", enc])
+    pretrain_pair(work, "nb", NB_CONFIG, nb, steps, ["--retriever", enc], eval_n)
 
 
-def en_stage(work: Path, steps: int) -> None:
+def en_stage(work: Path, steps: int, eval_n: int | None = None) -> None:
     _, en = corpora(work)
-    pretrain_pair(work, "en", EN_CONFIG, en, steps, [])
+    pretrain_pair(work, "en", EN_CONFIG, en, steps, [], eval_n)
 
 
 # ----------------------------------------------------------------------------- REALM Table 2
@@ -223,7 +224,9 @@ def table2_stage(work: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- downstream
-def downstream_stage(work: Path, limit: int, epochs: float, which: list[str]) -> None:
+def downstream_stage(
+    work: Path, limit: int, epochs: float, which: list[str], test_limit: int | None = None
+) -> None:
     """`ralm rag train` + `rag eval` twice: REALM reader + towers, plain Gemma-3 + dpr-cc towers."""
     from retriever_train import qa_jsonl
 
@@ -250,7 +253,8 @@ def downstream_stage(work: Path, limit: int, epochs: float, which: list[str]) ->
         if not (ev / "rag-k3" / "results.json").is_file():
             ralm("rag", "eval", test_q, "--lm", gen / "model", "--index", index, "--retriever", "dense",
                  "--mode", "rag", "closed-book", "-k", 3, "--lang", "nb", "--no-chat", "--batch-size", 16,
-                 "--name", arm, "--out", ev, "--no-progress")  # fmt: skip
+                 "--name", arm, "--out", ev, "--no-progress",
+                 *([] if test_limit is None else ["--limit", test_limit]))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- speed
@@ -391,6 +395,14 @@ def report(work: Path, argv: list[str]) -> None:
         }
     }
     targets: dict = {}
+    for tag in ("nb", "en"):  # what each pair actually ran: steps, held-out chunks scored
+        p = work / f"{tag}-realm" / "eval_mlm.json"
+        if p.is_file():
+            from ralm.realm.config import PretrainConfig
+
+            cfg = PretrainConfig.from_toml(work / f"{tag}-realm" / "config.toml")
+            extra["settings"][f"{tag}_steps"] = cfg.steps
+            extra["settings"][f"{tag}_heldout_chunks_scored"] = _rows(p)["realm (retrieval)"]["examples"]
     if (work / "nb-realm" / "eval_mlm.json").is_file():
         m, kinds = _pair_metrics("nb", work / "nb-realm")
         metrics.update(m)
@@ -455,6 +467,14 @@ def markdown(m: dict, extra: dict) -> str:
         return fmt.format(v) if isinstance(v, (int, float)) else "-"
 
     lines = ["# REALM with a causal reader (issue 35)", ""]
+    st = extra.get("settings", {})
+    for p, name in (("nb", "Norwegian"), ("en", "English")):
+        if f"{p}_steps" in st:
+            lines.append(
+                f"- {name}: {st[f'{p}_steps']} pre-training steps per run, "
+                f"{st[f'{p}_heldout_chunks_scored']} held-out chunks scored"
+            )
+    lines.append("")
     lines += ["| | step 0: REALM / closed-book | end: REALM | end: closed-book | ratio (target <= 0.5) |",
               "|---|---|---|---|---|"]  # fmt: skip
     for p, name in (("nb", "Norwegian, Gemma-3-270M"), ("en", "English, SmolLM2-135M")):
@@ -505,6 +525,10 @@ def main() -> None:
     ap.add_argument("--rag-epochs", type=float, default=1.0)
     ap.add_argument("--arms", default="realm,plain", help="downstream arms to run (default: both)")
     ap.add_argument("--speed-steps", type=int, default=6)
+    ap.add_argument(
+        "--eval-n", type=int, default=None, help="held-out chunks per evaluate-mlm (default: all)"
+    )
+    ap.add_argument("--test-limit", type=int, default=None, help="NorQuAD-open test questions for rag eval")
     args = ap.parse_args()
     import torch
 
@@ -519,13 +543,13 @@ def main() -> None:
         elif stage == "corpus":
             corpora(work)
         elif stage == "nb":
-            nb_stage(work, args.steps)
+            nb_stage(work, args.steps, args.eval_n)
         elif stage == "table2":
             table2_stage(work)
         elif stage == "en":
-            en_stage(work, args.steps)
+            en_stage(work, args.steps, args.eval_n)
         elif stage == "downstream":
-            downstream_stage(work, args.rag_limit, args.rag_epochs, args.arms.split(","))
+            downstream_stage(work, args.rag_limit, args.rag_epochs, args.arms.split(","), args.test_limit)
         elif stage == "speed":
             speed_stage(work, args.speed_steps, 1)
         elif stage == "report":
