@@ -258,8 +258,9 @@ def downstream_stage(
 
 
 # ----------------------------------------------------------------------------- speed
-def speed_stage(work: Path, steps: int, warmup: int) -> dict:
-    """A causal REALM step vs the bare passes of its models over the same rows (see the module docstring)."""
+def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
+    """A causal REALM step vs the bare passes of its models over the same rows (see the module
+    docstring); `cfg` (a PretrainConfig) defaults to the Norwegian run's."""
     import torch
 
     from ralm.corpus.docstore import DocStore
@@ -274,11 +275,12 @@ def speed_stage(work: Path, steps: int, warmup: int) -> dict:
     out = work / "speed.json"
     if out.is_file():
         return read_json(out)
-    nb, _ = corpora(work)
-    cfg = PretrainConfig.from_toml(
-        NB_CONFIG, docstore=str(nb), out="-", retriever=str(work / "dpr-cc" / "encoder"), warmup_steps=0
-    )
-    store = DocStore(nb)
+    if cfg is None:
+        nb, _ = corpora(work)
+        cfg = PretrainConfig.from_toml(
+            NB_CONFIG, docstore=str(nb), out="-", retriever=str(work / "dpr-cc" / "encoder"), warmup_steps=0
+        )
+    store = DocStore(cfg.docstore)
     torch.manual_seed(0)
     model, tok = build_model(cfg, store)
     dev = torch.device("cpu")
