@@ -278,8 +278,9 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
     if cfg is None:
         nb, _ = corpora(work)
         cfg = PretrainConfig.from_toml(
-            NB_CONFIG, docstore=str(nb), out="-", retriever=str(work / "dpr-cc" / "encoder"), warmup_steps=0
-        )
+            NB_CONFIG, docstore=str(nb), out="-", retriever=str(work / "dpr-cc" / "encoder"), warmup_steps=0,
+            grad_accum=1,  # one micro-batch a step: the bare passes below run one batch's rows
+        )  # fmt: skip
     store = DocStore(cfg.docstore)
     torch.manual_seed(0)
     model, tok = build_model(cfg, store)
