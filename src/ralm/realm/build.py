@@ -147,6 +147,27 @@ def _masking_tokenizer(cfg: PretrainConfig, store: DocStore):
     return tok
 
 
+def enable_checkpointing(model: torch.nn.Module, name: str) -> None:
+    """Gradient checkpointing in a transformers model (non-reentrant: frozen embeddings, LoRA and
+    the towers' gradients work as without it), or one clear error for a model that has none."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise RalmError(
+            f"reader_checkpointing: {name} ({type(model).__name__}) has no gradient checkpointing; "
+            "set reader_checkpointing = false"
+        )
+    kw = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x names it so
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+
+
+def is_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether gradient checkpointing is on in a transformers model (either transformers API)."""
+    on = getattr(model, "is_activation_checkpointing", None)
+    return bool(on if on is not None else getattr(model, "is_gradient_checkpointing", False))
+
+
 def load_causal_reader(cfg: PretrainConfig, store: DocStore | None):
     """The causal reader of `cfg`: the LM (float32), embeddings frozen unless asked, LoRA if asked."""
     from ralm.causal_lm import add_lora, load_causal_lm_and_tokenizer
@@ -157,6 +178,8 @@ def load_causal_reader(cfg: PretrainConfig, store: DocStore | None):
         lm.get_input_embeddings().weight.requires_grad_(
             False
         )  # tied to the output layer where the LM ties them
+    if cfg.reader_checkpointing:
+        enable_checkpointing(lm, cfg.reader or "minilm")
     if cfg.reader_lora_r:
         lm = add_lora(lm, cfg.reader_lora_r)
     return CausalReader(lm, tok, max_length=cfg.reader_max_length, store=store)
@@ -188,6 +211,8 @@ def build_model(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
         reader.mlm.get_input_embeddings().weight.requires_grad_(False)
     if cfg.reader_lora_r:
         raise RalmError("reader_lora_r: LoRA is for a causal reader; a masked-LM reader trains in full")
+    if cfg.reader_checkpointing:
+        enable_checkpointing(reader.mlm, str(reader_dir))
     encoder = docs = None
     if cfg.mode == "realm":
         encoder = _towers(cfg, cfg.retriever or str(reader_dir), store)

@@ -49,6 +49,9 @@ HELP: dict[str, str] = {
     "embeddings are tied to its output layer; trained for a masked LM), train or freeze",
     "reader_lora_r": "causal reader: LoRA rank on its linear layers (peft; merged on export); 0 = full "
     "fine-tuning",
+    "reader_checkpointing": "gradient checkpointing in the reader: its layers' activations are recomputed "
+    "in the backward pass instead of kept (activation memory of about one layer instead of all, for "
+    "roughly a third more compute; same gradients)",
     "retriever": "saved DualEncoder (e.g. from `ralm ict`) or HF encoder (default: the reader's "
     "backbone; the bundled MiniLM for a causal reader)",
     "pooling": "pooling of a retriever started from a plain encoder: mean (MiniLM) or cls (REALM)",
