@@ -18,15 +18,18 @@ Stages (each skipped when its output exists in --work; training runs resume afte
               started from
   en          the same in English: SmolLM2-135M reader on the demo's Wikipedia sample, MiniLM towers
   downstream  BRENT Table 1's question: `ralm rag train` on NorQuAD-open twice with the same budget (the
-              first 500 train questions, 1 epoch, batch 8, LoRA r=16, dense top 3 of each arm's own towers),
-              from the REALM reader + towers and from plain Gemma-3 + the dpr-cc towers; test EM/F1 of
-              RAG k=3 and closed-book, all 472 test questions
+              first --rag-limit train questions, 1 epoch, batch 8, LoRA r=16, dense top 3 of each arm's own
+              towers), from the REALM reader + towers and from plain Gemma-3 + the dpr-cc towers; test EM/F1
+              of RAG k=3 and closed-book on the first --test-limit of the 472 test questions (default all)
   speed       a causal REALM step (`train_step`) against the bare passes of the same models over the same
               (z, x, y) rows: towers forward, LM forward with the output layer on the span positions,
               backward and the AdamW step, interleaved, medians
   report      benchmarks/results/realm_causal.json and .md
 
 Run: python benchmarks/realm_causal.py all [--work runs/b35] [--steps 300]   (or one stage at a time)
+The committed results (2-core CPU, one core a job, OMP_NUM_THREADS=1): towers, corpus; `en --steps 300`;
+`nb --steps 100`; table2; `downstream --rag-limit 200 --test-limit 120` (one arm per core with --arms);
+speed; report. 300 Norwegian steps would take ~3 h a run on one core of this machine (~35 s a step).
 Reads ../shared/data/norquad by path. Environment: OMP_NUM_THREADS (default 2) torch threads.
 """
 
