@@ -24,7 +24,6 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from ralm.errors import RalmError
@@ -94,16 +93,6 @@ def trivia_qa_pairs() -> list[tuple[str, list[str]]]:
             answer = str(conv[1]).strip().rstrip(".")
             pairs.append((str(conv[0]).strip(), [answer]))
     return pairs
-
-
-def chitchat_messages() -> Iterator[list[str]]:
-    """Each chitchat conversation as a list of message strings, in file order."""
-    data = json.loads(sample_path("chitchat").read_text(encoding="utf-8"))
-    for conv_id in sorted(data):
-        messages = []
-        for turn in data[conv_id]["messages"]:
-            messages.extend(m["text"] for m in turn)
-        yield messages
 
 
 def triviaqa_qa_pairs() -> list[tuple[str, list[str]]]:

@@ -218,11 +218,6 @@ class NGramLM(NGramScorer):
         """False only for stupid backoff (its scores are not probabilities)."""
         return self.estimator != "stupid_backoff"
 
-    @property
-    def is_backoff_form(self) -> bool:
-        """True when the model can be written as an ARPA file."""
-        return self._tables is not None
-
     def __repr__(self) -> str:
         return (
             f"NGramLM(order={self.order}, estimator={self.estimator!r}, "

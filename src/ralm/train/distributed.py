@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as tdist
 
@@ -230,12 +229,3 @@ def without_nproc(argv: list[str]) -> list[str]:
         elif not a.startswith("--nproc="):
             out.append(a)
     return out
-
-
-def gather_rows(dist: Dist, local: np.ndarray) -> np.ndarray:
-    """Concatenate every rank's (n_r, ...) array in rank order (all ranks get the result)."""
-    if not dist.enabled:
-        return local
-    parts: list = [None] * dist.world
-    tdist.all_gather_object(parts, local)
-    return np.concatenate(parts)
