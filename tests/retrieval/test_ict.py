@@ -82,3 +82,12 @@ def test_train_ict_end_to_end(tiny_store, tiny_dir, tmp_path):
     again = DualEncoder.from_pretrained(tmp_path / "run" / "encoder")
     q = ["alpha beta gamma"]
     np.testing.assert_allclose(again.encode_queries(q), enc.encode_queries(q), atol=1e-5)
+
+
+def test_train_ict_bad_device_writes_nothing(tiny_store, tiny_dir, tmp_path):
+    from ralm.errors import RalmError
+
+    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(pooling="mean"))
+    with pytest.raises(RalmError, match=r"device 'tpu7': use auto, cpu, cuda or cuda:N"):
+        train_ict(enc, tiny_store, tmp_path / "run", ICTConfig(steps=1, device="tpu7"), progress=False)
+    assert not (tmp_path / "run").exists()

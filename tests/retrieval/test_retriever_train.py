@@ -264,3 +264,19 @@ def test_cli_bad_input_is_one_line(tmp_path, pair_files, context_store, tiny_dir
     )
     assert code == 2 and len(err) == 1 and "--batch-size 1" in err[0]
     assert not (tmp_path / "x").exists()
+
+
+def test_cli_device_without_a_gpu_is_one_line(tmp_path, pair_files, context_store, tiny_dir, capsys):
+    """--device cuda where torch sees no CUDA GPU: one line naming the device, exit 2, no --out."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    d = pair_files["dir"]
+    for device, want in (("cuda", "no CUDA GPU is available here"), ("tpu7", "use auto, cpu, cuda")):
+        code, _, err = run(
+            capsys, "retriever", "train", "dpr", d / "squad.json", "--corpus", context_store.root,
+            "--out", tmp_path / "x", "--encoder", tiny_dir, "--device", device,
+        )  # fmt: skip
+        assert code == 2 and len(err) == 1 and f"device {device!r}" in err[0] and want in err[0]
+    assert not (tmp_path / "x").exists()

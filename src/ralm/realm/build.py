@@ -20,6 +20,7 @@ from ralm.errors import RalmError
 from ralm.realm.config import PretrainConfig
 from ralm.realm.model import ChunkDocs, RealmModel
 from ralm.realm.refresh import SyncRefresher
+from ralm.train.device import resolve_device  # noqa: F401  (re-exported: callers import it from here)
 from ralm.train.distributed import Dist
 from ralm.train.optim import adamw, param_groups
 
@@ -37,18 +38,6 @@ __all__ = [
     "resolve_device",
     "resolve_reader_dir",
 ]
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise RalmError(f"device {name!r}: use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RalmError(f"device {name!r}: no CUDA GPU is available here; use --device cpu")
-    return dev
 
 
 def load_reader(path: str | None):

@@ -31,6 +31,7 @@ from ralm.corpus.docstore import DocStore
 from ralm.corpus.sentences import split_sentences
 from ralm.errors import RalmError
 from ralm.retrieval.encoders import DualEncoder, autocast_context, autocast_dtype
+from ralm.train.device import resolve_device
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
@@ -154,16 +155,12 @@ def train_ict(
     """Train `encoder` with ICT on `store`; saves `out/encoder/`, metrics and the config. Returns the last eval."""
     from ralm.progress import tqdm
 
+    device = resolve_device(cfg.device)  # before anything is written: a bad --device leaves nothing
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ict_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n", encoding="utf-8")
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    device = torch.device(
-        "cuda"
-        if cfg.device == "auto" and torch.cuda.is_available()
-        else ("cpu" if cfg.device == "auto" else cfg.device)
-    )
     encoder.to(device)
     amp = autocast_dtype(device, cfg.autocast, next(encoder.parameters()).dtype)
 

@@ -119,9 +119,9 @@ class RetrieverTrainConfig:
 
 
 def _device(cfg: RetrieverTrainConfig) -> torch.device:
-    if cfg.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(cfg.device)
+    from ralm.train.device import resolve_device
+
+    return resolve_device(cfg.device)
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -150,9 +150,9 @@ def train_retriever(
 
     out = Path(out)
     data = dict(data or {})
+    device = _device(cfg)  # before anything is written: a bad --device leaves nothing behind
     with writer_lock(out, "ralm retriever train"):
         resume = prepare_run(out, cfg.comparable(), data, overwrite, log)
-        device = _device(cfg)
         torch.manual_seed(cfg.seed)
         encoder.to(device).train()
         tau = cfg.temperature or (0.05 if encoder.config.normalize else 1.0)
