@@ -26,6 +26,7 @@ from torch import nn
 
 from ralm.causal_lm import NAMED_LMS, check_causal, is_causal_config, quiet_gguf, resolve_lm
 from ralm.errors import RalmError
+from ralm.train.device import resolve_device
 
 HEAD_ROWS = 512  # scored positions per output-layer call (bounds the (rows, vocab) logits)
 
@@ -81,10 +82,7 @@ class FrozenLM:
             p.requires_grad_(False)
         self.tokenizer = tokenizer
         self.name = name
-        if device == "auto":
-            dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        else:
-            dev = torch.device(device)
+        dev = resolve_device(device)
         self.model.to(dev)
         self.device = dev
         self.autocast = autocast_dtype(dev, autocast, next(model.parameters()).dtype)

@@ -33,6 +33,7 @@ from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
 from ralm.surealm.datastore import Datastore
 from ralm.surealm.model import SurealmConfig, SurealmLM
 from ralm.surealm.sentences import FILL_SPLITS
+from ralm.train.device import resolve_device
 from ralm.train.logging import METRICS_FILE, MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
@@ -88,12 +89,6 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> TrainConfig:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def check_compatible(store: Datastore, cfg: SurealmConfig, tokenizer_sha: str) -> None:
@@ -212,7 +207,7 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
     if cfg.retrieval and cfg.k > len(store):
         raise RalmError(f"K={cfg.k} is more than the {len(store)} entries of {store.root}; lower K")
     torch.manual_seed(cfg.seed)
-    dev = _device(cfg.device)
+    dev = resolve_device(cfg.device)
     model = SurealmLM(load_causal_lm(cfg.lm), mcfg)
     if cfg.init_from:
         init_backbone(model, cfg.init_from, tok_sha)
@@ -343,7 +338,7 @@ def load_trained(path: str | os.PathLike, datastore: str | os.PathLike | None = 
     check_compatible(store, model.config, tokenizer_fingerprint(tok))
     if model.config.retrieval and model.config.datastore_fingerprint not in ("", store.fingerprint):
         logger.warning("%s: not the data store the model was trained with (fingerprints differ)", store.root)
-    model.to(_device(device))
+    model.to(resolve_device(device))
     batcher = SentenceBatcher(
         store, tok, k=model.config.k, delta=model.config.delta, retrieval=model.config.retrieval
     )
