@@ -53,6 +53,8 @@ __all__ = [
     "is_causal_config",
     "load_causal_lm_and_tokenizer",
     "merge_lora",
+    "output_head",
+    "position_logits",
     "quiet_gguf",
     "resolve_lm",
     "save_causal_lm",
@@ -269,3 +271,42 @@ def merge_lora(model):
             parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
             setattr(parent, name.rsplit(".", 1)[-1], module.get_base_layer())
     return model
+
+
+def output_head(lm: Any) -> tuple[Any, Any, float | None] | None:
+    """(body, output layer, final logit softcap) of a causal LM (or a peft wrapper of one) when its
+    output layer is one Linear over the body's last hidden state, so that it can run on chosen
+    positions alone; None where the head does more (a logit scale, a head that is not a Linear).
+
+    A 262k-token vocabulary (Gemma-3) makes full logits (B, T, V) cost gigabytes while a scorer
+    needs a few positions a row: `position_logits` and FrozenLM use this to skip the rest."""
+    import torch
+
+    hf = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    head, base, cfg = hf.get_output_embeddings(), getattr(hf, "base_model", None), hf.config
+    if (
+        not isinstance(head, torch.nn.Linear)
+        or base is None
+        or base is hf
+        or getattr(cfg, "logit_scale", None) is not None
+        or getattr(cfg, "logits_scaling", None) is not None
+    ):
+        return None
+    return base, head, getattr(cfg, "final_logit_softcapping", None)
+
+
+def position_logits(lm: Any, input_ids: Any, attention_mask: Any, rows: Any, cols: Any) -> Any:
+    """(M, V) float32 logits of `lm` at positions (rows[m], cols[m]) of the (N, L) batch, i.e. its
+    prediction of token cols[m] + 1: the output layer on those positions only where `output_head`
+    allows (the softcap applied as the model would), else sliced from the full logits."""
+    split = output_head(lm)
+    if split is None:
+        return (
+            lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[rows, cols].float()
+        )
+    import torch
+
+    base, head, cap = split
+    hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    logits = head(hidden[rows, cols]).float()
+    return torch.tanh(logits / cap) * cap if cap else logits

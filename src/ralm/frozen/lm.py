@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ralm.causal_lm import NAMED_LMS, check_causal, is_causal_config, quiet_gguf, resolve_lm
+from ralm.causal_lm import NAMED_LMS, check_causal, is_causal_config, output_head, quiet_gguf, resolve_lm
 from ralm.errors import RalmError
 from ralm.train.device import resolve_device
 
@@ -87,19 +87,10 @@ class FrozenLM:
         self.device = dev
         self.autocast = autocast_dtype(dev, autocast, next(model.parameters()).dtype)
         self.max_positions = _max_positions(model.config)
-        cfg = model.config
-        head = model.get_output_embeddings()
-        base = getattr(model, "base_model", None)
-        self.fast = (
-            isinstance(head, nn.Linear)
-            and base is not None
-            and base is not model
-            and getattr(cfg, "final_logit_softcapping", None) is None
-            and getattr(cfg, "logit_scale", None) is None
-            and getattr(cfg, "logits_scaling", None) is None
-        )
-        self.head = head
-        self.base = base
+        split = output_head(model)  # the output layer on the scored positions alone (no softcap here)
+        self.fast = split is not None and split[2] is None
+        self.head = model.get_output_embeddings()
+        self.base = getattr(model, "base_model", None)
 
     @property
     def dtype_name(self) -> str:

@@ -129,26 +129,14 @@ def model_answer_loss(
     model: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, int]:
     """`answer_loss` of `model` on (x, mask), with the output layer run on the labelled positions
-    only: a 262k-token vocabulary (Gemma-3) makes full logits (B, T, V) cost gigabytes (8 rows of
-    550 tokens: 4.6 GB in float32) while the answers are a few tokens a row. Falls back to the full
-    logits where the head is not one Linear layer (or the config scales logits)."""
-    hf = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper
-    head, base, cfg = hf.get_output_embeddings(), getattr(hf, "base_model", None), hf.config
-    if (
-        not isinstance(head, torch.nn.Linear)
-        or base is None
-        or base is hf
-        or getattr(cfg, "logit_scale", None) is not None
-        or getattr(cfg, "logits_scaling", None) is not None
-    ):
-        return answer_loss(model(input_ids=x, attention_mask=mask, use_cache=False).logits, labels)
+    only (`ralm.causal_lm.position_logits`): a 262k-token vocabulary (Gemma-3) makes full logits
+    (B, T, V) cost gigabytes (8 rows of 550 tokens: 4.6 GB in float32) while the answers are a few
+    tokens a row."""
+    from ralm.causal_lm import position_logits
+
     target = labels[:, 1:]
     rows, cols = (target != -100).nonzero(as_tuple=True)  # position t predicts token t + 1
-    hidden = base(input_ids=x, attention_mask=mask, use_cache=False).last_hidden_state
-    logits = head(hidden[rows, cols]).float()
-    cap = getattr(cfg, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
+    logits = position_logits(model, x, mask, rows, cols)
     n = int(rows.numel())
     loss = torch.nn.functional.cross_entropy(logits, target[rows, cols], reduction="sum")
     return loss / max(n, 1), n

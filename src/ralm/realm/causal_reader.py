@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ralm.causal_lm import position_logits
 from ralm.errors import RalmError
 
 __all__ = ["CausalReader", "ReaderRows"]
@@ -73,18 +74,6 @@ class CausalReader(nn.Module):
         self.prefix = [int(i) for i in tokenizer("", add_special_tokens=True)["input_ids"]]  # [bos] or []
         self._docs: OrderedDict[int, list[int]] = OrderedDict()
         self._texts: OrderedDict[int, str] = OrderedDict()
-        cfg = lm.config
-        head = lm.get_output_embeddings()
-        base = getattr(lm, "base_model", None)
-        # the output layer on the scored positions alone, unless the head does more than a Linear
-        self.split = (
-            isinstance(head, nn.Linear)
-            and base is not None
-            and base is not lm
-            and getattr(cfg, "logit_scale", None) is None
-            and getattr(cfg, "logits_scaling", None) is None
-        )
-        self.softcap = getattr(cfg, "final_logit_softcapping", None)
 
     # ------------------------------------------------------------------ documents
     def doc_text(self, cid: int) -> str:
@@ -171,14 +160,7 @@ class CausalReader(nn.Module):
         dev = next(self.lm.parameters()).device
         ids, am = rr.input_ids.to(dev), rr.attention_mask.to(dev)
         rows, cols, y = rr.rows.to(dev), rr.cols.to(dev), rr.targets.to(dev)
-        if self.split:
-            hidden = self.lm.base_model(input_ids=ids, attention_mask=am, use_cache=False).last_hidden_state
-            logits = self.lm.get_output_embeddings()(hidden[rows, cols - 1])  # (M, V), never (N, L, V)
-        else:
-            logits = self.lm(input_ids=ids, attention_mask=am, use_cache=False).logits[rows, cols - 1]
-        logits = logits.float()
-        if self.split and self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
+        logits = position_logits(self.lm, ids, am, rows, cols - 1)  # (M, V), never (N, L, V) where it can
         return torch.log_softmax(logits, dim=-1).gather(1, y[:, None])[:, 0]
 
     def log_p_y_given_docs(
