@@ -109,10 +109,10 @@ def run_seed(
 ) -> dict[str, Any]:
     """Fine-tune one seed into `out` (metrics.jsonl, eval.json, predictions.jsonl, model/); its record."""
     from ralm.progress import tqdm
-    from ralm.realm.build import resolve_device
     from ralm.retrieval.encoders import autocast_context, autocast_dtype
     from ralm.tasks.adapters import shuffled
     from ralm.tasks.trainer import BestState, subsample, write_predictions
+    from ralm.train.device import resolve_device
     from ralm.train.logging import MetricsLogger
     from ralm.train.optim import warmup_schedule
 

@@ -174,7 +174,7 @@ def _pretrain(
 ) -> Path:
     from ralm.luke.io import save_model
     from ralm.progress import tqdm
-    from ralm.realm.build import resolve_device
+    from ralm.train.device import resolve_device
 
     if cfg.batch_size % dist.world:
         raise RalmError(

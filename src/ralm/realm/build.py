@@ -20,7 +20,6 @@ from ralm.errors import RalmError
 from ralm.realm.config import PretrainConfig
 from ralm.realm.model import ChunkDocs, RealmModel
 from ralm.realm.refresh import SyncRefresher
-from ralm.train.device import resolve_device  # noqa: F401  (re-exported: callers import it from here)
 from ralm.train.distributed import Dist
 from ralm.train.optim import adamw, param_groups
 
@@ -35,7 +34,6 @@ __all__ = [
     "load_reader",
     "make_refresher",
     "optimizer_for",
-    "resolve_device",
     "resolve_reader_dir",
 ]
 
@@ -98,8 +96,8 @@ def is_causal_reader(cfg: PretrainConfig) -> bool:
 
 def _towers(cfg: PretrainConfig, src: str, store: DocStore):
     """The dual encoder from `src` (a saved DualEncoder keeps its own shape), checked against the store."""
-    from ralm.retrieval.embed import check_tokenizer
     from ralm.retrieval.encoders import ENCODER_FILE, DualEncoder, EncoderConfig
+    from ralm.retrieval.store_tokenizer import check_tokenizer
 
     if (Path(src).expanduser() / ENCODER_FILE).is_file():
         encoder = DualEncoder.from_pretrained(src)
@@ -125,7 +123,7 @@ def _masking_tokenizer(cfg: PretrainConfig, store: DocStore):
 
     src = Path(cfg.retriever).expanduser() if cfg.retriever else resolve_model_dir(None)
     tok = load_tokenizer(src / "query" if (src / ENCODER_FILE).is_file() else src)
-    from ralm.retrieval.embed import tokenizes_like
+    from ralm.retrieval.store_tokenizer import tokenizes_like
 
     if not tokenizes_like(tok, store):
         raise RalmError(

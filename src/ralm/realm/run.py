@@ -22,7 +22,7 @@ import torch
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
-from ralm.realm.build import build_model, resolve_device
+from ralm.realm.build import build_model
 from ralm.realm.config import CONFIG_FILE, PretrainConfig
 from ralm.realm.model import RealmModel
 from ralm.realm.refresh import SyncRefresher
@@ -35,6 +35,7 @@ from ralm.train.checkpoint import (
     read_state,
     same_setting,
 )
+from ralm.train.device import resolve_device
 from ralm.train.logging import METRICS_FILE, read_metric_rows
 
 __all__ = [

@@ -57,7 +57,6 @@ from ralm.realm.build import (
     make_collator,
     make_refresher,
     optimizer_for,
-    resolve_device,
     resolve_reader_dir,
 )
 from ralm.realm.config import PretrainConfig
@@ -83,6 +82,7 @@ from ralm.train.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
+from ralm.train.device import resolve_device
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import warmup_schedule

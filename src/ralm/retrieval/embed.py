@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ralm.backbones import tokenizer_fingerprint
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.integrity import DIGEST, digest, file_record
@@ -46,6 +45,7 @@ from ralm.retrieval.encoders import (
     eval_on,
     resolve_device,
 )
+from ralm.retrieval.store_tokenizer import check_tokenizer
 
 EMB_FORMAT = "ralm-embeddings"
 DTYPES = ("float16", "float32")
@@ -138,35 +138,6 @@ def _rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
 
 
 # ----------------------------------------------------------------------------- doc inputs from a DocStore
-def check_tokenizer(tower: Tower, store: DocStore, n_check: int = 8) -> None:
-    """RalmError unless the doc tower tokenizes like the DocStore did (same sha256, or same ids on samples)."""
-    if not tokenizes_like(tower.tokenizer, store, n_check):
-        name = store.manifest.get("tokenizer", {}).get("name_or_path", "?")
-        raise RalmError(
-            f"{store.root}: tokenized with {name}, which differs from the doc encoder's tokenizer; "
-            "rebuild the DocStore with --tokenizer set to the encoder's directory"
-        )
-
-
-def tokenizes_like(tokenizer, store: DocStore, n_check: int = 8) -> bool:
-    """Whether `tokenizer` gives the DocStore's token ids: the same sha256 as the build's tokenizer, or
-    (a saved copy may serialise padding or truncation settings differently) the same ids on most of
-    `n_check` chunks spread over the store."""
-    want = store.manifest.get("tokenizer", {}).get("sha256")
-    if want is not None and want == tokenizer_fingerprint(tokenizer):
-        return True
-    n = len(store)
-    sample = np.unique(np.linspace(0, n - 1, num=min(n, n_check)).astype(np.int64))
-    # re-tokenizing a chunk alone may differ at its edges, so only a majority of misses counts
-    bad = [
-        int(i)
-        for i in sample
-        if tokenizer(store.get(int(i))["text"], add_special_tokens=False)["input_ids"]
-        != store.input_ids(int(i)).tolist()
-    ]
-    return len(bad) * 2 <= len(sample)
-
-
 class DocInputs:
     """Doc-tower inputs for DocStore chunks: `[CLS] title [SEP] chunk ids [SEP]`, titles tokenized once.
 

@@ -71,7 +71,8 @@ class StorePassages:
 
     def doc_rows(self, encoder: DualEncoder, ids: Sequence[int]) -> list[tuple[list, list]]:
         """Doc-tower inputs of passages `ids`, as `ralm index build` makes them."""
-        from ralm.retrieval.embed import DocInputs, check_tokenizer
+        from ralm.retrieval.embed import DocInputs
+        from ralm.retrieval.store_tokenizer import check_tokenizer
 
         key = id(encoder.doc_tower)
         if key not in self._inputs:

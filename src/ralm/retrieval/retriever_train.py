@@ -51,6 +51,7 @@ from ralm.retrieval.encoders import DualEncoder, autocast_dtype
 from ralm.retrieval.train_batches import SupervisedBatches, UnsupervisedBatches
 from ralm.retrieval.train_data import PairSet
 from ralm.retrieval.train_run import RESULTS, prepare_run, truncate_metrics, write_json
+from ralm.train.device import resolve_device
 from ralm.train.logging import MetricsLogger
 
 MODES = ("dpr", "contrastive")
@@ -118,12 +119,6 @@ class RetrieverTrainConfig:
         return d
 
 
-def _device(cfg: RetrieverTrainConfig) -> torch.device:
-    from ralm.train.device import resolve_device
-
-    return resolve_device(cfg.device)
-
-
 # ----------------------------------------------------------------------------- the loop
 def train_retriever(
     encoder: DualEncoder,
@@ -150,7 +145,7 @@ def train_retriever(
 
     out = Path(out)
     data = dict(data or {})
-    device = _device(cfg)  # before anything is written: a bad --device leaves nothing behind
+    device = resolve_device(cfg.device)  # before anything is written: a bad --device leaves nothing behind
     with writer_lock(out, "ralm retriever train"):
         resume = prepare_run(out, cfg.comparable(), data, overwrite, log)
         torch.manual_seed(cfg.seed)

@@ -263,7 +263,7 @@ def _index(p: Path, device: str | None) -> Target:
     # the index's own BM25 when it has one, else one built in memory with plain analysis
     _, bm25 = load_retriever(p, "bm25", bm25_options=None if manifest.get("bm25") else {}, log=notes.append)
     if device:
-        from ralm.realm.build import resolve_device
+        from ralm.train.device import resolve_device
 
         device = str(resolve_device(device))
         dense.encoder.to(device)

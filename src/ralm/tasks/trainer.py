@@ -69,7 +69,7 @@ class Parts:
 
 
 def build_parts(cfg: FinetuneConfig, spec: InitSpec, labels: list[str] | None) -> Parts:
-    from ralm.realm.trainer import resolve_device
+    from ralm.train.device import resolve_device
 
     device = resolve_device(cfg.device)
     model, tok = load_task_model(cfg.task, spec.reader, labels)
