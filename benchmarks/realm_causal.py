@@ -28,7 +28,7 @@ Stages (each skipped when its output exists in --work; training runs resume afte
 
 Run: python benchmarks/realm_causal.py all [--work runs/b35] [--steps 300]   (or one stage at a time)
 The committed results (2-core CPU, one core a job, OMP_NUM_THREADS=1): towers, corpus; `en --steps 300`;
-`nb --steps 100`; table2; `downstream --rag-limit 200 --test-limit 120` (one arm per core with --arms);
+`nb --steps 100`; table2; `downstream --rag-limit 200` (one arm per core with --arms; all 472 test questions);
 speed; report. 300 Norwegian steps would take ~3 h a run on one core of this machine (~35 s a step, the other core busy).
 Reads ../shared/data/norquad by path. Environment: OMP_NUM_THREADS (default 2) torch threads.
 """
