@@ -29,7 +29,7 @@ import torch
 
 from ralm.tasks import metrics as M
 from ralm.tasks.retrieval import TaskRetriever, join_docs, marginalize, pad_rows
-from ralm.tasks.tagging import IGNORE_INDEX, align_labels, word_predictions
+from ralm.tasks.tagging import IGNORE_INDEX, align_labels, encode_words_by_offsets, word_predictions
 
 __all__ = ["ADAPTERS", "Adapter", "make_adapter"]
 
@@ -166,6 +166,8 @@ class TaggingAdapter(Adapter):
     task = "ner"
 
     def encode(self, examples: list) -> list[Item]:
+        if getattr(self.model, "words_by_offsets", False):
+            return self._encode_by_offsets(examples)
         enc = self.tokenizer(
             [list(ex.tokens) for ex in examples],
             is_split_into_words=True,
@@ -188,6 +190,23 @@ class TaggingAdapter(Adapter):
                 )
             )
         return items
+
+    def _encode_by_offsets(self, examples: list) -> list[Item]:
+        """Decoder-LM tokenizers: the sentence as running text, words found by offsets."""
+        ids, wids = encode_words_by_offsets(
+            self.tokenizer, [list(ex.tokens) for ex in examples], self.max_length
+        )
+        return [
+            Item(
+                ids[i],
+                [0] * len(ids[i]),
+                " ".join(ex.tokens),
+                align_labels(wids[i], [self.label2id.get(lab, -1) for lab in ex.labels]),
+                i,
+                {"wids": wids[i]},
+            )
+            for i, ex in enumerate(examples)
+        ]
 
     def log_probs(self, out, items, K):
         Lx = self.x_length(items)

@@ -76,7 +76,9 @@ def register(sub) -> None:
     )
     p.add_argument("--sample", choices=("polarity",), help="a bundled dataset instead of DATA (classify)")
     p.add_argument(
-        "--model", help="REALM run, exported reader or HF encoder directory (default: bundled MiniLM)"
+        "--model",
+        help="REALM run, exported reader, HF encoder directory, or a decoder-only LM (gemma3, smollm2, a .gguf "
+        "file, a causal LM directory) (default: bundled MiniLM)",
     )
     p.add_argument(
         "--out",
@@ -99,6 +101,12 @@ def register(sub) -> None:
     p.add_argument("--dev", help="dev split file or directory")
     p.add_argument("--test", help="test split file or directory")
     p.add_argument("--test-fraction", type=float, help="carve a test split out of train when there is none")
+    p.add_argument(
+        "--dev-fraction",
+        type=float,
+        help="carve this share of train as dev when the data has no dev split (default 0.1; 0: no dev, "
+        "the last state is tested)",
+    )
     p.add_argument("--seeds", type=parse_seeds, help="comma-separated seeds, e.g. 1,2,3,4,5 (default 42)")
     p.add_argument("--epochs", type=float)
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
@@ -132,6 +140,25 @@ def register(sub) -> None:
         'recall: found in the chunk); auto (default): regex for JSONL records with "answer_type": "regex" '
         'and for files whose name or folder name contains "curatedtrec" (DPR\'s curatedtrec-test.qa.csv), '
         "string otherwise",
+    )
+    p.add_argument(
+        "--bidirectional",
+        action="store_true",
+        default=None,
+        help="decoder-only --model: rebuild it with bidirectional attention (Gemma-family configs; "
+        "refused where the config has no switch). Without it a causal LM reads only the left context",
+    )
+    p.add_argument(
+        "--pooling",
+        choices=("last", "mean"),
+        help="classify on a decoder-only LM: last real token (default) or mean",
+    )
+    p.add_argument("--lora-r", type=int, help="decoder-only --model: train LoRA adapters of this rank (peft)")
+    p.add_argument(
+        "--train-embeddings",
+        action="store_true",
+        default=None,
+        help="decoder-only --model: also train the token embeddings (frozen by default)",
     )
     p.add_argument("--no-save", action="store_true", help="do not write the fine-tuned models")
     p.add_argument("--no-progress", action="store_true")

@@ -95,6 +95,7 @@ class FinetuneConfig:
     dev: str | None = None
     test: str | None = None
     test_fraction: float = 0.0  # carve a seeded test split out of train when the data has none
+    dev_fraction: float = 0.1  # likewise a dev split (0: none; the last state is tested)
     seeds: list[int] = field(default_factory=lambda: [42])
     epochs: float | None = None
     max_steps: int = 0  # > 0: stop after this many optimiser steps (overrides epochs)
@@ -124,6 +125,11 @@ class FinetuneConfig:
     autocast: str = "auto"
     lang: str = "en"  # answer normalisation (articles) for QA metrics
     answers: str = "auto"  # open-QA answers: auto (the file says), string, or regex (CuratedTREC)
+    # decoder-only backbones (gemma3, smollm2, a .gguf file, a causal LM directory or REALM run)
+    bidirectional: bool = False  # rebuild with use_bidirectional_attention (Gemma-family configs)
+    pooling: str = "last"  # classify on a causal LM: last real token | mean over real tokens
+    lora_r: int = 0  # > 0: train LoRA adapters of this rank instead of the body's weights
+    train_embeddings: bool = False  # a causal LM's token embeddings stay frozen unless set
     save: bool = True  # write the fine-tuned model of each seed
     overwrite: bool = False
     progress: bool = True
@@ -145,6 +151,20 @@ class FinetuneConfig:
         if self.task == "open-qa":
             out.retrieval, out.null_doc = True, False
         return out
+
+
+def _run_reader(model: str) -> str | None:
+    """The reader backbone a REALM run's config names (None when `model` is not a run)."""
+    import tomllib
+
+    p = Path(model).expanduser() / "config.toml"
+    if not p.is_file():
+        return None
+    try:
+        cfg = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return cfg.get("reader") if cfg.get("reader_kind", "auto") != "mlm" else None
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -214,6 +234,7 @@ def _finetune(cfg: FinetuneConfig, log, note: Callable[[str], None]) -> dict[str
         dev=cfg.dev,
         test=cfg.test,
         test_fraction=cfg.test_fraction,
+        dev_fraction=cfg.dev_fraction,
         seed=cfg.seeds[0],
         answers=cfg.answers,
         labels=cfg.labels,
@@ -224,6 +245,14 @@ def _finetune(cfg: FinetuneConfig, log, note: Callable[[str], None]) -> dict[str
         raise RalmError(
             f"{cfg.data or cfg.train}: no train split found; pass --train FILE (and --dev/--test)"
         )
+    if cfg.retrieval and cfg.task != "open-qa":
+        from ralm.tasks.causal_heads import is_causal_backbone
+
+        if is_causal_backbone(cfg.model) or (cfg.model and is_causal_backbone(_run_reader(cfg.model))):
+            raise RalmError(
+                f"{cfg.model}: --retrieval needs an encoder reader; with a causal LM the retrieved chunk "
+                "comes after the input, where a causal input cannot read it (use `ralm rag` instead)"
+            )
     labels = None
     if cfg.task in ("ner", "pos", "classify"):
         check_label_sets(data)

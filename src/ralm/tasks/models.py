@@ -11,7 +11,10 @@ files. `load_task_model` then builds the Hugging Face head the task needs
 (``AutoModelFor{QuestionAnswering,TokenClassification,SequenceClassification}``) on top of the
 encoder weights; the MLM head of a reader is dropped (HF's own loading logic does that).
 
-Left out: encoder-decoder and causal backbones (the heads are the BERT-family ones).
+Decoder-only LMs (gemma3, smollm2, a .gguf file, a causal LM directory or a causal REALM run's
+reader) get `ralm.tasks.causal_heads.CausalTaskModel`: transformers has no token-classification
+or QA class for several of them. Left out: encoder-decoder backbones, and retrieval or open-QA
+on causal backbones (the retrieved chunk follows x in a row, where a causal x cannot read it).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ralm.backbones import load_tokenizer, resolve_model_dir
+from ralm.causal_lm import NAMED_LMS
 from ralm.errors import RalmError
 from ralm.retrieval.encoders import quiet_transformers
+from ralm.tasks.causal_heads import is_causal_backbone
 
 __all__ = ["InitSpec", "load_retriever_parts", "load_task_model", "prepare_init"]
 
@@ -91,6 +96,8 @@ def prepare_init(
             spec.encoder = str(export_retriever(run, init / "retriever", overwrite=True))
             spec.index = str(run.checkpoint / "index")
             spec.docstore = str(Path(run.cfg.docstore).resolve())
+    elif model and is_causal_backbone(model):
+        spec = InitSpec(reader=str(model), source=str(model) if str(model) in NAMED_LMS else str(p.resolve()))
     else:
         d = resolve_model_dir(model)
         if not (d / "config.json").is_file():
@@ -136,11 +143,27 @@ HEADS = {
 }
 
 
-def load_task_model(task: str, model_dir: str | os.PathLike, labels: list[str] | None = None):
+def load_task_model(
+    task: str, model_dir: str | os.PathLike, labels: list[str] | None = None, causal: dict | None = None
+):
     """(HF task model, tokenizer) from an encoder/reader directory, with label maps for tagging and
-    classification. Fails with one line when the directory is not a usable model."""
+    classification; a decoder-only LM gets a `CausalTaskModel` (causal: its options,
+    bidirectional/pooling/lora_r/train_embeddings). Fails with one line when the directory is not a
+    usable model."""
     import transformers
 
+    if is_causal_backbone(model_dir):
+        from ralm.tasks.causal_heads import load_causal_task_model
+
+        if task == "open-qa":
+            raise RalmError(
+                f"{model_dir}: open-qa needs an encoder reader; a causal LM answers open questions with `ralm rag`"
+            )
+        return load_causal_task_model(task, model_dir, labels, **(causal or {}))
+    if causal and causal.get("bidirectional"):
+        raise RalmError(
+            f"{model_dir}: --bidirectional is for decoder-only LMs; an encoder already reads both sides"
+        )
     d = resolve_model_dir(model_dir)
     cls = getattr(transformers, HEADS[task])
     kw = {}

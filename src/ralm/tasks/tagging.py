@@ -38,6 +38,48 @@ def encode_words(tokenizer, words_batch: Sequence[Sequence[str]], max_length: in
     return enc, word_ids
 
 
+def encode_words_by_offsets(
+    tokenizer, words_batch: Sequence[Sequence[str]], max_length: int
+) -> tuple[list[list[int]], list[list[int | None]]]:
+    """Tokenise pre-split sentences as running text: (input ids per sentence, word_ids per sentence).
+
+    For tokenizers that mark a word boundary inside the token (SentencePiece's "▁", byte-level
+    BPE's "Ġ": Gemma, Llama, Qwen): `is_split_into_words` tokenises every word as if it started a
+    text, which splits it differently from the running text the LM was trained on ("St", "ol",
+    "tenberg" instead of "▁Stol", "tenberg"). Here the words are joined by single spaces and each
+    token is assigned to the word holding its first non-space character (None for special tokens).
+
+    Example, with Gemma-3's tokenizer: encode_words_by_offsets(tok, [["Jens", "Stoltenberg", "bor"]], 32)
+    -> ([[2, 236863, 832, 114167, 164849, 15561]], [[None, 0, 0, 1, 1, 2]]), the tokens being
+    <bos> "J" "ens" "▁Stol" "tenberg" "▁bor".
+    """
+    from bisect import bisect_right
+
+    texts, starts, ends = [], [], []
+    for words in words_batch:
+        s, e, pos = [], [], 0
+        for w in words:
+            s.append(pos)
+            e.append(pos + len(w))
+            pos += len(w) + 1
+        texts.append(" ".join(words))
+        starts.append(s)
+        ends.append(e)
+    enc = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
+    ids_out, wids_out = [], []
+    for i, text in enumerate(texts):
+        wids: list[int | None] = []
+        for a, b in enc["offset_mapping"][i]:
+            c = a
+            while c < b and text[c].isspace():
+                c += 1
+            w = bisect_right(starts[i], c) - 1 if c < b else -1
+            wids.append(w if w >= 0 and c < ends[i][w] else None)
+        ids_out.append(list(enc["input_ids"][i]))
+        wids_out.append(wids)
+    return ids_out, wids_out
+
+
 def align_labels(
     word_ids: Sequence[int | None], labels: Sequence[int], ignore: int = IGNORE_INDEX
 ) -> list[int]:

@@ -72,7 +72,13 @@ def build_parts(cfg: FinetuneConfig, spec: InitSpec, labels: list[str] | None) -
     from ralm.train.device import resolve_device
 
     device = resolve_device(cfg.device)
-    model, tok = load_task_model(cfg.task, spec.reader, labels)
+    causal = {
+        "bidirectional": cfg.bidirectional,
+        "pooling": cfg.pooling,
+        "lora_r": cfg.lora_r,
+        "train_embeddings": cfg.train_embeddings,
+    }
+    model, tok = load_task_model(cfg.task, spec.reader, labels, causal)
     model.to(device).train()
     retriever = None
     if cfg.retrieval:
