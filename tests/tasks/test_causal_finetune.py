@@ -198,19 +198,19 @@ def test_finetune_end_to_end_on_a_causal_backbone(task, sub, metric, task_data, 
     assert [r["seed"] for r in res["seeds"]] == [1, 2] and res["primary"] == metric
     assert all(0.0 <= r["test"][metric] <= 100.0 for r in res["seeds"])
     assert res["config"]["bidirectional"] is False
-    # the saved model is the evaluated one: reloaded, it scores the test split the same
-    from ralm.tasks.adapters import make_adapter
-    from ralm.tasks.datasets import load_task_data
-    from ralm.tasks.trainer import evaluate
-
-    model, tok = load_saved_task_model(out / "seed-1" / "model")
-    data = load_task_data(task_data / sub, task)
-    labels = res["labels"]
-    adapter = make_adapter(
-        task, tok, model, labels, max_length=kw["max_length"], doc_length=32, doc_stride=128, lang="en"
-    )
-    metrics, _ = evaluate(adapter, data.splits["test"], None, 8, None, torch.device("cpu"))
-    assert metrics == pytest.approx(res["seeds"][0]["test"])
+    # the saved model is the evaluated one: `finetune --eval-only` on it scores dev and test the same
+    again = finetune(
+        FinetuneConfig(task=task, data=str(task_data / sub), out=str(tmp_path / "again"), model=str(out / "seed-1" / "model"),
+                       seeds=[1], eval_only=True, **kw),
+        log=lambda m: None,
+    )  # fmt: skip
+    first = res["seeds"][0]
+    assert again["seeds"][0]["steps"] == 0 and not (tmp_path / "again" / "seed-1" / "model").exists()
+    assert again["seeds"][0]["test"] == pytest.approx(first["test"], abs=1e-9)
+    assert again["seeds"][0]["dev"] == pytest.approx(first["dev"], abs=1e-9)
+    assert (out / "seed-1" / "predictions.jsonl").read_text() == (
+        tmp_path / "again" / "seed-1" / "predictions.jsonl"
+    ).read_text()
 
 
 def test_causal_backbone_refusals(task_data, causal_dirs, fact_store, tmp_path):

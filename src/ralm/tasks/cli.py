@@ -160,6 +160,12 @@ def register(sub) -> None:
         default=None,
         help="decoder-only --model: also train the token embeddings (frozen by default)",
     )
+    p.add_argument(
+        "--eval-only",
+        action="store_true",
+        default=None,
+        help="no training: score --model as it is on dev/test (e.g. a saved seed-N/model directory)",
+    )
     p.add_argument("--no-save", action="store_true", help="do not write the fine-tuned models")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(

@@ -130,6 +130,7 @@ class FinetuneConfig:
     pooling: str = "last"  # classify on a causal LM: last real token | mean over real tokens
     lora_r: int = 0  # > 0: train LoRA adapters of this rank instead of the body's weights
     train_embeddings: bool = False  # a causal LM's token embeddings stay frozen unless set
+    eval_only: bool = False  # no training: score the model as loaded (e.g. a saved seed-N/model)
     save: bool = True  # write the fine-tuned model of each seed
     overwrite: bool = False
     progress: bool = True

@@ -173,6 +173,8 @@ def train(cfg: FinetuneConfig, parts: Parts, items: list, dev: list, seed: int, 
     from ralm.progress import tqdm
 
     adapter, retriever = parts.adapter, parts.retriever
+    if cfg.eval_only:
+        return 0, BestState(PRIMARY[cfg.task])
     total = cfg.max_steps or max(1, math.ceil(cfg.epochs * math.ceil(len(items) / cfg.batch_size)))
     opt = optimizer_for(cfg, parts.model, retriever)
     sched = warmup_schedule(opt, cfg.schedule, int(cfg.warmup_ratio * total), total)
@@ -268,7 +270,7 @@ def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: 
         record["skipped_train_examples"] = parts.adapter.skipped - skipped_before
     log.close()
     write_predictions(out / "predictions.jsonl", test_preds)
-    if cfg.save:
+    if cfg.save and not cfg.eval_only:
         from ralm.retrieval.encoders import quiet_transformers
 
         with quiet_transformers():  # no "Writing model shards" bar in the log
