@@ -42,14 +42,9 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result  # noqa: E402
 from ralm.corpus.docstore import DocStore  # noqa: E402
+from ralm.precision import autocast_context, autocast_dtype, cpu_has_native_bf16
 from ralm.retrieval.embed import DocInputs, embed_docstore, plan_batches  # noqa: E402
-from ralm.retrieval.encoders import (  # noqa: E402
-    DualEncoder,
-    EncoderConfig,
-    autocast_context,
-    autocast_dtype,
-    cpu_has_native_bf16,
-)
+from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
 CACHE = Path("/tmp/ralm-bench/enwiki-store")
 

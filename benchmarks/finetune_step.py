@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
     torch.manual_seed(0)
-    from ralm.retrieval.encoders import autocast_context, autocast_dtype
+    from ralm.precision import autocast_context, autocast_dtype
     from ralm.samples import sample_path
     from ralm.tasks.adapters import make_adapter
     from ralm.tasks.datasets import read_file

@@ -72,7 +72,7 @@ class _Stepper:
 
         from ralm.luke.data import LukeCollator, MaskSettings
         from ralm.luke.pretrain_run import prepare
-        from ralm.retrieval.encoders import autocast_dtype
+        from ralm.precision import autocast_dtype
         from ralm.train.optim import adamw, param_groups, warmup_schedule
 
         self.cfg, self.dev = cfg, torch.device("cpu")
@@ -103,8 +103,8 @@ class _Stepper:
         import torch
 
         from ralm.luke.pretrain import train_step
+        from ralm.precision import autocast_context
         from ralm.realm.data import batch_positions, example_rngs
-        from ralm.retrieval.encoders import autocast_context
 
         t0 = time.perf_counter()
         if not self.hf:

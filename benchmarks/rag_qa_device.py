@@ -321,9 +321,9 @@ def lsr_stage(b: Bench, lm, d: Data, args) -> None:
 
 
 def speed_stage(b: Bench, lm, d: Data, args) -> None:
+    from ralm.precision import autocast_context
     from ralm.rag.generate import greedy, stop_token_ids
     from ralm.rag.prompt import PromptBuilder
-    from ralm.retrieval.encoders import autocast_context
 
     ps = d.passages("test", "hybrid")
     builder = PromptBuilder(lm.tokenizer, 8000)

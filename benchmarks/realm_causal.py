@@ -267,12 +267,12 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
     import torch
 
     from ralm.corpus.docstore import DocStore
+    from ralm.precision import autocast_context, autocast_dtype
     from ralm.realm.build import build_model, make_collator, optimizer_for
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import batch_positions, example_rngs, split_ids
     from ralm.realm.refresh import SyncRefresher
     from ralm.realm.trainer import train_step
-    from ralm.retrieval.encoders import autocast_context, autocast_dtype
     from ralm.train.optim import warmup_schedule
 
     out = work / "speed.json"

@@ -45,12 +45,12 @@ def main() -> None:
     import torch
 
     from ralm.corpus.docstore import DocStore
+    from ralm.precision import autocast_context, autocast_dtype
     from ralm.realm.config import PretrainConfig
     from ralm.realm.masking import MaskingCollator
     from ralm.realm.reader import build_reader_inputs
     from ralm.realm.refresh import SyncRefresher
     from ralm.realm.trainer import build_model, example_rngs, optimizer_for, split_ids, train_step
-    from ralm.retrieval.encoders import autocast_context, autocast_dtype
     from ralm.train.optim import warmup_schedule
 
     store_dir = ensure_store(Path(args.work) / f"enwiki-{args.chunk_size}", args.chunk_size)

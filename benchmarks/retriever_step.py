@@ -58,7 +58,8 @@ def setup(store_path: str | None):
     import torch
 
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.encoders import DualEncoder, EncoderConfig, autocast_dtype
+    from ralm.precision import autocast_dtype
+    from ralm.retrieval.encoders import DualEncoder, EncoderConfig
     from ralm.retrieval.passages import StorePassages
 
     if store_path is None:

@@ -8,6 +8,7 @@ Left out: hub model ids (they would need the network) and TF/Flax weights.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -75,3 +76,19 @@ def load_tokenizer(path: str | os.PathLike | None = None):
 def tokenizer_fingerprint(tokenizer) -> str:
     """sha256 of the tokenizer's full serialisation (vocab, normaliser, pre-tokeniser)."""
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode("utf-8")).hexdigest()
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence transformers' warnings and its load/save progress bars inside the block."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()

@@ -178,7 +178,7 @@ def load_causal_lm_and_tokenizer(spec: str | os.PathLike, *, what: str = "LM") -
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ralm.retrieval.encoders import quiet_transformers
+    from ralm.backbones import quiet_transformers
 
     if str(spec) == "minilm":
         raise RalmError(f"minilm is an encoder, not a causal LM; the {what} must be a decoder-only LM")

@@ -10,14 +10,10 @@ import pytest
 import torch
 
 from ralm.errors import RalmError
+from ralm.precision import autocast_dtype
 from ralm.retrieval import encoders
-from ralm.retrieval.encoders import (
-    ENCODER_FILE,
-    DualEncoder,
-    EncoderConfig,
-    InputTemplate,
-    autocast_dtype,
-)
+from ralm.retrieval.encoders import ENCODER_FILE, DualEncoder, EncoderConfig
+from ralm.retrieval.towers import InputTemplate
 
 QUERIES = ["who was the king of norway", "albedo", "the 16th president of the united states of america"]
 TITLES = ["Oslo", None, "Abraham Lincoln"]
@@ -309,7 +305,7 @@ def test_autocast_choice():
 
 def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
     """A CPU with the bf16 flag but slower bf16 products (a Xeon here: 0.5x) stays in float32."""
-    import ralm.retrieval.encoders as E
+    import ralm.precision as E
 
     cpu = torch.device("cpu")
     assert E._matmul_speedup(torch.bfloat16, n=64, reps=1) > 0.0

@@ -75,7 +75,7 @@ class FrozenLM:
     def __init__(
         self, model: nn.Module, tokenizer, *, name: str = "", device: str = "auto", autocast: str = "auto"
     ) -> None:
-        from ralm.retrieval.encoders import autocast_dtype
+        from ralm.precision import autocast_dtype
 
         self.model = model.eval()
         for p in self.model.parameters():
@@ -99,7 +99,7 @@ class FrozenLM:
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """LM token ids of each text, no special tokens."""
-        from ralm.retrieval.encoders import quiet_transformers
+        from ralm.backbones import quiet_transformers
 
         with quiet_transformers():
             return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -124,7 +124,7 @@ class FrozenLM:
     def _run(
         self, jobs: list[ScoreJob], batch_tokens: int, hidden: bool
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        from ralm.retrieval.encoders import autocast_context
+        from ralm.precision import autocast_context
 
         out: list[np.ndarray] = [np.empty(0)] * len(jobs)
         hid: list[np.ndarray] = [np.empty((0, 0), dtype=np.float32)] * len(jobs)
@@ -190,7 +190,7 @@ def load_frozen_lm(
     has it, "off" float32) with its fast tokenizer. RalmError for anything that is not a causal LM."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ralm.retrieval.encoders import quiet_transformers
+    from ralm.backbones import quiet_transformers
 
     d, gguf = resolve_frozen_lm(spec, gguf_file)
     check_causal(d, gguf)

@@ -75,7 +75,7 @@ def _load_hf(d):
     """(masked-LM model or base model, its config, the set of parameter names it did NOT load)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
-    from ralm.retrieval.encoders import quiet_transformers
+    from ralm.backbones import quiet_transformers
 
     with quiet_transformers():
         try:

@@ -39,7 +39,7 @@ def predict_tags(
     dtype: torch.dtype | None = None,
 ) -> list[list[str]]:
     """IOB2 tags per sentence: span argmax, then greedy non-overlapping decoding by probability."""
-    from ralm.retrieval.encoders import autocast_context
+    from ralm.precision import autocast_context
 
     was = model.training
     model.eval()

@@ -231,7 +231,7 @@ def encode_sentences(
     Returns (features, {"entities", "too_long", "cut"}): gold entities in all, those longer
     than `max_span_length`, those touching words that truncation cut.
     """
-    from ralm.retrieval.encoders import quiet_transformers
+    from ralm.backbones import quiet_transformers
 
     counts = {"entities": 0, "too_long": 0, "cut": 0}
     if not examples:

@@ -154,8 +154,8 @@ def train_generator(
     progress: bool = False,
 ) -> tuple[torch.nn.Module, dict]:
     """Fine-tune `model` (in place; LoRA merged at the end) on `examples`; returns (model, stats)."""
+    from ralm.precision import autocast_context
     from ralm.progress import tqdm
-    from ralm.retrieval.encoders import autocast_context
 
     cfg.check()
     torch.manual_seed(cfg.seed)

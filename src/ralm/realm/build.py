@@ -40,9 +40,8 @@ __all__ = [
 
 def load_reader(path: str | None):
     """The reader: `Reader.from_pretrained`, with one clear error when no MLM head can be had."""
-    from ralm.backbones import resolve_model_dir
+    from ralm.backbones import quiet_transformers, resolve_model_dir
     from ralm.realm.reader import Reader
-    from ralm.retrieval.encoders import quiet_transformers
 
     d = resolve_model_dir(path)
     try:

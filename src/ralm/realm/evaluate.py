@@ -27,11 +27,11 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.precision import autocast_context, autocast_dtype
 from ralm.realm.build import make_collator
 from ralm.realm.causal_masking import SPAN_KINDS
 from ralm.realm.masking import MaskingCollator
 from ralm.realm.run import LoadedRun
-from ralm.retrieval.encoders import autocast_context, autocast_dtype
 
 __all__ = ["EvalRow", "evaluate_mlm", "format_table"]
 

@@ -17,10 +17,10 @@ import os
 import shutil
 from pathlib import Path
 
+from ralm.backbones import quiet_transformers
 from ralm.errors import RalmError
 from ralm.model_card import model_card, write_model_card
 from ralm.realm.run import LoadedRun
-from ralm.retrieval.encoders import quiet_transformers
 
 __all__ = ["export_reader", "export_retriever"]
 

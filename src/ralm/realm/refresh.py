@@ -29,9 +29,10 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.precision import autocast_context, autocast_dtype, eval_on
 from ralm.realm.model import ChunkDocs
 from ralm.retrieval.embed import plan_batches
-from ralm.retrieval.encoders import DualEncoder, autocast_context, autocast_dtype, eval_on
+from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.index import DenseIndex, auto_kind, estimate
 from ralm.retrieval.sharded import ShardedIndex, load_dense
 from ralm.train.distributed import Dist

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.precision import autocast_context, autocast_dtype
 from ralm.realm.build import (
     build_model,
     check_reader_tokenizer,
@@ -74,7 +75,6 @@ from ralm.realm.run import (
     trim_metrics,
     write_split,
 )
-from ralm.retrieval.encoders import autocast_context, autocast_dtype
 from ralm.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,

@@ -20,13 +20,27 @@ def _encoder_args(p: argparse.ArgumentParser, similarity: str = "dot") -> None:
         "--encoder",
         default=None,
         metavar="MODEL_DIR",
-        help="local HF encoder or saved ralm encoder (default: bundled MiniLM)",
+        help="local HF encoder, saved ralm encoder, or a decoder-only LM (gemma3, smollm2, a .gguf file, "
+        "a causal LM directory; its body, token embeddings frozen) (default: bundled MiniLM)",
     )
     p.add_argument(
         "--pooling",
-        choices=["mean", "cls"],
+        choices=["mean", "cls", "last"],
         default=None,
-        help="pooling of a fresh encoder (default mean; REALM used cls)",
+        help="pooling of a fresh encoder (default mean; REALM used cls; last: the last real token, "
+        "for decoder-only LMs)",
+    )
+    p.add_argument(
+        "--bidirectional",
+        action="store_true",
+        help="decoder-only --encoder: bidirectional attention (Gemma-family configs; refused where the "
+        "config has no switch)",
+    )
+    p.add_argument(
+        "--query-instruction",
+        default=None,
+        metavar="TEXT",
+        help='prefix for every query text, saved with the encoder (e.g. "query: "); documents get none',
     )
     p.add_argument(
         "--proj-dim", type=int, default=None, help="linear projection to this size (REALM: 128; default none)"
@@ -56,10 +70,17 @@ def _encoder_config(args: argparse.Namespace):
 
     saved = None if args.encoder is None else Path(args.encoder).expanduser() / ENCODER_FILE
     if saved is not None and saved.is_file():
-        if args.pooling or args.proj_dim or args.shared:
+        if (
+            args.pooling
+            or args.proj_dim
+            or args.shared
+            or args.bidirectional
+            or args.query_instruction is not None
+        ):
             raise RalmError(
-                f"--encoder {args.encoder}: a trained ralm encoder keeps its pooling, projection and towers; "
-                "drop --pooling/--proj-dim/--shared"
+                f"--encoder {args.encoder}: a trained ralm encoder keeps its pooling, projection, towers, "
+                "attention and query instruction; drop --pooling/--proj-dim/--shared/--bidirectional/"
+                "--query-instruction"
             )
         if args.max_length is None and not args.scale:
             return None
@@ -81,6 +102,8 @@ def _encoder_config(args: argparse.Namespace):
         shared=args.shared,
         max_length=args.max_length or 128,
         normalize=args.similarity == "cos",
+        bidirectional=args.bidirectional,
+        query_instruction=args.query_instruction or "",
     )
 
 

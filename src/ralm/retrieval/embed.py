@@ -37,14 +37,8 @@ import torch
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.integrity import DIGEST, digest, file_record
-from ralm.retrieval.encoders import (
-    DualEncoder,
-    Tower,
-    autocast_context,
-    autocast_dtype,
-    eval_on,
-    resolve_device,
-)
+from ralm.precision import autocast_context, autocast_dtype, eval_on
+from ralm.retrieval.encoders import DualEncoder, Tower, module_device
 from ralm.retrieval.store_tokenizer import check_tokenizer
 
 EMB_FORMAT = "ralm-embeddings"
@@ -324,7 +318,7 @@ def _embed_rows(
 
     inputs = DocInputs(tower, store, meta["max_length"], titles=titles)
     batches = plan_batches(inputs.lengths(ids), batch_size)  # positions into ids; same on every resume
-    dev = resolve_device(device, tower)
+    dev = module_device(device, tower)
     ac = autocast_dtype(dev, autocast, next(tower.parameters()).dtype)
     pending: list[np.ndarray] = []
 

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from ralm.corpus.docstore import DocStore
 from ralm.corpus.sentences import split_sentences
 from ralm.errors import RalmError
-from ralm.retrieval.encoders import DualEncoder, autocast_context, autocast_dtype
+from ralm.precision import autocast_context, autocast_dtype
+from ralm.retrieval.encoders import DualEncoder
 from ralm.train.device import resolve_device
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule

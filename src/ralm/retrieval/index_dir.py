@@ -47,6 +47,8 @@ FLAGS = {  # EncoderConfig field -> the `ralm index build` option that sets it
     "scale_by_sqrt_dim": "--scale",
     "shared": "--shared",
     "max_length": "--max-length",
+    "bidirectional": "--bidirectional",
+    "query_instruction": "--query-instruction",
 }
 
 
@@ -70,9 +72,12 @@ def encoder_request(encoder: str | os.PathLike | None, config: Any | None) -> di
     MiniLM), "config": the EncoderConfig fields it will have}. A saved ralm encoder given without
     a config keeps its own."""
     from ralm.backbones import DEFAULT_BACKBONE
+    from ralm.causal_lm import NAMED_LMS
 
     source = None
-    if encoder is not None and str(encoder) != DEFAULT_BACKBONE:
+    if encoder is not None and str(encoder) in NAMED_LMS:
+        source = str(encoder)  # gemma3 / smollm2: a package's GGUF, not a path
+    elif encoder is not None and str(encoder) != DEFAULT_BACKBONE:
         source = str(Path(encoder).expanduser().resolve())
     if config is not None:
         cfg = asdict(config)

@@ -141,7 +141,7 @@ class TokenEncoder(nn.Module):
     ) -> TokenEncoder:
         """Load a local HF encoder directory (None or "minilm": the bundled MiniLM)."""
         from ralm.backbones import load_tokenizer
-        from ralm.retrieval.encoders import load_backbone
+        from ralm.retrieval.towers import load_backbone
 
         return cls(load_backbone(path), load_tokenizer(path), config)
 
@@ -150,7 +150,7 @@ class TokenEncoder(nn.Module):
 
     def _forward(self, enc: dict[str, torch.Tensor]) -> torch.Tensor:
         """Tokenized batch -> (B, T, dim) float32 unit vectors."""
-        from ralm.retrieval.encoders import autocast_context, autocast_dtype
+        from ralm.precision import autocast_context, autocast_dtype
 
         dev = self._device()
         dtype = autocast_dtype(dev, self.config.autocast, next(self.model.parameters()).dtype)

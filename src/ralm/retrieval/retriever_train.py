@@ -46,8 +46,9 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.model_card import write_model_card
+from ralm.precision import autocast_dtype
 from ralm.retrieval.contrastive import contrastive_step
-from ralm.retrieval.encoders import DualEncoder, autocast_dtype
+from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.train_batches import SupervisedBatches, UnsupervisedBatches
 from ralm.retrieval.train_data import PairSet
 from ralm.retrieval.train_run import RESULTS, prepare_run, truncate_metrics, write_json

@@ -43,8 +43,7 @@ def load_lm_tokenizer(spec: str | os.PathLike | None):
     """(fast tokenizer, its sha256 fingerprint) of an LM spec."""
     from transformers import AutoTokenizer
 
-    from ralm.backbones import tokenizer_fingerprint
-    from ralm.retrieval.encoders import quiet_transformers
+    from ralm.backbones import quiet_transformers, tokenizer_fingerprint
 
     d, gguf = resolve_lm(spec)
     try:
@@ -72,7 +71,7 @@ def load_causal_lm(spec: str | os.PathLike | None, *, config_only: bool = False)
     checkpoint is an encoder without one. `config_only`: random weights of the same shape."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from ralm.retrieval.encoders import quiet_transformers
+    from ralm.backbones import quiet_transformers
 
     d, gguf = resolve_lm(spec)
     kw: dict = {"gguf_file": gguf} if gguf else {}

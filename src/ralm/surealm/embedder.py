@@ -31,8 +31,9 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.precision import autocast_context, autocast_dtype, eval_on
 from ralm.retrieval.embed import plan_batches
-from ralm.retrieval.encoders import EncoderConfig, Tower, autocast_context, autocast_dtype, eval_on
+from ralm.retrieval.encoders import EncoderConfig, Tower
 
 __all__ = ["Aligned", "SpanEmbedder", "sentence_transformer_pooling"]
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ralm.errors import RalmError
-from ralm.retrieval.encoders import autocast_context, autocast_dtype
+from ralm.precision import autocast_context, autocast_dtype
 from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
 from ralm.surealm.datastore import Datastore
 from ralm.surealm.model import SurealmConfig, SurealmLM

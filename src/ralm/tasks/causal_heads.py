@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ralm.decoder_body import is_decoder_spec, last_token, load_decoder_body, mask_positions
 from ralm.errors import RalmError
 
 __all__ = [
@@ -99,13 +100,13 @@ class CausalTaskModel(nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         mask = attention_mask.long()
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        h = self.body(input_ids=input_ids, attention_mask=mask, position_ids=positions).last_hidden_state
+        h = self.body(
+            input_ids=input_ids, attention_mask=mask, position_ids=mask_positions(mask)
+        ).last_hidden_state
         real = mask.bool()
         if self.task == "classify":
             if self.pooling == "last":
-                idx = (real.long() * torch.arange(mask.shape[1], device=mask.device)).argmax(-1)
-                pooled = h[torch.arange(h.shape[0], device=h.device), idx]
+                pooled = last_token(h, mask)
             else:
                 z = h.masked_fill(~real[..., None], 0.0)
                 pooled = z.sum(1) / real.sum(1, keepdim=True).clamp(min=1).to(h.dtype)
@@ -135,10 +136,6 @@ class CausalTaskModel(nn.Module):
         try:
             merge_lora(self.body)
             cfg = self.body.config
-            if getattr(cfg, "quantization_config", None) is not None:
-                del cfg.quantization_config  # a GGUF load's marker; the weights are float32 now
-            if hasattr(cfg, "gguf_file"):
-                cfg.gguf_file = None
             cfg._name_or_path = ""
             cfg.to_json_file(str(tmp / "config.json"))
             save_model(self.body, str(tmp / "model.safetensors"))
@@ -214,71 +211,15 @@ With ralm: `ralm.tasks.causal_heads.load_saved_task_model(DIR)`, or `ralm finetu
 
 # -- loading
 def is_causal_backbone(spec: str | os.PathLike | None) -> bool:
-    """Whether --model names a decoder-only LM: gemma3/smollm2, a .gguf file, or a directory whose
-    config.json is a causal LM (a saved `CausalTaskModel` counts)."""
-    from ralm.causal_lm import NAMED_LMS, is_causal_config
-
+    """Whether --model names a decoder-only LM (`ralm.decoder_body.is_decoder_spec`) or a saved
+    `CausalTaskModel`."""
     if spec is None:
         return False
-    s = str(spec)
-    if s in NAMED_LMS:
-        return True
-    p = Path(s).expanduser()
-    if p.is_file() and p.suffix == ".gguf":
-        return True
-    if p.is_dir():
-        if (p / TASK_FILE).is_file():
-            return True
-        if not (p / "config.json").is_file():
-            return any(p.glob("*.gguf"))
-        try:
-            cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return False
-        return is_causal_config(cfg)
-    return False
+    return is_saved_task_model(spec) or is_decoder_spec(spec)
 
 
 def is_saved_task_model(spec: str | os.PathLike) -> bool:
     return (Path(spec).expanduser() / TASK_FILE).is_file()
-
-
-def supports_bidirectional(config: Any) -> bool:
-    """Whether the config class has transformers' `use_bidirectional_attention` switch."""
-    fields = getattr(type(config), "__dataclass_fields__", None) or {}
-    return "use_bidirectional_attention" in fields or hasattr(config, "use_bidirectional_attention")
-
-
-def _body(lm: nn.Module) -> nn.Module:
-    body = getattr(lm, "base_model", None)
-    if body is None or body is lm:
-        raise RalmError(
-            f"{type(lm).__name__}: no separate body under the output layer; cannot add a task head"
-        )
-    return body
-
-
-def _load_lm(spec: str, bidirectional: bool):
-    """(causal LM, tokenizer) with bidirectional attention switched on when asked."""
-    from ralm.causal_lm import load_causal_lm_and_tokenizer
-
-    lm, tok, _ = load_causal_lm_and_tokenizer(spec, what="fine-tuning backbone")
-    if not bidirectional:
-        return lm, tok
-    if not supports_bidirectional(lm.config):
-        raise RalmError(
-            f"{spec}: {lm.config.model_type} has no bidirectional-attention switch in transformers "
-            "(Gemma, Gemma-2 and Gemma-3 have one); drop --bidirectional"
-        )
-    cfg_dict = lm.config.to_dict()  # to_dict gives the window before the bidirectional halving
-    cfg_dict["use_bidirectional_attention"] = True
-    for k in ("gguf_file", "quantization_config", "_name_or_path", "transformers_version"):
-        cfg_dict.pop(k, None)
-    cfg = type(lm.config).from_dict(cfg_dict)
-    state = lm.state_dict()
-    new = type(lm)(cfg)
-    new.load_state_dict(state)
-    return new.to(torch.float32), tok
 
 
 def load_causal_task_model(
@@ -307,8 +248,7 @@ def load_causal_task_model(
                 f"{'pass' if model.bidirectional else 'drop'} --bidirectional"
             )
     else:
-        lm, tok = _load_lm(str(spec), bidirectional)
-        body = _body(lm)
+        body, tok = load_decoder_body(spec, bidirectional=bidirectional, what="fine-tuning backbone")
         if labels is not None:
             body.config.id2label = dict(enumerate(labels))
             body.config.label2id = {lab: i for i, lab in enumerate(labels)}
@@ -319,9 +259,6 @@ def load_causal_task_model(
         from ralm.causal_lm import add_lora
 
         add_lora(model.body, lora_r)
-    tok.padding_side = "right"
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token  # padded positions are masked; any id will do
     return model, tok
 
 
@@ -330,7 +267,7 @@ def load_saved_task_model(d: str | os.PathLike) -> tuple[CausalTaskModel, Any]:
     from safetensors.torch import load_file
     from transformers import AutoModel, AutoTokenizer
 
-    from ralm.retrieval.encoders import quiet_transformers
+    from ralm.backbones import quiet_transformers
 
     d = Path(d).expanduser()
     try:

@@ -24,10 +24,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ralm.backbones import load_tokenizer, resolve_model_dir
+from ralm.backbones import load_tokenizer, quiet_transformers, resolve_model_dir
 from ralm.causal_lm import NAMED_LMS
 from ralm.errors import RalmError
-from ralm.retrieval.encoders import quiet_transformers
 from ralm.tasks.causal_heads import is_causal_backbone
 
 __all__ = ["InitSpec", "load_retriever_parts", "load_task_model", "prepare_init"]
