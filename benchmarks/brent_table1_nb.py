@@ -28,6 +28,9 @@ cut-off grid resumes); --jobs cells run at once, one torch thread each.
 Writes benchmarks/results/brent_table1_nb.json (metrics `<task>/<row>/<metric>` = mean over seeds,
 `.../<metric>_std`, and `<task>/realm_minus_plain/<metric>`) and brent_table1_nb.md (`ralm table`).
 
+Extra rows (--rows): ``gemma-plain-bi`` and ``gemma-realm-bi``, the same two checkpoints fine-tuned
+with --bidirectional (Gemma-3's use_bidirectional_attention), so every position reads both sides.
+
 Run: python benchmarks/brent_table1_nb.py [--jobs 2] [--rows gemma-plain,gemma-realm,minilm]
 """
 
@@ -85,10 +88,13 @@ TASKS: dict[str, tuple[str, str | None, list[str], tuple[str, ...]]] = {
     ),  # fmt: skip
 }
 ROWS = ("gemma-plain", "gemma-realm", "minilm")
+EXTRA_ROWS = ("gemma-plain-bi", "gemma-realm-bi")  # the Gemma rows with --bidirectional (not by default)
 LABEL = {
     "gemma-plain": "Gemma-3-270M",
     "gemma-realm": "Gemma-3-270M + REALM (nb, 100 steps)",
     "minilm": "MiniLM (en)",
+    "gemma-plain-bi": "Gemma-3-270M, bidirectional",
+    "gemma-realm-bi": "Gemma-3-270M + REALM, bidirectional",
 }
 COST = {"norquad": 4, "norec": 2, "norne": 2, "ud-bokmaal": 1}  # relative, to start the long cells first
 
@@ -117,6 +123,8 @@ def ensure_plain(work: Path) -> Path:
 
 
 def model_for(row: str, work: Path, realm_reader: Path) -> list[str]:
+    if row.endswith("-bi"):
+        return [*model_for(row[: -len("-bi")], work, realm_reader), "--bidirectional"]
     if row == "gemma-plain":
         return ["--model", str(ensure_plain(work))]
     if row == "gemma-realm":
@@ -197,15 +205,22 @@ def report(cells: list[tuple[str, str, Path]], args) -> None:
     compared = 0
     for tname in TASKS:
         m = TASKS[tname][3][-1]
-        a, b = metrics.get(f"{tname}/gemma-realm/{m}"), metrics.get(f"{tname}/gemma-plain/{m}")
-        if a is None or b is None:
-            continue
-        compared += 1
-        wins += a >= b
-        for mm in TASKS[tname][3]:
-            metrics[f"{tname}/realm_minus_plain/{mm}"] = round(
-                metrics[f"{tname}/gemma-realm/{mm}"] - metrics[f"{tname}/gemma-plain/{mm}"], 2
+        for suffix in ("", "-bi"):
+            a, b = (
+                metrics.get(f"{tname}/gemma-realm{suffix}/{m}"),
+                metrics.get(f"{tname}/gemma-plain{suffix}/{m}"),
             )
+            if a is None or b is None:
+                continue
+            if not suffix:
+                compared += 1
+                wins += a >= b
+            for mm in TASKS[tname][3]:
+                metrics[f"{tname}/realm_minus_plain{suffix}/{mm}"] = round(
+                    metrics[f"{tname}/gemma-realm{suffix}/{mm}"]
+                    - metrics[f"{tname}/gemma-plain{suffix}/{mm}"],
+                    2,
+                )
     metrics["tasks_realm_at_least_plain"] = wins
     metrics["tasks_compared"] = compared
     text = table + "\n".join(timing) + "\n"
@@ -232,7 +247,7 @@ def report(cells: list[tuple[str, str, Path]], args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default=",".join(TASKS))
-    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS + EXTRA_ROWS)}")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--max-train", type=int, default=400)
     ap.add_argument("--max-eval", type=int, default=250)
