@@ -12,12 +12,8 @@ from pathlib import Path
 import pytest
 
 from ralm.corpus.types import Article, LinkSpan
-from ralm.corpus.wiki import (
-    NORDIC_DROP_SECTIONS,
-    iter_wiki_dump,
-    normalize_title,
-    wikitext_to_text,
-)
+from ralm.corpus.wiki import iter_wiki_dump
+from ralm.corpus.wikitext import NORDIC_DROP_SECTIONS, normalize_title, wikitext_to_text
 from ralm.errors import CorpusError
 
 ENWIKI_NAME = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ralm.corpus.types import Article, LinkSpan
-from ralm.corpus.wiki import iter_wiki_dump, normalize_title, open_binary
+from ralm.corpus.wiki import iter_wiki_dump, open_binary
+from ralm.corpus.wikitext import normalize_title
 from ralm.errors import CorpusError, check_json_text
 
 __all__ = ["FORMATS", "detect_format", "iter_articles", "iter_jsonl", "iter_text", "record_article"]

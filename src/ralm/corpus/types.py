@@ -14,7 +14,7 @@ class LinkSpan:
     """An internal link: `text[start:end]` is the anchor text, `target` the linked title.
 
     `target` is normalised the MediaWiki way: underscores become spaces, the first letter is
-    upper-cased, a `#section` suffix is dropped (see `ralm.corpus.wiki.normalize_title`).
+    upper-cased, a `#section` suffix is dropped (see `ralm.corpus.wikitext.normalize_title`).
     """
 
     start: int
