@@ -12,20 +12,18 @@ from ralm.errors import RalmError
 from ralm.lm import NGramLM, word_tokenize
 from ralm.lm.counts import BOS_ID, EOS_ID
 from ralm.lm.neural import (
-    MODELS,
     TrainConfig,
     build_capped_vocab,
-    build_model,
     encode_sentences,
     length_batches,
     load_lm,
-    n_params,
     next_token_probs,
     perplexity,
     save_lm,
     sequence_nll,
     train_lm,
 )
+from ralm.lm.neural_models import MODELS, build_model, n_params
 
 KINDS = sorted(MODELS)
 SMALL = {

@@ -231,7 +231,7 @@ def run_ladder(
     """
     import torch
 
-    from ralm.lm import neural
+    from ralm.lm import neural, neural_models
 
     cfg = config or LadderConfig()
     say = log or (lambda _m: None)
@@ -268,12 +268,12 @@ def run_ladder(
     enc = {name: neural.encode_sentences(data.vocab, part) for name, part in
            (("train", data.train), ("valid", data.valid), ("test", data.test))}  # fmt: skip
     for kind in cfg.neural:
-        if kind not in neural.MODELS:
-            raise RalmError(f"unknown neural LM {kind!r}; choose from {', '.join(neural.MODELS)}")
+        if kind not in neural_models.MODELS:
+            raise RalmError(f"unknown neural LM {kind!r}; choose from {', '.join(neural_models.MODELS)}")
         overrides = dict(cfg.model_overrides.get(kind, {}))
         if kind == "transformer":
             overrides.setdefault("max_len", cfg.max_sentence_tokens + 1)
-        model = neural.build_model(kind, vocab_size=len(data.vocab), seed=cfg.seed, **overrides)
+        model = neural_models.build_model(kind, vocab_size=len(data.vocab), seed=cfg.seed, **overrides)
         tcfg = neural.TrainConfig(
             max_epochs=cfg.epochs,
             time_budget_s=cfg.time_budget_s,
@@ -282,7 +282,7 @@ def run_ladder(
             autocast=cfg.autocast,
             **{**TRAIN_DEFAULTS.get(kind, {}), **cfg.train_overrides.get(kind, {})},
         )
-        say(f"{NEURAL_ROWS[kind]}: {neural.n_params(model):,} parameters, training ...")
+        say(f"{NEURAL_ROWS[kind]}: {neural_models.n_params(model):,} parameters, training ...")
         result = neural.train_lm(
             model, enc["train"], enc["valid"], tcfg, log=lambda m, k=kind: say(f"  {k} {m}")
         )
@@ -291,7 +291,7 @@ def run_ladder(
         row = {
             "model": NEURAL_ROWS[kind],
             "kind": kind,
-            "params": neural.n_params(model),
+            "params": neural_models.n_params(model),
             "train_seconds": round(result.seconds, 3),
             "valid_ppl": round(float(result.best_valid_ppl), 3),
             "test_ppl": round(test_ppl, 3),
