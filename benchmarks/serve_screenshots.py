@@ -54,7 +54,7 @@ def tiny_surealm(work: Path) -> Path:
     """A SUREALM run under `work` (reused when there): see the module docstring."""
     import torch
 
-    from ralm.surealm.datastore import DatastoreConfig, build_datastore
+    from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
     from ralm.surealm.sentences import read_sentences
     from ralm.surealm.train import TrainConfig, train
 

@@ -58,8 +58,9 @@ def main() -> None:
     )  # fmt: skip
     args = ap.parse_args()
 
-    from ralm.surealm.cli import evaluate_models, format_rows
-    from ralm.surealm.datastore import Datastore, DatastoreConfig, build_datastore
+    from ralm.surealm.datastore import Datastore
+    from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
+    from ralm.surealm.evaluation import evaluate_models, format_rows
     from ralm.surealm.sentences import read_sentences
     from ralm.surealm.train import TrainConfig, train
 

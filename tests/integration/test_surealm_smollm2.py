@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 
 
 def test_smollm2_data_store_training_steps_and_generation(tmp_path):
-    from ralm.surealm.datastore import DatastoreConfig, build_datastore
+    from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
     from ralm.surealm.generate import generate
     from ralm.surealm.sentences import read_sentences
     from ralm.surealm.train import TrainConfig, evaluate, load_trained, train

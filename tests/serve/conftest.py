@@ -141,7 +141,7 @@ def serve_realm(serve_store, tiny_dir, tmp_path_factory):
 def serve_surealm(tiny_dir, tmp_path_factory):
     import torch
 
-    from ralm.surealm.datastore import DatastoreConfig, build_datastore
+    from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
     from ralm.surealm.sentences import read_sentences
     from ralm.surealm.train import TrainConfig, train
 

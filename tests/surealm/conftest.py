@@ -36,7 +36,7 @@ def tiny_store(tmp_path_factory, tiny_dir, dialogue_file):
     """A data store over the dialogues: LM and encoder are the tiny BERT, K=3, m=3."""
     import torch
 
-    from ralm.surealm.datastore import DatastoreConfig, build_datastore
+    from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
     from ralm.surealm.sentences import read_sentences
 
     torch.set_num_threads(1)

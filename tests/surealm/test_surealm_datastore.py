@@ -35,7 +35,7 @@ def test_store_has_one_entry_per_split_of_every_training_sentence(store):
 def test_neighbours_are_the_exact_top_k_without_the_own_sentence(store, tiny_dir):
     """Recompute every query with the embedder and search with numpy: same scores, never the own sentence."""
     from ralm.surealm.backbone import load_lm_tokenizer
-    from ralm.surealm.datastore import _tokenize
+    from ralm.surealm.datastore_build import tokenize_sentences
     from ralm.surealm.embedder import SpanEmbedder
 
     tok, _ = load_lm_tokenizer(str(tiny_dir))
@@ -43,7 +43,7 @@ def test_neighbours_are_the_exact_top_k_without_the_own_sentence(store, tiny_dir
     keys = np.asarray(store.keys, dtype=np.float32)
     for s in range(store.num_sentences):
         text = store.text(s)
-        _, (off,) = _tokenize(tok, [text], 64)
+        _, (off,) = tokenize_sentences(tok, [text], 64)
         al = emb.align(text, off)
         q = emb.embed([al.prefix(L) for L in range(1, len(off) + 1)]).astype(np.float16).astype(np.float32)
         scores = q @ keys.T  # (N, E)
@@ -58,14 +58,14 @@ def test_neighbours_are_the_exact_top_k_without_the_own_sentence(store, tiny_dir
 
 def test_keys_and_values_are_prefix_and_suffix_embeddings_at_absolute_positions(store, tiny_dir):
     from ralm.surealm.backbone import load_lm_tokenizer
-    from ralm.surealm.datastore import _tokenize
+    from ralm.surealm.datastore_build import tokenize_sentences
     from ralm.surealm.embedder import SpanEmbedder
 
     tok, _ = load_lm_tokenizer(str(tiny_dir))
     emb = SpanEmbedder(str(tiny_dir), autocast="off")
     s = int(store.split_ids("train")[0])
     text = store.text(s)
-    _, (off,) = _tokenize(tok, [text], 64)
+    _, (off,) = tokenize_sentences(tok, [text], 64)
     al = emb.align(text, off)
     n = len(off)
     for i in range(1, n):
@@ -107,7 +107,8 @@ def test_alignment_across_tokenizers_leaves_out_tokens_overlapping_the_current_w
 
 
 def test_build_in_small_batches_equals_one_batch(tmp_path, tiny_dir, dialogue_file, tiny_store):
-    from ralm.surealm.datastore import Datastore, DatastoreConfig, build_datastore
+    from ralm.surealm.datastore import Datastore
+    from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
     from ralm.surealm.sentences import read_sentences
 
     sents = read_sentences([dialogue_file], fractions=(0.2, 0.2), seed=0)
@@ -125,7 +126,8 @@ def test_build_in_small_batches_equals_one_batch(tmp_path, tiny_dir, dialogue_fi
 def test_current_word_variant_changes_only_the_values(tmp_path, tiny_dir, dialogue_file, tiny_store):
     """include_current_word: values embed w_i..w_{i+m-1}; keys, neighbours and tokens are unchanged."""
     from ralm.surealm.backbone import load_lm_tokenizer
-    from ralm.surealm.datastore import Datastore, DatastoreConfig, _tokenize, build_datastore
+    from ralm.surealm.datastore import Datastore
+    from ralm.surealm.datastore_build import DatastoreConfig, build_datastore, tokenize_sentences
     from ralm.surealm.embedder import SpanEmbedder
     from ralm.surealm.sentences import read_sentences
 
@@ -143,7 +145,7 @@ def test_current_word_variant_changes_only_the_values(tmp_path, tiny_dir, dialog
     tok, _ = load_lm_tokenizer(str(tiny_dir))
     emb = SpanEmbedder(str(tiny_dir), autocast="off")
     s = int(cw.split_ids("train")[0])
-    _, (off,) = _tokenize(tok, [cw.text(s)], 64)
+    _, (off,) = tokenize_sentences(tok, [cw.text(s)], 64)
     n = len(off)
     for i in range(1, n):
         ids, pos = emb.align(cw.text(s), off).suffix(i, cw.m, include_current=True)
@@ -159,7 +161,8 @@ def test_current_word_variant_changes_only_the_values(tmp_path, tiny_dir, dialog
 
 
 def test_bad_input(tmp_path, tiny_dir):
-    from ralm.surealm.datastore import Datastore, DatastoreConfig, build_datastore
+    from ralm.surealm.datastore import Datastore
+    from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
     from ralm.surealm.sentences import SentenceSet
 
     cfg = DatastoreConfig(lm=str(tiny_dir), encoder=str(tiny_dir), m=3, k=3, autocast="off")

@@ -1,0 +1,70 @@
+"""`ralm surealm evaluate`'s table: held-out perplexity of trained SUREALM / no-retrieval runs, and a
+kNN-LM row on top of one of them (`evaluate_models`), printed by `format_rows`."""
+
+from __future__ import annotations
+
+from ralm.surealm.sentences import FILL_SPLITS
+
+__all__ = ["evaluate_models", "format_rows"]
+
+
+def evaluate_models(
+    models: list[str], split: str, datastore: str | None, knnlm: str | None, device: str, knn_k: int = 64
+) -> list[dict]:
+    """One row per model (and a kNN-LM row on top of `knnlm`) on `split`.
+
+    Refuses, before loading any model, a data store whose `split` is empty (no perplexity over 0
+    tokens), and for `knnlm` one without valid sentences (lambda and T are tuned on them)."""
+    from ralm.surealm.datastore import Datastore
+    from ralm.surealm.knnlm import KnnLM
+    from ralm.surealm.train import evaluate, load_trained, run_datastore
+
+    no_split = (
+        f"there is no {split} perplexity over 0 tokens; rebuild the data store ({FILL_SPLITS}) "
+        "or evaluate another --split"
+    )
+    for path in [*models, *([knnlm] if knnlm else [])]:
+        ds = run_datastore(path, datastore)
+        if ds is None:
+            continue  # load_trained says what is missing
+        store = Datastore(ds)
+        if path == knnlm:
+            store.require_split(
+                "valid",
+                "--knnlm tunes lambda and the temperature on the valid split; rebuild the data store "
+                f"({FILL_SPLITS}) or leave out --knnlm",
+            )
+        store.require_split(split, no_split)
+
+    rows = []
+    for path in models:
+        model, _tok, store, batcher = load_trained(path, datastore, device)
+        c = evaluate(model, batcher, store.split_ids(split))
+        kind = "surealm" if model.config.retrieval else "no retrieval"
+        rows.append({"model": path, "kind": kind, **c.as_dict()})
+    if knnlm:
+        model, _tok, store, batcher = load_trained(knnlm, datastore, device)
+        knn = KnnLM(model, batcher, k=knn_k)
+        size = knn.build(store.split_ids("train"))
+        lam, temp, _ = KnnLM.tune(knn.scores(store.split_ids("valid")))
+        c = knn.scores(store.split_ids(split)).perplexity(lam, temp)
+        rows.append(
+            {
+                "model": knnlm,
+                "kind": f"kNN-LM (k={knn_k}, lambda={lam}, T={temp}, {size:,} contexts)",
+                **c.as_dict(),
+            }
+        )
+    return rows
+
+
+def format_rows(rows: list[dict], split: str) -> str:
+    """The rows of `evaluate_models` as a fixed-width text table."""
+    head = f"{'model':<40} {'kind':<48} {'token ppl':>10} {'word ppl':>10} {'tokens':>8} {'words':>8}"
+    lines = [f"{split} perplexity", head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['model'][-40:]:<40} {r['kind'][:48]:<48} {r['token_ppl']:>10.3f} {r['word_ppl']:>10.3f} "
+            f"{r['tokens']:>8} {r['words']:>8}"
+        )
+    return "\n".join(lines)
