@@ -7,7 +7,8 @@ import pytest
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.errors import RalmError
-from ralm.retrieval.embed import embed_docstore, load_embeddings, merge_shards, plan_batches, shard_path
+from ralm.retrieval.embed import embed_docstore, plan_batches
+from ralm.retrieval.embed_files import load_embeddings, merge_shards, shard_path
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
 
