@@ -4,9 +4,14 @@
 query) into a (Q, E) int64 array padded with -1; `filter_excluded` keeps the top k of candidate
 rows after dropping excluded and missing ids, best first with ties broken by the lower id.
 Used by DenseIndex, BM25, the query-likelihood and late-interaction retrievers.
+`select_candidates` (with its single-query fast path `select_single`) is DenseIndex's version:
+it also says which rows must widen their search, because a tie at the k-th place may go on
+past the candidates.
 """
 
 from __future__ import annotations
+
+import operator
 
 import numpy as np
 
@@ -156,3 +161,69 @@ def filter_excluded(
         top_ids[cols] = -1
         top_scores[cols] = -np.inf
     return top_ids, top_scores, n_valid
+
+
+# ufunc methods called directly: ndarray.all()/.min() go through Python wrappers that cost more than
+# the reduction itself on a single query (benchmarks/search.py, batch size 1)
+_ALL = np.logical_and.reduce
+_MIN = np.minimum.reduce
+_ROW0 = np.zeros((1, 1), dtype=np.intp)  # the row index of a single query, for fancy indexing
+_LESS = np.less
+
+
+def select_single(
+    ids: np.ndarray, scores: np.ndarray, excl: np.ndarray | None, k: int
+) -> tuple[np.ndarray, np.ndarray, None] | None:
+    """`select_candidates`' fast path for a single query, on Python lists: a dozen values, where
+    each numpy call would cost more than the work (benchmarks/search.py, batch size 1). None when
+    the row needs the general path: a missing candidate, a tie, or too few candidates.
+
+    Example: ids [[7, 3, 9, 4]], scores [[.9, .8, .7, .6]], excl [[3]], k=2 -> ([[7, 9]], [[.9, .7]]).
+    """
+    row, s = ids[0].tolist(), scores[0].tolist()
+    drop = 0 if excl is None else 1
+    if len(row) <= k + drop or row[-1] < 0 or not all(map(operator.gt, s, s[1:])):
+        return None  # FAISS pads a short row with -1 at the end; a tie needs the id order
+    if excl is not None:
+        e = int(excl[0, 0])
+        if row[0] == e:  # the usual case (a chunk excluded from its own query): the next k
+            return ids[:, 1 : k + 1], scores[:, 1 : k + 1], None
+        if e in row[:k]:  # shift the candidates after it one place left (FAISS's fresh arrays)
+            p = row.index(e)
+            ids[0, p:k] = ids[0, p + 1 : k + 1]
+            scores[0, p:k] = scores[0, p + 1 : k + 1]
+    return ids[:, :k], scores[:, :k], None  # views of one row: C-contiguous, nobody else holds them
+
+
+# ----------------------------------------------------------------------------- the index
+
+
+def select_candidates(
+    ids: np.ndarray, scores: np.ndarray, excl: np.ndarray | None, k: int, can_widen: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """`filter_excluded` of a search's candidates (ids, scores (Q, C), best first) plus which rows
+    are done (None: all of them). can_widen: the search could still look at more candidates, so a
+    row whose k-th result ties with its last candidate is not done (the lower ids must win it)."""
+    c = ids.shape[1]
+    # Fast path (most searches): nothing missing, scores strictly descending, at most one
+    # excluded id per row. The k-th kept candidate then sits before the last one and scores
+    # higher, so there is no tie to resolve and every row is done.
+    fits = (excl is None and c > k) or (excl is not None and excl.shape[1] == 1 and c > k + 1)
+    if fits and _MIN(ids[:, -1], axis=None) >= 0 and _ALL(_LESS(scores[:, 1:], scores[:, :-1]), axis=None):
+        if excl is None:
+            return ids[:, :k].copy(), scores[:, :k].copy(), None
+        # a stable sort of "is excluded" moves the (at most one) excluded column to the end:
+        # [7, 3, 9] excluding 3 -> columns [0, 2, 1] -> the first k of [7, 9, 3]
+        keep = np.argsort(ids == excl, axis=1, kind="stable")[:, :k]
+        rows = _ROW0 if len(ids) == 1 else np.arange(len(ids))[:, None]
+        return ids[rows, keep], scores[rows, keep], None
+    top_ids, top_scores, n_valid = filter_excluded(ids, scores, excl, k)
+    done = n_valid >= k
+    if can_widen:
+        # A tie between the k-th result and the last candidate may continue past the
+        # candidates; those rows search further so that the lower ids win it.
+        last = (
+            scores[:, -1] if bool((ids[:, -1] >= 0).all()) else np.where(ids >= 0, scores, np.inf).min(axis=1)
+        )
+        done &= top_scores[:, k - 1] > last
+    return top_ids, top_scores, None if bool(done.all()) else done
