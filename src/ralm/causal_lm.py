@@ -52,6 +52,7 @@ __all__ = [
     "gemma3_gguf",
     "is_causal_config",
     "load_causal_lm_and_tokenizer",
+    "load_lm_tokenizer",
     "merge_lora",
     "output_head",
     "position_logits",
@@ -310,3 +311,24 @@ def position_logits(lm: Any, input_ids: Any, attention_mask: Any, rows: Any, col
     hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     logits = head(hidden[rows, cols]).float()
     return torch.tanh(logits / cap) * cap if cap else logits
+
+
+def load_lm_tokenizer(spec: str | os.PathLike | None):
+    """(fast tokenizer, its sha256 fingerprint) of an LM spec (see the module docstring), without
+    loading the model."""
+    from transformers import AutoTokenizer
+
+    from ralm.backbones import quiet_transformers, tokenizer_fingerprint
+
+    d, gguf = resolve_lm(spec)
+    try:
+        with quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(str(d), gguf_file=gguf, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RalmError(
+            f"{d}: could not load a tokenizer ({first}); pass a model directory with tokenizer files"
+        ) from None
+    if not getattr(tok, "is_fast", False):
+        raise RalmError(f"{d}: not a fast tokenizer (no tokenizer.json); ralm needs character offsets")
+    return tok, tokenizer_fingerprint(tok)

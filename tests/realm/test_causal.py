@@ -506,3 +506,20 @@ def test_errors_are_one_line_and_exit_2(realm_store, tiny_dir, causal_dirs, tmp_
                  "--set", "causal_blank=[x]"])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "causal_blank" in err[0]
+
+
+def test_decoder_lm_towers_are_refused_in_one_line(causal_cfg, causal_dirs, realm_store, tmp_path):
+    """REALM's masked queries need [CLS]/[SEP]/[MASK]: decoder-LM towers (raw, or a saved encoder made
+    from one) are refused before anything is written, naming the towers."""
+    from ralm.errors import RalmError
+    from ralm.realm.trainer import pretrain
+    from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+
+    g = str(causal_dirs["gemma3"])
+    DualEncoder.from_pretrained(g, EncoderConfig(pooling="last")).save(tmp_path / "enc")
+    for towers in (g, str(tmp_path / "enc")):
+        out = tmp_path / f"run-{len(towers)}"
+        with pytest.raises(RalmError, match=r"decoder-LM towers cannot be REALM's retriever") as e:
+            pretrain(causal_cfg(lm="gemma3", retriever=towers, out=str(out)), progress=False)
+        assert str(e.value).startswith(towers) and "\n" not in str(e.value)
+        assert not out.exists()

@@ -93,6 +93,26 @@ def is_causal_reader(cfg: PretrainConfig) -> bool:
     return p.is_dir() and any(p.glob("*.gguf"))
 
 
+DECODER_TOWERS = (
+    "{src}: decoder-LM towers cannot be REALM's retriever: its masked queries are built as "
+    "[CLS] x [SEP] with [MASK] tokens, which a decoder tokenizer lacks; use an encoder (MiniLM, or a "
+    "`ralm retriever train` encoder made from one)"
+)
+
+
+def _is_decoder_dir(d: Path) -> bool:
+    """Whether model directory `d` (a saved tower) holds a decoder LM's body."""
+    import json
+    from types import SimpleNamespace
+
+    from ralm.decoder_body import is_decoder_body
+
+    try:
+        return is_decoder_body(SimpleNamespace(**json.loads((d / "config.json").read_text(encoding="utf-8"))))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def _towers(cfg: PretrainConfig, src: str, store: DocStore):
     """The dual encoder from `src` (a saved DualEncoder keeps its own shape), checked against the store."""
     from ralm.retrieval.encoders import ENCODER_FILE, DualEncoder, EncoderConfig
@@ -110,6 +130,8 @@ def _towers(cfg: PretrainConfig, src: str, store: DocStore):
             max_length=cfg.encoder_max_length,
         )
         encoder = DualEncoder.from_pretrained(src, enc_cfg)
+    if encoder.query_tower.decoder:
+        raise RalmError(DECODER_TOWERS.format(src=src))
     check_tokenizer(encoder.doc_tower, store)
     return encoder
 
@@ -118,10 +140,16 @@ def _masking_tokenizer(cfg: PretrainConfig, store: DocStore):
     """A causal run's masking tokenizer: the towers' (retriever, default MiniLM), which must be the
     DocStore's, since masks are drawn on the stored token ids."""
     from ralm.backbones import load_tokenizer, resolve_model_dir
+    from ralm.decoder_body import is_decoder_spec
     from ralm.retrieval.encoders import ENCODER_FILE
 
+    if cfg.retriever and is_decoder_spec(cfg.retriever):
+        raise RalmError(DECODER_TOWERS.format(src=cfg.retriever))
     src = Path(cfg.retriever).expanduser() if cfg.retriever else resolve_model_dir(None)
-    tok = load_tokenizer(src / "query" if (src / ENCODER_FILE).is_file() else src)
+    tower_dir = src / "query" if (src / ENCODER_FILE).is_file() else src
+    if _is_decoder_dir(tower_dir):
+        raise RalmError(DECODER_TOWERS.format(src=cfg.retriever))
+    tok = load_tokenizer(tower_dir)
     from ralm.retrieval.store_tokenizer import tokenizes_like
 
     if not tokenizes_like(tok, store):

@@ -33,30 +33,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ralm.causal_lm import resolve_lm
+from ralm.causal_lm import load_lm_tokenizer, resolve_lm
 from ralm.errors import RalmError
 
 __all__ = ["MemoryAdapter", "load_causal_lm", "load_lm_tokenizer", "resolve_lm"]
-
-
-def load_lm_tokenizer(spec: str | os.PathLike | None):
-    """(fast tokenizer, its sha256 fingerprint) of an LM spec."""
-    from transformers import AutoTokenizer
-
-    from ralm.backbones import quiet_transformers, tokenizer_fingerprint
-
-    d, gguf = resolve_lm(spec)
-    try:
-        with quiet_transformers():
-            tok = AutoTokenizer.from_pretrained(str(d), gguf_file=gguf, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RalmError(
-            f"{d}: could not load a tokenizer ({first}); pass a model directory with tokenizer files"
-        ) from None
-    if not getattr(tok, "is_fast", False):
-        raise RalmError(f"{d}: not a fast tokenizer (no tokenizer.json); SUREALM needs character offsets")
-    return tok, tokenizer_fingerprint(tok)
 
 
 def _model_type(d: Path) -> str | None:
