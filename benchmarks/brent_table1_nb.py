@@ -186,8 +186,7 @@ def gen_cells(args, work: Path) -> list[tuple[str, str, Path]]:
             for seed in [int(x) for x in args.seeds.split(",")]:
                 sd = out.parent / f".{out.name}" / f"seed-{seed}"
                 ev = sd / "eval"
-                label = "closed-book" if mode == "closed-book" else "rag-k3"
-                if not (ev / label / "results.json").is_file():
+                if not (ev / "results.json").is_file():  # one mode: rag eval writes into --out itself
                     t0 = time.perf_counter()
                     gen = sd / "gen"
                     where = (
@@ -204,7 +203,7 @@ def gen_cells(args, work: Path) -> list[tuple[str, str, Path]]:
                          log=work / "grid.log")  # fmt: skip
                     shutil.rmtree(gen / "model", ignore_errors=True)  # 1 GB a seed; the scores are kept
                     (sd / "seconds").write_text(f"{time.perf_counter() - t0:.1f}\n")
-                m = json.loads((ev / label / "results.json").read_text(encoding="utf-8"))["metrics"]
+                m = json.loads((ev / "results.json").read_text(encoding="utf-8"))["metrics"]
                 secs = float((sd / "seconds").read_text()) if (sd / "seconds").is_file() else 0.0
                 records.append({"seed": seed, "test": {"em": m["em"], "f1": m["f1"]}, "seconds": secs,
                                 "train_examples": args.gen_train, "test_examples": int(m["questions"])})  # fmt: skip
