@@ -27,7 +27,6 @@ else:  # pragma: no cover
 
 __all__ = [
     "check_known",
-    "write_text_atomic",
     "describe",
     "fit",
     "hints",
@@ -160,13 +159,3 @@ def check_known(cls, d: dict[str, Any], source: str = "config") -> None:
         raise RalmError(
             f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
         )
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` (parents made) through a temporary sibling and a rename; returns the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
-    return p

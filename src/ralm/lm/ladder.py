@@ -28,7 +28,6 @@ for a CPU), document-level context for the neural models, repeated runs with err
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -373,6 +372,6 @@ def format_table(result: dict) -> str:
 
 def write_json(result: dict, path: str | Path) -> None:
     """Write the ladder result as JSON (n-gram params are n-gram entries, neural ones weights)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    from ralm.atomic import write_json_atomic
+
+    write_json_atomic(path, result)

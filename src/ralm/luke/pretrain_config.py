@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ralm.atomic import write_text_atomic
 from ralm.errors import RalmError
-from ralm.typed_config import check_known, describe, fit, hints, read_toml, show, toml_line, write_text_atomic
+from ralm.typed_config import check_known, describe, fit, hints, read_toml, show, toml_line
 
 __all__ = ["CONFIG_FILE", "MODES", "RESUME_FIELDS", "LukePretrainConfig", "check_setting"]
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ralm.atomic import write_text_atomic
 from ralm.errors import RalmError
 from ralm.realm.masking import MaskingConfig
 from ralm.realm.options import CHOICES, HELP, MODES, NULL_DOCS, QUERY_MASKS
@@ -26,7 +27,6 @@ from ralm.typed_config import (
     show,
     toml_line,
     tomllib,
-    write_text_atomic,
 )
 
 CONFIG_FILE = "config.toml"

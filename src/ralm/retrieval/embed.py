@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ralm.atomic import write_json_atomic
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.precision import autocast_context, autocast_dtype, eval_on
@@ -47,7 +48,6 @@ from ralm.retrieval.embed_files import (
     read_json,
     save_mask,
     shard_path,
-    write_json,
 )
 from ralm.retrieval.encoders import DualEncoder, Tower, module_device
 from ralm.retrieval.store_tokenizer import check_tokenizer
@@ -243,7 +243,7 @@ def _embed_rows(
         mm = np.lib.format.open_memmap(p["partial"], mode="w+", dtype=meta["dtype"], shape=(n, d))
         done = np.zeros(n, dtype=bool)
         save_mask(p["done"], done)
-        write_json(p["progress"], plan_meta)
+        write_json_atomic(p["progress"], plan_meta)
 
     inputs = DocInputs(tower, store, meta["max_length"], titles=titles)
     batches = plan_batches(inputs.lengths(ids), batch_size)  # positions into ids; same on every resume

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.integrity import DIGEST, digest, file_record
 
@@ -40,12 +41,6 @@ def shard_path(out_path: str | os.PathLike, rank: int, world_size: int) -> Path:
     """emb.npy, 1, 4 -> emb.rank1-of-4.npy"""
     out = Path(out_path)
     return out.with_name(f"{out.name[: -len('.npy')]}.rank{rank}-of-{world_size}.npy")
-
-
-def write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def read_json(path: Path) -> dict | None:
@@ -107,7 +102,7 @@ def finish_file(p: dict[str, Path], target: Path, meta: dict) -> None:
     """Rename the partial file to its final name, then record it as complete, with its checksum."""
     p["meta"].unlink(missing_ok=True)
     os.replace(p["partial"], target)
-    write_json(p["meta"], {**meta, "complete": True, "files": {target.name: file_record(target)}})
+    write_json_atomic(p["meta"], {**meta, "complete": True, "files": {target.name: file_record(target)}})
     p["done"].unlink(missing_ok=True)
     p["progress"].unlink(missing_ok=True)
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.integrity import DIGEST, check_digests, records
 
@@ -118,7 +119,7 @@ def _show(v: Any) -> str:
 
 
 def write_build_file(out: Path, request: dict[str, Any]) -> None:
-    _write_json(out / BUILD_FILE, request)
+    write_json_atomic(out / BUILD_FILE, request)
 
 
 # ----------------------------------------------------------------------------- recording
@@ -284,9 +285,3 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)

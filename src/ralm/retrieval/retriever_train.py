@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.model_card import write_model_card
 from ralm.precision import autocast_dtype
@@ -51,7 +52,7 @@ from ralm.retrieval.contrastive import contrastive_step
 from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.train_batches import SupervisedBatches, UnsupervisedBatches
 from ralm.retrieval.train_data import PairSet
-from ralm.retrieval.train_run import RESULTS, prepare_run, truncate_metrics, write_json
+from ralm.retrieval.train_run import RESULTS, prepare_run, truncate_metrics
 from ralm.train.device import resolve_device
 from ralm.train.logging import MetricsLogger
 
@@ -213,7 +214,7 @@ def train_retriever(
             st = out / "checkpoints" / f"step-{step:07d}" / "state.json"
             s = json.loads(st.read_text(encoding="utf-8"))
             s.update(best=best, best_step=best_step, last_eval=last_eval)
-            write_json(st, s)
+            write_json_atomic(st, s)
 
         try:
             if step == 0 and evaluate is not None:
@@ -276,7 +277,7 @@ def train_retriever(
             "seconds": round(time.perf_counter() - t0, 1),
             "encoder": str(out / "encoder"),
         }
-        write_json(out / RESULTS, results)
+        write_json_atomic(out / RESULTS, results)
         write_model_card(out / "encoder", encoder_card(out, cfg, results))
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
         return results

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ralm.atomic import write_json_atomic
 from ralm.corpus.staging import remove_stale
 from ralm.errors import RalmError
 from ralm.train.logging import read_metric_rows
@@ -65,14 +66,8 @@ def prepare_run(
             (out / "metrics.jsonl").unlink(missing_ok=True)  # cut before its first checkpoint
             return False
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / CONFIG, {"config": settings, "data": data})
+    write_json_atomic(out / CONFIG, {"config": settings, "data": data})
     return False
-
-
-def write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def truncate_metrics(out: Path, step: int) -> None:

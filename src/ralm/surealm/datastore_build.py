@@ -5,7 +5,6 @@ temporary directory and renamed into place. The layout and the reader: `ralm.sur
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import time
@@ -15,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.surealm.datastore import FORMAT, FORMAT_VERSION, MANIFEST
 from ralm.surealm.sentences import SentenceSet
@@ -44,12 +44,6 @@ class DatastoreConfig:
         for name, v, lo in (("m", self.m, 1), ("k", self.k, 1), ("max_tokens", self.max_tokens, 2)):
             if v < lo:
                 raise RalmError(f"{name}={v}: must be >= {lo}")
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def tokenize_sentences(
@@ -275,7 +269,7 @@ def _build_into(tmp: Path, sents: SentenceSet, cfg: DatastoreConfig, tokenizer, 
         },
         "entries_per_second": E / max(t_embed, 1e-9),
     }
-    _write_json(tmp / MANIFEST, manifest)
+    write_json_atomic(tmp / MANIFEST, manifest)
     log(
         f"data store: {E:,} entries in {t_embed:.1f}s ({E / max(t_embed, 1e-9):,.0f} entries/s), "
         f"{entry_bytes / E:,.0f} bytes/entry, {nbytes / 2**20:,.1f} MiB"

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.precision import autocast_context, autocast_dtype
 from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
@@ -151,12 +152,6 @@ def evaluate(
     return total
 
 
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _save_atomic(model: SurealmLM, tokenizer, out: Path, extra: dict) -> None:
     """Write the model into a temp dir next to `out`, then swap it in (metrics files stay)."""
     tmp = out / ".model.tmp"
@@ -165,7 +160,7 @@ def _save_atomic(model: SurealmLM, tokenizer, out: Path, extra: dict) -> None:
     for p in tmp.iterdir():
         os.replace(p, out / p.name)
     tmp.rmdir()
-    _write_json(out / TRAIN_FILE, extra)
+    write_json_atomic(out / TRAIN_FILE, extra)
 
 
 def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -> Path:

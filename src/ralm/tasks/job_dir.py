@@ -36,9 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ralm.atomic import write_json_atomic
 from ralm.corpus.staging import remove_stale, replace_dir
 from ralm.errors import RalmError
-from ralm.typed_config import write_text_atomic
 
 __all__ = [
     "JOB_FILE",
@@ -150,7 +150,7 @@ def prepare_job(out: Path, options: dict[str, Any], overwrite: bool, note: Calla
                 "to start over, or choose another --out"
             )
     tmp.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(tmp / JOB_FILE, json.dumps(options, indent=2) + "\n")
+    write_json_atomic(tmp / JOB_FILE, options)
     return tmp
 
 

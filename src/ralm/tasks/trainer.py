@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ralm.atomic import write_json_atomic
 from ralm.precision import autocast_context, autocast_dtype
 from ralm.tasks.adapters import Adapter, TaggingAdapter, make_adapter, shuffled
 from ralm.tasks.metrics import PRIMARY
 from ralm.tasks.models import InitSpec, load_retriever_parts, load_task_model
 from ralm.train.logging import MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
-from ralm.typed_config import write_text_atomic
 
 if TYPE_CHECKING:
     from ralm.tasks.finetune import FinetuneConfig
@@ -279,7 +279,7 @@ def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: 
         if parts.retriever is not None and parts.retriever.tune:
             parts.retriever.encoder.save(out / "retriever")
     # last, and atomically: eval.json marks a finished seed (ralm.tasks.job_dir resumes on it)
-    write_text_atomic(out / "eval.json", json.dumps(record, indent=2) + "\n")
+    write_json_atomic(out / "eval.json", record)
     return record
 
 

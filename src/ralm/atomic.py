@@ -1,0 +1,34 @@
+"""Files that appear whole or not at all: write a temporary sibling, then rename it into place.
+
+`write_text_atomic(path, text)` and `write_json_atomic(path, obj)` are what every manifest,
+results file and marker in ralm goes through: a reader (or a job resumed after kill -9) sees the
+old file or the new one, never half of one. The temporary file is `.NAME.tmp-PID` beside the
+target, so two processes never share one and a leftover is easy to recognise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_json_atomic", "write_text_atomic"]
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path`, parents made, through a temporary sibling and a rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return p
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, *, ensure_ascii: bool = True) -> Path:
+    """`obj` as indented JSON (one trailing newline) at `path`, atomically (`write_text_atomic`)."""
+    return write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=ensure_ascii) + "\n")
