@@ -31,6 +31,7 @@ import numpy as np
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
+from ralm.retrieval.bm25_spec import bm25_options
 
 RETRIEVERS = ("bm25", "dense", "hybrid")
 SEPARATOR = "\n\n"
@@ -73,13 +74,6 @@ def open_retriever(
     store = DocStore(corpus)
     retriever = BM25Retriever.build(store, **bm25_options(lang or "en"))
     return store, retriever, f"bm25 ({retriever.describe()}) over {corpus}"
-
-
-def bm25_options(lang: str) -> dict[str, str]:
-    """BM25 analysis options of a --lang value; "none": no stopwords, no stemming."""
-    if lang.strip().lower() == "none":
-        return {"stopwords": "none", "stemmer": "none"}
-    return {"lang": lang}
 
 
 def query_text(text: str) -> str | None:

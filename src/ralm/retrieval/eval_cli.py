@@ -10,29 +10,11 @@ import tempfile
 from pathlib import Path
 
 from ralm.errors import RalmError
+from ralm.retrieval.bm25_spec import bm25_options
 
 FUSIONS = ("rrf", "weighted")
 # ralm.retrieval.evaluate.ANSWER_MODES, repeated: this module stays free of numpy
 ANSWER_MODES = ("auto", "string", "regex")
-
-
-def bm25_options(spec: str) -> dict[str, str | None]:
-    """A `--bm25` spec as BM25Retriever.build options.
-
-    "none" -> plain (no stopwords, no stemming); "da" -> Danish stopwords and stemmer;
-    "da:stop" -> stopwords only; "da:stem" -> stemmer only.
-    """
-    spec = spec.strip().lower()
-    if spec in ("", "none", "plain"):
-        return {"lang": None, "stopwords": None, "stemmer": None}
-    lang, _, part = spec.partition(":")
-    if part == "":
-        return {"lang": lang, "stopwords": None, "stemmer": None}
-    if part == "stop":
-        return {"lang": None, "stopwords": lang, "stemmer": None}
-    if part == "stem":
-        return {"lang": None, "stopwords": None, "stemmer": lang}
-    raise RalmError(f"--bm25 {spec!r}: use none, LANG (stopwords + stemmer), LANG:stop or LANG:stem")
 
 
 def add_bm25_args(p: argparse.ArgumentParser) -> None:

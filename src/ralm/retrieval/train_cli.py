@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ralm.errors import RalmError
-from ralm.retrieval.eval_cli import bm25_options
+from ralm.retrieval.bm25_spec import bm25_options
 
 
 def register(sub: argparse._SubParsersAction, encoder_args, encoder_config) -> None:
