@@ -210,7 +210,8 @@ def gen_cells(args, work: Path) -> list[tuple[str, str, Path]]:
             from ralm.tasks.finetune import summarize
 
             res = {
-                "task": "rag-qa", "name": LABEL[row], "model": lm, "retrieval": False, "dataset": col,
+                "task": "rag-qa", "name": LABEL[row], "model": lm, "retrieval": mode == "rag",
+                "dataset": "norquad-gen",
                 "data": str(test_q), "primary": "em", "seeds": records, "summary": summarize(records),
                 "mode": mode, "seconds": round(time.perf_counter() - t_cell, 1),
             }  # fmt: skip
