@@ -72,7 +72,7 @@ def comparison_table(results: list[dict[str, Any]], metrics: dict[str, list[str]
 
     metrics: task -> metrics to show (default: the job's primary metric; QA shows em and f1).
     """
-    default = {"extractive-qa": ["em", "f1"], "open-qa": ["em", "recall@5"]}
+    default = {"extractive-qa": ["em", "f1"], "open-qa": ["em", "recall@5"], "rag-qa": ["em", "f1"]}
     cols: list[tuple[str, str, str]] = []  # (dataset, task, metric)
     for r in results:
         for m in (metrics or {}).get(r["task"]) or default.get(r["task"], [r["primary"]]):
