@@ -31,7 +31,6 @@ before the file records: only missing files are caught on open, and verify canno
 
 from __future__ import annotations
 
-import json
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ralm.corpus.manifest import FORMAT, FORMAT_VERSION, MANIFEST, read_manifest
 from ralm.corpus.ragged import RaggedArray, RaggedWriter
 from ralm.corpus.verify import check_on_open, read_error
 from ralm.errors import CorpusError
@@ -63,9 +63,6 @@ __all__ = [
     "read_manifest",
 ]
 
-FORMAT = "ralm-docstore"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 
 # Min/max statistics only where they help (pruning by id/article); on text and list columns
 # they would bloat the footer and the writer's memory with every row group.
@@ -200,25 +197,6 @@ class DocStoreWriter:
 
 
 # ----------------------------------------------------------------------------- reader
-def read_manifest(root: Path) -> dict[str, Any]:
-    """The manifest of the DocStore at `root`; CorpusError when there is none or it is unreadable."""
-    mpath = root / MANIFEST
-    if not root.is_dir():
-        raise CorpusError(f"{root}: no such DocStore directory; build one with `ralm corpus build`")
-    if not mpath.is_file():
-        raise CorpusError(f"{root}: not a DocStore (no {MANIFEST}); build one with `ralm corpus build`")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorpusError(f"{mpath}: unreadable manifest ({exc}); rebuild the DocStore") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CorpusError(f"{mpath}: not a {FORMAT} manifest; rebuild the DocStore")
-    if manifest.get("version", 0) > FORMAT_VERSION:
-        raise CorpusError(f"{mpath}: DocStore format v{manifest['version']} is newer than this ralm")
-    for key in ("layout", "counts"):
-        if not isinstance(manifest.get(key), dict):
-            raise CorpusError(f"{mpath}: no {key!r} in the manifest; rebuild the DocStore")
-    return manifest
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Corpus input from Hugging Face data: `save_to_disk` folders, Parquet and Arrow files with a text column.
 
-Each row is one article, as a JSONL record is (`ralm.corpus.readers.record_article`): "text"
+Each row is one article, as a JSONL record is (`ralm.corpus.records.record_article`): "text"
 (required), "title" (optional, "" when absent), "id" (optional), "links" (optional, a list of
 {"start", "end", "target"}). Other columns (a DPR passages file's "embeddings", say) are not read.
 A folder is read as every Parquet/Arrow file under it in sorted path order (a DatasetDict's
@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ralm.corpus.readers import record_article
+from ralm.corpus.records import record_article
 from ralm.corpus.types import Article
 from ralm.errors import CorpusError
 

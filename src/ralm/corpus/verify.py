@@ -79,7 +79,7 @@ def verify_store(root: str | os.PathLike) -> tuple[int, list[str]]:
     """(files checked, problems): re-hash every file against the manifest, one problem per bad file.
 
     CorpusError when `root` is not a DocStore, or was built without file records."""
-    from ralm.corpus.docstore import read_manifest
+    from ralm.corpus.manifest import read_manifest
 
     root = Path(root)
     files = recorded_files(read_manifest(root))

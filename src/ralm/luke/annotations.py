@@ -12,17 +12,21 @@ words from links alone). Masking and batches are in ralm.luke.data.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 
-if TYPE_CHECKING:
-    from ralm.luke.vocab import EntityVocabulary
+
+class TitleIds(Protocol):
+    """What `EntitySpans.vocab_ids` needs of a vocabulary (`ralm.luke.vocab.EntityVocabulary`)."""
+
+    def ids(self, titles: Iterable[str]) -> list[int]: ...
+
 
 __all__ = [
     "ENTITY_SOURCES",
@@ -141,7 +145,7 @@ class EntitySpans:
         n = np.bincount(self.labels, minlength=len(self.titles))
         return {t: int(c) for t, c in zip(self.titles, n.tolist(), strict=True)}
 
-    def vocab_ids(self, vocab: EntityVocabulary) -> np.ndarray:
+    def vocab_ids(self, vocab: TitleIds) -> np.ndarray:
         """(S,) int64 vocabulary id of every span (1 = [UNK] for titles outside `vocab`)."""
         table = np.asarray(vocab.ids(self.titles), dtype=np.int64)
         return table[self.labels] if len(self) else np.zeros(0, dtype=np.int64)

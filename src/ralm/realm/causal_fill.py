@@ -106,7 +106,7 @@ def _answers(run: LoadedRun, queries: list[SpanQuery], docs: list[list[int]]) ->
 @torch.inference_mode()
 def fill_causal(run: LoadedRun, texts: Sequence[str], *, k: int | None = None, top: int = 5) -> list:
     """`ralm.realm.fill.fill_many` for a causal-reader run (see the module docstring)."""
-    from ralm.realm.fill import FillDoc, FillResult
+    from ralm.realm.fill_types import FillDoc, FillResult
 
     model, dev, tok = run.model, run.device, run.tokenizer
     mask = tok.mask_token or "[MASK]"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -330,9 +329,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument("run", type=Path, help="run directory (`ralm pretrain --out`)")
     v.set_defaults(func=cmd_run_verify)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from ralm.cli import main
-
-    sys.exit(main())

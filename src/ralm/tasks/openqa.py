@@ -37,7 +37,7 @@ import torch
 
 from ralm.retrieval.evaluate import compile_answer, has_answer
 from ralm.tasks import metrics as M
-from ralm.tasks.adapters import Adapter, Item
+from ralm.tasks.adapter_base import Adapter, Item
 from ralm.tasks.extractive_qa import best_span, span_log_probs
 from ralm.tasks.retrieval import TaskRetriever, marginalize
 

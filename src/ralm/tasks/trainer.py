@@ -34,7 +34,7 @@ from ralm.train.logging import MetricsLogger
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
 if TYPE_CHECKING:
-    from ralm.tasks.finetune import FinetuneConfig
+    from ralm.tasks.config import FinetuneConfig
 
 __all__ = ["BestState", "evaluate", "optimizer_for", "run_seed"]
 
