@@ -195,7 +195,7 @@ def gen_cells(args, work: Path) -> list[tuple[str, str, Path]]:
                         else ["--index", str(index), "--retriever", "dense", "-k", "3"]
                     )
                     ralm("rag", "train", str(train_q), "--lm", lm, *where, "--lang", "nb", "--epochs", "1",
-                         "--limit", str(args.gen_train), "--batch-size", "8", "--lora-r", "16", "--no-chat",
+                         "--limit", str(args.gen_train), "--batch-size", "4", "--lora-r", "16", "--no-chat",
                          "--seed", str(seed), "--out", str(gen), "--no-progress", log=work / "grid.log")  # fmt: skip
                     ralm("rag", "eval", str(test_q), "--lm", str(gen / "model"), "--index", str(index),
                          "--retriever", "dense", "--mode", mode, "-k", "3", "--lang", "nb", "--no-chat",
