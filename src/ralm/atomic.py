@@ -3,17 +3,21 @@
 `write_text_atomic(path, text)` and `write_json_atomic(path, obj)` are what every manifest,
 results file and marker in ralm goes through: a reader (or a job resumed after kill -9) sees the
 old file or the new one, never half of one. The temporary file is `.NAME.tmp-PID` beside the
-target, so two processes never share one and a leftover is easy to recognise.
+target, so two processes never share one and a leftover is easy to recognise. `staged_dir(out)`
+does the same for a whole directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_json_atomic", "write_text_atomic"]
+__all__ = ["staged_dir", "write_json_atomic", "write_text_atomic"]
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
@@ -32,3 +36,22 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike, obj: Any, *, ensure_ascii: bool = True) -> Path:
     """`obj` as indented JSON (one trailing newline) at `path`, atomically (`write_text_atomic`)."""
     return write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=ensure_ascii) + "\n")
+
+
+@contextlib.contextmanager
+def staged_dir(out: str | os.PathLike) -> Iterator[Path]:
+    """An empty `.OUT.tmp-PID` directory beside `out` to write into; when the block ends without an
+    error it replaces `out` (an old `out` is removed only once the new one is in place). The
+    temporary directory is removed either way."""
+    from ralm.corpus.staging import replace_dir
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

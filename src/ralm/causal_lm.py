@@ -26,7 +26,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -214,14 +213,9 @@ def save_causal_lm(model, tokenizer, out: str | os.PathLike, card: str | None = 
     file); `card` is written as its README.md model card."""
     from safetensors.torch import save_model
 
-    from ralm.corpus.staging import replace_dir
+    from ralm.atomic import staged_dir
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with staged_dir(out) as tmp:
         cfg = model.config
         for attr in ("gguf_file", "_name_or_path"):
             if hasattr(cfg, attr):
@@ -235,10 +229,7 @@ def save_causal_lm(model, tokenizer, out: str | os.PathLike, card: str | None = 
             from ralm.model_card import write_model_card
 
             write_model_card(tmp, card)
-        replace_dir(tmp, out)  # an old OUT is removed only once the new one is in place
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return Path(out)
 
 
 def add_lora(model, r: int, alpha: int | None = None):

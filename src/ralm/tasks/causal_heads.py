@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,16 +123,11 @@ class CausalTaskModel(nn.Module):
         into `out` atomically; LoRA adapters are folded into the body first."""
         from safetensors.torch import save_file, save_model
 
+        from ralm.atomic import staged_dir
         from ralm.causal_lm import merge_lora
-        from ralm.corpus.staging import replace_dir
         from ralm.model_card import write_model_card
 
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        try:
+        with staged_dir(out) as tmp:
             merge_lora(self.body)
             cfg = self.body.config
             cfg._name_or_path = ""
@@ -156,10 +150,7 @@ class CausalTaskModel(nn.Module):
             if tokenizer is not None:
                 tokenizer.save_pretrained(str(tmp))
             write_model_card(tmp, model_card(meta, type(self.body).__name__))
-            replace_dir(tmp, out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return out
+        return Path(out)
 
 
 def model_card(meta: dict, body_class: str) -> str:
