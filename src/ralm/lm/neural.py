@@ -11,15 +11,8 @@ Every model maps `ids (B, T)` = `<s> w1 ... w_{T-1}` to `logits (B, T, V)`, posi
 predicting token t+1, and is causal: position t never sees a later token. Right padding is
 therefore harmless.
 
-    FeedForwardLM    Bengio et al. (2003): the n-1 previous words' embeddings concatenated ->
-                     tanh hidden -> softmax; optional direct embedding -> output connections.
-                     Positions before `<s>` are padded with `<s>`.
-    LSTMLM           embeddings -> LSTM layers -> softmax; dropout; optionally tied
-                     input/output embeddings (Press & Wolf 2017; Inan et al. 2017).
-    TransformerLM    pre-LN decoder (GPT-2 style): learned positions, causal self-attention via
-                     `scaled_dot_product_attention(is_causal=True)`, GELU MLP, tied output.
-
-The architectures and `build_model` live in `ralm.lm.neural_models`.
+The architectures (FeedForwardLM, LSTMLM, TransformerLM) and `build_model` are described and
+defined in `ralm.lm.neural_models`.
 
 `train_lm` runs AdamW on the summed token cross-entropy of length-bucketed batches, under
 bf16 autocast where the CPU (or GPU) has native bf16, seeded, with a step and time budget,
