@@ -193,12 +193,7 @@ def write_run(out: str | os.PathLike, run: RagRun, cfg: RagConfig, *, name: str,
         for r in run.records:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     os.replace(tmp, out / "predictions.jsonl")
-    summary = {
-        m: {"mean": round(v, 4), "std": 0.0, "n": 1}
-        for m, v in run.metrics.items()
-        if m in ("em", "f1", "contains") or m.startswith("recall@")
-    }
-    results = {
+    results = {  # one run, no seeds: `ralm table` reads its metrics as they are (tasks.tables.summary_of)
         "task": "rag-qa",
         "name": name,
         "dataset": dataset,
@@ -212,14 +207,7 @@ def write_run(out: str | os.PathLike, run: RagRun, cfg: RagConfig, *, name: str,
         "config": asdict(cfg),
         "metrics": run.metrics,
         "notes": run.notes,
-        "summary": {"test": summary},
-        "seeds": [
-            {
-                "seed": 0,
-                "test": {m: s["mean"] for m, s in summary.items()},
-                "seconds": run.metrics["generation_seconds"],
-            }
-        ],
+        "seconds": run.metrics["generation_seconds"],
     }
     tmp = out / f".results.json.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ralm.errors import RalmError
 
-__all__ = ["comparison_table", "read_results", "results_markdown"]
+__all__ = ["comparison_table", "read_results", "results_markdown", "summary_of"]
 
 
 def cell(stat: dict[str, float] | None) -> str:
@@ -25,20 +25,36 @@ def cell(stat: dict[str, float] | None) -> str:
     return f"{stat['mean']:.2f} ± {stat['std']:.2f}" if stat.get("n", 1) > 1 else f"{stat['mean']:.2f}"
 
 
+def summary_of(results: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """split -> metric -> {"mean", "std", "n"} of a job over its seeds; a single run without seeds
+    (`ralm rag eval`) has its metrics as the test split's means, with no std."""
+    if "summary" in results:
+        return results["summary"]
+    return {
+        "test": {
+            m: {"mean": float(v)}
+            for m, v in results.get("metrics", {}).items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+    }
+
+
 def results_markdown(results: dict[str, Any]) -> str:
     """One job: a metric x split table, then the primary metric per seed."""
     lines = [
         f"# {results['task']}: {results['name']}{' + retrieval' if results['retrieval'] else ''}",
         "",
-        f"data: `{results['data']}` ({results['format']}); seeds: "
-        + ", ".join(str(r["seed"]) for r in results["seeds"]),
+        f"data: `{results['data']}` ({results['format']}); "
+        + ("seeds: " + ", ".join(str(r["seed"]) for r in results["seeds"]) if "seeds" in results else "one run"),
         "",
         "| split | metric | mean ± std |",
         "| --- | --- | --- |",
     ]
-    for split, metrics in results["summary"].items():
+    for split, metrics in summary_of(results).items():
         for m, stat in metrics.items():
             lines.append(f"| {split} | {m} | {cell(stat)} |")
+    if "seeds" not in results:
+        return "\n".join(lines) + "\n"
     p = results["primary"]
     lines += ["", f"| seed | dev {p} | test {p} | seconds |", "| --- | --- | --- | --- |"]
     for r in results["seeds"]:
@@ -99,7 +115,7 @@ def comparison_table(results: list[dict[str, Any]], metrics: dict[str, list[str]
                 ]
                 stat = None
                 if hit:
-                    summ = hit[-1]["summary"]
+                    summ = summary_of(hit[-1])
                     stat = (summ.get("test") or summ.get("dev") or {}).get(m)
                 cells.append(cell(stat))
         lines.append("| " + " | ".join(cells) + " |")
