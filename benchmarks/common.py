@@ -12,7 +12,8 @@ import os
 import platform
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+# RALM_RESULTS_DIR: write elsewhere (gpu_pack.py's stages keep their scripts' files in scratch folders)
+RESULTS = Path(os.environ.get("RALM_RESULTS_DIR") or Path(__file__).resolve().parent / "results")
 
 
 def machine() -> str:

@@ -1,0 +1,336 @@
+"""Gemma-3-270M in every role on NorQuAD-open (issue 36): generator, LSR supervisor, retriever towers.
+
+All rows use the 472 NorQuAD-open test questions over the 5,859-chunk pool and the DPR-trained
+MiniLM towers of retriever_train.py (`dpr-cc`, their index built by realm_causal.py: --b35).
+Retrieval for generation is the tuned fusion of retriever_train.py (Norwegian BM25 0.7 + dpr-cc
+0.3, weighted min-max; "hybrid"), run once into `ralm rag retrieve`-style files (top 20), so
+every generator row reads the same passages. Cells (each a directory under --work, skipped
+when its results exist, so the script resumes):
+
+  prep            retrieval files (test; the first --train-questions train questions) and the
+                  SQuAD subset of those train questions for DPR
+  zs-<lm>-k3      zero-shot RAG k=3 (chat template where the LM has one)
+  zs-<lm>-rest    zero-shot closed-book, RAG k=1/5, REPLUG k=3
+  zs-<lm>-oracle  zero-shot with the gold chunk
+  ft-<lm>         `ralm rag train` (k=3, LoRA r=16, 1 epoch over the train questions, plain-text
+                  prompts), then RAG k=3 and oracle with the trained model
+  cbft-gemma      closed-book fine-tuning on the same questions, closed-book eval
+  lsr             `ralm rag lsr` on the dpr-cc index supervised by ft-gemma's model; dense
+                  answer recall@1/5/20 before and after
+  dpr-<tower>     `ralm retriever train dpr` on the same train questions, one recipe for MiniLM
+                  and Gemma-3 (Gemma: bidirectional attention, mean pooling, a query
+                  instruction, token embeddings frozen); recall on the test questions, alone
+                  and fused with Norwegian BM25 (weighted 0.7, as tuned for dpr-cc); training
+                  and encoding throughput; index size
+  report          benchmarks/results/gemma_nb.json
+
+Run: python benchmarks/gemma_nb.py CELL [CELL ...] [--work runs/b36] [--b35 runs/b35]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from common import RESULTS, write_result  # noqa: E402
+
+NORQUAD = ROOT.parent / "shared" / "data" / "norquad" / "all"
+TEST = NORQUAD / "test_dataset_flattened.json"
+TRAIN = NORQUAD / "training_dataset_flattened.reconstructed.json"
+LMS = {"gemma": "gemma3", "smollm2": "smollm2"}
+KS = (1, 5, 20)
+QUERY_INSTRUCTION = "Spørsmål: "
+
+
+def log(msg: str) -> None:
+    print(f"[gemma_nb {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def ralm(*args) -> None:
+    import subprocess
+
+    log("ralm " + " ".join(str(a) for a in args))
+    subprocess.run([sys.executable, "-m", "ralm", *[str(a) for a in args]], check=True)
+
+
+def done(d: Path) -> bool:
+    return (d / "results.json").is_file()
+
+
+# ----------------------------------------------------------------------------- prep
+def prep(a) -> None:
+    from ralm.rag.data import read_questions
+    from ralm.rag.retrieved import retrieve, write_retrieved
+    from ralm.retrieval.search import load_retriever
+
+    a.work.mkdir(parents=True, exist_ok=True)
+    ret = a.work / "retrieved"
+    if not (ret / "train.jsonl").is_file():
+        fusion = json.loads((RESULTS / "retriever_train.json").read_text())["fusion"]
+        store, hybrid = load_retriever(a.index, "hybrid", bm25_options={"lang": "nb"}, fusion=fusion["method"],
+                                       dense_weight=1 - fusion["bm25_weight"], log=log)  # fmt: skip
+        for split, path, limit in (("test", TEST, None), ("train", TRAIN, a.train_questions)):
+            qs = read_questions(path)[:limit]
+            write_retrieved(ret / f"{split}.jsonl", qs, retrieve(qs, hybrid, store, 20))
+            log(f"retrieved: {split} {len(qs)} questions")
+    sub = a.work / "train-subset.json"
+    if not sub.is_file():
+        squad = json.loads(TRAIN.read_text(encoding="utf-8"))
+        left, data = a.train_questions, []
+        for art in squad["data"]:
+            paras = []
+            for p in art["paragraphs"]:
+                qas = p["qas"][:left]
+                left -= len(qas)
+                if qas:
+                    paras.append({**p, "qas": qas})
+            if paras:
+                data.append({**art, "paragraphs": paras})
+            if left <= 0:
+                break
+        sub.write_text(json.dumps({**squad, "data": data}, ensure_ascii=False), encoding="utf-8")
+        log(f"{sub}: {a.train_questions} train questions")
+
+
+# ----------------------------------------------------------------------------- generation
+def rag_eval(a, out: Path, lm, *extra) -> None:
+    ralm("rag", "eval", TEST, "--lm", lm, "--lang", "nb", "--batch-size", 8, "--out", out, "--no-progress", *extra)
+
+
+def zero_shot(a, key: str, part: str) -> None:
+    out = a.work / f"zs-{key}-{part}"
+    retrieved = ["--retrieved", a.work / "retrieved" / "test.jsonl"]
+    if part == "k3" and not done(out):
+        rag_eval(a, out, LMS[key], *retrieved, "--mode", "rag", "-k", 3)
+    elif part == "rest" and not done(out / "replug-k3"):
+        rag_eval(a, out, LMS[key], *retrieved, "--mode", "closed-book", "rag", "-k", 1, 5)
+        rag_eval(a, out / "replug-k3", LMS[key], *retrieved, "--mode", "replug", "-k", 3)
+    elif part == "oracle" and not done(out):  # the gold chunk comes from the index's DocStore
+        rag_eval(a, out, LMS[key], "--index", a.index, "--retriever", "dense", "--mode", "oracle", "-k", 1)
+
+
+def fine_tune(a, key: str, closed_book: bool = False) -> None:
+    name = f"{'cbft' if closed_book else 'ft'}-{key}"
+    run = a.work / name
+    if not (run / "model" / "config.json").is_file():
+        ralm("rag", "train", TRAIN, "--lm", LMS[key], "--retrieved", a.work / "retrieved" / "train.jsonl",
+             "-k", 3, "--lang", "nb", "--epochs", 1, "--limit", a.train_questions, "--batch-size", 4,
+             "--lora-r", 16, "--no-chat", "--out", run, "--no-progress",
+             *(["--closed-book"] if closed_book else []))  # fmt: skip
+    ev = a.work / f"{name}-eval"
+    if closed_book:
+        if not done(ev):
+            rag_eval(a, ev, run / "model", "--mode", "closed-book", "--no-chat")
+        return
+    if not done(ev / "rag-k3"):
+        rag_eval(a, ev / "rag-k3", run / "model", "--retrieved", a.work / "retrieved" / "test.jsonl",
+                 "--mode", "rag", "-k", 3, "--no-chat")  # fmt: skip
+    if not done(ev / "oracle"):
+        rag_eval(a, ev / "oracle", run / "model", "--index", a.index, "--retriever", "dense", "--mode", "oracle",
+                 "-k", 1, "--no-chat")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- retrieval
+def recall_rows(a, retrievers: dict) -> dict:
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.compare import compare_retrievers, load_qa
+
+    store = DocStore(a.b35 / "pool")
+    pairs = load_qa(str(a.b35 / "test.jsonl"), store)
+    reps = compare_retrievers(store, pairs, retrievers, KS, measures=("nDCG@10",), lang="nb")
+    return {
+        n: {**{f"recall@{k}": round(r.recall[k], 4) for k in KS}, "hub@20": round(r.hubness["hub_share"], 4)}
+        for n, r in reps.items()
+    } | {"_questions": len(pairs)}
+
+
+def lsr(a) -> None:
+    from ralm.retrieval.search import load_retriever
+
+    out = a.work / "lsr"
+    if not (out / "index" / "retrieval.json").is_file():
+        ralm("rag", "lsr", TRAIN, "--lm", a.work / "ft-gemma" / "model", "--index", a.index, "-n", 20,
+             "--limit", a.lsr_questions, "--lang", "nb", "--out", out, "--no-progress")  # fmt: skip
+    res = out / "results.json"
+    if not res.is_file():
+        _, before = load_retriever(a.index, "dense", log=log)
+        _, after = load_retriever(out / "index", "dense", log=log)
+        rows = recall_rows(a, {"before": before, "after": after})
+        res.write_text(json.dumps(rows, indent=2) + "\n")
+        log(f"lsr: {rows}")
+
+
+def dpr(a, tower: str) -> None:
+    import numpy as np
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.search import dense_retriever_for
+
+    run = a.work / f"dpr-{tower}"
+    extra = (["--encoder", "gemma3", "--bidirectional", "--pooling", "mean", "--query-instruction", QUERY_INSTRUCTION]
+             if tower == "gemma" else [])  # fmt: skip
+    t0 = time.perf_counter()
+    if not done(run):
+        ralm("retriever", "train", "dpr", a.work / "train-subset.json", "--corpus", a.b35 / "pool", "--lang", "nb",
+             "--epochs", a.dpr_epochs, "--batch-size", 32, "--grad-cache", 8, "--select", "last", "--quiet",
+             "--out", run, *extra)  # fmt: skip
+        (run / "train_seconds.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
+    res = run / "eval.json"
+    if res.is_file():
+        return
+    store = DocStore(a.b35 / "pool")
+    enc = DualEncoder.from_pretrained(run / "encoder")
+    t0 = time.perf_counter()
+    dense = dense_retriever_for(store, enc, run / "emb", progress=False, batch_size=16)
+    enc_s = time.perf_counter() - t0
+    fusion = json.loads((RESULTS / "retriever_train.json").read_text())["fusion"]
+    bm25 = BM25Retriever.build(store, lang="nb")
+    w = fusion["bm25_weight"]
+    fused = HybridRetriever([bm25, dense], len(store), method=fusion["method"], weights=[w, 1 - w])
+    rows = recall_rows(a, {tower: dense, f"fused:{tower}": fused})
+    vec = np.load(run / "emb" / "embeddings.npy", mmap_mode="r")
+    train = json.loads((run / "train_seconds.json").read_text())["seconds"]
+    rows["_speed"] = {
+        "train_seconds": round(train, 1),
+        "encode_seconds": round(enc_s, 1),
+        "encode_chunks_per_s": round(len(store) / enc_s, 2),
+        "index_bytes": int(vec.nbytes),
+        "dim": int(vec.shape[1]),
+    }
+    res.write_text(json.dumps(rows, indent=2) + "\n")
+    log(f"dpr-{tower}: {rows}")
+
+
+# ----------------------------------------------------------------------------- report
+def _metrics(d: Path) -> dict:
+    return json.loads((d / "results.json").read_text())["metrics"]
+
+
+def report(a) -> None:
+    w = a.work
+    m: dict[str, float] = {}
+    rows: dict[str, dict] = {}
+
+    def take(label: str, d: Path) -> None:
+        if done(d):
+            r = _metrics(d)
+            rows[label] = {k: round(r[k], 2) for k in ("em", "f1", "contains", "seconds_per_question") if k in r}
+
+    for key in LMS:
+        take(f"{key} zero-shot rag k=3", w / f"zs-{key}-k3")
+        for sub, label in (("closed-book", "closed-book"), ("rag-k1", "rag k=1"), ("rag-k5", "rag k=5"),
+                           ("replug-k3", "replug k=3")):  # fmt: skip
+            take(f"{key} zero-shot {label}", w / f"zs-{key}-rest" / sub)
+        take(f"{key} zero-shot oracle", w / f"zs-{key}-oracle")
+        take(f"{key} rag-ft rag k=3", w / f"ft-{key}-eval" / "rag-k3")
+        take(f"{key} rag-ft oracle", w / f"ft-{key}-eval" / "oracle")
+        take(f"{key} closed-book-ft", w / f"cbft-{key}-eval")
+    for key in LMS:
+        if f"{key} rag-ft rag k=3" in rows:
+            m[f"{key}_ragft_em"] = rows[f"{key} rag-ft rag k=3"]["em"]
+        if f"{key} zero-shot rag k=3" in rows:
+            m[f"{key}_zeroshot_rag_f1"] = rows[f"{key} zero-shot rag k=3"]["f1"]
+    retrieval: dict[str, dict] = {}
+    if (w / "lsr" / "results.json").is_file():
+        r = json.loads((w / "lsr" / "results.json").read_text())
+        retrieval["lsr"] = r
+        m["lsr_dense_recall@5_before"] = round(100 * r["before"]["recall@5"], 2)
+        m["lsr_dense_recall@5_after"] = round(100 * r["after"]["recall@5"], 2)
+    for tower, label in (("gemma", "gemma"), ("minilm", "minilm")):
+        f = w / f"dpr-{tower}" / "eval.json"
+        if f.is_file():
+            r = json.loads(f.read_text())
+            retrieval[f"dpr-{tower}"] = r
+            m[f"{label}_dpr_recall@5"] = round(100 * r[tower]["recall@5"], 2)
+            if tower == "gemma":
+                m["fused_gemma_dpr_recall@5"] = round(100 * r["fused:gemma"]["recall@5"], 2)
+    for tower in ("gemma", "minilm"):
+        f = w / f"dpr-{tower}" / "eval.json"
+        if f.is_file():
+            for k, v in json.loads(f.read_text())["_speed"].items():
+                m[f"{tower}_dpr_{k}"] = v
+    targets = {
+        "gemma_ragft_em": ">= 1.5 x smollm2_ragft_em (same budget)",
+        "gemma_zeroshot_rag_f1": ">= 3 x smollm2_zeroshot_rag_f1",
+        "lsr_dense_recall@5_after": ">= lsr_dense_recall@5_before + 1",
+        "gemma_dpr_recall@5": ">= minilm_dpr_recall@5 + 5 (same recipe and epochs)",
+        "fused_gemma_dpr_recall@5": ">= 85.9 (Norwegian BM25's 80.9 + 5)",
+    }
+    verdict = {}
+    if {"gemma_ragft_em", "smollm2_ragft_em"} <= m.keys():
+        verdict["gemma_ragft_em"] = m["gemma_ragft_em"] >= 1.5 * m["smollm2_ragft_em"]
+    if {"gemma_zeroshot_rag_f1", "smollm2_zeroshot_rag_f1"} <= m.keys():
+        verdict["gemma_zeroshot_rag_f1"] = m["gemma_zeroshot_rag_f1"] >= 3 * m["smollm2_zeroshot_rag_f1"]
+    if "lsr_dense_recall@5_after" in m:
+        verdict["lsr_dense_recall@5_after"] = m["lsr_dense_recall@5_after"] >= m["lsr_dense_recall@5_before"] + 1
+    if {"gemma_dpr_recall@5", "minilm_dpr_recall@5"} <= m.keys():
+        verdict["gemma_dpr_recall@5"] = m["gemma_dpr_recall@5"] >= m["minilm_dpr_recall@5"] + 5
+    if "fused_gemma_dpr_recall@5" in m:
+        verdict["fused_gemma_dpr_recall@5"] = m["fused_gemma_dpr_recall@5"] >= 85.9
+    write_result(
+        "gemma_nb",
+        "python benchmarks/gemma_nb.py prep zs-gemma-k3 zs-smollm2-k3 ft-gemma ft-smollm2 lsr dpr-minilm dpr-gemma "
+        "zs-gemma-rest zs-gemma-oracle cbft-gemma report",
+        m,
+        {k: f"{v} ({'met' if verdict[k] else 'not met'})" if k in verdict else f"{v} (not measured)"
+         for k, v in targets.items()},  # fmt: skip
+        rows=rows,
+        retrieval=retrieval,
+        settings={"train_questions": a.train_questions, "lsr_questions": a.lsr_questions,
+                  "dpr_epochs": a.dpr_epochs, "test_questions": 472, "pool_chunks": 5859,
+                  "generation_retrieval": "BM25 nb 0.7 + dpr-cc 0.3, weighted min-max, top 20 per question",
+                  "device": "cpu, 1 thread per job"},  # fmt: skip
+    )
+    log(json.dumps(m, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cells", nargs="+")
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b36")
+    ap.add_argument("--b35", type=Path, default=ROOT / "runs" / "b35", help="realm_causal.py's work directory")
+    ap.add_argument("--train-questions", type=int, default=1000)
+    ap.add_argument("--lsr-questions", type=int, default=250)
+    ap.add_argument("--dpr-epochs", type=float, default=1.0)
+    a = ap.parse_args()
+    a.index = a.b35 / "index-plain"
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    for cell in a.cells:
+        t0 = time.perf_counter()
+        log(f"cell {cell}")
+        if cell == "prep":
+            prep(a)
+        elif cell.startswith("zs-"):
+            _, key, part = cell.split("-")
+            zero_shot(a, key, part)
+        elif cell.startswith(("ft-", "cbft-")):
+            kind, key = cell.split("-")
+            fine_tune(a, key, closed_book=kind == "cbft")
+        elif cell == "lsr":
+            lsr(a)
+        elif cell.startswith("dpr-"):
+            dpr(a, cell.split("-")[1])
+        elif cell == "report":
+            report(a)
+        else:
+            raise SystemExit(f"unknown cell {cell!r}")
+        log(f"cell {cell}: {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
