@@ -14,6 +14,7 @@ Corpus: the gensim English Wikipedia sample chunked to --chunk-size tokens (the 
 106 articles; shorter chunks make more of them and a cheaper reader on 2 CPU cores).
 
 Run: python benchmarks/realm_quality.py [--steps 600] [--chunk-size 64]
+(--store: a DocStore built beforehand; --backbone: another encoder, e.g. a tiny one for a smoke run)
 Writes benchmarks/results/realm_quality.json (and keeps the runs under --work).
 """
 
@@ -58,6 +59,8 @@ def main() -> None:
     ap.add_argument("--warm-batch-size", type=int, default=16)
     ap.add_argument("--warm-lr", type=float, default=3e-4)
     ap.add_argument("--work", default="/tmp/ralm-bench-realm")
+    ap.add_argument("--store", help="a DocStore to use (default: the sample, built under --work)")
+    ap.add_argument("--backbone", help="HF encoder dir for the towers and the first reader (default: MiniLM)")
     ap.add_argument("--name", default="realm_quality")
     ap.add_argument(
         "--reuse", action="store_true",
@@ -87,12 +90,13 @@ def main() -> None:
         pretrain(cfg, overwrite=True, progress=False)
         return time.perf_counter() - t
 
-    store = ensure_store(work / f"enwiki-{args.chunk_size}", args.chunk_size)
-    reader = None
+    sample = work / f"enwiki-{args.chunk_size}"
+    store = Path(args.store) if args.store else ensure_store(sample, args.chunk_size)
+    reader = args.backbone
     seconds = {}
     if args.warm_steps:
         warm = PretrainConfig(
-            docstore=str(store), out=str(work / "warm"), mode="mlm", steps=args.warm_steps,
+            docstore=str(store), out=str(work / "warm"), mode="mlm", steps=args.warm_steps, reader=reader,
             batch_size=args.warm_batch_size, lr_reader=args.warm_lr, warmup_steps=50, heldout=args.heldout,
             checkpoint_every=0, tensorboard=False, masking=MaskingConfig(strategy="uniform", replace_probs=BERT_REPLACE),
         )  # fmt: skip
@@ -113,7 +117,7 @@ def main() -> None:
         checkpoint_every=0,
         tensorboard=False,
         reader=reader,
-        retriever="minilm",  # the towers start from the bundled MiniLM either way
+        retriever=args.backbone or "minilm",  # the towers start from MiniLM (or --backbone) either way
     )
     for mode in ("realm", "mlm"):
         seconds[mode] = run_stage(PretrainConfig(out=str(work / mode), mode=mode, **common))

@@ -9,11 +9,12 @@ batching on within 5% of batching off (a lone request must not wait for company)
 sizes does the server run under load? And the search endpoint's p50 against the same search
 called in-process (issue 16; target: overhead <= 10% at p50).
 
-Servers: the real command, `ralm serve TARGET --port 0 --quiet --threads N` (+ `--max-batch 1` for
-off, + --on-args for on), as subprocesses on 127.0.0.1, both started at the beginning; RSS from
-psutil. TARGET: --target, else runs/demo/realm (`make demo`), else one of the same shape built
-under --work (benchmarks/serve_target.py: the enwiki sample in 64-token chunks, MiniLM reader and
-towers, configs/demo.toml at 2 steps); --small builds a tiny random BERT run instead (quick runs).
+Servers: the real command, `ralm serve TARGET --port 0 --quiet --threads N` (+ `--device D` with
+--device D, + `--max-batch 1` for off, + --on-args for on), as subprocesses on 127.0.0.1, both
+started at the beginning; RSS from psutil. TARGET: --target, else runs/demo/realm (`make demo`),
+else one of the same shape built under --work (benchmarks/serve_target.py: the enwiki sample in
+64-token chunks, MiniLM reader and towers, configs/demo.toml at 2 steps); --small builds a tiny
+random BERT run instead (quick runs).
 Load: 32 asyncio clients (httpx, one keep-alive connection each), each in a loop: a search (dense,
 BM25, hybrid in turn, k=10, a chatterbot trivia question) three times in four, else a fill (a
 chunk's first 300 characters with its first salient span replaced by [MASK]); per server first
@@ -45,6 +46,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -67,13 +69,13 @@ RETRIEVERS = ("dense", "bm25", "hybrid")
 class Server:
     """`ralm serve TARGET` in a subprocess on 127.0.0.1 and a free port; stderr is drained."""
 
-    def __init__(self, target: Path, threads: int, extra: Sequence[str] = ()) -> None:
+    def __init__(self, target: Path, threads: int, extra: Sequence[str] = (), wait: bool = True) -> None:
         cmd = [sys.executable, "-m", "ralm", "serve", str(target), "--port", "0", "--quiet",
                "--threads", str(threads), *extra]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.lines: list[str] = []
         self.url: str | None = None
-        ready = threading.Event()
+        self.ready = ready = threading.Event()
 
         def drain() -> None:
             for line in self.proc.stderr:
@@ -85,7 +87,12 @@ class Server:
             ready.set()
 
         threading.Thread(target=drain, daemon=True).start()
-        if not ready.wait(600) or self.url is None:
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Until the server listens (SystemExit when it does not start within 10 minutes)."""
+        if not self.ready.wait(600) or self.url is None:
             self.stop()
             raise SystemExit("ralm serve did not start:\n" + "\n".join(self.lines[-20:]))
 
@@ -99,11 +106,11 @@ class Server:
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
         return int(re.search(r"RssAnon:\s+(\d+) kB", status).group(1)) / 1024
 
-    def batching(self) -> dict:
-        """/api/info's batching section (settings, and per model queue the batch-size counts)."""
+    def info(self, key: str = "batching"):
+        """A section of /api/info: batching (settings, per model queue the batch-size counts), device..."""
         import httpx
 
-        return httpx.get(f"{self.url}/api/info", timeout=60).json()["batching"]
+        return httpx.get(f"{self.url}/api/info", timeout=60).json()[key]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -202,19 +209,20 @@ def under_load(server: Server, args, queries: list[str], fills: list[str]) -> di
 
     if args.warmup > 0:
         asyncio.run(load(server.url, args.clients, args.warmup, queries, fills))
-    rss_start, before = server.rss_mib(), server.batching()
+    rss_start, before, cpu = server.rss_mib(), server.info(), time.process_time()
     sampler = threading.Thread(target=sample_rss, daemon=True)
     sampler.start()
     res = asyncio.run(load(server.url, args.clients, args.seconds, queries, fills))
     stop.set()
     sampler.join()
-    rss_end, after = server.rss_mib(), server.batching()
+    rss_end, after = server.rss_mib(), server.info()
     lat = res["lat"]
     both = lat["search"] + lat["fill"]
     sizes = batch_sizes(before, after)
     runs = {name: sum(int(s) * n for s, n in h.items()) for name, h in sizes.items()}
     return {
         "seconds": round(res["wall"], 2),
+        "client_cpu_share": round((time.process_time() - cpu) / res["wall"], 2),  # ~1: the clients limit
         "requests": len(both) + len(res["errors"]),
         "search_requests": len(lat["search"]),
         "fill_requests": len(lat["fill"]),
@@ -248,11 +256,8 @@ def one_client(servers: dict[str, Server], n: int, queries: list[str], fills: li
     try:
         for i in range(n + 20):
             if rng.random() < SEARCH_SHARE:
-                req = (
-                    "GET",
-                    "/api/search",
-                    {"params": {"q": rng.choice(queries), "k": 10, "retriever": RETRIEVERS[i % 3]}},
-                )
+                params = {"q": rng.choice(queries), "k": 10, "retriever": RETRIEVERS[i % 3]}
+                req = ("GET", "/api/search", {"params": params})
             else:
                 req = ("POST", "/api/fill", {"json": {"text": rng.choice(fills)}})
             names = list(servers) if i % 2 else list(servers)[::-1]
@@ -285,6 +290,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=60.0, help="seconds of load before the measured load")
     ap.add_argument("--one-client", type=int, default=200, help="sequential requests per server")
     ap.add_argument("--on-args", default="", help="extra `ralm serve` flags of the batching-on server")
+    ap.add_argument("--device", default=None, help="the servers' `--device` (default: the run's)")
     ap.add_argument("--direct-calls", type=int, default=200, help="search calls of each kind (0: skip)")
     ap.add_argument("--result", default="serve_load", help="write benchmarks/results/RESULT.json")
     ap.add_argument("--no-write", action="store_true", help="print, do not write the result file")
@@ -292,6 +298,7 @@ def main() -> None:
 
     import torch
 
+    from ralm.realm.run import open_stores, read_run_config
     from ralm.serve.batching import BatchConfig
     from ralm.serve.loaders import load_target
 
@@ -307,26 +314,30 @@ def main() -> None:
         target_path, built = build_demo_like(args.work), " (built here: configs/demo.toml at 2 steps)"
 
     load_avg_start = os.getloadavg()
-    target = load_target(
-        target_path, "cpu", log=lambda m: None
-    )  # this process's copy: requests, library calls
-    queries = search_queries()
-    fills = fill_texts(target.store, 200)
-    servers = {
-        "off": Server(target_path, threads, ["--max-batch", "1"]),
-        "on": Server(target_path, threads, shlex.split(args.on_args)),
+    dev = ["--device", args.device] if args.device else []
+    servers = {  # both load while this process does (they are ready before any load)
+        "off": Server(target_path, threads, [*dev, "--max-batch", "1"], wait=False),
+        "on": Server(target_path, threads, [*dev, *shlex.split(args.on_args)], wait=False),
     }
     try:
+        if args.direct_calls > 0:  # this process's copy of the models (the library calls)
+            target = load_target(target_path, args.device or "cpu", log=lambda m: None)
+            store = target.store
+        else:  # the requests need only the corpus
+            store = open_stores(read_run_config(target_path))[0]
+        queries = search_queries()
+        fills = fill_texts(store, 200)
+        for s in servers.values():
+            s.wait()
         rss_loaded = {name: round(s.rss_mib(), 1) for name, s in servers.items()}
         settings = {
-            name: {k: v for k, v in s.batching().items() if k != "queues"} for name, s in servers.items()
+            name: {k: v for k, v in s.info().items() if k != "queues"} | {"device": s.info("device")}
+            for name, s in servers.items()
         }
         loads = {}
         for name in ("off", "on"):
-            print(
-                f"batching {name}: {args.warmup:.0f} s warm-up, {args.seconds:.0f} s measured",
-                file=sys.stderr,
-            )
+            msg = f"batching {name}: {args.warmup:.0f} s warm-up, {args.seconds:.0f} s measured"
+            print(msg, file=sys.stderr)
             loads[name] = under_load(servers[name], args, queries, fills)
         print(f"one client: {args.one_client} requests per server", file=sys.stderr)
         single = one_client(servers, args.one_client, queries, fills)
@@ -334,8 +345,8 @@ def main() -> None:
         if args.direct_calls > 0 and target.dense is not None:
             cmp = search_vs_library(servers["on"].url, target, queries, args.direct_calls)
     finally:
-        for s in servers.values():
-            s.stop()
+        with ThreadPoolExecutor() as pool:  # both at once (an interpreter with torch takes seconds to exit)
+            list(pool.map(Server.stop, servers.values()))
 
     on, off = loads["on"], loads["off"]
     metrics = {
@@ -349,11 +360,7 @@ def main() -> None:
         "one_client": single,
         "settings": settings,
         "server_rss_loaded_mib": rss_loaded,
-        "defaults": {
-            "max_batch": BatchConfig().max_batch,
-            "max_wait_ms": BatchConfig().max_wait_ms,
-            "max_queue": BatchConfig().max_queue,
-        },  # fmt: skip
+        "defaults": {k: getattr(BatchConfig(), k) for k in ("max_batch", "max_wait_ms", "max_queue")},
     }
     if cmp is not None:
         metrics["search_vs_library"] = cmp
@@ -366,8 +373,9 @@ def main() -> None:
         "search_vs_library.overhead_p50": "<= 0.10",
     }
     notes = [
-        f"target: {target_path}{built}; {len(target.store)} chunks; servers `ralm serve --threads {threads}` "
-        f"(off: --max-batch 1; on: defaults{' ' + args.on_args if args.on_args else ''}) in subprocesses on 127.0.0.1",
+        f"target: {target_path}{built}; {len(store)} chunks; servers `ralm serve --threads {threads}` "
+        f"(off: --max-batch 1; on: defaults{' ' + args.on_args if args.on_args else ''}) in subprocesses on 127.0.0.1"
+        + (f", models on {args.device}" if args.device else ""),
         f"shared 2-core machine (other jobs running): load average {load_avg_start[0]:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end; the clients run on the same cores as the servers",
     ]

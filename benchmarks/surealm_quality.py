@@ -11,12 +11,15 @@ baseline (k nearest training contexts; lambda and temperature tuned on validatio
 Also recorded: data store build throughput (entries/s) and bytes per entry.
 
 Run: python benchmarks/surealm_quality.py [--groups 800] [--steps 3000]
-Writes benchmarks/results/surealm_quality.json.
+Writes benchmarks/results/surealm_quality.json. On a GPU (gpu_stages/surealm.py): --sentences (the
+same conversations written out, splits fixed), --device cuda (the data store's encoder) and
+--parallel (the two runs train at once: one small LM leaves the GPU mostly idle).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -30,6 +33,9 @@ from common import write_result  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=800, help="chitchat conversations used")
+    ap.add_argument("--sentences", default=None, help="JSONL of sentences instead of the chitchat sample")
+    ap.add_argument("--device", default="cpu", help="device of the data store's sentence encoder")
+    ap.add_argument("--parallel", action="store_true", help="train the two runs at once, in two processes")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-4)
@@ -62,21 +68,21 @@ def main() -> None:
     from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
     from ralm.surealm.evaluation import evaluate_models, format_rows
     from ralm.surealm.sentences import read_sentences
-    from ralm.surealm.train import TrainConfig, train
+    from ralm.surealm.train import TrainConfig
 
     work = Path(args.work)
-    ds = work / f"chitchat-{args.groups}"
+    ds = work / (Path(args.sentences).stem if args.sentences else f"chitchat-{args.groups}")
 
     def ensure_store(path: Path, cfg: DatastoreConfig) -> None:
         if args.rebuild or not (path / "manifest.json").is_file():
-            sents = read_sentences(["chitchat"], limit_groups=args.groups)
+            sents = read_sentences([args.sentences or "chitchat"], limit_groups=args.groups)
             build_datastore(sents, path, cfg, overwrite=True, progress=False)
 
-    ensure_store(ds, DatastoreConfig(k=args.k))
+    ensure_store(ds, DatastoreConfig(k=args.k, device=args.device))
     sds = ds  # the retrieval run's data store; the baseline needs only the sentences and tokens of `ds`
     if args.include_current_word:
-        sds = work / f"chitchat-{args.groups}-cw"
-        ensure_store(sds, DatastoreConfig(k=args.k, include_current_word=True))
+        sds = ds.with_name(ds.name + "-cw")
+        ensure_store(sds, DatastoreConfig(k=args.k, include_current_word=True, device=args.device))
     store = Datastore(sds)
     seconds = {}
     sname = "surealm" + ("" if args.memory_init == "zero" else f"-{args.memory_init}")
@@ -90,6 +96,7 @@ def main() -> None:
         init = str(work / args.init_from)
         sname, bname = f"{sname}-from-{args.init_from}", f"baseline-from-{args.init_from}"
     runs = {sname: True, bname: False}
+    todo = {}
     for name, retrieval in runs.items():
         cfg = TrainConfig(
             datastore=str(sds if retrieval else ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
@@ -108,9 +115,18 @@ def main() -> None:
                 print(f"reusing {work / name}")
                 seconds[name] = None
                 continue
-        t = time.perf_counter()
-        train(cfg, overwrite=True, progress=False)
-        seconds[name] = time.perf_counter() - t
+        todo[name] = cfg
+    if args.parallel and len(todo) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(
+            len(todo), mp_context=mp.get_context("spawn"), initializer=die_with_parent
+        ) as pool:
+            jobs = {name: pool.submit(timed_train, cfg) for name, cfg in todo.items()}
+            seconds.update({name: job.result() for name, job in jobs.items()})
+    else:
+        seconds.update({name: timed_train(cfg) for name, cfg in todo.items()})
     rows = evaluate_models(
         [str(work / n) for n in runs],
         "test",
@@ -159,6 +175,25 @@ def main() -> None:
         settings=vars(args),
         knnlm=knn["kind"],
     )
+
+
+def die_with_parent() -> None:
+    """--parallel's process initializer: end when the script ends (a time limit that stops the script
+    would otherwise leave both runs training)."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):  # Linux only: PR_SET_PDEATHSIG
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+
+
+def timed_train(cfg) -> float:
+    """Seconds `ralm.surealm.train.train(cfg)` took (a top-level function: --parallel runs it in a process)."""
+    from ralm.surealm.train import train
+
+    t = time.perf_counter()
+    train(cfg, overwrite=True, progress=False)
+    return time.perf_counter() - t
 
 
 if __name__ == "__main__":
