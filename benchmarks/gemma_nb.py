@@ -104,7 +104,21 @@ def prep(a) -> None:
 
 # ----------------------------------------------------------------------------- generation
 def rag_eval(a, out: Path, lm, *extra) -> None:
-    ralm("rag", "eval", TEST, "--lm", lm, "--lang", "nb", "--batch-size", 8, "--out", out, "--no-progress", *extra)
+    ralm(
+        "rag",
+        "eval",
+        TEST,
+        "--lm",
+        lm,
+        "--lang",
+        "nb",
+        "--batch-size",
+        8,
+        "--out",
+        out,
+        "--no-progress",
+        *extra,
+    )
 
 
 def zero_shot(a, key: str, part: str) -> None:
@@ -227,7 +241,9 @@ def report(a) -> None:
     def take(label: str, d: Path) -> None:
         if done(d):
             r = _metrics(d)
-            rows[label] = {k: round(r[k], 2) for k in ("em", "f1", "contains", "seconds_per_question") if k in r}
+            rows[label] = {
+                k: round(r[k], 2) for k in ("em", "f1", "contains", "seconds_per_question") if k in r
+            }
 
     for key in LMS:
         take(f"{key} zero-shot rag k=3", w / f"zs-{key}-k3")
@@ -275,7 +291,9 @@ def report(a) -> None:
     if {"gemma_zeroshot_rag_f1", "smollm2_zeroshot_rag_f1"} <= m.keys():
         verdict["gemma_zeroshot_rag_f1"] = m["gemma_zeroshot_rag_f1"] >= 3 * m["smollm2_zeroshot_rag_f1"]
     if "lsr_dense_recall@5_after" in m:
-        verdict["lsr_dense_recall@5_after"] = m["lsr_dense_recall@5_after"] >= m["lsr_dense_recall@5_before"] + 1
+        verdict["lsr_dense_recall@5_after"] = (
+            m["lsr_dense_recall@5_after"] >= m["lsr_dense_recall@5_before"] + 1
+        )
     if {"gemma_dpr_recall@5", "minilm_dpr_recall@5"} <= m.keys():
         verdict["gemma_dpr_recall@5"] = m["gemma_dpr_recall@5"] >= m["minilm_dpr_recall@5"] + 5
     if "fused_gemma_dpr_recall@5" in m:
@@ -285,14 +303,21 @@ def report(a) -> None:
         "python benchmarks/gemma_nb.py prep zs-gemma-k3 zs-smollm2-k3 ft-gemma ft-smollm2 lsr dpr-minilm dpr-gemma "
         "zs-gemma-rest zs-gemma-oracle cbft-gemma report",
         m,
-        {k: f"{v} ({'met' if verdict[k] else 'not met'})" if k in verdict else f"{v} (not measured)"
-         for k, v in targets.items()},  # fmt: skip
+        {
+            k: f"{v} ({'met' if verdict[k] else 'not met'})" if k in verdict else f"{v} (not measured)"
+            for k, v in targets.items()
+        },  # fmt: skip
         rows=rows,
         retrieval=retrieval,
-        settings={"train_questions": a.train_questions, "lsr_questions": a.lsr_questions,
-                  "dpr_epochs": a.dpr_epochs, "test_questions": 472, "pool_chunks": 5859,
-                  "generation_retrieval": "BM25 nb 0.7 + dpr-cc 0.3, weighted min-max, top 20 per question",
-                  "device": "cpu, 1 thread per job"},  # fmt: skip
+        settings={
+            "train_questions": a.train_questions,
+            "lsr_questions": a.lsr_questions,
+            "dpr_epochs": a.dpr_epochs,
+            "test_questions": 472,
+            "pool_chunks": 5859,
+            "generation_retrieval": "BM25 nb 0.7 + dpr-cc 0.3, weighted min-max, top 20 per question",
+            "device": "cpu, 1 thread per job",
+        },  # fmt: skip
     )
     log(json.dumps(m, indent=1))
 
@@ -301,7 +326,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cells", nargs="+")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b36")
-    ap.add_argument("--b35", type=Path, default=ROOT / "runs" / "b35", help="realm_causal.py's work directory")
+    ap.add_argument(
+        "--b35", type=Path, default=ROOT / "runs" / "b35", help="realm_causal.py's work directory"
+    )
     ap.add_argument("--train-questions", type=int, default=1000)
     ap.add_argument("--lsr-questions", type=int, default=250)
     ap.add_argument("--dpr-epochs", type=float, default=1.0)

@@ -223,7 +223,9 @@ def test_train_saves_a_generator_that_eval_loads(capsys, chat_lm_dir, store, que
     assert code == 0, err
 
 
-def test_lsr_supervised_by_a_fine_tuned_generator_lowers_the_kl(capsys, chat_lm_dir, index, questions, tmp_path):
+def test_lsr_supervised_by_a_fine_tuned_generator_lowers_the_kl(
+    capsys, chat_lm_dir, index, questions, tmp_path
+):
     """`rag train` makes the supervisor; `rag lsr` with it writes an index whose query tower has a lower
     KL(P_R || Q) on the training questions (same candidates, same LM preferences), the doc tower unchanged."""
     import torch

@@ -45,7 +45,11 @@ def results_markdown(results: dict[str, Any]) -> str:
         f"# {results['task']}: {results['name']}{' + retrieval' if results['retrieval'] else ''}",
         "",
         f"data: `{results['data']}` ({results['format']}); "
-        + ("seeds: " + ", ".join(str(r["seed"]) for r in results["seeds"]) if "seeds" in results else "one run"),
+        + (
+            "seeds: " + ", ".join(str(r["seed"]) for r in results["seeds"])
+            if "seeds" in results
+            else "one run"
+        ),
         "",
         "| split | metric | mean ± std |",
         "| --- | --- | --- |",
