@@ -329,3 +329,18 @@ def test_bundled_minilm_matches_sentence_transformers(minilm_dir):
     assert enc.dim == 384
     ref = SentenceTransformer(str(minilm_dir), device="cpu").encode(QUERIES)
     np.testing.assert_allclose(enc.encode_queries(QUERIES), ref, atol=1e-5)
+
+
+def test_the_bf16_speed_probe_leaves_the_global_rng_alone():
+    """autocast="auto" times a bf16 matmul once per process; a seeded run must draw the same dropout
+    masks whether or not that probe ran first (it made the first `retriever train` of a process differ)."""
+    import torch
+
+    from ralm import precision
+
+    precision._BF16_FASTER = None
+    torch.manual_seed(5)
+    want = torch.rand(4)
+    torch.manual_seed(5)
+    precision._matmul_speedup(torch.bfloat16, n=16, reps=1)
+    assert torch.equal(torch.rand(4), want)

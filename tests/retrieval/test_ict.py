@@ -6,7 +6,7 @@ import torch
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-from ralm.retrieval.ict import ICTConfig, ict_loss, ict_pair, train_ict
+from ralm.retrieval.ict import ict_loss, ict_pair
 
 
 def test_ict_pair_docstring_example():
@@ -58,7 +58,7 @@ def test_ict_loss_decreases_on_a_fixed_batch(tiny_dir):
         loss, _ = ict_loss(enc, batch, None, torch.device("cpu"))
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(enc.parameters(), 1.0)  # as train_ict does
+        torch.nn.utils.clip_grad_norm_(enc.parameters(), 1.0)  # as the training loop does
         opt.step()
         losses.append(loss.item())
     assert losses[0] == pytest.approx(np.log(8), abs=0.1)  # chance level: 8 equally likely documents
@@ -66,28 +66,52 @@ def test_ict_loss_decreases_on_a_fixed_batch(tiny_dir):
     assert losses[-1] < 0.7 * losses[0]
 
 
-def test_train_ict_end_to_end(tiny_store, tiny_dir, tmp_path):
-    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(pooling="mean"))
-    cfg = ICTConfig(
-        steps=6, batch_size=8, lr=5e-4, heldout_frac=0.2, eval_every=3, log_every=2, autocast="off"
-    )
-    last = train_ict(enc, tiny_store, tmp_path / "run", cfg, progress=False)
-    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    # step 0 eval, train logs at 2/4/6, evals at 3/6
-    assert [r["step"] for r in rows] == [0, 2, 3, 4, 6, 6]
-    assert rows[0]["heldout_queries"] == 12  # 20% of 60 chunks, all with 3 sentences
-    assert set(last) == {"heldout_recall@1", "heldout_recall@5", "heldout_recall@10"}
-    assert all(0.0 <= v <= 1.0 for v in last.values())
-    assert json.loads((tmp_path / "run" / "ict_config.json").read_text())["steps"] == 6
-    again = DualEncoder.from_pretrained(tmp_path / "run" / "encoder")
+def _run(capsys, *argv):
+    from ralm.cli import main
+
+    code = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_ralm_ict_is_retriever_train_ict(capsys, tiny_store, tiny_dir, tmp_path):
+    """`ralm ict` runs the one retriever training loop: the same metrics, results and encoder as
+    `ralm retriever train ict` given the flags it maps to (lr, held-out count from the fraction)."""
+    common = ["--steps", "4", "--batch-size", "8", "--eval-every", "2", "--seed", "3", "--encoder", tiny_dir,
+              "--pooling", "mean", "--quiet"]  # fmt: skip
+    code, out, err = _run(capsys, "ict", tiny_store.root, "--out", tmp_path / "a", "--lr", "5e-4",
+                          "--heldout-frac", "0.2", *common)  # fmt: skip
+    assert code == 0, err
+    code, out2, err = _run(capsys, "retriever", "train", "ict", tiny_store.root, "--out", tmp_path / "b", "--lr", "5e-4",
+                           "--heldout", "12", "--similarity", "dot", *common)  # fmt: skip
+    assert code == 0, err
+    a = json.loads(out.strip().splitlines()[-1])
+    b = json.loads(out2.strip().splitlines()[-1])
+    assert {k: v for k, v in a.items() if k not in ("run", "encoder")} == {
+        k: v for k, v in b.items() if k not in ("run", "encoder")
+    }
+    ra = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    rb = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    strip = ("seconds", "elapsed_seconds", "time", "steps_per_second", "examples_per_second")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in ra] == [
+        {k: v for k, v in r.items() if k not in strip} for r in rb
+    ]
+    assert [r["step"] for r in ra if "dev_heldout_recall@1" in r] == [
+        0,
+        2,
+        4,
+    ]  # before training, then every 2
     q = ["alpha beta gamma"]
-    np.testing.assert_allclose(again.encode_queries(q), enc.encode_queries(q), atol=1e-5)
+    np.testing.assert_allclose(
+        DualEncoder.from_pretrained(tmp_path / "a" / "encoder").encode_queries(q),
+        DualEncoder.from_pretrained(tmp_path / "b" / "encoder").encode_queries(q),
+    )
+    cfg = json.loads((tmp_path / "a" / "train_config.json").read_text())["config"]
+    assert cfg["lr"] == 5e-4 and cfg["heldout"] == 12 and cfg["recipe"] == "ict" and cfg["remove_prob"] == 0.9
 
 
-def test_train_ict_bad_device_writes_nothing(tiny_store, tiny_dir, tmp_path):
-    from ralm.errors import RalmError
-
-    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(pooling="mean"))
-    with pytest.raises(RalmError, match=r"device 'tpu7': use auto, cpu, cuda or cuda:N"):
-        train_ict(enc, tiny_store, tmp_path / "run", ICTConfig(steps=1, device="tpu7"), progress=False)
-    assert not (tmp_path / "run").exists()
+def test_ralm_ict_refuses_bad_values_in_one_line(capsys, tiny_store, tmp_path):
+    code, _, err = _run(capsys, "ict", tiny_store.root, "--out", tmp_path / "r", "--heldout-frac", "1.5")
+    assert code == 2 and err.strip() == "ralm: error: --heldout-frac 1.5: must be between 0 and 1"
+    code, _, err = _run(capsys, "ict", tmp_path / "nowhere", "--out", tmp_path / "r")
+    assert code == 2 and "no DocStore here" in err and not (tmp_path / "r").exists()

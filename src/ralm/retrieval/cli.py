@@ -148,8 +148,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "ict",
         help="Inverse Cloze Task warm start of a dual encoder",
         description="Train query and document towers with ICT (Lee et al. 2019) on a DocStore: a random sentence "
-        "is the query, its chunk (sentence removed 90%% of the time) the document, in-batch negatives. Logs "
-        "loss, in-batch accuracy and held-out recall@k to RUN/metrics.jsonl; saves RUN/encoder.",
+        "is the query, its chunk (sentence removed 90%% of the time) the document, in-batch negatives. An alias "
+        "of `ralm retriever train ict` (the same loop and output: RUN/metrics.jsonl, RUN/results.json, "
+        "RUN/encoder) with ICT's learning rate and a held-out fraction.",
     )
     t.add_argument("store", type=Path, help="DocStore directory")
     t.add_argument("--out", type=Path, required=True, help="run directory")
@@ -230,26 +231,31 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _ict(args: argparse.Namespace) -> int:
+    """`ralm ict`: an alias of `ralm retriever train ict` (one loop, the same output), with ICT's
+    defaults (lr 1e-4 as BRENT) and --heldout-frac turned into the held-out chunk count."""
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.encoders import DualEncoder
-    from ralm.retrieval.ict import ICTConfig, train_ict
+    from ralm.retrieval.train_cli import train_as
 
     for name in ("steps", "batch_size", "eval_every"):
         if getattr(args, name) < 1:
             raise RalmError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
     if not 0.0 <= args.remove_prob <= 1.0:
         raise RalmError(f"--remove-prob {args.remove_prob}: must be between 0 and 1")
-    store = DocStore(args.store)
-    enc = DualEncoder.from_pretrained(args.encoder, _encoder_config(args))
-    cfg = ICTConfig(
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        remove_prob=args.remove_prob,
-        heldout_frac=args.heldout_frac,
-        eval_every=args.eval_every,
-        seed=args.seed,
-    )
-    last = train_ict(enc, store, args.out, cfg, progress=not args.quiet)
-    print(json.dumps({"run": str(args.out), **last}))
-    return 0
+    if not 0.0 < args.heldout_frac < 1.0:
+        raise RalmError(f"--heldout-frac {args.heldout_frac}: must be between 0 and 1")
+    if not (Path(args.store) / "manifest.json").is_file():
+        raise RalmError(f"{args.store}: no DocStore here; build one with `ralm corpus build`")
+    heldout = max(1, min(1000, round(args.heldout_frac * len(DocStore(args.store)))))
+    argv = ["ict", str(args.store), "--out", str(args.out), "--steps", str(args.steps),
+            "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--remove-prob", str(args.remove_prob),
+            "--heldout", str(heldout), "--eval-every", str(args.eval_every), "--seed", str(args.seed),
+            "--similarity", args.similarity]  # fmt: skip
+    flags = {"encoder": "--encoder", "pooling": "--pooling", "max_length": "--max-length",
+             "proj_dim": "--proj-dim", "query_instruction": "--query-instruction"}  # fmt: skip
+    for name, flag in flags.items():
+        if getattr(args, name) is not None:
+            argv += [flag, str(getattr(args, name))]
+    for name in ("quiet", "bidirectional", "scale", "shared"):
+        if getattr(args, name):
+            argv.append(f"--{name}")
+    return train_as(argv, _encoder_args, _encoder_config)

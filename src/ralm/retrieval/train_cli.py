@@ -33,6 +33,11 @@ def register(sub: argparse._SubParsersAction, encoder_args, encoder_config) -> N
         "ict: contrastive --recipe ict. Saves OUT/encoder (the best dev checkpoint), metrics.jsonl and "
         "results.json; rerun the same command to resume after an interruption.",
     )
+    add_train_args(t, encoder_args, encoder_config)
+
+
+def add_train_args(t: argparse.ArgumentParser, encoder_args, encoder_config) -> None:
+    """The arguments of `retriever train` on parser `t` (also the standalone parser of `ralm ict`)."""
     t.add_argument("mode", choices=["dpr", "contrastive", "ict"], help="training recipe")
     t.add_argument(
         "data",
@@ -90,6 +95,18 @@ def register(sub: argparse._SubParsersAction, encoder_args, encoder_config) -> N
     )
     t.add_argument("--recipe", choices=["crop", "ict", "both"], default="crop", help="contrastive views")
     t.add_argument(
+        "--remove-prob",
+        type=float,
+        default=0.9,
+        help="ict: probability of removing the query sentence from its document (default 0.9, Lee et al.)",
+    )
+    t.add_argument(
+        "--heldout",
+        type=int,
+        default=500,
+        help="contrastive/ict without --dev: chunks held out for held-out recall (default 500, at most 1/5)",
+    )
+    t.add_argument(
         "--eval-every", type=int, default=0, help="steps between dev evaluations (default: each epoch)"
     )
     t.add_argument(
@@ -104,6 +121,14 @@ def register(sub: argparse._SubParsersAction, encoder_args, encoder_config) -> N
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     encoder_args(t, similarity="cos")
     t.set_defaults(func=_train, encoder_config=encoder_config)
+
+
+def train_as(argv: list[str], encoder_args, encoder_config) -> int:
+    """Run `ralm retriever train ARGV` (the same parser and code): what `ralm ict` calls."""
+    p = argparse.ArgumentParser(prog="ralm retriever train")
+    add_train_args(p, encoder_args, encoder_config)
+    args = p.parse_args(argv)
+    return args.func(args)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -131,10 +156,13 @@ def _train(args: argparse.Namespace) -> int:
     spec = args.bm25 or lang
     bm25_opts = bm25_options(spec) if spec != "en" or args.bm25 else {}
     log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+    import torch
+
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.train_data import read_beir_dev, read_pairs
 
+    torch.manual_seed(cfg.seed)  # weights a fresh encoder initialises (a pooler, a projection) repeat too
     enc = DualEncoder.from_pretrained(args.encoder, args.encoder_config(args))
     data = {
         "mode": mode,
