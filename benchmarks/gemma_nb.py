@@ -13,7 +13,8 @@ when its results exist, so the script resumes):
   zs-<lm>-rest    zero-shot closed-book, RAG k=1/5, REPLUG k=3
   zs-<lm>-oracle  zero-shot with the gold chunk
   ft-<lm>         `ralm rag train` (k=3, LoRA r=16, 1 epoch over the train questions, plain-text
-                  prompts), then RAG k=3 and oracle with the trained model
+                  prompts), then RAG k=3 with the trained model
+  ftoracle-<lm>   the fine-tuned model with the gold chunk
   cbft-gemma      closed-book fine-tuning on the same questions, closed-book eval
   lsr             `ralm rag lsr` on the dpr-cc index supervised by ft-gemma's model; dense
                   answer recall@1/5/20 before and after
@@ -83,10 +84,10 @@ def prep(a) -> None:
             qs = read_questions(path)[:limit]
             write_retrieved(ret / f"{split}.jsonl", qs, retrieve(qs, hybrid, store, 20))
             log(f"retrieved: {split} {len(qs)} questions")
-    sub = a.work / "train-subset.json"
+    sub = a.work / f"train-subset-{a.dpr_questions}.json"
     if not sub.is_file():
         squad = json.loads(TRAIN.read_text(encoding="utf-8"))
-        left, data = a.train_questions, []
+        left, data = a.dpr_questions, []
         for art in squad["data"]:
             paras = []
             for p in art["paragraphs"]:
@@ -99,7 +100,7 @@ def prep(a) -> None:
             if left <= 0:
                 break
         sub.write_text(json.dumps({**squad, "data": data}, ensure_ascii=False), encoding="utf-8")
-        log(f"{sub}: {a.train_questions} train questions")
+        log(f"{sub}: {a.dpr_questions} train questions")
 
 
 # ----------------------------------------------------------------------------- generation
@@ -133,7 +134,7 @@ def zero_shot(a, key: str, part: str) -> None:
         rag_eval(a, out, LMS[key], "--index", a.index, "--retriever", "dense", "--mode", "oracle", "-k", 1)
 
 
-def fine_tune(a, key: str, closed_book: bool = False) -> None:
+def fine_tune(a, key: str, closed_book: bool = False, oracle: bool = False) -> None:
     name = f"{'cbft' if closed_book else 'ft'}-{key}"
     run = a.work / name
     if not (run / "model" / "config.json").is_file():
@@ -146,10 +147,10 @@ def fine_tune(a, key: str, closed_book: bool = False) -> None:
         if not done(ev):
             rag_eval(a, ev, run / "model", "--mode", "closed-book", "--no-chat")
         return
-    if not done(ev / "rag-k3"):
+    if not oracle and not done(ev / "rag-k3"):
         rag_eval(a, ev / "rag-k3", run / "model", "--retrieved", a.work / "retrieved" / "test.jsonl",
                  "--mode", "rag", "-k", 3, "--no-chat")  # fmt: skip
-    if not done(ev / "oracle"):
+    if oracle and not done(ev / "oracle"):
         rag_eval(a, ev / "oracle", run / "model", "--index", a.index, "--retriever", "dense", "--mode", "oracle",
                  "-k", 1, "--no-chat")  # fmt: skip
 
@@ -198,7 +199,7 @@ def dpr(a, tower: str) -> None:
              if tower == "gemma" else [])  # fmt: skip
     t0 = time.perf_counter()
     if not done(run):
-        ralm("retriever", "train", "dpr", a.work / "train-subset.json", "--corpus", a.b35 / "pool", "--lang", "nb",
+        ralm("retriever", "train", "dpr", a.work / f"train-subset-{a.dpr_questions}.json", "--corpus", a.b35 / "pool", "--lang", "nb",
              "--epochs", a.dpr_epochs, "--batch-size", 32, "--grad-cache", 8, "--select", "last", "--quiet",
              "--out", run, *extra)  # fmt: skip
         (run / "train_seconds.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
@@ -332,6 +333,7 @@ def main() -> None:
     ap.add_argument("--train-questions", type=int, default=1000)
     ap.add_argument("--lsr-questions", type=int, default=250)
     ap.add_argument("--dpr-epochs", type=float, default=1.0)
+    ap.add_argument("--dpr-questions", type=int, default=1000, help="train questions of the DPR rows")
     a = ap.parse_args()
     a.index = a.b35 / "index-plain"
     import torch
@@ -345,9 +347,9 @@ def main() -> None:
         elif cell.startswith("zs-"):
             _, key, part = cell.split("-")
             zero_shot(a, key, part)
-        elif cell.startswith(("ft-", "cbft-")):
+        elif cell.startswith(("ft-", "cbft-", "ftoracle-")):
             kind, key = cell.split("-")
-            fine_tune(a, key, closed_book=kind == "cbft")
+            fine_tune(a, key, closed_book=kind == "cbft", oracle=kind == "ftoracle")
         elif cell == "lsr":
             lsr(a)
         elif cell.startswith("dpr-"):

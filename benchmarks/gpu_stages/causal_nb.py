@@ -50,10 +50,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # this file also runs as a script (the reader conversion): no package imports
-    from gpu_stages import weights
+from gpu_stages import weights
 from gpu_stages.context import StageContext
 
 NAME = "causal_nb"
