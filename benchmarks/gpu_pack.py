@@ -5,13 +5,17 @@ Prepared on the CPU, run whenever a GPU is lent, reported on the CPU:
   prep     on the CPU: each stage's inputs (DocStores, towers, questions, the serve target...),
            the wheels of what the GPU image lacks, the bundled MiniLM in fp16, all under --pack
            (default runs/gpupack), then cut into transport parts of <= 50 MiB
-           (runs/gpupack/parts/pNN): a device call carries at most 64 MiB.
+           (runs/gpupack/parts/pNN): a device call carries at most 64 MiB. With every stage the
+           pack is ~440 MiB in 10 parts: p00-p02 hold the wheels, MiniLM and four stages, the rest
+           is causal_nb (the Gemma-3 GGUF, 241 MiB). `prep --stages ...` packs fewer.
   stash    on the GPU, once per part, each call carrying one part:
              python benchmarks/gpu_pack.py stash runs/gpupack/parts/p00 --pack /tmp/gpupack
   run      on the GPU, in the call carrying the last part:
              python benchmarks/gpu_pack.py stash runs/gpupack/parts/pNN --pack /tmp/gpupack &&
              python benchmarks/gpu_pack.py run --pack /tmp/gpupack --out $OUT
-           Stages in priority order, each with its time budget (--budget, default 540 s in all);
+           Stages in priority order (those without a result in benchmarks/results/gpu_pack.json
+           first), each with its time budget (--budget, default 540 s in all); a stage whose
+           parts were not stashed is skipped with a line;
            a stage is skipped with a line when less than its minimum is left, a failed stage is
            recorded and the next one runs. $OUT/gpu_pack_run.json is rewritten after every stage,
            so a run stopped at the call's limit keeps what it finished.
@@ -99,19 +103,25 @@ def run_stages(
     env: dict | None = None,
     on_record: Callable[[list[dict]], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    missing: Callable[[object], str | None] | None = None,
 ) -> list[dict]:
     """Run `stages` in order within `budget` seconds; one record per stage (ok, failed or skipped).
 
     A stage gets min(its BUDGET_S, the time left) (tiny: the time left) and is skipped when less
     than its MIN_S is left (tiny: never for want of time). `make_ctx(stage, deadline)` builds its
     context; an exception in a stage is recorded with its last lines and the next stage runs.
+    `missing(stage)`: why the stage cannot run at all (its inputs did not travel), or None.
     """
     end = clock() + budget
     records: list[dict] = []
     for st in stages:
         left = end - clock()
         rec = {"stage": st.NAME, "title": st.TITLE, "tiny": tiny, "started": now(), **(env or {})}
-        if not tiny and left < st.MIN_S:
+        why = missing(st) if missing is not None else None
+        if why is not None:
+            rec.update(status="skipped", reason=why, seconds=0.0, metrics={})
+            log(f"{st.NAME}: skipped ({why})")
+        elif not tiny and left < st.MIN_S:
             rec.update(status="skipped", reason=f"{left:.0f} s left, the stage needs at least {st.MIN_S:.0f} s",
                        seconds=0.0, metrics={})  # fmt: skip
             log(f"{st.NAME}: skipped ({rec['reason']})")
@@ -166,10 +176,23 @@ def cmd_run(a) -> int:
             a.out / RUN_FILE, {"command": " ".join(sys.argv), "budget_s": a.budget, "stages": records}
         )
 
-    records = run_stages(stages, make_ctx, a.budget, tiny=a.tiny, env=env, on_record=save)
+    records = run_stages(stages, make_ctx, a.budget, tiny=a.tiny, env=env, on_record=save,
+                         missing=lambda st: inputs_missing(pack / "inputs" / st.NAME))  # fmt: skip
     for r in records:
         log(f"{r['stage']}: {r['status']} {json.dumps(r['metrics'])}")
     return 0
+
+
+def inputs_missing(d: Path) -> str | None:
+    """Why a stage's inputs are not usable on this machine (not stashed, or some parts still missing)."""
+    from gpu_stages.transport import CHUNK_SUFFIX
+
+    if not d.is_dir():
+        return f"its inputs ({d}) are not in the pack: prep it (`prep --stages ...`) and stash its parts"
+    waiting = sorted({p.name.rpartition(CHUNK_SUFFIX)[0] for p in d.rglob(f"*{CHUNK_SUFFIX}*-of-*")})
+    if waiting:
+        return f"{', '.join(waiting)} of {d} still wait for parts that were not stashed"
+    return None
 
 
 def standing(path: Path) -> set[str]:
@@ -203,7 +226,11 @@ def cmd_prep(a) -> int:
     if not (pack / "minilm").is_dir():
         save_minilm_fp16(pack / "minilm")
     write_manifest(pack, stages=list(a.stages), date=now())
-    order = ["pack.json", "wheels", "minilm", *[f"inputs/{s}" for s in a.stages]]
+    # transport order: the small stages first, causal_nb (its reader is the 241 MiB GGUF) last, so that
+    # the first three parts already run four stages
+    heavy = [s for s in a.stages if s == "causal_nb"]
+    order = ["pack.json", "wheels", "minilm", *[f"inputs/{s}" for s in a.stages if s not in heavy],
+             *[f"inputs/{s}" for s in heavy]]  # fmt: skip
     parts = split_parts(pack, pack / "parts", order)
     log(f"{len(parts)} transport parts under {pack / 'parts'}; see the module docstring for the device calls")
     return 0

@@ -78,6 +78,20 @@ def test_the_last_stage_gets_only_the_time_left() -> None:
     assert recs[1]["budget_s"] == 30 and b.seen["deadline"] == 1150 + 30
 
 
+def test_a_stage_whose_inputs_did_not_travel_is_skipped(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = stage("a", clock, takes=10), stage("b", clock, takes=10)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "reader.gguf.chunk000-of-002").write_bytes(b"x")
+    recs = gpu_pack.run_stages([a, b], ctx_for, 500, clock=clock,
+                               missing=lambda st: gpu_pack.inputs_missing(tmp_path / st.NAME))  # fmt: skip
+    assert [r["status"] for r in recs] == ["skipped", "skipped"] and a.seen == {} and b.seen == {}
+    assert recs[0]["reason"].startswith(f"its inputs ({tmp_path / 'a'}) are not in the pack")
+    assert recs[1]["reason"] == f"reader.gguf of {tmp_path / 'b'} still wait for parts that were not stashed"
+    (tmp_path / "b" / "reader.gguf.chunk000-of-002").unlink()
+    assert gpu_pack.inputs_missing(tmp_path / "b") is None
+
+
 def test_tiny_never_skips_for_want_of_time() -> None:
     clock = Clock()
     a = stage("a", clock, takes=1, budget=5, min_s=10_000)
@@ -150,13 +164,12 @@ def test_parts_split_and_stash_back(tmp_path: Path, monkeypatch) -> None:
         (pack / rel).write_bytes(data)
     parts = transport.split_parts(pack, pack / "parts", ["pack.json", "wheels", "inputs/a"])
     assert all(sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) <= 1000 for p in parts)
-    assert len(parts) == 4  # 2 + 300 | 1000 | 1000 | 500 + 5
+    assert len(parts) == 3  # 2 + 300 + 698 of big | 1000 of big | 802 of big + 5: a big file fills parts up
     assert (parts[0] / "pack.json").is_file() and (parts[0] / "wheels" / "x.whl").is_file()
     dest = tmp_path / "device"
     assert transport.stash(parts[0], dest) == [] and transport.stash(parts[1], dest) == []
     assert not (dest / "inputs" / "a" / "big.bin").exists()  # pieces wait for the last one
-    transport.stash(parts[2], dest)
-    assert transport.stash(parts[3], dest) == ["big.bin"]
+    assert transport.stash(parts[2], dest) == ["big.bin"]
     for rel, data in files.items():
         assert (dest / rel).read_bytes() == data
     assert sorted(p.name for p in (dest / "inputs" / "a").iterdir()) == ["big.bin", "small.txt"]

@@ -86,29 +86,41 @@ def split_parts(pack: Path, parts_dir: Path, order: list[str]) -> list[Path]:
         return (hit[0] if hit else len(order), rel)
 
     files = sorted((p for p in pack.rglob("*") if p.is_file() and parts_dir not in p.parents), key=rank)
-    pieces: list[tuple[Path, Path, int, int]] = []  # (source, relative target, offset, size)
+    plan: list[list[tuple[Path, Path, int, int]]] = []  # per part: (source, relative target, offset, size)
+    used = PART_BYTES
     for f in files:
         rel, size = f.relative_to(pack), f.stat().st_size
-        if size <= PART_BYTES:
-            pieces.append((f, rel, 0, size))
+        if size <= PART_BYTES:  # a small file travels whole
+            if used + size > PART_BYTES:
+                plan.append([])
+                used = 0
+            plan[-1].append((f, rel, 0, size))
+            used += size
             continue
-        n = -(-size // PART_BYTES)
-        for i in range(n):
-            off = i * PART_BYTES
-            name = rel.with_name(f"{rel.name}{CHUNK_SUFFIX}{i:03d}-of-{n:03d}")
-            pieces.append((f, name, off, min(PART_BYTES, size - off)))
+        segments: list[tuple[int, int, int]] = []  # a big one fills what is left of a part, then more
+        off = 0
+        while off < size:
+            if used >= PART_BYTES:
+                plan.append([])
+                used = 0
+            take = min(size - off, PART_BYTES - used)
+            segments.append((len(plan) - 1, off, take))
+            off += take
+            used += take
+        n = len(segments)
+        for i, (part, seg_off, take) in enumerate(segments):
+            plan[part].append(
+                (f, rel.with_name(f"{rel.name}{CHUNK_SUFFIX}{i:03d}-of-{n:03d}"), seg_off, take)
+            )
     parts: list[Path] = []
-    used = PART_BYTES + 1
-    for src, rel, off, size in pieces:
-        if used + size > PART_BYTES:
-            parts.append(parts_dir / f"p{len(parts):02d}")
-            used = 0
-        dst = parts[-1] / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        with src.open("rb") as fi, dst.open("wb") as fo:
-            fi.seek(off)
-            fo.write(fi.read(size))
-        used += size
+    for k, pieces in enumerate(plan):
+        parts.append(parts_dir / f"p{k:02d}")
+        for src, rel, off, size in pieces:
+            dst = parts[-1] / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            with src.open("rb") as fi, dst.open("wb") as fo:
+                fi.seek(off)
+                fo.write(fi.read(size))
     return parts
 
 
