@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import tarfile
@@ -26,6 +25,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from ralm.atomic import write_text_atomic
 from ralm.errors import RalmError
 
 _GENSIM_DATA = "test/test_data"
@@ -131,9 +131,7 @@ def convert_triviaqa(tgz: Path, out: Path) -> tuple[int, int]:
         ("evidence.jsonl", list(docs.values())),
         ("qa.jsonl", [json.dumps(q, ensure_ascii=False) for q in qa]),
     ):
-        tmp = out / (fname + ".tmp")
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(tmp, out / fname)
+        write_text_atomic(out / fname, "\n".join(lines) + "\n")
     return len(docs), len(qa)
 
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.rag.generate import answer_text, greedy, passage_weights, replug
 from ralm.rag.prompt import PromptBuilder, passage_text
@@ -209,7 +210,5 @@ def write_run(out: str | os.PathLike, run: RagRun, cfg: RagConfig, *, name: str,
         "notes": run.notes,
         "seconds": run.metrics["generation_seconds"],
     }
-    tmp = out / f".results.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, out / "results.json")
+    write_json_atomic(out / "results.json", results, ensure_ascii=False)
     return out

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ralm.atomic import write_text_atomic
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
@@ -254,10 +255,7 @@ def prepare_run(run: Path, cfg: PretrainConfig, held: ExitStack, *, resume: bool
 
 # ----------------------------------------------------------------------------- run files
 def write_split(run: Path, train_ids: np.ndarray, held: np.ndarray) -> None:
-    p = run / SPLIT_FILE
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps({"train": train_ids.tolist(), "heldout": held.tolist()}), encoding="utf-8")
-    os.replace(tmp, p)
+    write_text_atomic(run / SPLIT_FILE, json.dumps({"train": train_ids.tolist(), "heldout": held.tolist()}))
 
 
 def read_split(run: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -287,9 +285,6 @@ def trim_metrics(run: Path, rows: list[dict[str, Any]] | None, last_step: int) -
     """Rewrite metrics.jsonl with the rows up to the checkpoint being resumed (the rest are logged again)."""
     if rows is None:
         return
-    p = run / METRICS_FILE
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(
-        "".join(json.dumps(r) + "\n" for r in rows if r.get("step", 0) <= last_step), encoding="utf-8"
+    write_text_atomic(
+        run / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in rows if r.get("step", 0) <= last_step)
     )
-    os.replace(tmp, p)

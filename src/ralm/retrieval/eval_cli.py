@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.retrieval.bm25_spec import bm25_options
 
@@ -273,9 +272,7 @@ def _eval(args: argparse.Namespace) -> int:
             chunks=len(store),
             lang=args.lang,
         )
-        tmp = args.json_out.with_name(f".{args.json_out.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, args.json_out)
+        write_json_atomic(args.json_out, payload, ensure_ascii=False)
     return 0
 
 

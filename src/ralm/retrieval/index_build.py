@@ -10,7 +10,6 @@ shards.json, BM25 and retrieval.json. Loading and the layout: ralm.retrieval.sea
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from ralm.atomic import write_json_atomic
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
@@ -276,6 +276,4 @@ def _finish(
         "bm25": bm25,
         **index_records(out, bm25),
     }
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out / MANIFEST)
+    write_json_atomic(out / MANIFEST, manifest)

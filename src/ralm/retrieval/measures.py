@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ralm.atomic import write_text_atomic
 from ralm.errors import RalmError
 
 DEFAULT_MEASURES = ("nDCG@10", "RR@10")
@@ -140,11 +141,5 @@ def write_qrels(
 
 
 def _write_lines(path: Path, lines: list[str]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(path, "".join(line + "\n" for line in lines))
     return path

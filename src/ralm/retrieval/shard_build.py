@@ -10,7 +10,6 @@ they agree and tile the chunk ids. The layout and loading: ralm.retrieval.sharde
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.integrity import file_record
 from ralm.retrieval.index import INDEX_FILE, MANIFEST_FILE, DenseIndex, mean_vector
@@ -127,9 +127,7 @@ def write_shards_manifest(
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         **(extra or {}),
     }
-    tmp = d / f"{SHARDS_FILE}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, d / SHARDS_FILE)
+    write_json_atomic(d / SHARDS_FILE, manifest)
     return manifest
 
 

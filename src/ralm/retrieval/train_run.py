@@ -13,12 +13,11 @@ half-written (an encoder being saved, a checkpoint being written), with a note.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from ralm.atomic import write_json_atomic
+from ralm.atomic import write_json_atomic, write_text_atomic
 from ralm.corpus.staging import remove_stale
 from ralm.errors import RalmError
 from ralm.train.logging import read_metric_rows
@@ -75,6 +74,4 @@ def truncate_metrics(out: Path, step: int) -> None:
     p = out / "metrics.jsonl"
     if p.is_file():
         rows = [r for r in read_metric_rows(p) if int(r.get("step", 0)) <= step]
-        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, p)
+        write_text_atomic(p, "".join(json.dumps(r) + "\n" for r in rows))
