@@ -18,14 +18,22 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ralm.lm.arpa_arrow import _arrow_agrees, _np_values, _pa_strings
 
-if TYPE_CHECKING:
-    from ralm.lm.arpa_read import _Reader
+
+class _Reader(Protocol):
+    """What the bulk parser reads of ralm.lm.arpa_read._Reader: the file's bytes (`buf`, uint8, and
+    `U`, the uint64 view at every byte offset) and each line's start and end offsets."""
+
+    buf: np.ndarray
+    U: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
 
 _PAD = 48  # zero bytes after the text: 8-byte loads near the end stay inside the buffer
 _LOW_BYTES = np.array([(1 << (8 * j)) - 1 for j in range(8)] + [2**64 - 1], dtype=np.uint64)

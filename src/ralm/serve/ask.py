@@ -1,4 +1,4 @@
-"""Ask in `ralm serve`: the generator `--generator` names, and one question answered with it.
+"""Ask in `ralm serve`: one question answered with the generator `--generator` names (ralm.serve.generator).
 
     t = load_target("index/")
     attach_generator(t, AskConfig("smollm2", k=3, mode="rag"))   # t.pages gains "ask"
@@ -19,78 +19,13 @@ Left out: batching questions together, sampling, streaming the answer token by t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from ralm.errors import RalmError
 from ralm.rag.ask import MAX_K, Answer, Asker
-from ralm.serve.batched import held
-from ralm.serve.loaders import Target
+from ralm.serve.generator import ASK_MODES, AskConfig, Generator, attach_generator, no_corpus
+from ralm.serve.loaders import Target, held
 
 __all__ = ["ASK_MODES", "AskConfig", "Generator", "ask_one", "attach_generator", "check_ask", "no_corpus"]
-
-ASK_MODES = ("rag", "replug", "closed-book")
-MAX_NEW_TOKENS = 200  # the cap of --ask-max-new-tokens (as /api/generate's)
-
-
-@dataclass(frozen=True)
-class AskConfig:
-    """The generator and its defaults (`ralm serve --generator ... --ask-k ... --ask-mode ...`)."""
-
-    generator: str  # "smollm2", a causal LM directory or a .gguf file
-    gguf_file: str | None = None  # the .gguf file inside the generator's directory, when it holds several
-    k: int = 3  # passages per question, unless the request asks for another k
-    mode: str = "rag"  # rag, replug or closed-book, unless the request asks for another mode
-    max_new_tokens: int = 32  # tokens an answer may have
-    autocast: str = "auto"  # bf16 compute where the device has it; "off": float32
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.k <= MAX_K:
-            raise RalmError(f"--ask-k {self.k}: choose 1 to {MAX_K} passages")
-        if self.mode not in ASK_MODES:
-            raise RalmError(f"--ask-mode {self.mode}: choose one of {', '.join(ASK_MODES)}")
-        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
-            raise RalmError(f"--ask-max-new-tokens {self.max_new_tokens}: choose 1 to {MAX_NEW_TOKENS}")
-
-
-@dataclass
-class Generator:
-    """A loaded generator (`lm`: a FrozenLM) and the defaults it was started with."""
-
-    lm: Any
-    config: AskConfig
-
-    def info(self) -> dict[str, Any]:
-        """/api/info's `generator`."""
-        c = self.config
-        return {
-            "name": self.lm.name, "device": str(self.lm.device), "dtype": self.lm.dtype_name,
-            "mode": c.mode, "k": c.k, "max_new_tokens": c.max_new_tokens,
-        }  # fmt: skip
-
-
-def attach_generator(t: Target, cfg: AskConfig, device: str | None = None) -> Target:
-    """Load `cfg.generator` on `device` (None: auto) and give `t` the Ask page; RalmError with one
-    line for a TARGET without a corpus or a model that is not a causal LM."""
-    if t.store is None or not t.retrievers:
-        raise no_corpus(t.path)
-    from ralm.frozen.lm import load_frozen_lm
-    from ralm.serve.schemas import PAGES
-
-    lm = load_frozen_lm(
-        cfg.generator, gguf_file=cfg.gguf_file, device=device or "auto", autocast=cfg.autocast
-    )
-    t.generator = Generator(lm, cfg)
-    t.pages = [p for p in PAGES if p in t.pages or p == "ask"]
-    return t
-
-
-def no_corpus(path) -> RalmError:
-    """The error for `--generator` with a TARGET that has no corpus to retrieve from."""
-    return RalmError(
-        f"{path}: --generator needs a corpus to retrieve from; serve a REALM run, an index directory "
-        "or a DocStore with it"
-    )
 
 
 def check_ask(

@@ -19,25 +19,16 @@ at a time).
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 
 from ralm.serve.batching import BatchConfig, ModelQueue
-from ralm.serve.loaders import Target
+from ralm.serve.loaders import Target, held
 from ralm.serve.markup import highlight_spans
 
 __all__ = ["TargetQueues", "disconnected", "fill_many_dicts", "search_many"]
-
-
-def held(locks) -> ExitStack:
-    """An ExitStack holding `locks`, taken in the order given."""
-    stack = ExitStack()
-    for lock in locks:
-        stack.enter_context(lock)
-    return stack
 
 
 def search_many(t: Target, retriever: str, k: int, queries: list[str]) -> list[dict[str, Any]]:

@@ -63,7 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )  # fmt: skip
     ask = None
     if args.generator is not None:
-        from ralm.serve.ask import AskConfig
+        from ralm.serve.generator import AskConfig
 
         ask = AskConfig(
             args.generator, gguf_file=args.generator_gguf_file, k=args.ask_k, mode=args.ask_mode,

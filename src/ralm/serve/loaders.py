@@ -11,7 +11,7 @@
 Anything else, or a damaged one, is a RalmError with one line. Every model has one lock
 (`Target.model_lock`, `bm25_lock`, `store_lock`: the DocStore's row cache is not thread-safe);
 callers take them in that order, so two requests never use one model at once and never deadlock.
-`--generator` adds an LM for Ask to a TARGET with a corpus (ralm.serve.ask.attach_generator:
+`--generator` adds an LM for Ask to a TARGET with a corpus (ralm.serve.generator.attach_generator:
 `Target.generator`); its `generator_lock` is never held together with the others.
 A REALM run's model reads its own DocStore (under model_lock); the pages read `Target.store`.
 Left out: reloading a newer checkpoint while serving (restart the server for that).
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,14 @@ from ralm.train.logging import METRICS_FILE, warn
 __all__ = ["RunDense", "SurealmParts", "Target", "detect_kind", "load_target"]
 
 KINDS = ("realm", "surealm", "index", "docstore", "run")
+
+
+def held(locks) -> ExitStack:
+    """An ExitStack holding `locks`, taken in the order given."""
+    stack = ExitStack()
+    for lock in locks:
+        stack.enter_context(lock)
+    return stack
 
 
 @dataclass
@@ -57,7 +66,7 @@ class Target:
     hybrid: Any = None  # HybridRetriever over (bm25, dense)
     realm: Any = None  # LoadedRun
     surealm: SurealmParts | None = None
-    generator: Any = None  # ralm.serve.ask.Generator: Ask's LM (`ralm serve --generator`)
+    generator: Any = None  # ralm.serve.generator.Generator: Ask's LM (`ralm serve --generator`)
     metrics_path: Path | None = None
     config: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None  # what the server loaded (a checkpoint or model directory name)
@@ -163,19 +172,19 @@ def detect_kind(path: str | Path) -> str:
 def load_target(path: str | Path, device: str | None = None, log=warn, ask=None) -> Target:
     """Detect and load TARGET once (models in eval mode on `device`); `log` gets the notes.
 
-    ask: a ralm.serve.ask.AskConfig to load its generator too (the Ask page), or None.
+    ask: a ralm.serve.generator.AskConfig to load its generator too (the Ask page), or None.
     """
     p = Path(path)
     kind = detect_kind(p)
     if ask is not None and kind in ("surealm", "run"):
-        from ralm.serve.ask import no_corpus
+        from ralm.serve.generator import no_corpus
 
         raise no_corpus(p)
     t = {"realm": _realm, "surealm": _surealm, "index": _index, "docstore": _docstore, "run": _run}[kind](
         p, device
     )
     if ask is not None:
-        from ralm.serve.ask import attach_generator
+        from ralm.serve.generator import attach_generator
 
         attach_generator(t, ask, device)
     for note in t.notes:

@@ -144,7 +144,7 @@ async def ask_page(
     request: Request, q: str = "", k: int | None = None, mode: str = "", retriever: str = ""
 ) -> HTMLResponse:
     """Ask; `?q=...&k=...&mode=...&retriever=...` fills the form and runs it (a shareable link)."""
-    from ralm.serve.ask import ASK_MODES
+    from ralm.serve.generator import ASK_MODES
 
     t = target_of(request)
     require(t, "ask")
