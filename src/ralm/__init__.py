@@ -45,7 +45,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "DocStore": ("ralm.corpus.docstore", "DocStore"),
     "BuildConfig": ("ralm.corpus.build_options", "BuildConfig"),
     "build_docstore": ("ralm.corpus.build", "build_docstore"),
-    "export_dataset": ("ralm.retrieval.hf_export", "export_dataset"),
+    "export_dataset": ("ralm.corpus.hf_export", "export_dataset"),
     # retrieval
     "Retriever": ("ralm.retrieval.retriever", "Retriever"),
     "Hit": ("ralm.retrieval.retriever", "Hit"),

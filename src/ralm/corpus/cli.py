@@ -306,7 +306,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.hf_export import export_dataset
+    from ralm.corpus.hf_export import export_dataset
 
     out = export_dataset(DocStore(args.store), args.out, overwrite=args.overwrite)
     print(f"wrote {out} (datasets.load_from_disk opens it)")
