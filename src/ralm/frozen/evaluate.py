@@ -35,7 +35,7 @@ import numpy as np
 from ralm.errors import RalmError
 from ralm.frozen.datastore import Datastore, KnnScores, knn_label_probs
 from ralm.frozen.lm import FrozenLM, ScoreJob
-from ralm.frozen.retrieve import DocTokens, Hit, query_text, search_blocks
+from ralm.frozen.retrieve import DocTokens, ScoredChunk, query_text, search_blocks
 from ralm.frozen.text import EvalText
 from ralm.frozen.windows import Block, context_start, query_range, window_blocks
 
@@ -212,7 +212,7 @@ def evaluate(
         datastore.check(lm)
         retrieval = None
     blocks = window_blocks(n, max_len, cfg.stride, split_first=cfg.mode not in ("none", "knnlm"))
-    hits: list[list[Hit]] = [[] for _ in blocks]
+    hits: list[list[ScoredChunk]] = [[] for _ in blocks]
     t_search = t_docs = 0.0
     if retrieval is not None and cfg.mode != "none":
         queries = [

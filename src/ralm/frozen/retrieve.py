@@ -37,12 +37,21 @@ RETRIEVERS = ("bm25", "dense", "hybrid")
 SEPARATOR = "\n\n"
 _WORD = re.compile(r"\w")
 
-__all__ = ["RETRIEVERS", "DocTokens", "Hit", "bm25_options", "open_retriever", "query_text", "search_blocks"]
+__all__ = [
+    "RETRIEVERS",
+    "DocTokens",
+    "ScoredChunk",
+    "bm25_options",
+    "open_retriever",
+    "query_text",
+    "search_blocks",
+]
 
 
 @dataclass(frozen=True)
-class Hit:
-    """A retrieved chunk id and its retrieval score (higher is better)."""
+class ScoredChunk:
+    """A retrieved chunk id and its retrieval score (higher is better): the search's raw result,
+    before texts are read (`ralm.Retriever`'s `Hit` adds rank, title and text)."""
 
     id: int
     score: float
@@ -83,10 +92,10 @@ def query_text(text: str) -> str | None:
 
 def search_blocks(
     retriever: Any, queries: Sequence[str | None], k: int, exclude_ids: np.ndarray | None = None
-) -> tuple[list[list[Hit]], float]:
+) -> tuple[list[list[ScoredChunk]], float]:
     """Top-k usable hits per query (empty for None), from one batched search; and its seconds."""
     todo = [i for i, q in enumerate(queries) if q is not None]
-    out: list[list[Hit]] = [[] for _ in queries]
+    out: list[list[ScoredChunk]] = [[] for _ in queries]
     if not todo:
         return out, 0.0
     excl = None
@@ -102,7 +111,7 @@ def search_blocks(
         for cid, sc in zip(res.ids[row].tolist(), res.scores[row].tolist(), strict=True):
             if cid < 0 or not np.isfinite(sc) or (bm25 and sc <= 0):
                 continue
-            out[i].append(Hit(int(cid), float(sc)))
+            out[i].append(ScoredChunk(int(cid), float(sc)))
     return out, seconds
 
 
