@@ -51,6 +51,7 @@ __all__ = [
     "gemma3_gguf",
     "is_causal_config",
     "load_causal_lm_and_tokenizer",
+    "load_checked",
     "load_lm_tokenizer",
     "merge_lora",
     "output_head",
@@ -175,14 +176,22 @@ def quiet_gguf():
 def load_causal_lm_and_tokenizer(spec: str | os.PathLike, *, what: str = "LM") -> tuple[Any, Any, str]:
     """(float32 causal LM in train mode, its fast tokenizer, a display name) of `spec`; one-line
     RalmError for anything that is not a decoder-only LM or has no fast tokenizer."""
+    if str(spec) == "minilm":
+        raise RalmError(f"minilm is an encoder, not a causal LM; the {what} must be a decoder-only LM")
+    d, gguf = resolve_lm(spec)
+    model, tok = load_checked(d, gguf, what)
+    name = str(spec) if str(spec) in NAMED_LMS else str(d / gguf) if gguf else str(d)
+    return model, tok, name
+
+
+def load_checked(d: Path, gguf: str | None, what: str = "LM") -> tuple[Any, Any]:
+    """(float32 causal LM, fast tokenizer) from directory `d` (and its GGUF file); one-line RalmError
+    for a model that does not load as a decoder-only causal LM or a tokenizer without offsets."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ralm.backbones import quiet_transformers
 
-    if str(spec) == "minilm":
-        raise RalmError(f"minilm is an encoder, not a causal LM; the {what} must be a decoder-only LM")
-    d, gguf = resolve_lm(spec)
     check_causal(d, gguf, what)
     kw: dict = {"gguf_file": gguf} if gguf else {}
     try:
@@ -203,8 +212,7 @@ def load_causal_lm_and_tokenizer(spec: str | os.PathLike, *, what: str = "LM") -
         raise RalmError(f"{d}: cannot be loaded as a causal LM ({first[:200]})") from None
     if getattr(model.config, "is_encoder_decoder", False):
         raise RalmError(f"{d}: an encoder-decoder model; the {what} must be a decoder-only LM")
-    name = str(spec) if str(spec) in NAMED_LMS else str(d / gguf) if gguf else str(d)
-    return model, tok, name
+    return model, tok
 
 
 def save_causal_lm(model, tokenizer, out: str | os.PathLike, card: str | None = None) -> Path:

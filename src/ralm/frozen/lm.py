@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ralm.causal_lm import NAMED_LMS, check_causal, is_causal_config, output_head, quiet_gguf, resolve_lm
+from ralm.causal_lm import NAMED_LMS, is_causal_config, load_checked, output_head, resolve_lm
 from ralm.errors import RalmError
 from ralm.train.device import resolve_device
 
@@ -188,30 +188,7 @@ def load_frozen_lm(
 ) -> FrozenLM:
     """The frozen LM of `spec` in float32 (weights; `autocast` "auto" runs bf16 where the hardware
     has it, "off" float32) with its fast tokenizer. RalmError for anything that is not a causal LM."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ralm.backbones import quiet_transformers
-
     d, gguf = resolve_frozen_lm(spec, gguf_file)
-    check_causal(d, gguf)
-    kw: dict = {"gguf_file": gguf} if gguf else {}
-    try:
-        with quiet_transformers():
-            tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, **kw)
-    except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RalmError(f"{d}: could not load a tokenizer ({first[:200]})") from None
-    if not getattr(tok, "is_fast", False):
-        raise RalmError(f"{d}: not a fast tokenizer (no tokenizer.json); queries need character offsets")
-    try:
-        with quiet_transformers(), quiet_gguf():
-            model = AutoModelForCausalLM.from_pretrained(
-                str(d), local_files_only=True, dtype=torch.float32, **kw
-            )
-    except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RalmError(f"{d}: cannot be loaded as a causal LM ({first[:200]})") from None
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise RalmError(f"{d}: an encoder-decoder model; pass a decoder-only LM")
+    model, tok = load_checked(d, gguf)
     name = str(spec) if str(spec) in NAMED_LMS else str(d / gguf) if gguf else str(d)
     return FrozenLM(model, tok, name=name, device=device, autocast=autocast)
