@@ -71,7 +71,7 @@ def gold_chunks(questions: list[RagQuestion], store, lang: str = "en") -> int:
     Returns how many questions got a chunk; the others keep their context as the gold passage.
     `store` is a DocStore built from the contexts (one article per context).
     """
-    from ralm.retrieval.evaluate import has_answer
+    from ralm.answers import has_answer
     from ralm.retrieval.passages import ContextLocator
 
     where = ContextLocator(store)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ralm.retrieval.evaluate import has_answer, normalize_answer, regex_em, regex_hit
+from ralm.answers import has_answer, normalize_answer, regex_em, regex_hit
 from ralm.tasks.metrics import squad_scores
 
 __all__ = ["aggregate", "recall_hits", "score_answer"]

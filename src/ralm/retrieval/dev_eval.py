@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ralm.answers import has_answer
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.evaluate import has_answer
 from ralm.retrieval.measures import hubness, rank_measures
 from ralm.retrieval.train_data import PairSet
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ralm.retrieval.evaluate import has_answer
+from ralm.answers import has_answer
 from ralm.retrieval.train_data import PairSet
 
 

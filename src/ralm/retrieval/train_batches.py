@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ralm.answers import token_string
 from ralm.errors import RalmError
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.evaluate import token_string
 from ralm.retrieval.train_data import PairSet
 
 

@@ -27,9 +27,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ralm.answers import has_answer
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.retrieval.evaluate import has_answer
 from ralm.retrieval.passages import ContextLocator, ListPassages, StorePassages, check_nonempty
 
 FORMATS = ("squad", "dpr", "beir", "openqa")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from ralm.retrieval.evaluate import normalize_answer, regex_em
+from ralm.answers import normalize_answer, regex_em
 
 PRIMARY = {"extractive-qa": "f1", "ner": "f1", "pos": "accuracy", "classify": "macro_f1", "open-qa": "em"}
 

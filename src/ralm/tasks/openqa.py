@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ralm.retrieval.evaluate import compile_answer, has_answer
+from ralm.answers import compile_answer, has_answer
 from ralm.tasks import metrics as M
 from ralm.tasks.adapter_base import Adapter, Item
 from ralm.tasks.extractive_qa import best_span, span_log_probs

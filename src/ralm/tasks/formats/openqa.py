@@ -24,8 +24,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ralm.answers import ANSWER_MODES, check_answer_patterns
 from ralm.errors import RalmError
-from ralm.retrieval.evaluate import ANSWER_MODES, check_answer_patterns
 from ralm.tasks.formats.common import load_records, native_id, numbered_lines
 from ralm.tasks.types import OpenQAExample
 
