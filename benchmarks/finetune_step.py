@@ -59,12 +59,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
     torch.manual_seed(0)
+    from ralm.formats.types import QAExample, TaggingExample
     from ralm.precision import autocast_context, autocast_dtype
     from ralm.samples import sample_path
     from ralm.tasks.adapters import make_adapter
     from ralm.tasks.datasets import read_file
     from ralm.tasks.models import load_task_model
-    from ralm.tasks.types import QAExample, TaggingExample
 
     texts, _ = read_file(sample_path("polarity"), "classify")
     batch = texts[: args.batch_size]

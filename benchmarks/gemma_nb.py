@@ -320,7 +320,27 @@ def report(a) -> None:
             "device": "cpu, 1 thread per job",
         },  # fmt: skip
     )
+    (RESULTS / "gemma_nb.md").write_text(markdown(rows, retrieval, m), encoding="utf-8")
     log(json.dumps(m, indent=1))
+
+
+def markdown(rows: dict, retrieval: dict, m: dict) -> str:
+    """benchmarks/results/gemma_nb.md: the generator rows, then the retrieval rows."""
+    out = ["# Gemma-3-270M in every role, NorQuAD-open (472 test questions, 5,859-chunk pool)", "",
+           "| row | EM | F1 | contains | s/question |", "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for label, r in rows.items():
+        out.append(f"| {label} | {r.get('em', 0):.2f} | {r.get('f1', 0):.2f} | {r.get('contains', 0):.2f} | "
+                   f"{r.get('seconds_per_question', 0):.2f} |")  # fmt: skip
+    out += ["", "| retriever | recall@1 | recall@5 | recall@20 | hub@20 |", "| --- | --- | --- | --- | --- |"]
+    for group, r in retrieval.items():
+        for name, v in r.items():
+            if not name.startswith("_"):
+                out.append(f"| {group}: {name} | {v['recall@1']:.3f} | {v['recall@5']:.3f} | "
+                           f"{v['recall@20']:.3f} | {v['hub@20']:.3f} |")  # fmt: skip
+    speed = {k: v for k, v in m.items() if "_dpr_" in k and not k.endswith("recall@5")}
+    if speed:
+        out += ["", "| DPR towers | value |", "| --- | --- |", *[f"| {k} | {v} |" for k, v in speed.items()]]
+    return "\n".join(out) + "\n"
 
 
 def main() -> None:

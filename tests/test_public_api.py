@@ -83,3 +83,21 @@ def test_readme_python_api_blocks_run(tmp_path, monkeypatch, capsys):
         exec(compile(block, "README.md (Python API)", "exec"), namespace)
     out = capsys.readouterr().out
     assert "bm25 [('Helsinki'" in out and "p(z|x)" in out and "hf {'train':" in out
+
+
+def test_a_moved_module_warns_and_still_works():
+    """ralm.tasks.types moved to ralm.formats.types (issue 37): the old path stays for one release."""
+    import importlib
+    import sys
+    import warnings
+
+    from ralm.formats.types import TaggingExample
+
+    sys.modules.pop("ralm.tasks.types", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = importlib.import_module("ralm.tasks.types")
+    assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == [
+        "ralm.tasks.types moved to ralm.formats.types; this alias goes in the next release"
+    ]
+    assert old.TaggingExample is TaggingExample

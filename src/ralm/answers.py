@@ -41,7 +41,7 @@ ARTICLES = {"en": ("a", "an", "the")}
 _PUNCT = set(string.punctuation) | {"‘", "’", "“", "”", "«", "»", "–", "—", "…", "´"}
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 # how the answers of a question file match: auto (the file says, see
-# ralm.tasks.formats.openqa), string (normalised whole tokens) or regex (DPR's patterns)
+# ralm.formats.openqa), string (normalised whole tokens) or regex (DPR's patterns)
 ANSWER_MODES = ("auto", "string", "regex")
 _REGEX_FLAGS = re.IGNORECASE | re.UNICODE | re.MULTILINE
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from ralm.formats.types import TaggingExample
 from ralm.luke.ner_model import predict_tags
 from ralm.luke.spans import (
     chunk_rows,
@@ -20,7 +21,6 @@ from ralm.luke.spans import (
     iob2_spans,
     spans_to_iob2,
 )
-from ralm.tasks.types import TaggingExample
 
 CLASSES = ["O", "LOC", "PER"]
 

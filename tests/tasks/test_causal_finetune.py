@@ -35,8 +35,8 @@ def _batch(ids: list[list[int]], pad: int, side: str) -> tuple[torch.Tensor, tor
 
 @pytest.mark.parametrize("name", ["llama", "gemma3"])
 def test_words_found_by_offsets_and_labelled_on_their_first_sub_token(name, causal_dirs):
+    from ralm.formats.types import TaggingExample
     from ralm.tasks.adapters import make_adapter
-    from ralm.tasks.types import TaggingExample
 
     model, tok = load_causal_task_model("ner", causal_dirs[name], ["O", "B-LOC"])
     ids, wids = encode_words_by_offsets(tok, WORDS, 64)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ralm.errors import RalmError
+from ralm.formats.types import OpenQAExample, QAExample, TaggingExample, TaskData, TextExample
 from ralm.tasks.datasets import (
     check_label_sets,
     detect_format,
@@ -18,7 +19,6 @@ from ralm.tasks.datasets import (
     read_file,
     split_of,
 )
-from ralm.tasks.types import OpenQAExample, QAExample, TaggingExample, TaskData, TextExample
 
 
 def write(path: Path, text: str) -> Path:

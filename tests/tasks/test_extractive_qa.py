@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from ralm.errors import RalmError
+from ralm.formats.types import QAExample
 from ralm.tasks.extractive_qa import best_span, decode_predictions, qa_features, span_log_probs
-from ralm.tasks.types import QAExample
 
 
 def brute_force(start, end, allowed, max_answer_len):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ralm.errors import RalmError
+from ralm.formats.hf import class_names, read_label_names
+from ralm.formats.types import OpenQAExample, QAExample, TaggingExample, TextExample
 from ralm.tasks.datasets import detect_format, load_task_data, read_file
-from ralm.tasks.formats.hf import class_names, read_label_names
-from ralm.tasks.types import OpenQAExample, QAExample, TaggingExample, TextExample
 
 datasets = pytest.importorskip("datasets")
 datasets.disable_progress_bars()

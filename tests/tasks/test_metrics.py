@@ -1,5 +1,6 @@
 import pytest
 
+from ralm.formats.types import QAExample
 from ralm.tasks.metrics import (
     PRIMARY,
     classification_metrics,
@@ -8,7 +9,6 @@ from ralm.tasks.metrics import (
     squad_scores,
     tagging_accuracy,
 )
-from ralm.tasks.types import QAExample
 
 
 def test_squad_exact_match_normalises_articles_case_and_punctuation():

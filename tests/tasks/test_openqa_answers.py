@@ -11,10 +11,10 @@ import pytest
 
 from ralm.cli import main
 from ralm.errors import RalmError
+from ralm.formats.types import OpenQAExample
 from ralm.tasks.datasets import load_task_data, read_file
 from ralm.tasks.metrics import qa_metrics
 from ralm.tasks.openqa import pattern_spans
-from ralm.tasks.types import OpenQAExample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -104,9 +104,9 @@ def test_reader_docs_and_frozen_vs_tuned_gradients(fact_store):
 def test_adapter_marginal_equals_one_document_at_a_time(task, fact_store, tiny_dir):
     """p(y|x) from the batched, padded B*K rows equals a loop that runs the model on each
     unpadded ``x title [SEP] body [SEP]`` row alone and sums p(z|x) p(y|z,x) by hand."""
+    from ralm.formats.types import TaggingExample, TextExample
     from ralm.tasks.adapters import make_adapter
     from ralm.tasks.models import load_task_model
-    from ralm.tasks.types import TaggingExample, TextExample
 
     labels = ["0", "1"] if task == "classify" else ["B-LOC", "O"]
     model, tok = load_task_model(task, tiny_dir, labels)

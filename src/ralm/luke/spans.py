@@ -17,7 +17,7 @@ one of the entity types or "O". This module holds everything but the model:
                       of at most `max_entities`; `collate` turns rows into the model's tensors
 
 Spans are half-open word ranges: (0, 2) is words 0 and 1. IOB1 input is rejected, not converted:
-ralm's readers promise IOB2 (`ralm.tasks.formats.conll`), an I- tag at an entity start is as likely
+ralm's readers promise IOB2 (`ralm.formats.conll`), an I- tag at an entity start is as likely
 a broken file as deliberate IOB1, and the word-only row must be scored on the same gold tags;
 convert IOB1 files to IOB2 first (the shared NorNE and WNUT-17 files are consistent IOB2).
 
@@ -150,10 +150,10 @@ def iob2_spans(tags: Sequence[str], where: str = "") -> list[TypedSpan]:
 def check_iob2(data, fmt: str | None = None) -> None:
     """RalmError naming the file and sentence (1-based) of a dataset's first inconsistent IOB2 tag.
 
-    data: a `ralm.tasks.types.TaskData` (NER); fmt: the reader format it was read with. The split's
+    data: a `ralm.formats.types.TaskData` (NER); fmt: the reader format it was read with. The split's
     files are read again only on error, to find the sentence's own file and number.
     """
-    from ralm.tasks.datasets import read_file
+    from ralm.formats.read import read_file
 
     for split, examples in data.splits.items():
         for ex in examples:

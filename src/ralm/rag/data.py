@@ -39,7 +39,8 @@ def read_questions(
     path: str | os.PathLike, *, answers: str = "auto", notes: list[str] | None = None
 ) -> list[RagQuestion]:
     """Questions of one file, in file order. RalmError (one line) for a file without any answers."""
-    from ralm.tasks.datasets import detect_format, read_file
+    from ralm.formats.detect import detect_format
+    from ralm.formats.read import read_file
 
     path = Path(path)
     if not path.is_file():

@@ -7,7 +7,7 @@ metrics over pooled answer judgments, and hubness of its top-k lists (see
 Question sets: "trivia" (the bundled trivia pairs, filtered to those whose answer occurs in
 the store), "triviaqa" (the TriviaQA sample), or a question file read as `ralm finetune open-qa`
 reads one (JSONL {"question", "answers"}, a JSON list, DPR TSV `question<TAB>["a1", ...]`; see
-`ralm.tasks.formats.openqa`). Each pair says whether its answers are regular expressions
+`ralm.formats.openqa`). Each pair says whether its answers are regular expressions
 (`QAPair.regex`: CuratedTREC's patterns, chosen per file or by `answers=`), and hits follow it.
 """
 
@@ -44,7 +44,7 @@ def load_qa(spec: str, store, answers: str = "auto") -> list[QAPair]:
         from ralm.samples import triviaqa_qa_pairs
 
         return [QAPair(q, list(a)) for q, a in triviaqa_qa_pairs()]
-    from ralm.tasks.datasets import read_file
+    from ralm.formats.read import read_file
 
     path = Path(spec)
     if not path.is_file():

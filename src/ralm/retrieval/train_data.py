@@ -66,7 +66,7 @@ def detect_pair_format(path: Path) -> str:
         raise RalmError(f"{path}: no such file or folder; pass training pairs (SQuAD, DPR, BEIR or open-QA)")
     with open(path, encoding="utf-8", errors="replace") as f:
         head = f.read(65536)
-    from ralm.tasks.formats.squad import looks_like_squad
+    from ralm.formats.squad import looks_like_squad
 
     if looks_like_squad(head):
         return "squad"
@@ -112,8 +112,8 @@ def read_pairs(
 
 # ----------------------------------------------------------------------------- SQuAD
 def _squad(path: Path, store: DocStore, lang: str) -> PairSet:
-    from ralm.tasks.formats.common import read_text
-    from ralm.tasks.formats.squad import read_squad
+    from ralm.formats.common import read_text
+    from ralm.formats.squad import read_squad
 
     counts: Counter = Counter()
     questions = read_squad(path, read_text(path, counts), "extractive-qa", counts)
@@ -301,8 +301,8 @@ def read_beir_dev(folder: Path, train: PairSet) -> PairSet | None:
 
 # ----------------------------------------------------------------------------- open-QA
 def _openqa(path: Path, store: DocStore, lang: str, bm25_options: dict, depth: int, bm25) -> PairSet:
-    from ralm.tasks.formats.common import read_text
-    from ralm.tasks.formats.openqa import read_openqa
+    from ralm.formats.common import read_text
+    from ralm.formats.openqa import read_openqa
 
     counts: Counter = Counter()
     questions = read_openqa(path, read_text(path, counts), "open-qa", counts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ralm.tasks.types import TASKS
+from ralm.formats.types import TASKS
 
 
 def parse_seeds(text: str) -> list[int]:

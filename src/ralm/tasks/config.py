@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ralm.errors import RalmError
-from ralm.tasks.types import TASKS
+from ralm.formats.types import TASKS
 
 __all__ = ["TASK_DEFAULTS", "FinetuneConfig"]
 

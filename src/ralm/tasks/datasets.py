@@ -1,9 +1,9 @@
-"""Read task datasets from files into the examples of `ralm.tasks.types`, split by file names.
+"""Read task datasets from files into the examples of `ralm.formats.types`, split by file names.
 
 `read_file` reads one file, `load_task_data` a file or a directory (train/dev/test decided from
 file names, see `split_of`), `check_label_sets` refuses dev/test labels the train split lacks
 and `detect_format` (`formats.detect`) picks the reader from the task, the name and the file's head. The readers
-live in `ralm.tasks.formats`, one module per format family:
+live in `ralm.formats`, one module per format family:
 
     squad   SQuAD v1.1 JSON, answer offsets repaired (`formats.squad`)
     conllu  CoNLL-U and NorNE's NDT files (`formats.conll`)
@@ -19,7 +19,7 @@ What the readers repaired or dropped, and questions without answers dropped from
 notes (`read_file(..., notes=)`, `TaskData.notes`). Open-QA answers are strings or regular
 expressions per example; `answers=` ("auto", "string", "regex") picks how (`formats.openqa`).
 
-Deliberately left out: parsing the formats (`ralm.tasks.formats`), SQuAD 2 no-answer training
+Deliberately left out: parsing the formats (`ralm.formats`), SQuAD 2 no-answer training
 (such questions are kept in dev/test with no answers and dropped from train), grouping questions
 by context when dev is carved out of train, and any download (Hugging Face data is read from disk with
 pyarrow; the `datasets` package is not needed).
@@ -34,15 +34,13 @@ from collections import Counter
 from pathlib import Path
 
 from ralm.errors import RalmError
-from ralm.tasks.formats.common import ensure_unique_ids, format_notes, read_text
-from ralm.tasks.formats.conll import UPOS as UPOS  # re-exported: part of this module's names
-from ralm.tasks.formats.conll import read_conll, read_conllu
-from ralm.tasks.formats.detect import FORMATS, TASK_FORMATS, check_format, check_task, detect_format
-from ralm.tasks.formats.hf import META_FILES, is_table, name_class_ids, read_hf, read_label_names
-from ralm.tasks.formats.openqa import check_answer_mode, read_openqa
-from ralm.tasks.formats.squad import read_squad
-from ralm.tasks.formats.text import read_text_examples
-from ralm.tasks.types import (
+from ralm.formats.common import format_notes
+from ralm.formats.conll import UPOS as UPOS  # re-exported: part of this module's names
+from ralm.formats.detect import FORMATS, TASK_FORMATS, check_format, check_task, detect_format
+from ralm.formats.hf import META_FILES
+from ralm.formats.openqa import check_answer_mode
+from ralm.formats.read import PathArg, _label_names, _read_one, read_file
+from ralm.formats.types import (
     SPLITS,
     OpenQAExample,
     QAExample,
@@ -60,80 +58,6 @@ __all__ = [
     "read_file",
     "split_of",
 ]
-
-PathArg = str | os.PathLike
-
-
-# ----------------------------------------------------------------------------- one file
-
-_READERS = {
-    "squad": read_squad,
-    "conllu": read_conllu,
-    "conll": read_conll,
-    "text": read_text_examples,
-    "openqa": read_openqa,
-}
-
-
-def _read_one(
-    path: Path, task: str, fmt: str | None, answers: str = "auto", labels: list[str] | None = None
-) -> tuple[list, str, Counter]:
-    check_task(task)
-    check_answer_mode(answers)
-    fmt = check_format(task, fmt) if fmt is not None else detect_format(path, task)
-    if fmt == "squad" and answers == "regex":
-        raise RalmError(
-            f"{path}: a SQuAD file's answers are spans of text, not patterns; drop --answers regex"
-        )
-    counts: Counter = Counter()
-    text = None if fmt == "hf" and is_table(path) else read_text(path, counts)
-    if text is not None and not text.strip():
-        raise RalmError(f"{path}: the file is empty; give a file with examples")
-    if fmt == "hf":
-        examples = read_hf(path, text, task, counts, labels)
-    elif fmt == "openqa":
-        examples = read_openqa(path, text, task, counts, answers)
-    else:
-        examples = _READERS[fmt](path, text, task, counts)
-        if labels and task in ("ner", "pos", "classify"):
-            name_class_ids(examples, labels, str(path))
-    if not examples:
-        raise RalmError(
-            f"{path}: no examples found (read as {fmt} for task {task}); check the file and format"
-        )
-    ensure_unique_ids(examples)
-    return examples, fmt, counts
-
-
-def _label_names(labels: PathArg | list[str] | None) -> list[str] | None:
-    """Names for class ids: a list as given, or read from a file (`formats.hf.read_label_names`)."""
-    if labels is None or isinstance(labels, list):
-        return labels
-    return read_label_names(labels)
-
-
-def read_file(
-    path: PathArg,
-    task: str,
-    fmt: str | None = None,
-    *,
-    notes: list[str] | None = None,
-    answers: str = "auto",
-    labels: PathArg | list[str] | None = None,
-) -> tuple[list, str]:
-    """Read one file of examples for `task` (one of types.TASKS); returns (examples, format name).
-
-    Example: `read_file("stsa.binary.dev", "classify")` -> ([TextExample("0", "...", "1"), ...], "text").
-    What the reader did (offsets repaired, tokens dropped) is appended to `notes` when given.
-    answers: how open-QA answers match, "auto" (the file says), "string" or "regex".
-    labels: names of class ids (a list, or a file of one name a line), for files that hold ids
-    (Hugging Face ClassLabel columns) and do not name them in their features.
-    """
-    path = Path(path)
-    examples, fmt, counts = _read_one(path, task, fmt, answers, _label_names(labels))
-    if notes is not None:
-        notes.extend(format_notes(counts, str(path)))
-    return examples, fmt
 
 
 # ----------------------------------------------------------------------------- splits
@@ -319,9 +243,9 @@ def load_task_data(
     to that split) replace what the scan found. Without a dev split, `dev_fraction` of train
     (seeded shuffle; 0 turns this off) becomes dev; likewise `test_fraction` (default 0) carves a
     test split, first, when the dataset has none. A missing train split is allowed. `answers`
-    ("auto", "string", "regex") says how open-QA answers match (`ralm.tasks.formats.openqa`).
+    ("auto", "string", "regex") says how open-QA answers match (`ralm.formats.openqa`).
     Hugging Face data: a `save_to_disk` folder (a DatasetDict's train/validation/test folders give
-    the splits), Parquet or Arrow files, JSON lines with datasets' columns (`ralm.tasks.formats.hf`);
+    the splits), Parquet or Arrow files, JSON lines with datasets' columns (`ralm.formats.hf`);
     `labels` (a list, or a file of one name a line) names class ids the files do not name.
     """
     check_task(task)

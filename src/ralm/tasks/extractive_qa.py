@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.tasks.types import QAExample
+from ralm.formats.types import QAExample
 
 # Windows decoded together: a chunk's (B, L, L) score tensor at L=384 is B * 0.6 MB.
 _DECODE_CHUNK = 128

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ralm.errors import RalmError
-from ralm.tasks.formats.common import load_records, native_id, read_text
-from ralm.tasks.formats.conll import check_iob2
-from ralm.tasks.formats.openqa import openqa_from_records
-from ralm.tasks.formats.squad import answer_start
-from ralm.tasks.types import QAExample, TaggingExample, TextExample
+from ralm.formats.common import load_records, native_id, read_text
+from ralm.formats.conll import check_iob2
+from ralm.formats.openqa import openqa_from_records
+from ralm.formats.squad import answer_start
+from ralm.formats.types import QAExample, TaggingExample, TextExample
 
 TABLE_SUFFIXES = (".parquet", ".arrow")
 TOKEN_COLUMNS = ("tokens", "words")

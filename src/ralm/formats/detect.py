@@ -19,11 +19,11 @@ import os
 from pathlib import Path
 
 from ralm.errors import RalmError
-from ralm.tasks.formats.common import check_file
-from ralm.tasks.formats.conll import first_token_columns
-from ralm.tasks.formats.hf import is_table, looks_like_records
-from ralm.tasks.formats.squad import looks_like_squad
-from ralm.tasks.types import TASKS
+from ralm.formats.common import check_file
+from ralm.formats.conll import first_token_columns
+from ralm.formats.hf import is_table, looks_like_records
+from ralm.formats.squad import looks_like_squad
+from ralm.formats.types import TASKS
 
 FORMATS = ("squad", "conllu", "conll", "text", "openqa", "hf")
 TASK_FORMATS: dict[str, tuple[str, ...]] = {

@@ -19,8 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 from ralm.errors import RalmError
-from ralm.tasks.formats.common import blocks
-from ralm.tasks.types import TaggingExample
+from ralm.formats.common import blocks
+from ralm.formats.types import TaggingExample
 
 # UD v2 UPOS tags, plus v1's CONJ and "_" (multiword tokens in some treebanks).
 UPOS = frozenset(

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ralm.errors import RalmError
-from ralm.tasks.formats.common import load_json, native_id
-from ralm.tasks.types import OpenQAExample, QAExample
+from ralm.formats.common import load_json, native_id
+from ralm.formats.types import OpenQAExample, QAExample
 
 
 def looks_like_squad(head: str) -> bool:

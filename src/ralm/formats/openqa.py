@@ -26,8 +26,8 @@ from typing import Any
 
 from ralm.answers import ANSWER_MODES, check_answer_patterns
 from ralm.errors import RalmError
-from ralm.tasks.formats.common import load_records, native_id, numbered_lines
-from ralm.tasks.types import OpenQAExample
+from ralm.formats.common import load_records, native_id, numbered_lines
+from ralm.formats.types import OpenQAExample
 
 REGEX_NAME = "curatedtrec"  # a file (or folder) name holding this is read as regex answers by "auto"
 

@@ -14,8 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 from ralm.errors import RalmError
-from ralm.tasks.formats.common import load_records, native_id, numbered_lines
-from ralm.tasks.types import TextExample
+from ralm.formats.common import load_records, native_id, numbered_lines
+from ralm.formats.types import TextExample
 
 
 def _check_label_count(path: Path, labels: list[str], layout: str) -> None:

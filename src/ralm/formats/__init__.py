@@ -1,7 +1,7 @@
 """Readers of the dataset file formats, one module per format family; `ralm.tasks.datasets` picks one.
 
 Every reader is `read_X(path, text, task, counts) -> list of examples` (the types of
-`ralm.tasks.types`): `text` is the decoded file (`common.read_text`), `counts` a Counter of what the
+`ralm.formats.types`): `text` is the decoded file (`common.read_text`), `counts` a Counter of what the
 reader repaired or dropped, which `common.format_notes` turns into notes. Ids are made unique and
 empty files refused by the caller. `read_openqa` also takes `answers` (auto, string or regex).
 
