@@ -21,11 +21,11 @@ from search import DEFAULT_DOCSTORE, ensure_docstore  # noqa: E402
 
 
 def table(store, qa: str, ict: str | None, depth: int, ks: list[int], work: Path) -> dict:
-    from ralm.lm.query_likelihood import QueryLikelihoodRetriever
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.compare import evaluate_retrievers, load_qa
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.late_interaction import LateInteractionRetriever
+    from ralm.retrieval.query_likelihood import QueryLikelihoodRetriever
     from ralm.retrieval.search import RerankRetriever, dense_retriever_for
 
     pairs = load_qa(qa, store)

@@ -1,6 +1,6 @@
 """Language models of the lecture: n-gram LMs (`ralm.lm.ngram`), small neural LMs
 (`ralm.lm.neural`, the perplexity ladder in `ralm.lm.ladder`) and query-likelihood retrieval
-(`ralm.lm.query_likelihood`).
+(`ralm.retrieval.query_likelihood`: chunks ranked by their smoothed unigram LM's likelihood of the query).
 
 Importing this package pulls in numpy only (the CLI imports it on every `ralm` call).
 """

@@ -12,7 +12,6 @@ Left out: pruning, count cut-offs, vocabulary limits, on-disk (out-of-core) coun
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,23 +20,11 @@ from itertools import chain, repeat
 import numpy as np
 
 from ralm.errors import RalmError
+from ralm.text import word_tokenize as word_tokenize  # re-exported: the n-gram LMs' default
 
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 SPECIALS = (UNK, BOS, EOS)
-
-_WORD_RE = re.compile(r"\w+|[^\w\s]")
-
-
-def word_tokenize(text: str, lowercase: bool = False) -> list[str]:
-    """The default word tokenisation: runs of Unicode word characters, or single symbols.
-
-    Example: `word_tokenize("Æble-tærte, 3.5 kr!", lowercase=True)`
-    -> `['æble', '-', 'tærte', ',', '3', '.', '5', 'kr', '!']`.
-    """
-    if lowercase:
-        text = text.lower()
-    return _WORD_RE.findall(text)
 
 
 def whitespace_tokenize(text: str, lowercase: bool = False) -> list[str]:

@@ -215,7 +215,7 @@ def _eval(args: argparse.Namespace) -> int:
                 retrievers[name] = BM25Retriever.build(store, **opts)
             sparse.append(name)
     if args.ql:
-        from ralm.lm.query_likelihood import QueryLikelihoodRetriever
+        from ralm.retrieval.query_likelihood import QueryLikelihoodRetriever
 
         retrievers["query_likelihood"] = QueryLikelihoodRetriever.build(store)
     if args.colbert_rerank:

@@ -309,7 +309,7 @@ class LateInteractionRetriever:
         Needs `index()`. Always k results; RalmError for an empty batch or query, or k larger
         than the chunks left after exclusion.
         """
-        from ralm.lm.query_likelihood import top_k_exact
+        from ralm.retrieval.query_likelihood import top_k_exact
 
         queries = check_queries(queries)
         if self.flat is None:

@@ -10,8 +10,8 @@ import pytest
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.errors import RalmError
-from ralm.lm.query_likelihood import QueryLikelihoodRetriever, analyze_text, top_k_exact
 from ralm.retrieval.base import Retriever
+from ralm.retrieval.query_likelihood import QueryLikelihoodRetriever, analyze_text, top_k_exact
 
 DOCS = [
     ("Fruit one", "apple banana apple"),  # 0: |d| = 3
