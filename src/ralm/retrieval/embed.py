@@ -50,7 +50,7 @@ from ralm.retrieval.embed_files import (
     shard_path,
 )
 from ralm.retrieval.encoders import DualEncoder, Tower, module_device
-from ralm.retrieval.store_tokenizer import check_tokenizer
+from ralm.retrieval.store_tokenizer import tokenizes_like
 
 
 def _rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -71,15 +71,32 @@ def _rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
 class DocInputs:
     """Doc-tower inputs for DocStore chunks: `[CLS] title [SEP] chunk ids [SEP]`, titles tokenized once.
 
+    The chunk ids are the DocStore's own; with `retokenize` (a tower whose tokenizer differs from the
+    one the DocStore was built with, e.g. a decoder LM over a MiniLM-chunked corpus) they are the
+    chunk texts tokenized again by the tower's tokenizer, so the chunks stay the same text units.
+
     `lengths(ids)` gives input lengths (for sorting) without building anything;
     `batch(ids)` gives padded (B, T) tensors.
     """
 
-    def __init__(self, tower: Tower, store: DocStore, max_length: int, titles: bool = True) -> None:
+    def __init__(
+        self, tower: Tower, store: DocStore, max_length: int, titles: bool = True, retokenize: bool = False
+    ) -> None:
         self.store, self.tower, self.max_length = store, tower, max_length
         self.template = tower.template
-        self.text_len = store.lengths()
         n = len(store)
+        # retokenize: the tower's tokenizer is not the DocStore's (a decoder-LM tower over a DocStore
+        # built with MiniLM's): every chunk's text is tokenized again with the tower's, once
+        self.text_ids: list[np.ndarray] | None = None
+        if retokenize:
+            self.text_ids = []
+            for s in range(0, n, 1024):
+                texts = [r["text"] for r in store.get_many(list(range(s, min(n, s + 1024))))]
+                ids = tower.tokenizer(texts, add_special_tokens=False)["input_ids"]
+                self.text_ids.extend(np.asarray(x, dtype=np.int64) for x in ids)
+            self.text_len = np.array([len(x) for x in self.text_ids], dtype=np.int64)
+        else:
+            self.text_len = store.lengths()
         if titles:
             arts = store.articles()
             first = np.asarray(arts.column("first_chunk").to_numpy(), dtype=np.int64)
@@ -105,7 +122,8 @@ class DocInputs:
         for i in ids:
             a = self.article[i]
             title = self.title_ids[a] if a >= 0 and len(self.title_ids[a]) else None
-            out.append(self.template.build(title, self.store.input_ids(int(i)), self.max_length))
+            text = self.store.input_ids(int(i)) if self.text_ids is None else self.text_ids[int(i)]
+            out.append(self.template.build(title, text, self.max_length))
         return out
 
     def batch(self, ids: np.ndarray) -> dict[str, torch.Tensor]:
@@ -154,7 +172,7 @@ def embed_docstore(
     rank, world = _rank_world(rank, world_size)
     store = store if isinstance(store, DocStore) else DocStore(store)
     tower = encoder.doc_tower
-    check_tokenizer(tower, store)
+    retokenize = not tokenizes_like(tower.tokenizer, store)  # a tower with its own tokenizer reads the texts
     target = out if world == 1 else shard_path(out, rank, world)
     n_total = len(store)
     ids = np.arange(rank, n_total, world, dtype=np.int64)
@@ -170,6 +188,7 @@ def embed_docstore(
         "rank": rank,
         "world_size": world,
         "n_total": n_total,
+        **({"retokenized": True} if retokenize else {}),  # only when set: older files stay comparable
     }
     final_meta = {**meta, "shape": [n_total, encoder.dim], "rank": 0, "world_size": 1}
     dist = _process_group(world)
@@ -245,7 +264,9 @@ def _embed_rows(
         save_mask(p["done"], done)
         write_json_atomic(p["progress"], plan_meta)
 
-    inputs = DocInputs(tower, store, meta["max_length"], titles=titles)
+    inputs = DocInputs(
+        tower, store, meta["max_length"], titles=titles, retokenize=bool(meta.get("retokenized"))
+    )
     batches = plan_batches(inputs.lengths(ids), batch_size)  # positions into ids; same on every resume
     dev = module_device(device, tower)
     ac = autocast_dtype(dev, autocast, next(tower.parameters()).dtype)

@@ -72,12 +72,14 @@ class StorePassages:
     def doc_rows(self, encoder: DualEncoder, ids: Sequence[int]) -> list[tuple[list, list]]:
         """Doc-tower inputs of passages `ids`, as `ralm index build` makes them."""
         from ralm.retrieval.embed import DocInputs
-        from ralm.retrieval.store_tokenizer import check_tokenizer
+        from ralm.retrieval.store_tokenizer import tokenizes_like
 
         key = id(encoder.doc_tower)
         if key not in self._inputs:
-            check_tokenizer(encoder.doc_tower, self.store)
-            self._inputs[key] = DocInputs(encoder.doc_tower, self.store, encoder.config.max_length)
+            retok = not tokenizes_like(encoder.doc_tower.tokenizer, self.store)
+            self._inputs[key] = DocInputs(
+                encoder.doc_tower, self.store, encoder.config.max_length, retokenize=retok
+            )
         return self._inputs[key].rows(np.asarray(ids, dtype=np.int64))  # type: ignore[attr-defined]
 
     def lengths(self) -> np.ndarray:
