@@ -271,8 +271,9 @@ def report(a) -> None:
             retrieval[name] = r
             m["lsr_dense_recall@5_before"] = round(100 * r["before"]["recall@5"], 2)
             m["lsr_dense_recall@5_after"] = round(100 * r["after"]["recall@5"], 2)
-            m[f"{name.replace('-', '_')}_dense_recall@1_after"] = round(100 * r["after"]["recall@1"], 2)
-            m[f"{name.replace('-', '_')}_dense_recall@5_after"] = round(100 * r["after"]["recall@5"], 2)
+            tag = {"lsr": "lsr_5steps", "lsr-190steps": "lsr_190steps"}[name]
+            m[f"{tag}_dense_recall@1_after"] = round(100 * r["after"]["recall@1"], 2)
+            m[f"{tag}_dense_recall@5_after"] = round(100 * r["after"]["recall@5"], 2)
     for tower, label in (("gemma", "gemma"), ("minilm", "minilm")):
         f = w / f"dpr-{tower}" / "eval.json"
         if f.is_file():

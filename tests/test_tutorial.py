@@ -21,6 +21,9 @@ def test_tutorial_notebook_executes(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    # the notebook's tempfile.mkdtemp work folder (~0.9 GB) under pytest's tmp_path, which pytest
+    # prunes, instead of the system temp folder, where every run left one behind
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     nb = nbformat.read(ROOT / "docs" / "tutorial.ipynb", as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -35,3 +38,4 @@ def test_tutorial_notebook_executes(tmp_path, monkeypatch):
     assert "4 articles" in text and "Abraham Lincoln" in text
     assert "x: Abraham Lincoln was born in [MASK] in 1809." in text and "p(z|x) = " in text
     assert "marginal: " in text and "retrieved: [" in text
+    assert [p.name for p in tmp_path.glob("ralm-tutorial-*")]  # the work folder was made under tmp_path
