@@ -44,24 +44,17 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from common import RESULTS, write_result  # noqa: E402
+from retriever_train import KS, ralm, row  # noqa: E402
 
 NORQUAD = ROOT.parent / "shared" / "data" / "norquad" / "all"
 TEST = NORQUAD / "test_dataset_flattened.json"
 TRAIN = NORQUAD / "training_dataset_flattened.reconstructed.json"
 LMS = {"gemma": "gemma3", "smollm2": "smollm2"}
-KS = (1, 5, 20)
 QUERY_INSTRUCTION = "Spørsmål: "
 
 
 def log(msg: str) -> None:
     print(f"[gemma_nb {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def ralm(*args) -> None:
-    import subprocess
-
-    log("ralm " + " ".join(str(a) for a in args))
-    subprocess.run([sys.executable, "-m", "ralm", *[str(a) for a in args]], check=True)
 
 
 def done(d: Path) -> bool:
@@ -163,10 +156,7 @@ def recall_rows(a, retrievers: dict) -> dict:
     store = DocStore(a.b35 / "pool")
     pairs = load_qa(str(a.b35 / "test.jsonl"), store)
     reps = compare_retrievers(store, pairs, retrievers, KS, measures=("nDCG@10",), lang="nb")
-    return {
-        n: {**{f"recall@{k}": round(r.recall[k], 4) for k in KS}, "hub@20": round(r.hubness["hub_share"], 4)}
-        for n, r in reps.items()
-    } | {"_questions": len(pairs)}
+    return {n: row(r) for n, r in reps.items()} | {"_questions": len(pairs)}
 
 
 def lsr(a) -> None:

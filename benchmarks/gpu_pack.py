@@ -38,7 +38,6 @@ import argparse
 import datetime as dt
 import importlib
 import json
-import os
 import platform
 import re
 import shutil
@@ -144,15 +143,9 @@ def run_stages(
     return records
 
 
-def _write_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def cmd_run(a) -> int:
     from gpu_stages.transport import device_env
+    from ralm.atomic import write_json_atomic
 
     pack = a.pack
     extra_env = device_env(pack, Path(a.site), log=log) if not a.tiny else {}
@@ -172,7 +165,7 @@ def cmd_run(a) -> int:
                             dict(extra_env))  # fmt: skip
 
     def save(records: list[dict]) -> None:
-        _write_json(
+        write_json_atomic(
             a.out / RUN_FILE, {"command": " ".join(sys.argv), "budget_s": a.budget, "stages": records}
         )
 

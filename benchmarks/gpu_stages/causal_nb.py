@@ -51,7 +51,7 @@ import threading
 import time
 from pathlib import Path
 
-from gpu_stages import weights
+from gpu_stages import transport, weights
 from gpu_stages.context import StageContext
 
 NAME = "causal_nb"
@@ -111,12 +111,8 @@ def prep(ctx: StageContext) -> None:
     cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
     (ctx.inputs / READER_CONFIG).mkdir(exist_ok=True)
     cfg.to_json_file(str(ctx.inputs / READER_CONFIG / "config.json"))
-    sizes = {p.name: _size(p) for p in sorted(ctx.inputs.iterdir())}
+    sizes = transport.sizes(ctx.inputs)
     ctx.log(f"{NAME}: inputs " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sizes.items()))
-
-
-def _size(p: Path) -> int:
-    return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
 def _prep_tiny(ctx: StageContext) -> None:
