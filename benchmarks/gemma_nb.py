@@ -124,7 +124,15 @@ def zero_shot(a, key: str, part: str) -> None:
         rag_eval(a, out, LMS[key], *retrieved, "--mode", "closed-book", "rag", "-k", 1, 5)
         rag_eval(a, out / "replug-k3", LMS[key], *retrieved, "--mode", "replug", "-k", 3)
     elif part == "oracle" and not done(out):  # the gold chunk comes from the index's DocStore
-        rag_eval(a, out, LMS[key], "--index", a.index, "--retriever", "dense", "--mode", "oracle", "-k", 1)
+        rag_eval(a, out, LMS[key], *oracle_source(a), "--mode", "oracle", "-k", 1)
+
+
+def oracle_source(a) -> list:
+    """Where the oracle mode finds the gold chunk: the index's DocStore, or (`a.pool`, the GPU run) the
+    pool DocStore itself (the same chunks: the index was built over it)."""
+    if getattr(a, "pool", None) is not None:
+        return ["--corpus", a.pool, "--retriever", "bm25"]
+    return ["--index", a.index, "--retriever", "dense"]
 
 
 def fine_tune(a, key: str, closed_book: bool = False, oracle: bool = False) -> None:
@@ -144,8 +152,7 @@ def fine_tune(a, key: str, closed_book: bool = False, oracle: bool = False) -> N
         rag_eval(a, ev / "rag-k3", run / "model", "--retrieved", a.work / "retrieved" / "test.jsonl",
                  "--mode", "rag", "-k", 3, "--no-chat")  # fmt: skip
     if oracle and not done(ev / "oracle"):
-        rag_eval(a, ev / "oracle", run / "model", "--index", a.index, "--retriever", "dense", "--mode", "oracle",
-                 "-k", 1, "--no-chat")  # fmt: skip
+        rag_eval(a, ev / "oracle", run / "model", *oracle_source(a), "--mode", "oracle", "-k", 1, "--no-chat")
 
 
 # ----------------------------------------------------------------------------- retrieval
@@ -186,12 +193,17 @@ def dpr(a, tower: str) -> None:
     from ralm.retrieval.search import dense_retriever_for
 
     run = a.work / f"dpr-{tower}"
-    extra = (["--encoder", "gemma3", "--bidirectional", "--pooling", "mean", "--query-instruction", QUERY_INSTRUCTION]
+    extra = (["--encoder", getattr(a, "gemma_tower", "gemma3"), "--bidirectional", "--pooling", "mean", "--query-instruction", QUERY_INSTRUCTION]
              if tower == "gemma" else [])  # fmt: skip
     t0 = time.perf_counter()
     if not done(run):
-        ralm("retriever", "train", "dpr", a.work / f"train-subset-{a.dpr_questions}.json", "--corpus", a.b35 / "pool", "--lang", "nb",
-             "--epochs", a.dpr_epochs, "--batch-size", 32, "--grad-cache", 8, "--select", "last", "--quiet",
+        if getattr(a, "dpr_full", None) is not None:  # retriever_train.py's `dpr` row: all train questions,
+            # model selection on validation, 3 epochs at batch 32 (its MiniLM row is the baseline)
+            data = [TRAIN, "--dev", a.dpr_full, "--epochs", 3, "--batch-size", 32]
+        else:
+            data = [a.work / f"train-subset-{a.dpr_questions}.json", "--epochs", a.dpr_epochs, "--batch-size", 32,
+                    "--grad-cache", 8, "--select", "last"]  # fmt: skip
+        ralm("retriever", "train", "dpr", *data, "--corpus", a.b35 / "pool", "--lang", "nb", "--quiet",
              "--out", run, *extra)  # fmt: skip
         (run / "train_seconds.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
     res = run / "eval.json"
@@ -199,6 +211,10 @@ def dpr(a, tower: str) -> None:
         return
     store = DocStore(a.b35 / "pool")
     enc = DualEncoder.from_pretrained(run / "encoder")
+    import torch
+
+    if torch.cuda.is_available():  # the GPU run: embed the pool and the questions there
+        enc = enc.to("cuda")
     t0 = time.perf_counter()
     dense = dense_retriever_for(store, enc, run / "emb", progress=False, batch_size=16)
     enc_s = time.perf_counter() - t0
