@@ -294,6 +294,12 @@ def report(a) -> None:
             for k, v in json.loads(f.read_text())["_speed"].items():
                 if isinstance(v, int | float):  # metrics are plain numbers; notes stay in `retrieval`
                     m[f"{tower}_dpr_{k}"] = v
+    gpu = RESULTS / "gemma_nb_gpu.json"  # the 3,808-question rows of a lent GPU (gemma_nb_gpu.py)
+    if gpu.is_file():
+        gm = json.loads(gpu.read_text())["metrics"]
+        for k in ("gemma_ragft_em_3808q", "smollm2_ragft_em_3808q", "gemma_over_smollm2_ragft_em_3808q"):
+            if k in gm:
+                m[f"{k}_gpu"] = gm[k]
     targets = {
         "gemma_ragft_em": ">= 1.5 x smollm2_ragft_em (same budget)",
         "gemma_zeroshot_rag_f1": ">= 3 x smollm2_zeroshot_rag_f1",
@@ -328,6 +334,7 @@ def report(a) -> None:
         settings={
             "train_questions": a.train_questions,
             "lsr_questions": a.lsr_questions,
+            "dpr_questions": a.dpr_questions,
             "dpr_epochs": a.dpr_epochs,
             "test_questions": 472,
             "pool_chunks": 5859,
