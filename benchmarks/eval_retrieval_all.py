@@ -22,8 +22,8 @@ from search import DEFAULT_DOCSTORE, ensure_docstore  # noqa: E402
 
 def table(store, qa: str, ict: str | None, depth: int, ks: list[int], work: Path) -> dict:
     from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.compare import evaluate_retrievers, load_qa
     from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.eval.compare import evaluate_retrievers, load_qa
     from ralm.retrieval.late_interaction import LateInteractionRetriever
     from ralm.retrieval.query_likelihood import QueryLikelihoodRetriever
     from ralm.retrieval.search import RerankRetriever, dense_retriever_for

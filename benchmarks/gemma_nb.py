@@ -158,7 +158,7 @@ def fine_tune(a, key: str, closed_book: bool = False, oracle: bool = False) -> N
 # ----------------------------------------------------------------------------- retrieval
 def recall_rows(a, retrievers: dict) -> dict:
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.compare import compare_retrievers, load_qa
+    from ralm.retrieval.eval.compare import compare_retrievers, load_qa
 
     store = DocStore(a.b35 / "pool")
     pairs = load_qa(str(a.b35 / "test.jsonl"), store)

@@ -72,7 +72,7 @@ def main() -> None:
     import faiss
 
     from ralm.integrity import digest, digest_bytes
-    from ralm.retrieval.index import DenseIndex
+    from ralm.retrieval.index.dense import DenseIndex
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="vectors (default 1,000,000)")

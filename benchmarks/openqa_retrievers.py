@@ -69,7 +69,7 @@ def trivia_sets(work: Path, corpus: Path, seed: int = 0) -> tuple[Path, Path]:
     import random
 
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.evaluate import answerable
+    from ralm.retrieval.eval.evaluate import answerable
     from ralm.samples import trivia_qa_pairs
 
     d = work / "trivia"
@@ -88,7 +88,7 @@ def trivia_sets(work: Path, corpus: Path, seed: int = 0) -> tuple[Path, Path]:
 
 
 def zero_shot_recall(index: Path, kind: str, questions, lang: str, k: int = 5) -> float:
-    from ralm.retrieval.evaluate import has_answer
+    from ralm.retrieval.eval.evaluate import has_answer
     from ralm.retrieval.search import load_retriever
 
     store, ret = load_retriever(index, kind=kind)

@@ -114,7 +114,7 @@ def main() -> None:
     from ralm.realm.masking import MaskingCollator, MaskingConfig
     from ralm.realm.refresh import embed_chunks
     from ralm.realm.trainer import build_model
-    from ralm.retrieval.index import DenseIndex, estimate
+    from ralm.retrieval.index.dense import DenseIndex, estimate
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

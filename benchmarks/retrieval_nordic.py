@@ -16,7 +16,7 @@ Per language two DocStores (bundled MiniLM tokenizer, 128-token chunks): min_chu
   dense_centred   the same embeddings in a centred index (corpus mean removed, re-normalised)
   hybrid_*_centred  the two hybrids with dense_centred in place of dense_minilm
 Recorded: answer recall@1/5/20, nDCG@10 and RR@10 (ir-measures, answer hits pooled over the
-retrievers of one store), hub_share@20, top1_share, distinct@20 (`ralm.retrieval.measures`);
+retrievers of one store), hub_share@20, top1_share, distinct@20 (`ralm.retrieval.eval.measures`);
 store stats (chunks, chunks under 32 text tokens); the text of each retriever's hub chunk in
 `hubs` (not a metric).
 
@@ -130,7 +130,7 @@ def store_stats(store) -> dict:
 
 def evaluate(store, pairs, retrievers: dict, lang: str) -> tuple[dict, dict]:
     """{retriever: {metric: value}} and {retriever: hub chunk description} on one store."""
-    from ralm.retrieval.compare import compare_retrievers
+    from ralm.retrieval.eval.compare import compare_retrievers
 
     reports = compare_retrievers(store, pairs, retrievers, KS, measures=("nDCG@10", "RR@10"), lang=lang)
     rows, hubs = {}, {}
@@ -261,8 +261,8 @@ def main() -> None:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     from ralm.corpus.build import BuildConfig
-    from ralm.retrieval.compare import load_qa
     from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.eval.compare import load_qa
     from ralm.samples import sample_format, sample_path
 
     work = args.work or Path(tempfile.mkdtemp(prefix="ralm-nordic-"))

@@ -37,8 +37,8 @@ def main() -> None:
     from ralm.cli import main as ralm_main
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.compare import evaluate_retrievers, load_qa
     from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.eval.compare import evaluate_retrievers, load_qa
     from ralm.retrieval.search import dense_retriever_for
 
     store = DocStore(ensure_docstore(DEFAULT_DOCSTORE))

@@ -94,7 +94,7 @@ def make_batch(enc, passages, b: int, seed: int):
 
 
 def one_step(enc, opt, q_rows, d_rows, chunk: int, amp) -> float:
-    from ralm.retrieval.contrastive import contrastive_step
+    from ralm.retrieval.training.contrastive import contrastive_step
 
     t = time.perf_counter()
     opt.zero_grad(set_to_none=True)

@@ -187,8 +187,8 @@ def evaluate(work: Path, pool: Path, encoders: dict[str, Path], questions: Path,
     """Every row on `questions`; returns {name: report} with the retrievers kept for fusion."""
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.compare import compare_retrievers, load_qa
     from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.eval.compare import compare_retrievers, load_qa
     from ralm.retrieval.search import dense_retriever_for
 
     store = DocStore(pool)
@@ -243,7 +243,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    from ralm.retrieval.compare import compare_retrievers
+    from ralm.retrieval.eval.compare import compare_retrievers
 
     work = args.work
     work.mkdir(parents=True, exist_ok=True)

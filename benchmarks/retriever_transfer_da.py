@@ -51,8 +51,8 @@ def main() -> None:
     from nordic_corpus import build_jsonl, default_cache
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.compare import compare_retrievers, load_qa
     from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.eval.compare import compare_retrievers, load_qa
     from ralm.retrieval.hybrid import HybridRetriever
     from ralm.retrieval.search import dense_retriever_for
 

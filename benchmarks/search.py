@@ -187,7 +187,7 @@ def main() -> None:
     import faiss
 
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.index import DenseIndex
+    from ralm.retrieval.index.dense import DenseIndex
 
     store = DocStore(ensure_docstore(args.docstore))
     x, trivia, _ = load_embeddings(store.root)

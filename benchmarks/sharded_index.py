@@ -8,7 +8,7 @@ retrieval), k = 10.
 
 Measured:
 * exactness: ids and scores of the sharded flat index (2 and 4 shards) searched by 2 gloo
-  processes (ralm.retrieval.dist_search, each rank its queries, every rank the global top k),
+  processes (ralm.retrieval.index.dist_search, each rank its queries, every rank the global top k),
   and by one process (ShardedIndex, shards in turn), against one DenseIndex: equal element for
   element, or the number of differing entries;
 * search time at 1M chunks, batch 32: 2 processes x 1 FAISS thread, each holding one shard (the
@@ -91,9 +91,9 @@ def _worker(rank: int, port: int, job: str, work: str, plan: dict) -> None:
     import torch
     import torch.distributed as tdist
 
-    from ralm.retrieval.dist_search import DistributedShardSearch
-    from ralm.retrieval.index import DenseIndex
-    from ralm.retrieval.sharded import load_rank_shards
+    from ralm.retrieval.index.dense import DenseIndex
+    from ralm.retrieval.index.dist_search import DistributedShardSearch
+    from ralm.retrieval.index.sharded import load_rank_shards
     from ralm.train.distributed import Dist
 
     torch.set_num_threads(1)
@@ -170,9 +170,9 @@ def main() -> None:
 
     import faiss
 
-    from ralm.retrieval.index import DenseIndex
-    from ralm.retrieval.shard_build import build_sharded
-    from ralm.retrieval.sharded import ShardedIndex
+    from ralm.retrieval.index.dense import DenseIndex
+    from ralm.retrieval.index.shard_build import build_sharded
+    from ralm.retrieval.index.sharded import ShardedIndex
 
     work = args.work
     work.mkdir(parents=True, exist_ok=True)

@@ -143,8 +143,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.index import DenseIndex
-    from ralm.retrieval.shard_build import build_sharded
+    from ralm.retrieval.index.dense import DenseIndex
+    from ralm.retrieval.index.shard_build import build_sharded
     from ralm.train.distributed import torchrun_command
 
     work = args.work

@@ -235,7 +235,7 @@ def test_lsr_supervised_by_a_fine_tuned_generator_lowers_the_kl(
     from ralm.rag.lsr import lm_preferences, lsr_loss
     from ralm.rag.prompt import PromptBuilder
     from ralm.rag.retrieved import retrieve
-    from ralm.retrieval.index_dir import verify_index_dir
+    from ralm.retrieval.index.directory import verify_index_dir
     from ralm.retrieval.search import load_retriever
 
     gen = tmp_path / "gen"

@@ -70,7 +70,7 @@ def test_resharding_refusals_name_the_index(realm_store, tmp_path, tiny_dir):
     from ralm.realm.model import ChunkDocs
     from ralm.realm.sharded_refresh import ShardedRefresher
     from ralm.retrieval.encoders import DualEncoder
-    from ralm.retrieval.shard_build import build_sharded
+    from ralm.retrieval.index.shard_build import build_sharded
     from ralm.train.distributed import Dist
 
     with pytest.raises(RalmError, match='index_sharding = "rank" needs refresh_mode = "sync"'):

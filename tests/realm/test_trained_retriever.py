@@ -13,7 +13,7 @@ def trained_encoder(tmp_path_factory, realm_store, tiny_dir):
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
     from ralm.retrieval.passages import StorePassages
-    from ralm.retrieval.retriever_train import RetrieverTrainConfig, train_retriever
+    from ralm.retrieval.training.recipes import RetrieverTrainConfig, train_retriever
 
     out = tmp_path_factory.mktemp("trained") / "cc"
     enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(normalize=True, max_length=32))

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from ralm.retrieval.contrastive import contrastive_loss, contrastive_step
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+from ralm.retrieval.training.contrastive import contrastive_loss, contrastive_step
 
 
 def test_loss_docstring_example():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch.multiprocessing as mp
 
-from ralm.retrieval.index import DenseIndex
+from ralm.retrieval.index.dense import DenseIndex
 
 FP = {"docstore_fingerprint": "d" * 64, "encoder_fingerprint": "e" * 64}
 N, D = 61, 6
@@ -36,8 +36,8 @@ def _worker(rank: int, port: int, out: str, n_shards: int) -> None:
     import torch.distributed as tdist
 
     from ralm.errors import RalmError
-    from ralm.retrieval.dist_search import DistributedShardSearch
-    from ralm.retrieval.sharded import load_rank_shards
+    from ralm.retrieval.index.dist_search import DistributedShardSearch
+    from ralm.retrieval.index.sharded import load_rank_shards
     from ralm.train.distributed import Dist
 
     torch.set_num_threads(1)
@@ -83,7 +83,7 @@ def _worker(rank: int, port: int, out: str, n_shards: int) -> None:
 
 @pytest.mark.parametrize("n_shards", [2, 4])
 def test_two_gloo_processes_match_the_unsharded_index(tmp_path, n_shards):
-    from ralm.retrieval.shard_build import build_sharded
+    from ralm.retrieval.index.shard_build import build_sharded
 
     x, q, excl = data()
     build_sharded(x, tmp_path / "shards", n_shards, **FP)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from ralm.errors import RalmError
-from ralm.retrieval.evaluate import (
+from ralm.retrieval.eval.evaluate import (
     QAPair,
     answer_tokens,
     answerable,

@@ -6,7 +6,7 @@ import torch
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-from ralm.retrieval.ict import ict_loss, ict_pair
+from ralm.retrieval.training.ict import ict_loss, ict_pair
 
 
 def test_ict_pair_docstring_example():

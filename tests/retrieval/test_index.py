@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ralm.errors import RalmError
-from ralm.retrieval.index import (
+from ralm.retrieval.index.dense import (
     KINDS,
     DenseIndex,
     estimate,
@@ -232,7 +232,7 @@ def test_approximate_k_plus_excluded_equals_n(kind, params, monkeypatch):
     x = rng.standard_normal((300, 16)).astype(np.float32)
     index = DenseIndex.build(x, kind=kind, **params, **FP)
     fallbacks = []
-    import ralm.retrieval.index as index_module
+    import ralm.retrieval.index.dense as index_module
 
     exact = index_module.exact_top_k
     monkeypatch.setattr(index_module, "exact_top_k", lambda *a: fallbacks.append(1) or exact(*a))
@@ -458,7 +458,7 @@ def test_flipped_bytes_in_index_faiss_are_refused_on_load(tmp_path, random_data)
 
 
 def test_mmap_load_checks_the_size_and_verify_the_contents(tmp_path, clustered, approx_indexes):
-    from ralm.retrieval.index_io import verify_index_files
+    from ralm.retrieval.index.io import verify_index_files
 
     approx_indexes["ivf-pq"].save(tmp_path)
     assert verify_index_files(tmp_path) == []

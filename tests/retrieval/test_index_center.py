@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ralm.retrieval.index import DenseIndex, centre, mean_vector
+from ralm.retrieval.index.dense import DenseIndex, centre, mean_vector
 
 FP = dict(docstore_fingerprint="store", encoder_fingerprint="enc")
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ralm.errors import RalmError
-from ralm.retrieval.evaluate import recall_at_k
-from ralm.retrieval.measures import hubness, pooled_qrels, rank_measures, write_qrels, write_trec_run
+from ralm.retrieval.eval.evaluate import recall_at_k
+from ralm.retrieval.eval.measures import hubness, pooled_qrels, rank_measures, write_qrels, write_trec_run
 
 
 def test_hubness_by_hand():

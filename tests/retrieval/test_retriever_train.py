@@ -10,13 +10,13 @@ from pairs_ref import QUESTIONS
 
 from ralm.cli import main
 from ralm.errors import RalmError
-from ralm.retrieval import retriever_train as rt
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-from ralm.retrieval.negatives import mine_negatives
 from ralm.retrieval.passages import StorePassages
-from ralm.retrieval.retriever_train import RetrieverTrainConfig, train_retriever
-from ralm.retrieval.train_batches import SupervisedBatches, plan_epoch
-from ralm.retrieval.train_data import read_pairs
+from ralm.retrieval.training import recipes as rt
+from ralm.retrieval.training.batches import SupervisedBatches, plan_epoch
+from ralm.retrieval.training.data import read_pairs
+from ralm.retrieval.training.negatives import mine_negatives
+from ralm.retrieval.training.recipes import RetrieverTrainConfig, train_retriever
 
 
 def run(capsys, *argv):

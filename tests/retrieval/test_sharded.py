@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from ralm.errors import RalmError
-from ralm.retrieval.index import DenseIndex
-from ralm.retrieval.shard_build import build_sharded
-from ralm.retrieval.shard_merge import merge_topk, shard_ranges
-from ralm.retrieval.sharded import (
+from ralm.retrieval.index.dense import DenseIndex
+from ralm.retrieval.index.shard_build import build_sharded
+from ralm.retrieval.index.shard_merge import merge_topk, shard_ranges
+from ralm.retrieval.index.sharded import (
     SHARDS_FILE,
     ShardedIndex,
     flat_rows,

@@ -4,10 +4,10 @@ import pytest
 from pairs_ref import CONTEXTS, QUESTIONS, squad_json
 
 from ralm.errors import RalmError
-from ralm.retrieval.evaluate import has_answer
-from ralm.retrieval.negatives import mine_negatives
+from ralm.retrieval.eval.evaluate import has_answer
 from ralm.retrieval.passages import ListPassages, squeeze
-from ralm.retrieval.train_data import detect_pair_format, read_beir_dev, read_pairs
+from ralm.retrieval.training.data import detect_pair_format, read_beir_dev, read_pairs
+from ralm.retrieval.training.negatives import mine_negatives
 
 
 def test_squeeze_docstring_example():

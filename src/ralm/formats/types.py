@@ -53,7 +53,7 @@ class OpenQAExample:
     """Open-domain QA: a question and the answers that count as correct.
 
     regex: the answers are regular expressions (CuratedTREC), matched as DPR does
-    (`ralm.retrieval.evaluate.regex_hit`, `regex_em`), not normalised strings.
+    (`ralm.retrieval.eval.evaluate.regex_hit`, `regex_em`), not normalised strings.
     """
 
     id: str

@@ -153,7 +153,7 @@ def index_with_query_tower(src: str | os.PathLike, encoder, out: str | os.PathLi
 
     The doc tower must be the index's own (same fingerprint): the stored vectors stay valid.
     """
-    from ralm.retrieval.index_dir import index_records
+    from ralm.retrieval.index.directory import index_records
     from ralm.retrieval.search import MANIFEST, open_index_dir
 
     src, out = Path(src), Path(out)

@@ -43,7 +43,7 @@ from ralm.errors import RalmError
 from ralm.realm.model import ChunkDocs
 from ralm.realm.refresh import SyncRefresher, build_index_version
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-from ralm.retrieval.index import DenseIndex
+from ralm.retrieval.index.dense import DenseIndex
 from ralm.train.distributed import Dist
 
 logger = logging.getLogger(__name__)

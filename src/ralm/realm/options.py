@@ -18,7 +18,7 @@ INDEX_KINDS = (
     "sq6",
     "sq4",
     "auto",
-)  # ralm.retrieval.index.KINDS + auto
+)  # ralm.retrieval.index.dense.KINDS + auto
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "mode": MODES,

@@ -4,13 +4,13 @@ With the replicated index (`SyncRefresher`) every rank embeds its share of the c
 memory map, rank 0 builds the whole index and every rank loads all of it: each process holds
 N vectors. Here rank r of W embeds its contiguous share (the same `Dist.share` ranges), builds
 shard r from it in memory and keeps it: each process holds about N/W vectors. A search is a
-collective (ralm.retrieval.dist_search): the micro-batch's queries of all ranks are gathered,
+collective (ralm.retrieval.index.dist_search): the micro-batch's queries of all ranks are gathered,
 each rank searches its shard, the per-shard top k are gathered and merged. For a flat index the
 candidates are exactly those of the replicated index; the live towers re-score them as before,
 so the losses match the replicated run (tests/realm/test_sharded_pretrain.py).
 
 Saved versions (a shared run directory, as for checkpoints): ``RUN/index/vNNNNN/`` is a sharded
-index directory (ralm.retrieval.sharded: shards.json + shard-r-of-W/), each rank writing its
+index directory (ralm.retrieval.index.sharded: shards.json + shard-r-of-W/), each rank writing its
 own shard into ``.build-vNNNNN/`` and rank 0 the manifest before renaming it into place.
 Checkpoints hard-link the whole tree and record the number of shards.
 
@@ -34,13 +34,19 @@ import numpy as np
 
 from ralm.errors import RalmError
 from ralm.realm.refresh import SyncRefresher, embed_chunks, plan_line
-from ralm.retrieval.dist_search import DistributedShardSearch
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.index import auto_kind
-from ralm.retrieval.index_io import read_manifest
-from ralm.retrieval.shard_build import build_shard, write_shards_manifest
-from ralm.retrieval.shard_merge import shard_ranges
-from ralm.retrieval.sharded import flat_rows, is_sharded, load_shard, read_shards_manifest, shard_dir_name
+from ralm.retrieval.index.dense import auto_kind
+from ralm.retrieval.index.dist_search import DistributedShardSearch
+from ralm.retrieval.index.io import read_manifest
+from ralm.retrieval.index.shard_build import build_shard, write_shards_manifest
+from ralm.retrieval.index.shard_merge import shard_ranges
+from ralm.retrieval.index.sharded import (
+    flat_rows,
+    is_sharded,
+    load_shard,
+    read_shards_manifest,
+    shard_dir_name,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from ralm.errors import RalmError
 def verify_run(run_dir: str | os.PathLike) -> tuple[list[str], list[str], int]:
     """(problems, notes, files checked) of a run directory; problems [] when it is intact."""
     from ralm.realm.run import read_run_config
-    from ralm.retrieval.index_io import verify_index_files
+    from ralm.retrieval.index.io import verify_index_files
     from ralm.train.checkpoint import finished_checkpoints, read_state
     from ralm.train.logging import read_metric_rows
 
@@ -70,7 +70,7 @@ def verify_run(run_dir: str | os.PathLike) -> tuple[list[str], list[str], int]:
     idx_root = run / "index"
     for vdir in sorted(idx_root.glob("v*")) if idx_root.is_dir() else []:
         if vdir.is_dir() and (vdir / "shards.json").is_file():  # index_sharding = "rank"
-            from ralm.retrieval.sharded import verify_sharded
+            from ralm.retrieval.index.sharded import verify_sharded
 
             found, n = verify_sharded(vdir)
             checked += n

@@ -54,7 +54,7 @@ from ralm.integrity import DIGEST, digest, records
 from ralm.retrieval.analysis import TOKEN_PATTERN, Analyzer, normalize, resolve_stopwords, split_words
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
 from ralm.retrieval.exclusion import filter_excluded, prepare_exclude
-from ralm.retrieval.index_io import IndexFileError, check_fingerprints, damaged, read_manifest
+from ralm.retrieval.index.io import IndexFileError, check_fingerprints, damaged, read_manifest
 
 __all__ = [
     "FORMAT_VERSION",

@@ -1,4 +1,4 @@
-"""`ralm index ...` (ralm.retrieval.index_cli), `ralm search`, `ralm ict`, `ralm eval-retrieval`: thin CLI over ralm.retrieval.
+"""`ralm index ...` (ralm.retrieval.index.cli), `ralm search`, `ralm ict`, `ralm eval-retrieval`: thin CLI over ralm.retrieval.
 
 Imports of torch, transformers and FAISS happen inside the commands, after the arguments are
 checked: `ralm search --help` and a bad argument answer without loading any of them.
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ralm.errors import RalmError
-from ralm.retrieval.eval_cli import add_bm25_args
+from ralm.retrieval.eval.cli import add_bm25_args
 
 
 def _encoder_args(p: argparse.ArgumentParser, similarity: str = "dot") -> None:
@@ -108,8 +108,8 @@ def _encoder_config(args: argparse.Namespace):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `index` (ralm.retrieval.index_cli), `search`, `ict` and `eval-retrieval` to the top-level parser."""
-    from ralm.retrieval import index_cli
+    """Add `index` (ralm.retrieval.index.cli), `search`, `ict` and `eval-retrieval` to the top-level parser."""
+    from ralm.retrieval.index import cli as index_cli
 
     index_cli.register(sub, _encoder_args, _encoder_config, _bm25_opts)
 
@@ -175,7 +175,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _encoder_args(t)
     t.set_defaults(func=_ict)
 
-    from ralm.retrieval import eval_cli, train_cli
+    from ralm.retrieval.eval import cli as eval_cli
+    from ralm.retrieval.training import cli as train_cli
 
     eval_cli.register(sub)
     train_cli.register(sub, _encoder_args, _encoder_config)
@@ -234,7 +235,7 @@ def _ict(args: argparse.Namespace) -> int:
     """`ralm ict`: an alias of `ralm retriever train ict` (one loop, the same output), with ICT's
     defaults (lr 1e-4 as BRENT) and --heldout-frac turned into the held-out chunk count."""
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.train_cli import train_as
+    from ralm.retrieval.training.cli import train_as
 
     for name in ("steps", "batch_size", "eval_every"):
         if getattr(args, name) < 1:

@@ -38,7 +38,7 @@ def export_rag(index: str | os.PathLike, out: str | os.PathLike, *, overwrite: b
     out/index.faiss: the dense index (its rows are the passages' rows). Queries must be embedded
     with the index's query tower (`index/encoder`, or `DualEncoder.encode_queries`).
     """
-    from ralm.retrieval.index import DenseIndex
+    from ralm.retrieval.index.dense import DenseIndex
     from ralm.retrieval.search import open_index_dir
 
     datasets = _datasets()

@@ -57,7 +57,7 @@ import scipy.sparse as sp
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
-from ralm.retrieval.index import check_fingerprints, filter_excluded, prepare_exclude
+from ralm.retrieval.index.dense import check_fingerprints, filter_excluded, prepare_exclude
 from ralm.text import word_tokenize
 
 FORMAT = "ralm-query-likelihood"

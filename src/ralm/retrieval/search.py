@@ -7,7 +7,7 @@
       encoder/           the DualEncoder (queries are embedded with its query tower)
       embeddings.npy     doc vectors (resumable while being written; see ralm.retrieval.embed)
       dense/             the FAISS index (index.faiss + index.json), or its shards (shards.json +
-                         shard-*-of-*/, built with shards > 1: ralm.retrieval.sharded)
+                         shard-*-of-*/, built with shards > 1: ralm.retrieval.index.sharded)
       bm25/              the BM25 index, when built with bm25
 
 A directory without retrieval.json is an unfinished build: `ralm index build` resumes it, but
@@ -16,10 +16,10 @@ differs), and nothing searches it. A finished index is never touched without ove
 (`--overwrite`): the new one is then built beside it (PARENT/.NAME.rebuild, itself resumable)
 and swapped in at the end, so the old one answers searches until then. The whole build holds
 the directory's writer lock (ralm.locks): a second writer fails at once, naming the holder.
-Files are checked on load (ralm.retrieval.index_dir: the encoder's files, index.faiss, the BM25
+Files are checked on load (ralm.retrieval.index.directory: the encoder's files, index.faiss, the BM25
 files) and all of them by `ralm index verify`.
 
-Building one (`build_index_dir`, importable from here): ralm.retrieval.index_build.
+Building one (`build_index_dir`, importable from here): ralm.retrieval.index.build.
 
 `DenseRetriever` and `BM25Retriever` answer `search_text` the same way, so every caller can
 switch between "dense" and "bm25".
@@ -40,17 +40,17 @@ from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
 from ralm.retrieval.bm25 import BM25Retriever
 from ralm.retrieval.embed import embed_docstore
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.index import DenseIndex
-from ralm.retrieval.index_build import build_index_dir
-from ralm.retrieval.index_dir import (
+from ralm.retrieval.index.build import build_index_dir
+from ralm.retrieval.index.dense import DenseIndex
+from ralm.retrieval.index.directory import (
     INDEX_DIR_FORMAT,
     INDEX_DIR_VERSION,
     MANIFEST,
     check_encoder_files,
     verify_index_dir,
 )
-from ralm.retrieval.index_io import IndexFileError, read_manifest
-from ralm.retrieval.sharded import ShardedIndex, load_dense
+from ralm.retrieval.index.io import IndexFileError, read_manifest
+from ralm.retrieval.index.sharded import ShardedIndex, load_dense
 
 __all__ = [
     "INDEX_DIR_FORMAT",

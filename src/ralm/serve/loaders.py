@@ -143,7 +143,7 @@ def detect_kind(path: str | Path) -> str:
             f"{p}: not a directory; give a REALM or SUREALM run, an index directory or a DocStore"
         )
     from ralm.realm.config import CONFIG_FILE
-    from ralm.retrieval.index_dir import BUILD_FILE, ENCODER_DIR, MANIFEST
+    from ralm.retrieval.index.directory import BUILD_FILE, ENCODER_DIR, MANIFEST
 
     if (p / CONFIG_FILE).is_file():
         return "realm"

@@ -17,7 +17,7 @@ from pathlib import Path
 from ralm.errors import RalmError
 from ralm.surealm.sentences import FILL_SPLITS, SPLITS_HOW
 
-# ralm.retrieval.index.KINDS, without importing FAISS to build the parser
+# ralm.retrieval.index.dense.KINDS, without importing FAISS to build the parser
 INDEX_KINDS = ("flat", "ivf-flat", "hnsw", "sq8", "ivf-pq", "sq6", "sq4")
 SCHEDULES = ("linear", "cosine", "constant")
 AUTOCAST = ("auto", "bf16", "off")

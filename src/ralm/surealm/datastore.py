@@ -24,7 +24,7 @@ Layout of a data store directory (all arrays `.npy`, memory-mapped when read)::
     entry_pos.npy        (E,) int16      its split point i (1-based)
     keys.npy             (E, d) float16  prefix embeddings (what the index searches)
     values.npy           (E, d) float16  suffix embeddings
-    index/               a `ralm.retrieval.index.DenseIndex` over keys (exact inner product by default)
+    index/               a `ralm.retrieval.index.dense.DenseIndex` over keys (exact inner product by default)
 
 Memory: sentences are processed `batch_sentences` at a time and written into the memory maps;
 what stays in RAM is the FAISS index (E x d float32 for "flat"; pick a compressed kind for big
@@ -187,7 +187,7 @@ class Datastore:
     @property
     def index(self):
         if self._index is None:
-            from ralm.retrieval.index import DenseIndex
+            from ralm.retrieval.index.dense import DenseIndex
 
             self._index = DenseIndex.load(self.root / "index", docstore_fingerprint=self.fingerprint)
         return self._index

@@ -102,7 +102,7 @@ def _build_into(tmp: Path, sents: SentenceSet, cfg: DatastoreConfig, tokenizer, 
     import pyarrow.parquet as pq
 
     from ralm.progress import tqdm
-    from ralm.retrieval.index import DenseIndex
+    from ralm.retrieval.index.dense import DenseIndex
     from ralm.surealm.embedder import SpanEmbedder
 
     t_start = time.perf_counter()

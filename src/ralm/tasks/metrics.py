@@ -1,10 +1,10 @@
 """Evaluation metrics of the downstream tasks, all reported in percent (0-100).
 
 - extractive and open-domain QA: SQuAD v1.1 exact match and token F1, each the maximum over the
-  gold answers, on strings normalised by `ralm.retrieval.evaluate.normalize_answer` (the same
+  gold answers, on strings normalised by `ralm.retrieval.eval.evaluate.normalize_answer` (the same
   normalisation retrieval recall uses); a question whose answers are regular expressions
   (`regex`, CuratedTREC) scores exact match as DrQA's `regex_match_score` does (a pattern
-  matches at the start of the prediction, `ralm.retrieval.evaluate.regex_em`) and has no F1,
+  matches at the start of the prediction, `ralm.retrieval.eval.evaluate.regex_em`) and has no F1,
   so "f1" averages the string-answer questions only and is left out when there are none;
 - NER: entity-level micro precision/recall/F1 from `seqeval` with its default CoNLL (conlleval)
   semantics, so an I- tag that follows O or another type starts a new entity;

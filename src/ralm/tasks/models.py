@@ -200,7 +200,7 @@ def load_retriever_parts(spec: InitSpec, *, reader_tokenizer, k: int, tune: bool
         bm25 = BM25Retriever.load(spec.bm25, docstore_fingerprint=store.fingerprint)
         return TaskRetriever(store, bm25=bm25, k=k, null_doc=null_doc)
     from ralm.retrieval.encoders import DualEncoder
-    from ralm.retrieval.sharded import load_dense
+    from ralm.retrieval.index.sharded import load_dense
 
     encoder = DualEncoder.from_pretrained(spec.encoder)
     index = load_dense(spec.index, docstore_fingerprint=store.fingerprint)  # sharded or not

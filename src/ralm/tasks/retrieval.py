@@ -32,7 +32,7 @@ from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.realm.marginal import doc_log_probs
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.index import DenseIndex
+from ralm.retrieval.index.dense import DenseIndex
 
 __all__ = ["Retrieved", "TaskRetriever", "doc_vectors", "join_docs", "marginalize", "pad_rows"]
 

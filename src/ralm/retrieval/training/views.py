@@ -7,7 +7,7 @@ Two recipes, each turning one chunk into a (query, document) pair whose document
   the document. Both views are the same text seen through different windows, so the encoder
   learns what makes a passage itself rather than surface overlap with one sentence.
 - **ict** (Inverse Cloze Task, Lee et al. 2019; REALM's warm start): a random sentence is the
-  query, the chunk without it (with it 10% of the time) the document (`ralm.retrieval.ict`).
+  query, the chunk without it (with it 10% of the time) the document (`ralm.retrieval.training.ict`).
 `both` draws one of the two per pair. Documents carry the chunk's title, as the index does.
 
     views = PairViews(StorePassages(store), encoder, "crop", rng)
@@ -107,7 +107,7 @@ class PairViews:
 
     def _ict_pair(self, cid: int, rng: np.random.Generator):
         from ralm.corpus.sentences import split_sentences
-        from ralm.retrieval.ict import ict_pair
+        from ralm.retrieval.training.ict import ict_pair
 
         text = self.passages.text(cid)
         spans = split_sentences(text)

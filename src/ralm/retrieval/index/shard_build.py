@@ -4,7 +4,7 @@
 refresh or of `ralm index build` under torchrun builds); `build_sharded` builds every shard of a
 vector array in turn, one in memory at a time (`ralm index build --shards N` in one process);
 `write_shards_manifest` writes shards.json over the saved shard directories, checking that
-they agree and tile the chunk ids. The layout and loading: ralm.retrieval.sharded.
+they agree and tile the chunk ids. The layout and loading: ralm.retrieval.index.sharded.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import numpy as np
 from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.integrity import file_record
-from ralm.retrieval.index import INDEX_FILE, MANIFEST_FILE, DenseIndex, mean_vector
-from ralm.retrieval.index_io import read_manifest
-from ralm.retrieval.shard_merge import shard_ranges
-from ralm.retrieval.sharded import REBUILD, SHARDS_FILE, SHARDS_FORMAT, SHARDS_VERSION, shard_dir_name
+from ralm.retrieval.index.dense import INDEX_FILE, MANIFEST_FILE, DenseIndex, mean_vector
+from ralm.retrieval.index.io import read_manifest
+from ralm.retrieval.index.shard_merge import shard_ranges
+from ralm.retrieval.index.sharded import REBUILD, SHARDS_FILE, SHARDS_FORMAT, SHARDS_VERSION, shard_dir_name
 
 __all__ = ["build_shard", "build_sharded", "write_shards_manifest"]
 

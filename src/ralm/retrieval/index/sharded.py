@@ -7,11 +7,11 @@
       shard-00000-of-00002/   a normal DenseIndex directory (index.faiss + index.json) whose row
       shard-00001-of-00002/   i is chunk start + i; its index.json says which shard it is
 
-Built by ralm.retrieval.shard_build (in turn in one process, or one shard per rank). Each
+Built by ralm.retrieval.index.shard_build (in turn in one process, or one shard per rank). Each
 shard is what `DenseIndex.save` writes, so `faiss.read_index` and `DenseIndex.load` open
-it alone; rank r of a training job builds and searches shard r (ralm.retrieval.dist_search),
+it alone; rank r of a training job builds and searches shard r (ralm.retrieval.index.dist_search),
 one process opens them all as a `ShardedIndex` that searches them in turn and merges
-(ralm.retrieval.shard_merge): for flat shards the same ids and scores as one DenseIndex.
+(ralm.retrieval.index.shard_merge): for flat shards the same ids and scores as one DenseIndex.
 
 Loading checks every shard against shards.json before FAISS reads it: a missing or damaged
 shard, or one built from another DocStore, is one RalmError naming the shard directory. Centred
@@ -35,9 +35,9 @@ from ralm.errors import RalmError
 from ralm.integrity import check_digests
 from ralm.retrieval.base import ExcludeIds, SearchResult
 from ralm.retrieval.exclusion import prepare_exclude
-from ralm.retrieval.index import MANIFEST_FILE, DenseIndex
-from ralm.retrieval.index_io import IndexFileError, check_fingerprints, read_manifest
-from ralm.retrieval.shard_merge import merge_topk, shard_ranges, shard_topk
+from ralm.retrieval.index.dense import MANIFEST_FILE, DenseIndex
+from ralm.retrieval.index.io import IndexFileError, check_fingerprints, read_manifest
+from ralm.retrieval.index.shard_merge import merge_topk, shard_ranges, shard_topk
 
 __all__ = [
     "SHARDS_FILE",

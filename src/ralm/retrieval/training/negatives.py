@@ -2,7 +2,7 @@
 
 For each training question, BM25 ranks the passages; a passage is a usable negative when it is
 none of the question's positives and (when the answers are known) holds none of its answers as
-whole normalised tokens (`ralm.retrieval.evaluate.has_answer`, the rule `eval-retrieval` judges
+whole normalised tokens (`ralm.retrieval.eval.evaluate.has_answer`, the rule `eval-retrieval` judges
 hits by). The first `depth` such passages are kept, best first; a training step draws its hard
 negatives from them. DPR used the single top one; drawing among the top few (Tevatron, RocketQA)
 gives each epoch other negatives.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ralm.answers import has_answer
-from ralm.retrieval.train_data import PairSet
+from ralm.retrieval.training.data import PairSet
 
 
 def mine_negatives(

@@ -24,8 +24,8 @@ from ralm.locks import writer_lock
 from ralm.retrieval.bm25 import BM25Retriever
 from ralm.retrieval.embed import embed_docstore
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-from ralm.retrieval.index import DenseIndex, estimate, mean_vector
-from ralm.retrieval.index_dir import (
+from ralm.retrieval.index.dense import DenseIndex, estimate, mean_vector
+from ralm.retrieval.index.directory import (
     INDEX_DIR_FORMAT,
     INDEX_DIR_VERSION,
     MANIFEST,
@@ -36,10 +36,10 @@ from ralm.retrieval.index_dir import (
     swap_in,
     write_build_file,
 )
-from ralm.retrieval.index_plan import plan_shards
-from ralm.retrieval.shard_build import build_shard, build_sharded, write_shards_manifest
-from ralm.retrieval.shard_merge import shard_ranges
-from ralm.retrieval.sharded import shard_dir_name
+from ralm.retrieval.index.plan import plan_shards
+from ralm.retrieval.index.shard_build import build_shard, build_sharded, write_shards_manifest
+from ralm.retrieval.index.shard_merge import shard_ranges
+from ralm.retrieval.index.sharded import shard_dir_name
 from ralm.train.distributed import Dist
 
 __all__ = ["build_index_dir"]
@@ -67,7 +67,7 @@ def build_index_dir(
     """Build (or resume building) a retrieval index directory for `store`; returns its path.
 
     shards > 1: the dense index is split into that many shards of contiguous chunk ids, built
-    one after the other (one in memory at a time) under dense/ (ralm.retrieval.sharded).
+    one after the other (one in memory at a time) under dense/ (ralm.retrieval.index.sharded).
     dist: the torchrun job every rank calls this in (see the module docstring); shards >= ranks.
 
     Holds `out`'s writer lock throughout. An unfinished build in `out` is resumed only when

@@ -9,7 +9,7 @@ One search is three collectives (gloo on CPU, NCCL on GPU; whatever group `Dist`
 and each rank keeps the rows of its own queries. Every rank checks the same gathered batch,
 so a bad k or exclusion list raises the same RalmError on every rank instead of leaving the
 others waiting in a collective. For flat shards the result equals `DenseIndex.search` on the
-whole corpus exactly (ralm.retrieval.shard_merge).
+whole corpus exactly (ralm.retrieval.index.shard_merge).
 
 Every rank of the group must call `search` the same number of times, in the same order (as
 the ranks of a DDP step do; a rank with no queries passes an empty (0, d) batch).
@@ -26,8 +26,8 @@ import torch.distributed as tdist
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, SearchResult
 from ralm.retrieval.exclusion import prepare_exclude
-from ralm.retrieval.index import DenseIndex
-from ralm.retrieval.shard_merge import merge_topk, shard_topk
+from ralm.retrieval.index.dense import DenseIndex
+from ralm.retrieval.index.shard_merge import merge_topk, shard_topk
 from ralm.train.distributed import Dist
 
 __all__ = ["DistributedShardSearch", "all_gather"]

@@ -1,4 +1,4 @@
-"""`ralm retriever train {dpr,contrastive,ict}`: thin CLI over `ralm.retrieval.retriever_train`.
+"""`ralm retriever train {dpr,contrastive,ict}`: thin CLI over `ralm.retrieval.training.recipes`.
 
 ralm retriever train dpr norquad/train.json --corpus pool/ --dev norquad/dev.json --lang nb --out runs/dpr
 ralm retriever train dpr nq-train.json --out runs/dpr              # DPR JSON: its own passages
@@ -132,7 +132,7 @@ def train_as(argv: list[str], encoder_args, encoder_config) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ralm.retrieval.retriever_train import RetrieverTrainConfig, config_from
+    from ralm.retrieval.training.recipes import RetrieverTrainConfig, config_from
 
     mode = "contrastive" if args.mode == "ict" else args.mode
     recipe = "ict" if args.mode == "ict" else args.recipe
@@ -160,7 +160,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import DualEncoder
-    from ralm.retrieval.train_data import read_beir_dev, read_pairs
+    from ralm.retrieval.training.data import read_beir_dev, read_pairs
 
     torch.manual_seed(cfg.seed)  # weights a fresh encoder initialises (a pooler, a projection) repeat too
     enc = DualEncoder.from_pretrained(args.encoder, args.encoder_config(args))
@@ -180,7 +180,7 @@ def _train(args: argparse.Namespace) -> int:
         for note in pairs.notes:
             log(f"note: {note}")
         log(f"{len(pairs.examples)} training questions ({pairs.format}) over {pairs.passages.describe()}")
-        from ralm.retrieval.negatives import mine_negatives
+        from ralm.retrieval.training.negatives import mine_negatives
 
         if cfg.hard_negatives:
             bm25 = bm25 or pairs.passages.bm25(**bm25_opts)
@@ -206,7 +206,7 @@ def _train(args: argparse.Namespace) -> int:
         if args.dev_max:
             dev.examples = dev.examples[: args.dev_max]
         log(f"{len(dev.examples)} dev questions")
-    from ralm.retrieval.retriever_train import train_retriever
+    from ralm.retrieval.training.recipes import train_retriever
 
     res = train_retriever(
         enc, train, args.out, cfg, dev=dev, negatives=negatives, data=data,

@@ -2,7 +2,7 @@
 
 For each retriever, on the same (question, answers) pairs: answer recall@k, ir-measures rank
 metrics over pooled answer judgments, and hubness of its top-k lists (see
-`ralm.retrieval.measures`). The raw rankings are kept so they can be written as TREC runs.
+`ralm.retrieval.eval.measures`). The raw rankings are kept so they can be written as TREC runs.
 
 Question sets: "trivia" (the bundled trivia pairs, filtered to those whose answer occurs in
 the store), "triviaqa" (the TriviaQA sample), or a question file read as `ralm finetune open-qa`
@@ -22,8 +22,8 @@ import numpy as np
 
 from ralm.errors import RalmError
 from ralm.retrieval.base import Retriever, SearchResult
-from ralm.retrieval.evaluate import QAPair, hit_matrix, qa_pair, recall_at_k
-from ralm.retrieval.measures import DEFAULT_MEASURES, hubness, pooled_qrels, rank_measures
+from ralm.retrieval.eval.evaluate import QAPair, hit_matrix, qa_pair, recall_at_k
+from ralm.retrieval.eval.measures import DEFAULT_MEASURES, hubness, pooled_qrels, rank_measures
 
 
 def load_qa(spec: str, store, answers: str = "auto") -> list[QAPair]:
@@ -32,7 +32,7 @@ def load_qa(spec: str, store, answers: str = "auto") -> list[QAPair]:
 
     Example: load_qa("curatedtrec-test.qa.csv", store)[0] -> QAPair("...", ["19(6|7)\\d"], regex=True).
     """
-    from ralm.retrieval.evaluate import answerable
+    from ralm.retrieval.eval.evaluate import answerable
     from ralm.samples import trivia_qa_pairs
 
     if spec in ("trivia", "triviaqa"):
@@ -62,7 +62,7 @@ class RetrieverReport:
 
     recall: dict[int, float]  # k -> answer recall@k
     measures: dict[str, float] = field(default_factory=dict)  # ir-measures name -> mean over questions
-    hubness: dict[str, float | int] = field(default_factory=dict)  # see ralm.retrieval.measures.hubness
+    hubness: dict[str, float | int] = field(default_factory=dict)  # see ralm.retrieval.eval.measures.hubness
     result: SearchResult | None = None  # (Q, kmax) ids and scores
     hits: np.ndarray | None = None  # (Q, kmax) bool
 

@@ -8,13 +8,13 @@ Modes:
 - **dpr** (Karpukhin et al. 2020): each step takes B questions with one positive each (no two
   sharing a positive: a batch is filled greedily and a clash waits for the next batch) and
   `hard_negatives` BM25 negatives each, drawn from the top `negative_depth` passages without the
-  answer (`ralm.retrieval.negatives`); every question is scored against all B(1 + h) passages.
+  answer (`ralm.retrieval.training.negatives`); every question is scored against all B(1 + h) passages.
   A passage that is another positive of a question, or holds its answer, is masked out of that
   question's softmax instead of being pushed away.
-- **contrastive**: pseudo pairs from a DocStore's chunks (`ralm.retrieval.views`: Contriever's
+- **contrastive**: pseudo pairs from a DocStore's chunks (`ralm.retrieval.training.views`: Contriever's
   independent cropping, ICT, or both), in-batch negatives only.
-The loss and gradient caching are `ralm.retrieval.contrastive`'s. Dev evaluation
-(`ralm.retrieval.dev_eval`, eval-retrieval's measures) runs at each epoch end or every
+The loss and gradient caching are `ralm.retrieval.training.contrastive`'s. Dev evaluation
+(`ralm.retrieval.training.dev_eval`, eval-retrieval's measures) runs at each epoch end or every
 `eval_every` steps; the encoder with the best `select` metric is saved to `OUT/encoder`
 (atomically), which `ralm index build --encoder`, `eval-retrieval --dense`, `finetune` and
 `pretrain` (`retriever = ...`) load. Without dev questions, contrastive training measures recall
@@ -48,11 +48,11 @@ from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.model_card import write_model_card
 from ralm.precision import autocast_dtype
-from ralm.retrieval.contrastive import contrastive_step
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.train_batches import SupervisedBatches, UnsupervisedBatches
-from ralm.retrieval.train_data import PairSet
-from ralm.retrieval.train_run import RESULTS, prepare_run, truncate_metrics
+from ralm.retrieval.training.batches import SupervisedBatches, UnsupervisedBatches
+from ralm.retrieval.training.contrastive import contrastive_step
+from ralm.retrieval.training.data import PairSet
+from ralm.retrieval.training.run import RESULTS, prepare_run, truncate_metrics
 from ralm.train.device import resolve_device
 from ralm.train.logging import MetricsLogger
 
@@ -171,7 +171,7 @@ def train_retriever(
             per_epoch = batches.steps_per_epoch()
             total = cfg.steps or max(1, math.ceil(cfg.epochs * per_epoch))
         else:
-            from ralm.retrieval.views import PairViews
+            from ralm.retrieval.training.views import PairViews
 
             views = PairViews(
                 train, encoder, cfg.recipe, crop_min=cfg.crop_min, crop_max=cfg.crop_max,
@@ -335,7 +335,7 @@ def _eval_line(step: int, m: dict[str, float]) -> str:
 
 def _evaluator(encoder: DualEncoder, dev: PairSet | None, heldout, cfg: RetrieverTrainConfig):
     """A function returning the dev metrics now (None when there is nothing to evaluate on)."""
-    from ralm.retrieval.dev_eval import evaluate_pairs, heldout_recall
+    from ralm.retrieval.training.dev_eval import evaluate_pairs, heldout_recall
 
     if dev is not None:
         return lambda: evaluate_pairs(encoder, dev, ks=cfg.ks, lang=cfg.lang, autocast=cfg.autocast)

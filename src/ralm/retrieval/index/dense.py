@@ -21,30 +21,30 @@ re-scoring as the last resort. Results are best first with ties broken by the lo
 extra candidate lets a tie at the k-th place be seen and resolved the same way.
 
 A corpus bigger than one host is split into shards, each a DenseIndex of a contiguous range of
-chunk ids: see ralm.retrieval.sharded (the files, ShardedIndex) and ralm.retrieval.shard_merge.
+chunk ids: see ralm.retrieval.index.sharded (the files, ShardedIndex) and ralm.retrieval.index.shard_merge.
 
 Scores are those of the index: exact inner products for flat, ivf-flat and hnsw, approximate
 ones (of the quantised vectors) for sq8/sq6/sq4 and ivf-pq. With metric "l2" the score is the negative
 squared distance, so higher is still better.
 
 Centring (`center=True`, a hubness reduction): doc and query vectors minus the mean doc vector mu,
-re-normalised (see `ralm.retrieval.index_faiss`); mu is stored in index.json and applied to queries
+re-normalised (see `ralm.retrieval.index.kinds`); mu is stored in index.json and applied to queries
 by `search`, so callers pass raw query vectors either way.
 
 Saved as `index.faiss` (`faiss.write_index`) plus `index.json`, a manifest with the backend, its
 parameters, the fingerprints of the DocStore and of the encoder that made the vectors, and the
 size and XXH3-128 digest of index.faiss; loading checks all of them, the digest in the same pass
 that reads the file (1.03x the time of a bare `faiss.read_index` of a 1.5 GB index; with
-mmap=True the size only, `ralm index verify` hashes it): see ralm.retrieval.index_io. Left out: adding to or removing from a built index (REALM
+mmap=True the size only, `ralm index verify` hashes it): see ralm.retrieval.index.io. Left out: adding to or removing from a built index (REALM
 and BRENT rebuild it after re-embedding) and training IVF on the GPU.
 
 The module is split along its seams; everything stays importable from here:
-    ralm.retrieval.index_plan   KINDS, PARAMS, resolve_params, estimate, auto_kind (no FAISS)
-    ralm.retrieval.index_faiss  making, training and filling the FAISS structure; GPU copies;
+    ralm.retrieval.index.plan   KINDS, PARAMS, resolve_params, estimate, auto_kind (no FAISS)
+    ralm.retrieval.index.kinds  making, training and filling the FAISS structure; GPU copies;
                                 exact re-scoring; centre, mean_vector
     ralm.retrieval.exclusion    prepare_exclude, filter_excluded, select_candidates (shared by
                                 every retriever)
-    ralm.retrieval.index_io     save/load of the files, read_manifest, check_fingerprints
+    ralm.retrieval.index.io     save/load of the files, read_manifest, check_fingerprints
 """
 
 from __future__ import annotations
@@ -62,7 +62,17 @@ import numpy as np
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, SearchResult
 from ralm.retrieval.exclusion import filter_excluded, prepare_exclude, select_candidates, select_single
-from ralm.retrieval.index_faiss import (
+from ralm.retrieval.index.io import (
+    FORMAT,
+    FORMAT_VERSION,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    check_fingerprints,
+    read_index_files,
+    read_manifest,
+    write_index_files,
+)
+from ralm.retrieval.index.kinds import (
     ADD_BATCH,
     GPU_MAX_K,
     METRICS,
@@ -75,17 +85,7 @@ from ralm.retrieval.index_faiss import (
     mean_vector,
     wants_gpu,
 )
-from ralm.retrieval.index_io import (
-    FORMAT,
-    FORMAT_VERSION,
-    INDEX_FILE,
-    MANIFEST_FILE,
-    check_fingerprints,
-    read_index_files,
-    read_manifest,
-    write_index_files,
-)
-from ralm.retrieval.index_plan import (
+from ralm.retrieval.index.plan import (
     AUTO_FLAT_MAX_BYTES,
     AUTO_SQ8_MAX_BYTES,
     KINDS,

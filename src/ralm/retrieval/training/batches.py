@@ -4,8 +4,8 @@
   batch share a positive passage (a clash waits for the next batch).
 - `SupervisedBatches`: a batch's queries, their positives and `hard_negatives` BM25 negatives each,
   and the mask of false negatives (another positive of the question, or a passage holding its
-  answer), which `ralm.retrieval.contrastive` leaves out of that question's softmax.
-- `UnsupervisedBatches`: B distinct chunks per step, each a pseudo pair (`ralm.retrieval.views`).
+  answer), which `ralm.retrieval.training.contrastive` leaves out of that question's softmax.
+- `UnsupervisedBatches`: B distinct chunks per step, each a pseudo pair (`ralm.retrieval.training.views`).
 Every batch is a function of (seed, epoch, batch) or (seed, step) only, so a resumed run draws
 what the uninterrupted run would have drawn.
 """
@@ -18,7 +18,7 @@ import torch
 from ralm.answers import token_string
 from ralm.errors import RalmError
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.train_data import PairSet
+from ralm.retrieval.training.data import PairSet
 
 
 def plan_epoch(positives: list[int], batch_size: int, rng: np.random.Generator) -> list[list[int]]:

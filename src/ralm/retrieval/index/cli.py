@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ralm.errors import RalmError
-from ralm.retrieval.eval_cli import add_bm25_args
+from ralm.retrieval.eval.cli import add_bm25_args
 
 KINDS = ("flat", "ivf-flat", "hnsw", "sq8", "ivf-pq")
 _HELPERS: dict[str, Callable] = {}  # the encoder/BM25 option readers shared with ralm.retrieval.cli
@@ -180,7 +180,7 @@ def _run_build(args: argparse.Namespace, store, bm25_opts, params: dict, shards:
 
 
 def _index_plan(args: argparse.Namespace) -> int:
-    from ralm.retrieval.index_plan import plan_shards
+    from ralm.retrieval.index.plan import plan_shards
 
     if (args.store is None) == (args.chunks is None):
         raise RalmError("index plan: give a DocStore directory or --chunks N (one of the two)")
@@ -202,7 +202,7 @@ def _index_plan(args: argparse.Namespace) -> int:
 
 
 def _index_verify(args: argparse.Namespace) -> int:
-    from ralm.retrieval.index_dir import OVERWRITE_HINT, verify_index_dir
+    from ralm.retrieval.index.directory import OVERWRITE_HINT, verify_index_dir
 
     report = verify_index_dir(args.index)
     if report.problems:

@@ -1,7 +1,7 @@
 """Rank metrics, hubness and TREC/BEIR files for retrieval runs judged by answer matching.
 
 Open-domain QA sets give answers, not relevance labels. A chunk is judged relevant to a
-question when it contains one of its answers (`ralm.retrieval.evaluate.hit_matrix`, the
+question when it contains one of its answers (`ralm.retrieval.eval.evaluate.hit_matrix`, the
 ORQA/REALM weak supervision), and judgments are *pooled* as in TREC: only the chunks some
 evaluated retriever put in its top k are judged, the rest count as not relevant. So nDCG and
 MRR compare retrievers evaluated together; recall-over-all-relevant is left out, because the

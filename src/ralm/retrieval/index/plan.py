@@ -1,6 +1,6 @@
 """Index kinds, their parameters and defaults, and the plan (memory, build time) before a build.
 
-No FAISS here: `estimate` and `auto_kind` answer from N and d alone (see ralm.retrieval.index for
+No FAISS here: `estimate` and `auto_kind` answer from N and d alone (see ralm.retrieval.index.dense for
 what each kind is). The byte counts follow FAISS's storage (codes, 8-byte ids in inverted lists,
 HNSW links, centroids).
 """

@@ -12,7 +12,7 @@ from ralm.errors import RalmError
 from ralm.retrieval.bm25_spec import bm25_options
 
 FUSIONS = ("rrf", "weighted")
-# ralm.retrieval.evaluate.ANSWER_MODES, repeated: this module stays free of numpy
+# ralm.retrieval.eval.evaluate.ANSWER_MODES, repeated: this module stays free of numpy
 ANSWER_MODES = ("auto", "string", "regex")
 
 
@@ -183,8 +183,8 @@ def _check_args(args: argparse.Namespace) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.compare import compare_retrievers, load_qa, report_json
     from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.eval.compare import compare_retrievers, load_qa, report_json
     from ralm.retrieval.hybrid import HybridRetriever, fusion_weights
     from ralm.retrieval.search import dense_retriever_for, load_retriever, open_index_dir
 
@@ -303,7 +303,7 @@ def _print_table(reports, args, pairs, store) -> None:
 
 
 def _write_runs(run_dir: Path, reports, pairs, store) -> None:
-    from ralm.retrieval.measures import pooled_qrels, write_qrels, write_trec_run
+    from ralm.retrieval.eval.measures import pooled_qrels, write_qrels, write_trec_run
 
     qids = [f"q{i + 1}" for i in range(len(pairs))]
     for name, r in reports.items():

@@ -185,7 +185,7 @@ def verify_index_dir(path: str | os.PathLike) -> Report:
     from ralm.retrieval.bm25 import FORMAT_VERSION as BM25_VERSION
     from ralm.retrieval.bm25 import MANIFEST_FILE as BM25_MANIFEST
     from ralm.retrieval.bm25 import recorded_files as bm25_files
-    from ralm.retrieval.index_io import read_manifest, recorded_files, verify_index_files
+    from ralm.retrieval.index.io import read_manifest, recorded_files, verify_index_files
 
     path = Path(path)
     state = dir_state(path)
@@ -236,7 +236,7 @@ def verify_index_dir(path: str | os.PathLike) -> Report:
     # dense/: index.faiss against index.json, or every shard's files against shards.json
     dense = path / "dense"
     if (dense / "shards.json").is_file():
-        from ralm.retrieval.sharded import verify_sharded
+        from ralm.retrieval.index.sharded import verify_sharded
 
         problems, n = verify_sharded(dense)
         rep.problems.extend(problems)

@@ -1,10 +1,10 @@
-"""Making a FAISS index out of (possibly memory-mapped) vectors, for `ralm.retrieval.index.DenseIndex`.
+"""Making a FAISS index out of (possibly memory-mapped) vectors, for `ralm.retrieval.index.dense.DenseIndex`.
 
 `make_faiss_index` picks the FAISS structure of a ralm index kind (flat, ivf-flat, ivf-pq, sq8/6/4,
 hnsw), trains it on a seeded sample where it needs training (k-means seeded, polysemous training
 off, one warning of ours when the sample is small) and adds the vectors in float32 batches,
 checking for NaN/inf. `centre` / `mean_vector` are the hubness reduction's maths (see
-`ralm.retrieval.index`).
+`ralm.retrieval.index.dense`).
 
 Centring (`center=True`, a hubness reduction after Suzuki et al. 2013): the mean doc vector mu
 is subtracted from every doc vector and every query vector, and both are re-normalised, so the
@@ -27,7 +27,7 @@ import numpy as np
 
 from ralm.errors import RalmError
 from ralm.retrieval.exclusion import filter_excluded
-from ralm.retrieval.index_plan import SQ_BITS
+from ralm.retrieval.index.plan import SQ_BITS
 
 __all__ = [
     "ADD_BATCH",
@@ -43,7 +43,7 @@ __all__ = [
     "wants_gpu",
 ]
 
-log = logging.getLogger("ralm.retrieval.index")
+log = logging.getLogger("ralm.retrieval.index.dense")
 _ALL = np.logical_and.reduce  # the ufunc method: ndarray.all() costs more on one query
 _F32 = np.dtype(np.float32)
 

@@ -6,7 +6,7 @@ a retrieved passage is relevant when it is one of the question's known positives
 answers are known, holds one of them as whole normalised tokens (`has_answer`). recall@k is the
 share of questions with a relevant passage in the top k; nDCG@10 and RR@10 come from
 ir-measures over the judged top lists; hub@k is the share of top-k lists holding the most
-retrieved passage (`ralm.retrieval.measures.hubness`).
+retrieved passage (`ralm.retrieval.eval.measures.hubness`).
 
     metrics = evaluate_pairs(encoder, dev, ks=(1, 5, 20), lang="nb")
     # {"recall@1": 0.41, "recall@5": 0.70, "recall@20": 0.88, "nDCG@10": ..., "RR@10": ..., "hub@20": 0.02}
@@ -21,8 +21,8 @@ import torch
 
 from ralm.answers import has_answer
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.measures import hubness, rank_measures
-from ralm.retrieval.train_data import PairSet
+from ralm.retrieval.eval.measures import hubness, rank_measures
+from ralm.retrieval.training.data import PairSet
 
 
 def embed_passages(

@@ -5,7 +5,7 @@ title) with that sentence removed 90% of the time, so the retriever learns both 
 matching and context beyond it. `ict_pair` makes one such pair; `ict_loss` is the in-batch
 softmax loss over (query, title, document) examples. Training runs through the one retriever
 training loop (`ralm retriever train ict`, i.e. contrastive views with the ICT recipe in
-`ralm.retrieval.views`); `ralm ict` is an alias of that command.
+`ralm.retrieval.training.views`); `ralm ict` is an alias of that command.
 
 Left out: ICT on article introductions only (BRENT used 68k intros; pass a DocStore of intros
 for that).
