@@ -18,6 +18,7 @@ up (StageTimeout) and point benchmark scripts' result files at the stage's scrat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -107,9 +108,25 @@ class StageContext:
 
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group of `proc` (the command and everything it started) and reap it."""
-    import contextlib
     import signal
 
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def run_progress(run: Path) -> str:
+    """'NAME: step N of a run, median step time' from RUN/metrics.jsonl (what a stopped run reached)."""
+    try:
+        lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return f"{run.name}: not started"
+    rows = []
+    for line in lines:
+        with contextlib.suppress(ValueError):  # a line torn by the stop
+            rows.append(json.loads(line))
+    secs = sorted(r["step_seconds"] for r in rows if "step_seconds" in r)
+    if not secs:
+        return f"{run.name}: no step done"
+    last = max(r["step"] for r in rows if "step_seconds" in r)
+    return f"{run.name}: step {last}, median {1e3 * secs[len(secs) // 2]:.1f} ms/step"

@@ -31,8 +31,7 @@ import re
 import shutil
 from pathlib import Path
 
-from gpu_stages.context import ROOT, StageContext, StageTimeout
-from gpu_stages.surealm import run_progress
+from gpu_stages.context import ROOT, StageContext, StageTimeout, run_progress
 
 NAME = "luke"
 TITLE = "DaLUKE +auto+ent (3,000 pre-training steps, 10x the CPU run) vs word-only MiniLM, WNUT-17 entity F1"

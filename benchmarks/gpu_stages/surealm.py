@@ -25,11 +25,10 @@ GPU machine needs neither the chitchat-dataset package nor ../shared. --tiny: th
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
-from gpu_stages.context import StageContext, StageTimeout
+from gpu_stages.context import StageContext, StageTimeout, run_progress
 
 NAME = "surealm"
 TITLE = "SUREALM vs the same MiniLM LM without retrieval, 8,000 steps x 32 (10x the CPU run), 500 chitchat conversations"
@@ -88,20 +87,3 @@ def run(ctx: StageContext) -> dict:
         gpu_surealm_steps=s["steps"], gpu_surealm_batch_size=s["batch"], gpu_surealm_groups=s["groups"]
     )
     return out
-
-
-def run_progress(run: Path) -> str:
-    """'NAME: step N of a run, median step time' from RUN/metrics.jsonl (what a stopped run reached)."""
-    try:
-        lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return f"{run.name}: not started"
-    rows = []
-    for line in lines:
-        with contextlib.suppress(ValueError):  # a line torn by the stop
-            rows.append(json.loads(line))
-    secs = sorted(r["step_seconds"] for r in rows if "step_seconds" in r)
-    if not secs:
-        return f"{run.name}: no step done"
-    last = max(r["step"] for r in rows if "step_seconds" in r)
-    return f"{run.name}: step {last}, median {1e3 * secs[len(secs) // 2]:.1f} ms/step"
