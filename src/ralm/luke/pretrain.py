@@ -270,7 +270,9 @@ def _pretrain(
             finished = last
             if last or stop or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 if dist.is_main:
-                    save_checkpoint(run, step, model, opt, sched, None, cfg, prep.store.fingerprint)
+                    save_checkpoint(run, step, model, opt, sched, None, mode=cfg.mode,
+                                    examples_seen=step * cfg.batch_size * cfg.grad_accum,
+                                    keep=cfg.keep_checkpoints, docstore_fingerprint=prep.store.fingerprint)  # fmt: skip
                 dist.barrier()
             if stop:
                 break

@@ -163,11 +163,22 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 
 def save_checkpoint(
-    run: Path, step: int, model, opt, sched, refresher, cfg: Any, docstore_fingerprint: str
+    run: Path,
+    step: int,
+    model,
+    opt,
+    sched,
+    refresher,
+    *,
+    examples_seen: int,
+    mode: str,
+    keep: int,
+    docstore_fingerprint: str,
 ) -> Path:
-    """Write checkpoints/step-N atomically (temp dir + rename); keep the newest `cfg.keep_checkpoints`.
+    """Write checkpoints/step-N atomically (temp dir + rename); keep the newest `keep` checkpoints.
 
-    cfg: the run's config; its batch_size, grad_accum, mode and keep_checkpoints are read.
+    examples_seen: training examples consumed by `step` (state.json records it); mode: the run's
+    mode, which a resume must match; docstore_fingerprint: the corpus the run trains on.
     """
     from safetensors.torch import save_file, save_model
 
@@ -189,10 +200,10 @@ def save_checkpoint(
         names = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         state = {
             "step": step,
-            "examples_seen": step * cfg.batch_size * cfg.grad_accum,
+            "examples_seen": examples_seen,
             "index_version": refresher.version if refresher is not None else None,
             "index_shards": getattr(refresher, "n_shards", 1) if refresher is not None else None,
-            "mode": cfg.mode,
+            "mode": mode,
             "docstore_fingerprint": docstore_fingerprint,
             "files": records(tmp, names),
         }
@@ -202,7 +213,7 @@ def save_checkpoint(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     old = sorted(p for p in root.glob("step-*") if p.is_dir())
-    for p in old[: max(0, len(old) - cfg.keep_checkpoints)]:
+    for p in old[: max(0, len(old) - keep)]:
         shutil.rmtree(p, ignore_errors=True)
     return final
 

@@ -95,9 +95,6 @@ class RetrieverTrainConfig:
     autocast: str = "auto"
     device: str = "auto"
 
-    # read by ralm.train.checkpoint
-    grad_accum: int = 1
-
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise RalmError(f"mode {self.mode!r}: choose one of {', '.join(MODES)}")
@@ -210,7 +207,8 @@ def train_retriever(
         bar = tqdm(total=total, initial=step, desc=f"retriever {cfg.mode}", disable=not progress, unit="step")
 
         def checkpoint() -> None:
-            save_checkpoint(out, step, encoder, opt, sched, None, cfg, train_fingerprint(train))
+            save_checkpoint(out, step, encoder, opt, sched, None, examples_seen=step * cfg.batch_size, mode=cfg.mode,
+                            keep=cfg.keep_checkpoints, docstore_fingerprint=train_fingerprint(train))  # fmt: skip
             st = out / "checkpoints" / f"step-{step:07d}" / "state.json"
             s = json.loads(st.read_text(encoding="utf-8"))
             s.update(best=best, best_step=best_step, last_eval=last_eval)
