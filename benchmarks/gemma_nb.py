@@ -65,6 +65,7 @@ def done(d: Path) -> bool:
 def prep(a) -> None:
     from ralm.rag.data import read_questions
     from ralm.rag.retrieved import retrieve, write_retrieved
+    from ralm.retrieval.retriever import Retriever
     from ralm.retrieval.search import load_retriever
 
     a.work.mkdir(parents=True, exist_ok=True)
@@ -75,7 +76,7 @@ def prep(a) -> None:
                                        dense_weight=1 - fusion["bm25_weight"], log=log)  # fmt: skip
         for split, path, limit in (("test", TEST, None), ("train", TRAIN, a.train_questions)):
             qs = read_questions(path)[:limit]
-            write_retrieved(ret / f"{split}.jsonl", qs, retrieve(qs, hybrid, store, 20))
+            write_retrieved(ret / f"{split}.jsonl", qs, retrieve(qs, Retriever(store, hybrid, "hybrid"), 20))
             log(f"retrieved: {split} {len(qs)} questions")
     sub = a.work / f"train-subset-{a.dpr_questions}.json"
     if not sub.is_file():

@@ -257,7 +257,9 @@ def test_lsr_supervised_by_a_fine_tuned_generator_lowers_the_kl(
         assert torch.equal(p, q), n  # the doc tower did not move
 
     qs = read_questions(questions)
-    ps = retrieve(qs, before, store, 3)
+    from ralm.retrieval.retriever import Retriever
+
+    ps = retrieve(qs, Retriever(store, before, "dense"), 3)
     lm = load_frozen_lm(gen / "model", device="cpu", autocast="off")
     logp = torch.as_tensor(lm_preferences(lm, PromptBuilder(lm.tokenizer, 512), qs, ps))
     cands = np.asarray([[p.id for p in row] for row in ps])

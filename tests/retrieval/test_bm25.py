@@ -361,3 +361,25 @@ def test_checksums_recorded_and_damage_refused(tmp_path, store, bm25):
         f"{path}: {len(good) - 4} bytes, bm25.json says {len(good)} (truncated, or an interrupted save); "
         "rebuild it with `ralm index build`"
     )
+
+
+def test_public_retriever_open_and_matched_only(store, tmp_path):
+    """`ralm.Retriever.open(corpus=...)` is what `rag --corpus` searches: in-memory BM25 over the
+    DocStore; `matched_only` leaves out the chunks without a query term (score 0), which plain
+    `search` returns to fill k."""
+    from ralm import Retriever
+
+    r = Retriever.open(corpus=store.root, kind="bm25", lang="en")
+    assert r.kind == "bm25" and r.description.startswith("bm25 (") and str(store.root) in r.description
+    full = r.search("Oslo", k=4)
+    assert [h.id for h in full] == [0, 2, 1, 3] and [h.rank for h in full] == [1, 2, 3, 4]
+    assert full[0].score > full[1].score > 0 == full[2].score == full[3].score
+    matched = r.search(["Oslo", "Bergen rain"], k=4, matched_only=True)
+    assert [[h.id for h in row] for row in matched] == [[0, 2], [3]]
+    assert matched[0][1] == full[1] and matched[1][0].title == "Bergen"
+    with pytest.raises(RalmError, match="--retriever dense needs an index directory"):
+        Retriever.open(corpus=store.root, kind="dense")
+    with pytest.raises(RalmError, match="retriever 'sparse': choose one of bm25, dense, hybrid"):
+        Retriever.open(corpus=store.root, kind="sparse")
+    with pytest.raises(RalmError, match="retrieval needs --index INDEX"):
+        Retriever.open()

@@ -65,24 +65,12 @@ def open_retriever(
     lang: str | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[DocStore, Any, str]:
-    """(DocStore, retriever, one-line description) from an index directory or a bare DocStore."""
-    if kind not in RETRIEVERS:
-        raise RalmError(f"retriever {kind!r}: choose one of {', '.join(RETRIEVERS)}")
-    if index is not None:
-        from ralm.retrieval.search import load_retriever
+    """(DocStore, retriever backend, one-line description): `ralm.Retriever.open` taken apart for the
+    evaluation loop, which searches the backend with its exclusions."""
+    from ralm.retrieval.retriever import Retriever
 
-        opts = bm25_options(lang) if lang else None
-        store, retriever = load_retriever(index, kind, store=corpus, bm25_options=opts, log=log)
-        return store, retriever, f"{kind} over {index}"
-    if corpus is None:
-        raise RalmError("retrieval needs --index INDEX (bm25, dense or hybrid) or --corpus STORE (bm25)")
-    if kind != "bm25":
-        raise RalmError(f"--retriever {kind} needs an index directory (--index); --corpus alone gives bm25")
-    from ralm.retrieval.bm25 import BM25Retriever
-
-    store = DocStore(corpus)
-    retriever = BM25Retriever.build(store, **bm25_options(lang or "en"))
-    return store, retriever, f"bm25 ({retriever.describe()}) over {corpus}"
+    r = Retriever.open(index=index, corpus=corpus, kind=kind, lang=lang, log=log)
+    return r.store, r.backend, r.description
 
 
 def query_text(text: str) -> str | None:

@@ -1,6 +1,7 @@
 """One question at a time, for `ralm serve`'s Ask page and `/api/ask`: retrieve, prompt, generate.
 
-`Asker(lm, retriever, store, k=3, mode="rag")`; `asker.ask("Who ...?")` returns an `Answer`: the
+`Asker(lm, retriever, k=3, mode="rag")` with a `ralm.Retriever` (or `Asker(lm, backend, store)`: a
+retriever backend and its DocStore); `asker.ask("Who ...?")` returns an `Answer`: the
 generated text, the passages the LM was given (chunk id, score, title, text, in rank order), the
 prompt as the LM saw it, and the seconds spent retrieving and generating. Modes: "rag" (top-k in
 one prompt), "replug" (one prompt per passage, mixed), "closed-book" (no retrieval).
@@ -18,6 +19,7 @@ from ralm.rag.evaluate import RagConfig, prompt_budget
 from ralm.rag.generate import answer_text, greedy, passage_weights, replug
 from ralm.rag.prompt import PromptBuilder, passage_text
 from ralm.rag.retrieved import Passage, retrieve
+from ralm.retrieval.retriever import Retriever
 
 __all__ = ["MAX_K", "Answer", "Asker"]
 
@@ -66,9 +68,13 @@ class Asker:
         self.cfg.check()
         if mode == "oracle":
             raise RalmError("the Ask page has no gold passages: choose rag, replug or closed-book")
-        if mode != "closed-book" and (retriever is None or store is None):
+        if mode != "closed-book" and (
+            retriever is None or (store is None and not isinstance(retriever, Retriever))
+        ):
             raise RalmError(f"mode {mode} needs a retriever and its DocStore")
-        self.lm, self.retriever, self.store = lm, retriever, store
+        if retriever is not None and not isinstance(retriever, Retriever):  # a backend and its DocStore
+            retriever = Retriever(store, retriever, "given")
+        self.lm, self.retriever, self.store = lm, retriever, store if retriever is None else retriever.store
         self.builder = PromptBuilder(lm.tokenizer, prompt_budget(lm, self.cfg))
 
     def retrieve(self, question: str, k: int | None = None) -> list[Passage]:
@@ -83,7 +89,7 @@ class Asker:
             raise RalmError(f"k={k}: choose 1 to {MAX_K} passages")
         if self.cfg.mode == "closed-book":
             return []
-        return retrieve([_Q(question)], self.retriever, self.store, k)[0]
+        return retrieve([_Q(question)], self.retriever, k)[0]
 
     def answer(self, question: str, passages: list[Passage], retrieve_seconds: float = 0.0) -> Answer:
         """Generate the answer to `question` from `passages` (what `retrieve` gave for it)."""

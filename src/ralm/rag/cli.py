@@ -170,13 +170,15 @@ def _passages(args, questions, k: int, lm=None):
     if args.retrieved is not None:
         ps = read_retrieved(args.retrieved, questions)
     elif args.index is not None or args.corpus is not None:
-        from ralm.frozen.retrieve import open_retriever
         from ralm.rag.data import gold_chunks
+        from ralm.retrieval.retriever import Retriever
 
-        store, retriever, what = open_retriever(index=args.index, corpus=args.corpus, kind=args.retriever,
-                                                lang=args.lang, log=_log)  # fmt: skip
-        _log(f"retrieval: {what}")
-        ps = retrieve(questions, retriever, store, min(max(k, args.rerank or 0), len(store)))
+        retriever = Retriever.open(
+            index=args.index, corpus=args.corpus, kind=args.retriever, lang=args.lang, log=_log
+        )
+        store = retriever.store
+        _log(f"retrieval: {retriever.description}")
+        ps = retrieve(questions, retriever, min(max(k, args.rerank or 0), len(store)))
         if any(q.context for q in questions):
             found = gold_chunks(questions, store, args.lang)
             _log(
@@ -289,14 +291,14 @@ def cmd_lsr(args: argparse.Namespace) -> int:
     from ralm.rag.lsr import LSRConfig, index_with_query_tower, lm_preferences, train_lsr
     from ralm.rag.prompt import PromptBuilder
     from ralm.rag.retrieved import retrieve
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.retriever import Retriever
 
     cfg = LSRConfig(n=args.n, gamma=args.gamma, beta=args.beta, epochs=args.epochs, lr=args.lr,
                     batch_size=args.batch_size, seed=args.seed)  # fmt: skip
     cfg.check()
     qs = [q for q in _questions(args) if not q.regex]
-    store, dense = load_retriever(args.index, "dense", log=_log)
-    ps = retrieve(qs, dense, store, args.n)
+    dense = Retriever.load(args.index, "dense", log=_log)
+    ps = retrieve(qs, dense, args.n)
     keep = [i for i, p in enumerate(ps) if len(p) == args.n]
     qs, ps = [qs[i] for i in keep], [ps[i] for i in keep]
     lm = _load_lm(args)
@@ -304,7 +306,7 @@ def cmd_lsr(args: argparse.Namespace) -> int:
     logp = lm_preferences(lm, builder, qs, ps, progress=not args.no_progress)
     cands = np.asarray([[p.id for p in row] for row in ps], dtype=np.int64)
     vectors = np.load(args.index / "embeddings.npy", mmap_mode="r")
-    encoder = dense.encoder
+    encoder = dense.backend.encoder
     stats = train_lsr(encoder, qs, cands, vectors, logp, cfg, device=lm.device, log=_log)
     encoder.query_tower.cpu()
     index_with_query_tower(args.index, encoder, args.out / "index")

@@ -1,8 +1,8 @@
 """The passages retrieved for each question, kept as a portable file.
 
-`retrieve(questions, retriever, store, k)` runs one batched search (any ralm retriever: dense,
-BM25 with language analysis, hybrid) and returns, per question, its top-k `Passage`s with their
-ids, scores and texts. `write_retrieved`/`read_retrieved` keep them as JSONL, one line per
+`retrieve(questions, retriever, k)` runs one batched search through `ralm.Retriever` (dense, BM25
+with language analysis, hybrid) and returns, per question, its top-k `Passage`s with their ids,
+scores and texts (fewer where BM25 matches fewer chunks). `write_retrieved`/`read_retrieved` keep them as JSONL, one line per
 question (`{"id", "question", "passages": [{"id", "score", "title", "text"}]}`), so retrieval can
 run once, on the machine that holds the index, and generation elsewhere (`--retrieved FILE`).
 
@@ -36,17 +36,14 @@ class Passage:
     text: str
 
 
-def retrieve(questions, retriever, store, k: int) -> list[list[Passage]]:
-    """Top-k passages of each question (fewer when the retriever finds fewer), one batched search."""
-    from ralm.frozen.retrieve import search_blocks
+def retrieve(questions, retriever, k: int) -> list[list[Passage]]:
+    """Top-k passages of each question (fewer when the retriever finds fewer), one batched search.
 
-    hits, _ = search_blocks(retriever, [q.question for q in questions], k)
-    ids = sorted({h.id for row in hits for h in row})
-    rows = dict(zip(ids, store.get_many(ids), strict=True)) if ids else {}
-    return [
-        [Passage(h.id, h.score, rows[h.id].get("title") or "", rows[h.id]["text"]) for h in row]
-        for row in hits
-    ]
+    retriever: a `ralm.Retriever` (`Retriever.load(index, kind)` or `Retriever.open(...)`)."""
+    if not questions:
+        return []
+    hits = retriever.search([q.question for q in questions], k, matched_only=True)
+    return [[Passage(h.id, h.score, h.title or "", h.text) for h in row] for row in hits]
 
 
 def write_retrieved(path: str | os.PathLike, questions, passages: Sequence[Sequence[Passage]]) -> Path:

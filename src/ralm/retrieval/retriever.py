@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
@@ -48,11 +50,55 @@ class Retriever:
     Attributes: `store` (the DocStore searched), `kind` ("dense", "bm25", "hybrid"), `path`.
     """
 
-    def __init__(self, store: DocStore, backend: Any, kind: str, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: DocStore,
+        backend: Any,
+        kind: str,
+        path: Path | None = None,
+        description: str | None = None,
+    ) -> None:
         self.store = store
         self.backend = backend  # anything with search_text(queries, k, exclude_ids) -> SearchResult
         self.kind = kind
         self.path = path
+        where = path if path is not None else getattr(store, "root", "a DocStore")
+        self.description = description or f"{kind} over {where}"
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        index: str | os.PathLike | None = None,
+        corpus: str | os.PathLike | None = None,
+        kind: str = "bm25",
+        lang: str | None = None,
+        log: Callable[[str], None] = lambda m: None,
+    ) -> Retriever:
+        """What the commands' `--index INDEX` / `--corpus STORE` options open: an index directory as
+        `kind` (BM25 analysed for `lang` when given), or a bare DocStore as an in-memory BM25
+        (`lang`, default English). One-line RalmError for a kind the inputs cannot give."""
+        from ralm.retrieval.bm25_spec import bm25_options
+
+        if kind not in ("bm25", "dense", "hybrid"):
+            raise RalmError(f"retriever {kind!r}: choose one of bm25, dense, hybrid")
+        if index is not None:
+            r = cls.load(
+                index, kind, store=corpus, bm25_options=bm25_options(lang) if lang else None, log=log
+            )
+            r.description = f"{kind} over {index}"
+            return r
+        if corpus is None:
+            raise RalmError("retrieval needs --index INDEX (bm25, dense or hybrid) or --corpus STORE (bm25)")
+        if kind != "bm25":
+            raise RalmError(
+                f"--retriever {kind} needs an index directory (--index); --corpus alone gives bm25"
+            )
+        from ralm.retrieval.bm25 import BM25Retriever
+
+        store = DocStore(corpus)
+        backend = BM25Retriever.build(store, **bm25_options(lang or "en"))
+        return cls(store, backend, "bm25", None, f"bm25 ({backend.describe()}) over {corpus}")
 
     @classmethod
     def load(
@@ -88,18 +134,30 @@ class Retriever:
             raise RalmError(f"k {k}: must be between 1 and the number of chunks ({len(self.store)})")
         return self.backend.search_text(check_queries(queries), k, exclude_ids)
 
-    def search(self, queries: str | Sequence[str], k: int = 5) -> list[Hit] | list[list[Hit]]:
-        """The top-k chunks of one query (a list of `Hit`s), or of each of several (a list of lists)."""
+    def search(
+        self, queries: str | Sequence[str], k: int = 5, *, matched_only: bool = False
+    ) -> list[Hit] | list[list[Hit]]:
+        """The top-k chunks of one query (a list of `Hit`s), or of each of several (a list of lists).
+
+        matched_only: leave out hits that did not match (no chunk, a score that is not finite, a BM25
+        score <= 0: no query term in the chunk), so a query may get fewer than k."""
         one = isinstance(queries, str)
         res = self.search_ids([queries] if one else list(queries), k)
-        rows = self.store.get_many(int(i) for i in res.ids.reshape(-1))
-        hits, j = [], 0
-        for q_ids, q_scores in zip(res.ids, res.scores, strict=True):
+        keep = np.ones(res.ids.shape, dtype=bool)
+        if matched_only:
+            from ralm.retrieval.bm25 import BM25Retriever
+
+            keep = np.isfinite(res.scores) & (res.ids >= 0)
+            if isinstance(self.backend, BM25Retriever):
+                keep &= res.scores > 0
+        rows = iter(self.store.get_many(int(i) for i in res.ids[keep]))
+        hits = []
+        for q_ids, q_scores, q_keep in zip(res.ids, res.scores, keep, strict=True):
             ranked = []
-            for rank, (cid, score) in enumerate(zip(q_ids, q_scores, strict=True), start=1):
-                row = rows[j]
-                j += 1
-                ranked.append(Hit(rank, int(cid), float(score), row["title"], row["text"]))
+            for cid, score, ok in zip(q_ids, q_scores, q_keep, strict=True):
+                if ok:
+                    row = next(rows)
+                    ranked.append(Hit(len(ranked) + 1, int(cid), float(score), row["title"], row["text"]))
             hits.append(ranked)
         return hits[0] if one else hits
 
