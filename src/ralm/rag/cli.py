@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -116,6 +117,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--limit", type=int, default=None)
     t.add_argument("--out", type=Path, required=True)
+    t.add_argument(
+        "--save-every",
+        type=int,
+        default=200,
+        help="checkpoint every N steps (OUT/checkpoints): a stopped run resumes when rerun; 0 = never",
+    )
+    t.add_argument(
+        "--overwrite", action="store_true", help="start over in an OUT that holds an unfinished run"
+    )
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
 
@@ -274,11 +284,24 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     cfg = GeneratorTrainConfig(epochs=args.epochs, lr=args.lr or (2e-4 if args.lora_r else 5e-5),
                                batch_size=args.batch_size, lora_r=args.lora_r, seed=args.seed)  # fmt: skip
+    from ralm.rag.train_run import start_over
+
+    if args.save_every < 0:
+        raise RalmError(f"--save-every {args.save_every}: must be >= 0")
+    if args.overwrite or (args.out / "train.json").is_file():  # a finished run is trained again, as before
+        start_over(args.out)
+        (args.out / "train.json").unlink(missing_ok=True)  # so that this run, if stopped, resumes
     model, stats = train_generator(lm.model, lm.tokenizer, examples, cfg, device=lm.device, autocast=lm.autocast,
-                                   log=_log, progress=not args.no_progress)  # fmt: skip
+                                   log=_log, progress=not args.no_progress, run=args.out,
+                                   save_every=args.save_every)  # fmt: skip
     save_generator(model, lm.tokenizer, args.out / "model", card=_generator_card(args, lm.name, stats, cfg))
     (args.out / "train.json").write_text(json.dumps({"config": vars(cfg), "stats": stats, "lm": lm.name,
         "closed_book": args.closed_book, "k": args.k, "gold_passage": args.gold_passage}, indent=2) + "\n")  # fmt: skip
+    from ralm.train.checkpoint import CKPT_DIR
+
+    shutil.rmtree(
+        args.out / CKPT_DIR, ignore_errors=True
+    )  # the model is saved: its checkpoints served resuming
     print(f"{args.out / 'model'}: trained {stats['steps']} steps on {stats['examples']} examples in "
           f"{stats['seconds']:.0f} s (answer loss {stats['first_loss']:.3f} -> {stats['final_loss']:.3f})")  # fmt: skip
     return 0

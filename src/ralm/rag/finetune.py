@@ -152,8 +152,15 @@ def train_generator(
     autocast: torch.dtype | None,
     log: Callable[[str], None] = print,
     progress: bool = False,
+    run: str | os.PathLike | None = None,
+    save_every: int = 0,
 ) -> tuple[torch.nn.Module, dict]:
-    """Fine-tune `model` (in place; LoRA merged at the end) on `examples`; returns (model, stats)."""
+    """Fine-tune `model` (in place; LoRA merged at the end) on `examples`; returns (model, stats).
+
+    With `run` (a folder) the loop runs on ralm.train's backbone: one metrics.jsonl row a step,
+    a checkpoint (weights, optimiser, schedule, RNG) every `save_every` steps, and a run stopped
+    any way (kill -9 included) resumes from its newest intact checkpoint when called again with
+    the same settings and examples, to the weights an uninterrupted run gives."""
     from ralm.precision import autocast_context
     from ralm.progress import tqdm
 
@@ -181,12 +188,24 @@ def train_generator(
         opt, lambda s: (s + 1) / max(warm, 1) if s < warm else max(0.0, (total - s) / max(total - warm, 1))
     )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    t0, step, seen_tokens, losses = time.perf_counter(), 0, 0, []
-    with tqdm(total=total, disable=not progress, unit="step", desc="rag train") as bar:
-        while step < total:
+    step, seen_tokens, losses, before = 0, 0, [], 0.0
+    logger = state = None
+    if run is not None:
+        from ralm.rag.train_run import open_run
+
+        state = open_run(Path(run), cfg, examples, model, opt, sched, device, log)
+        step, seen_tokens, losses, before = state.step, state.tokens, state.losses, state.seconds
+        logger = state.logger
+    t0 = time.perf_counter()
+    done = 0  # batches walked through: a resumed run replays the data order up to its step
+    with tqdm(total=total, initial=step, disable=not progress, unit="step", desc="rag train") as bar:
+        while done < total:
             for batch in _batches(examples, cfg.batch_size, rng):
-                if step >= total:
+                if done >= total:
                     break
+                done += 1
+                if done <= step:
+                    continue
                 x, mask, y = _collate([examples[i] for i in batch], pad, device)
                 with autocast_context(device, autocast):
                     loss, n = model_answer_loss(model, x, mask, y)
@@ -200,12 +219,21 @@ def train_generator(
                 seen_tokens += int(mask.sum())
                 losses.append(float(loss.detach()))
                 bar.update(1)
+                if logger is not None:
+                    logger.log(step, loss=losses[-1], tokens=seen_tokens,
+                               seconds=round(before + time.perf_counter() - t0, 3))  # fmt: skip
+                    if save_every and step % save_every == 0 and step < total:
+                        from ralm.rag.train_run import checkpoint
+
+                        checkpoint(Path(run), step, model, opt, sched, cfg.batch_size, state.digest)
                 if step % 50 == 0 or step == total:
                     log(f"step {step}/{total}: answer loss {sum(losses[-50:]) / len(losses[-50:]):.4f}")
+    if logger is not None:
+        logger.close()
     if cfg.lora_r:
         model = model.merge_and_unload()
     model.eval()
-    seconds = time.perf_counter() - t0
+    seconds = before + time.perf_counter() - t0
     tail = losses[-max(1, len(losses) // 10) :]  # the last tenth of the steps
     stats = {"steps": step, "examples": len(examples), "seconds": seconds, "tokens": seen_tokens,
              "first_loss": losses[0] if losses else None, "final_loss": sum(tail) / max(len(tail), 1)}  # fmt: skip

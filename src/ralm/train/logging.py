@@ -17,7 +17,7 @@ from ralm.errors import RalmError
 
 METRICS_FILE = "metrics.jsonl"  # in every run directory
 
-__all__ = ["METRICS_FILE", "MetricsLogger", "read_metric_rows", "warn"]
+__all__ = ["METRICS_FILE", "MetricsLogger", "read_metric_rows", "truncate_metrics", "warn"]
 
 
 def warn(message: str) -> None:
@@ -89,3 +89,13 @@ def _plain(v: Any) -> Any:
     if hasattr(v, "dtype") and str(getattr(v, "dtype", "")).startswith(("int", "uint")):
         return int(v)  # a numpy integer
     return float(v) if hasattr(v, "__float__") else v
+
+
+def truncate_metrics(run_dir: str | os.PathLike, step: int) -> None:
+    """Drop the metric rows written after checkpoint `step` (a resumed run writes them again)."""
+    from ralm.atomic import write_text_atomic
+
+    p = Path(run_dir) / METRICS_FILE
+    if p.is_file():
+        rows = [r for r in read_metric_rows(p) if int(r.get("step", 0)) <= step]
+        write_text_atomic(p, "".join(json.dumps(r) + "\n" for r in rows))

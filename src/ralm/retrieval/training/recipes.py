@@ -52,9 +52,9 @@ from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.training.batches import SupervisedBatches, UnsupervisedBatches
 from ralm.retrieval.training.contrastive import contrastive_step
 from ralm.retrieval.training.data import PairSet
-from ralm.retrieval.training.run import RESULTS, prepare_run, truncate_metrics
+from ralm.retrieval.training.run import RESULTS, prepare_run
 from ralm.train.device import resolve_device
-from ralm.train.logging import MetricsLogger
+from ralm.train.logging import MetricsLogger, truncate_metrics
 
 MODES = ("dpr", "contrastive")
 

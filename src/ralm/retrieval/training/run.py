@@ -17,10 +17,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ralm.atomic import write_json_atomic, write_text_atomic
+from ralm.atomic import write_json_atomic
 from ralm.corpus.staging import remove_stale
 from ralm.errors import RalmError
-from ralm.train.logging import read_metric_rows
 
 RESULTS = "results.json"
 CONFIG = "train_config.json"
@@ -67,11 +66,3 @@ def prepare_run(
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / CONFIG, {"config": settings, "data": data})
     return False
-
-
-def truncate_metrics(out: Path, step: int) -> None:
-    """Drop metric rows written after checkpoint `step` (the resumed run writes them again)."""
-    p = out / "metrics.jsonl"
-    if p.is_file():
-        rows = [r for r in read_metric_rows(p) if int(r.get("step", 0)) <= step]
-        write_text_atomic(p, "".join(json.dumps(r) + "\n" for r in rows))
