@@ -294,3 +294,54 @@ def test_oracle_without_contexts_uses_the_answer_bearing_passage(
             ds.get(i) for i in range(len(ds)) if ds.get(i)["title"] == title and answer in ds.get(i)["text"]
         )
         assert f"Passage 1: {title}\n{chunk['text']}" in p["prompt"] and p["answer_in_passages"] == [True]
+
+
+def test_lsr_killed_with_sigkill_resumes_to_the_uninterrupted_query_tower(
+    capsys, chat_lm_dir, index, questions, tmp_path, one_thread
+):
+    """`rag lsr` on ralm.train's backbone: SIGKILL mid-training, then the same command reuses the LM
+    preferences it kept, resumes from its newest checkpoint and writes the query tower (and KL
+    curve) of an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ralm.retrieval.encoders import DualEncoder
+
+    def argv(out):
+        return ["rag", "lsr", str(questions), "--lm", str(chat_lm_dir), "--index", str(index), "-n", "3",
+                "--epochs", "60", "--lr", "1e-3", "--batch-size", "1", "--save-every", "5", "--no-progress",
+                "--out", str(out), *LM]  # fmt: skip
+
+    assert main(argv(tmp_path / "whole")) == 0
+    capsys.readouterr()
+    cut = tmp_path / "cut"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    code = (
+        "import sys, torch; torch.set_num_threads(1); from ralm.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, *argv(cut)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (cut / "checkpoints" / "step-0000010").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            "the run ended before its second checkpoint"
+        )
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (cut / "lsr.json").exists() and not (cut / "index").exists()  # stopped mid-run
+    assert main(argv(cut)) == 0
+    err = capsys.readouterr().err
+    assert "the LM preferences of a stopped run, reused" in err and "resuming at step" in err
+    a = DualEncoder.from_pretrained(tmp_path / "whole" / "index" / "encoder")
+    b = DualEncoder.from_pretrained(cut / "index" / "encoder")
+    assert a.fingerprint("query") == b.fingerprint("query") and a.fingerprint("doc") == b.fingerprint("doc")
+    rows = [
+        [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        for d in (tmp_path / "whole", cut)
+    ]
+    assert [r["loss"] for r in rows[0]] == [r["loss"] for r in rows[1]] and len(rows[1]) == 180
+    assert not (cut / "checkpoints").exists()

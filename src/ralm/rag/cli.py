@@ -14,12 +14,14 @@ DocStore that holds the answer, when the DocStore was built from those contexts)
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import sys
 from pathlib import Path
 
 from ralm.errors import RalmError
+from ralm.rag.cli_shared import load_lm as _load_lm
+from ralm.rag.cli_shared import log as _log
+from ralm.rag.cli_shared import passages_for as _passages
+from ralm.rag.cli_shared import read_question_args as _questions
+from ralm.rag.train_cli import cmd_lsr, cmd_train
 
 __all__ = ["register"]
 
@@ -147,60 +149,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--no-progress", action="store_true")
+    s.add_argument(
+        "--save-every",
+        type=int,
+        default=50,
+        help="checkpoint every N steps (OUT/checkpoints): a stopped run resumes when rerun; 0 = never",
+    )
+    s.add_argument(
+        "--overwrite", action="store_true", help="start over in an OUT that holds an unfinished run"
+    )
     s.set_defaults(func=cmd_lsr)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr)
-
-
-def _questions(args):
-    from ralm.rag.data import read_questions
-
-    notes: list[str] = []
-    qs = read_questions(args.questions, answers=getattr(args, "answers", "auto"), notes=notes)
-    if args.limit is not None:
-        qs = qs[: args.limit]
-    for n in notes:
-        _log(f"note: {n}")
-    return qs
-
-
-def _load_lm(args):
-    from ralm.frozen.lm import load_frozen_lm
-
-    return load_frozen_lm(args.lm, gguf_file=args.gguf_file, device=args.device, autocast=args.autocast)
-
-
-def _passages(args, questions, k: int, lm=None):
-    """Passages per question (None when no retrieval is asked for); gold chunks from the index's store."""
-    from ralm.rag.retrieved import read_retrieved, rerank_by_lm, retrieve
-
-    if args.retrieved is not None:
-        ps = read_retrieved(args.retrieved, questions)
-    elif args.index is not None or args.corpus is not None:
-        from ralm.rag.data import gold_chunks
-        from ralm.retrieval.retriever import Retriever
-
-        retriever = Retriever.open(
-            index=args.index, corpus=args.corpus, kind=args.retriever, lang=args.lang, log=_log
-        )
-        store = retriever.store
-        _log(f"retrieval: {retriever.description}")
-        ps = retrieve(questions, retriever, min(max(k, args.rerank or 0), len(store)))
-        if any(q.context for q in questions):
-            found = gold_chunks(questions, store, args.lang)
-            _log(
-                f"gold passages: {found} of {len(questions)} questions have their answer's chunk in {store.root}"
-            )
-    else:
-        return None
-    if args.rerank:
-        if lm is None:
-            raise RalmError("--rerank needs the LM: use it with `ralm rag eval` or `train`")
-        ps = rerank_by_lm(lm, questions, ps, max(k, 1))
-    return ps
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
@@ -262,113 +221,3 @@ def cmd_eval(args: argparse.Namespace) -> int:
               f"{'–' if rk is None else f'{rk:.1f}'} | {m['seconds_per_question']:.3f} |")  # fmt: skip
     print(f"predictions and results.json under {args.out}")
     return 0
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    """`ralm rag train`."""
-    from ralm.rag.finetune import GeneratorTrainConfig, save_generator, train_generator, training_examples
-    from ralm.rag.prompt import PromptBuilder
-
-    qs = _questions(args)
-    lm = _load_lm(args)
-    ps = None if args.closed_book else _passages(args, qs, args.k, lm)
-    if ps is None and not args.closed_book:
-        raise RalmError("RAG fine-tuning needs passages (--index, --corpus or --retrieved), or --closed-book")
-    builder = PromptBuilder(lm.tokenizer, args.max_prompt_tokens, chat=False if args.no_chat else None)
-    examples = training_examples(
-        builder, qs, ps, args.k, gold=args.gold_passage, gold_rate=args.gold_rate, seed=args.seed
-    )
-    if builder.truncated:
-        _log(
-            f"note: {builder.truncated} prompts had their passages cut to fit {args.max_prompt_tokens} tokens"
-        )
-    cfg = GeneratorTrainConfig(epochs=args.epochs, lr=args.lr or (2e-4 if args.lora_r else 5e-5),
-                               batch_size=args.batch_size, lora_r=args.lora_r, seed=args.seed)  # fmt: skip
-    from ralm.rag.train_run import start_over
-
-    if args.save_every < 0:
-        raise RalmError(f"--save-every {args.save_every}: must be >= 0")
-    if args.overwrite or (args.out / "train.json").is_file():  # a finished run is trained again, as before
-        start_over(args.out)
-        (args.out / "train.json").unlink(missing_ok=True)  # so that this run, if stopped, resumes
-    model, stats = train_generator(lm.model, lm.tokenizer, examples, cfg, device=lm.device, autocast=lm.autocast,
-                                   log=_log, progress=not args.no_progress, run=args.out,
-                                   save_every=args.save_every)  # fmt: skip
-    save_generator(model, lm.tokenizer, args.out / "model", card=_generator_card(args, lm.name, stats, cfg))
-    (args.out / "train.json").write_text(json.dumps({"config": vars(cfg), "stats": stats, "lm": lm.name,
-        "closed_book": args.closed_book, "k": args.k, "gold_passage": args.gold_passage}, indent=2) + "\n")  # fmt: skip
-    from ralm.train.checkpoint import CKPT_DIR
-
-    shutil.rmtree(
-        args.out / CKPT_DIR, ignore_errors=True
-    )  # the model is saved: its checkpoints served resuming
-    print(f"{args.out / 'model'}: trained {stats['steps']} steps on {stats['examples']} examples in "
-          f"{stats['seconds']:.0f} s (answer loss {stats['first_loss']:.3f} -> {stats['final_loss']:.3f})")  # fmt: skip
-    return 0
-
-
-def cmd_lsr(args: argparse.Namespace) -> int:
-    """`ralm rag lsr`."""
-    import numpy as np
-
-    from ralm.rag.lsr import LSRConfig, index_with_query_tower, lm_preferences, train_lsr
-    from ralm.rag.prompt import PromptBuilder
-    from ralm.rag.retrieved import retrieve
-    from ralm.retrieval.retriever import Retriever
-
-    cfg = LSRConfig(n=args.n, gamma=args.gamma, beta=args.beta, epochs=args.epochs, lr=args.lr,
-                    batch_size=args.batch_size, seed=args.seed)  # fmt: skip
-    cfg.check()
-    qs = [q for q in _questions(args) if not q.regex]
-    dense = Retriever.load(args.index, "dense", log=_log)
-    ps = retrieve(qs, dense, args.n)
-    keep = [i for i, p in enumerate(ps) if len(p) == args.n]
-    qs, ps = [qs[i] for i in keep], [ps[i] for i in keep]
-    lm = _load_lm(args)
-    builder = PromptBuilder(lm.tokenizer, args.max_prompt_tokens)
-    logp = lm_preferences(lm, builder, qs, ps, progress=not args.no_progress)
-    cands = np.asarray([[p.id for p in row] for row in ps], dtype=np.int64)
-    vectors = np.load(args.index / "embeddings.npy", mmap_mode="r")
-    encoder = dense.backend.encoder
-    stats = train_lsr(encoder, qs, cands, vectors, logp, cfg, device=lm.device, log=_log)
-    encoder.query_tower.cpu()
-    index_with_query_tower(args.index, encoder, args.out / "index")
-    (args.out / "lsr.json").write_text(
-        json.dumps({"config": vars(cfg), "stats": stats, "questions": len(qs)}, indent=2) + "\n"
-    )
-    print(
-        f"{args.out / 'index'}: the index with the LSR-trained query tower ({stats['steps']} steps, "
-        f"KL {stats['first_loss']:.4f} -> {stats['final_loss']:.4f})"
-    )
-    return 0
-
-
-def _generator_card(args, lm_name: str, stats: dict, cfg) -> str:
-    """README.md model card of a generator trained by `ralm rag train`."""
-    from ralm.model_card import model_card
-
-    how = "without passages (closed-book control)" if args.closed_book else f"with the top {args.k} passages"
-    return model_card(
-        f"{args.out.name}: a generator fine-tuned for RAG question answering with ralm",
-        f"`{lm_name}` fine-tuned to answer questions {how}, the loss on the answer tokens only "
-        "(`ralm rag train`). Prompt it as `ralm rag eval` does (the chat template's user turn holds "
-        "the instruction, numbered passages and the question).",
-        library_name="transformers",
-        pipeline_tag="text-generation",
-        tags=["ralm", "rag", "question-answering"],
-        details={
-            "training questions": f"`{args.questions.name}` ({stats['examples']} examples)",
-            "passages": "none"
-            if args.closed_book
-            else f"top {args.k} ({args.retrieved or args.retriever}), gold passage {args.gold_passage}",
-            "fine-tuning": f"{'LoRA r=' + str(cfg.lora_r) + ' (merged)' if cfg.lora_r else 'full'}, {stats['steps']} steps, "
-            f"lr {cfg.lr:g}, batch {cfg.batch_size}",
-            "answer loss": f"{stats['first_loss']:.3f} -> {stats['final_loss']:.3f}",
-        },
-        usage=f"""
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("{args.out.name}/model")
-model = AutoModelForCausalLM.from_pretrained("{args.out.name}/model")
-""",
-    )

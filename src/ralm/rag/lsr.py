@@ -20,6 +20,7 @@ retriever's top-n, fixed for the run. `index_with_query_tower` writes a copy of 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -36,7 +37,18 @@ import torch
 from ralm.corpus.staging import replace_dir
 from ralm.errors import RalmError
 
-__all__ = ["LSRConfig", "index_with_query_tower", "lm_preferences", "lsr_loss", "train_lsr"]
+__all__ = [
+    "PREFERENCES",
+    "LSRConfig",
+    "cached_preferences",
+    "index_with_query_tower",
+    "lm_preferences",
+    "lsr_loss",
+    "save_preferences",
+    "train_lsr",
+]
+
+PREFERENCES = "lm_preferences.npz"  # OUT/: the LM's scores, kept so that a stopped run does not redo them
 
 
 @dataclass
@@ -96,6 +108,38 @@ def lm_preferences(lm, builder, questions: Sequence, passages: Sequence[Sequence
     return np.asarray([s.sum() for s in scores], dtype=np.float64).reshape(len(questions), n)
 
 
+def save_preferences(
+    path: Path, questions: Sequence, candidates: np.ndarray, logp: np.ndarray, lm: str
+) -> None:
+    """Keep the LM's preferences (logp (Q, n) over candidates (Q, n)) of `questions` at `path` (.npz)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
+    np.savez(
+        tmp,
+        ids=np.asarray([str(q.id) for q in questions]),
+        candidates=candidates,
+        logp=logp,
+        lm=np.asarray(lm),
+    )
+    os.replace(tmp, path)
+
+
+def cached_preferences(path: Path, questions: Sequence, candidates: np.ndarray, lm: str) -> np.ndarray | None:
+    """The preferences `save_preferences` kept, when they are for these questions, candidates and LM."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            same = (
+                z["ids"].tolist() == [str(q.id) for q in questions]
+                and np.array_equal(z["candidates"], candidates)
+                and str(z["lm"]) == lm
+            )
+            return np.asarray(z["logp"]) if same else None
+    except (OSError, ValueError, KeyError):  # a damaged file: score again
+        return None
+
+
 def train_lsr(
     encoder,
     questions: Sequence,
@@ -106,15 +150,21 @@ def train_lsr(
     *,
     device: torch.device,
     log: Callable[[str], None] = print,
+    run: str | os.PathLike | None = None,
+    save_every: int = 0,
 ) -> dict:
     """Train `encoder.query_tower` in place: candidates (Q, n) chunk ids, doc_vectors (N, d) the index's
-    vectors, lm_logp (Q, n). Returns stats (steps, seconds, first and final loss)."""
+    vectors, lm_logp (Q, n). Returns stats (steps, seconds, first and final loss).
+
+    With `run` (a folder) the loop runs on ralm.train's backbone (ralm.rag.train_run): metrics.jsonl,
+    a checkpoint of the query tower every `save_every` steps, and a rerun after any stop resumes."""
     cfg.check()
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     tower = encoder.query_tower.to(device).train()
     params = [p for p in tower.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)  # a constant lr, kept for the checkpoints
     docs = (
         torch.as_tensor(doc_vectors[candidates.reshape(-1)], dtype=torch.float32)
         .reshape(*candidates.shape, -1)
@@ -123,13 +173,27 @@ def train_lsr(
     target = torch.as_tensor(lm_logp, dtype=torch.float32, device=device)
     per_epoch = math.ceil(len(questions) / cfg.batch_size)
     total = max(1, int(round(per_epoch * cfg.epochs)))
-    losses, step, t0 = [], 0, time.perf_counter()
-    while step < total:
+    losses, step, before = [], 0, 0.0
+    state = None
+    if run is not None:
+        from ralm.rag.train_run import LSR_CONFIG, open_run
+
+        digest = hashlib.sha256(
+            np.ascontiguousarray(candidates).tobytes() + np.ascontiguousarray(lm_logp).tobytes()
+        )
+        state = open_run(Path(run), cfg, questions, tower, opt, sched, device, log, digest=digest.hexdigest(),
+                         command="ralm rag lsr", config=LSR_CONFIG)  # fmt: skip
+        step, losses, before = state.step, state.losses, state.seconds
+    t0, done = time.perf_counter(), 0
+    while done < total:
         order = list(range(len(questions)))
         rng.shuffle(order)
         for s in range(0, len(order), cfg.batch_size):
-            if step >= total:
+            if done >= total:
                 break
+            done += 1
+            if done <= step:  # a resumed run replays the data order up to its step
+                continue
             rows = order[s : s + cfg.batch_size]
             inputs = encoder.tokenize_queries([questions[i].question for i in rows])
             q = tower(**{k: v.to(device) for k, v in inputs.items()})
@@ -139,12 +203,23 @@ def train_lsr(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
+            sched.step()
             step += 1
             losses.append(float(loss.detach()))
+            if state is not None:
+                state.logger.log(step, loss=losses[-1], seconds=round(before + time.perf_counter() - t0, 3))
+                if save_every and step % save_every == 0 and step < total:
+                    from ralm.rag.train_run import checkpoint
+
+                    checkpoint(
+                        Path(run), step, tower, opt, sched, cfg.batch_size, state.digest, mode="rag-lsr"
+                    )
             if step % 20 == 0 or step == total:
                 log(f"lsr step {step}/{total}: KL {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+    if state is not None:
+        state.logger.close()
     tower.eval()
-    return {"steps": step, "seconds": time.perf_counter() - t0, "first_loss": losses[0],
+    return {"steps": step, "seconds": before + time.perf_counter() - t0, "first_loss": losses[0],
             "final_loss": sum(losses[-20:]) / len(losses[-20:])}  # fmt: skip
 
 
