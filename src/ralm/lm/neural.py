@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ralm.atomic import write_text_atomic
 from ralm.errors import RalmError
 from ralm.lm.counts import BOS_ID, EOS_ID, SPECIALS, Vocab
 from ralm.lm.neural_models import build_model
@@ -326,9 +327,7 @@ def save_lm(model: nn.Module, vocab: Vocab, directory: str | os.PathLike) -> Pat
         "config": asdict(model.config),
         "vocab": vocab.id_to_token,
     }
-    tmp = d / f"{CONFIG_FILE}.tmp"
-    tmp.write_text(json.dumps(meta, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, d / CONFIG_FILE)
+    write_text_atomic(d / CONFIG_FILE, json.dumps(meta, ensure_ascii=False, indent=1) + "\n")
     return d
 
 

@@ -7,9 +7,9 @@ Both run on ralm.train's backbone (ralm.rag.train_run): metrics.jsonl, checkpoin
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.rag.cli_shared import load_lm as _load_lm
 from ralm.rag.cli_shared import log as _log
@@ -50,8 +50,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                                    log=_log, progress=not args.no_progress, run=args.out,
                                    save_every=args.save_every)  # fmt: skip
     save_generator(model, lm.tokenizer, args.out / "model", card=_generator_card(args, lm.name, stats, cfg))
-    (args.out / "train.json").write_text(json.dumps({"config": vars(cfg), "stats": stats, "lm": lm.name,
-        "closed_book": args.closed_book, "k": args.k, "gold_passage": args.gold_passage}, indent=2) + "\n")  # fmt: skip
+    write_json_atomic(args.out / "train.json", {"config": vars(cfg), "stats": stats, "lm": lm.name,
+                      "closed_book": args.closed_book, "k": args.k, "gold_passage": args.gold_passage})  # fmt: skip
     from ralm.train.checkpoint import CKPT_DIR
 
     shutil.rmtree(
@@ -109,9 +109,7 @@ def cmd_lsr(args: argparse.Namespace) -> int:
                       save_every=args.save_every)  # fmt: skip
     encoder.query_tower.cpu()
     index_with_query_tower(args.index, encoder, args.out / "index")
-    (args.out / "lsr.json").write_text(
-        json.dumps({"config": vars(cfg), "stats": stats, "questions": len(qs)}, indent=2) + "\n"
-    )
+    write_json_atomic(args.out / "lsr.json", {"config": vars(cfg), "stats": stats, "questions": len(qs)})
     from ralm.train.checkpoint import CKPT_DIR
 
     shutil.rmtree(
