@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["staged_dir", "write_json_atomic", "write_text_atomic"]
+__all__ = ["replace_dir", "staged_dir", "write_json_atomic", "write_text_atomic"]
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
@@ -38,13 +38,22 @@ def write_json_atomic(path: str | os.PathLike, obj: Any, *, ensure_ascii: bool =
     return write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=ensure_ascii) + "\n")
 
 
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished folder `tmp` into place at `out`; an old `out` is removed only afterwards."""
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
 @contextlib.contextmanager
 def staged_dir(out: str | os.PathLike) -> Iterator[Path]:
     """An empty `.OUT.tmp-PID` directory beside `out` to write into; when the block ends without an
     error it replaces `out` (an old `out` is removed only once the new one is in place). The
     temporary directory is removed either way."""
-    from ralm.corpus.staging import replace_dir
-
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"

@@ -10,7 +10,7 @@
   removed only afterwards; on any failure the temp dir is removed and `out` stays as it was;
 - a full disk or quota (ENOSPC, EDQUOT, also behind a pyarrow error that caught it) becomes
   one CorpusError naming `out` and the mount point.
-`remove_stale` and `replace_dir` also serve `ralm finetune`'s partial folders (ralm.tasks.job_dir).
+`remove_stale` (and `ralm.atomic.replace_dir`, which it uses) also serve `ralm finetune`'s partial folders (ralm.tasks.job_dir).
 
 Example:
     with staged_build(Path("corpus"), overwrite=False, log=print) as tmp:
@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ralm.atomic import replace_dir
 from ralm.corpus.docstore import MANIFEST
 from ralm.errors import CorpusError, RalmError, exception_chain
 from ralm.locks import holder, pid_alive, writer_lock
@@ -82,17 +83,6 @@ def remove_stale(
             log(f"note: could not remove {p}, left by an interrupted {what} ({exc}); remove it by hand")
             continue
         log(f"note: removed {p}, left by an interrupted {what} (PID {pid} is no longer running)")
-
-
-def replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished build into place; an old DocStore at `out` is removed only afterwards."""
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
 
 
 def fail_if_locked(out: Path) -> None:

@@ -242,7 +242,7 @@ def export_model(
     log: Callable[[str], None] = print,
 ) -> Path:
     """Write the run's model to `out` (HF LUKE for l == L, ralm's format for l < L); returns `out`."""
-    from ralm.corpus.staging import replace_dir
+    from ralm.atomic import replace_dir
 
     run, out = Path(run), Path(out)
     model_dir = find_model_dir(run)

@@ -91,7 +91,7 @@ def save_model(model: nn.Module, out_dir: str | os.PathLike, extra: dict | None 
     A DistributedDataParallel or torch.compile wrapper is unwrapped.
     An existing `out_dir` is replaced if it is a ralm LUKE model directory (or empty), else refused.
     """
-    from ralm.corpus.staging import replace_dir
+    from ralm.atomic import replace_dir
 
     model = _unwrap(model)
     name = type(model).__name__

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ralm.corpus.staging import replace_dir
+from ralm.atomic import replace_dir
 from ralm.errors import RalmError
 
 __all__ = [

@@ -36,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ralm.atomic import write_json_atomic
-from ralm.corpus.staging import remove_stale, replace_dir
+from ralm.atomic import replace_dir, write_json_atomic
+from ralm.corpus.staging import remove_stale
 from ralm.errors import RalmError
 
 __all__ = [
