@@ -23,6 +23,8 @@ when its results exist, so the script resumes):
                   instruction, token embeddings frozen); recall on the test questions, alone
                   and fused with Norwegian BM25 (weighted 0.7, as tuned for dpr-cc); training
                   and encoding throughput; index size
+  transfer-da     the Danish transfer rows (retriever_transfer_da.py's corpus and 40 questions) of the
+                  dpr-gemma and dpr-minilm towers, alone and fused with Danish BM25
   report          benchmarks/results/gemma_nb.json
 
 Run: python benchmarks/gemma_nb.py CELL [CELL ...] [--work runs/b36] [--b35 runs/b35]
@@ -237,6 +239,45 @@ def dpr(a, tower: str) -> None:
     log(f"dpr-{tower}: {rows}")
 
 
+def transfer_da(a) -> None:
+    """retriever_transfer_da.py's Danish rows with the DPR towers of the dpr-<tower> cells (trained on
+    NorQuAD): the Danish Debian corpus (128-token chunks, as that script builds it) and its 40
+    questions, each tower alone and fused with Danish BM25 (weighted min-max, BM25 0.7)."""
+    from nordic_corpus import build_jsonl, default_cache
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.encoders import DualEncoder
+    from ralm.retrieval.eval.compare import compare_retrievers, load_qa
+    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.search import dense_retriever_for
+
+    out = a.work / "transfer-da"
+    if (out / "results.json").is_file():
+        return
+    src = out / "nordic_da.jsonl"
+    if not src.is_file():
+        build_jsonl("da", src, default_cache())
+    if not (out / "store" / "manifest.json").is_file():
+        ralm("corpus", "build", src, "--out", out / "store", "--chunk-size", 128, "--lang", "da", "--quiet")
+    store = DocStore(out / "store")
+    pairs = load_qa(str(HERE / "data" / "retrieval_da.jsonl"), store)
+    bm25 = BM25Retriever.build(store, lang="da")
+    rets, seconds = {"bm25:da": bm25}, {}
+    for tower in ("gemma", "minilm"):
+        t0 = time.perf_counter()
+        enc = DualEncoder.from_pretrained(a.work / f"dpr-{tower}" / "encoder")
+        rets[tower] = dense_retriever_for(store, enc, out / f"emb-{tower}", progress=False, batch_size=16)
+        seconds[tower] = round(time.perf_counter() - t0, 1)
+        rets[f"fused:{tower}"] = HybridRetriever(
+            [bm25, rets[tower]], len(store), method="weighted", weights=[0.7, 0.3]
+        )
+    reps = compare_retrievers(store, pairs, rets, KS, measures=("nDCG@10",), lang="da")
+    rows = {n: row(r) for n, r in reps.items()} | {"_questions": len(pairs), "_chunks": len(store),
+                                                   "_embed_seconds": seconds}  # fmt: skip
+    (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+    log(f"transfer-da: {rows}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cells", nargs="+")
@@ -274,6 +315,8 @@ def main() -> None:
             lsr(a)
         elif cell.startswith("dpr-"):
             dpr(a, cell.split("-")[1])
+        elif cell == "transfer-da":
+            transfer_da(a)
         elif cell == "report":
             from gemma_nb_report import report
 

@@ -70,6 +70,14 @@ def report(a) -> None:
             for k, v in json.loads(f.read_text())["_speed"].items():
                 if isinstance(v, int | float):  # metrics are plain numbers; notes stay in `retrieval`
                     m[f"{tower}_dpr_{k}"] = v
+    da = w / "transfer-da" / "results.json"  # the Danish transfer rows (40 questions, 2,172 chunks)
+    if da.is_file():
+        r = json.loads(da.read_text())
+        retrieval["transfer-da"] = {k: v for k, v in r.items() if not k.startswith("_")}
+        for name in ("gemma", "minilm", "fused:gemma", "fused:minilm", "bm25:da"):
+            tag = name.replace("fused:", "fused_").replace("bm25:da", "bm25_da")
+            m[f"da_{tag}_recall@5"] = round(100 * r[name]["recall@5"], 2)
+            m[f"da_{tag}_recall@20"] = round(100 * r[name]["recall@20"], 2)
     gpu = RESULTS / "gemma_nb_gpu.json"  # the 3,808-question rows of a lent GPU (gemma_nb_gpu.py)
     if gpu.is_file():
         gm = json.loads(gpu.read_text())["metrics"]
