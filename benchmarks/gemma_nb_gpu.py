@@ -27,7 +27,11 @@ Steps:
          $OUT/gemma_nb_gpu.tar.gz (what did not finish is simply absent).
   report (CPU) gemma_nb.py report --gpu DIR adds the rows (named *_3808q_gpu).
 
-Run: python benchmarks/gemma_nb_gpu.py prep | stash PART | run --out DIR [--budget S]
+The first H200 run (2026-11-26) measured the gemma, smollm2 and zs groups; dpr failed on JAX's GPU
+memory reservation (fixed in ralm.retrieval since) and cbft was stopped to give the card to the
+fine-tuning runs. The next GPU session: prep, stash the parts, `start --groups dpr cbft`, collect.
+
+Run: python benchmarks/gemma_nb_gpu.py prep | stash PART | start [--groups G ...] [--budget S] | collect --out DIR
 """
 
 from __future__ import annotations
@@ -181,7 +185,7 @@ def cmd_start(a) -> int:
     env = device_env(a.dest, Path(a.site), log=log)
     a.work.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "run", "--dest", str(a.dest), "--work", str(a.work),
-           "--budget", str(a.budget)]  # fmt: skip
+           "--budget", str(a.budget), "--groups", *a.groups]  # fmt: skip
     full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]),
             "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "3"}  # fmt: skip
     with (a.work / "run.log").open("w") as logf:
@@ -212,18 +216,19 @@ def cmd_run(a) -> int:
         )
         log(f"{name}: started")
 
-    for name in CELLS:
+    groups = [g for g in CELLS if g in a.groups]
+    for name in groups:
         if name != "smollm2":
             launch(name)
     smol = None
     while time.monotonic() < deadline:
-        if smol is None and (pack / COMPLETE).is_file():
+        if smol is None and "smollm2" in groups and (pack / COMPLETE).is_file():
             _gunzip_all(pack / "models" / "smollm2")
             smol = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); "
                                      f"import gemma_nb_gpu as g; g._convert(g.Path({str(pack)!r}), 'smollm2')"])  # fmt: skip
         if smol is not None and smol.poll() == 0 and "smollm2" not in procs:
             launch("smollm2")
-        if len(procs) == len(CELLS) and all(p.poll() is not None for p, _ in procs.values()):
+        if len(procs) == len(groups) and all(p.poll() is not None for p, _ in procs.values()):
             break
         time.sleep(2)
     for name, (p, logf) in procs.items():
@@ -336,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--work", type=Path, default=Path("/tmp/gemma_gpu_work"))
         p.add_argument("--site", default="/tmp/site")
         p.add_argument("--budget", type=float, default=540.0)
+        p.add_argument("--groups", nargs="+", default=list(CELLS), choices=list(CELLS),
+                       help="cell groups to run (one process each); the next GPU session: dpr cbft")  # fmt: skip
     p = sub.add_parser("collect")
     p.add_argument("--work", type=Path, default=Path("/tmp/gemma_gpu_work"))
     p.add_argument("--out", type=Path, required=True)
