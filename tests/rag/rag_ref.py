@@ -34,3 +34,28 @@ def chat_tokenizer():
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>", bos_token="<|im_start|>",
         chat_template=CHATML,
     )  # fmt: skip
+
+
+def sigkill_at_checkpoint(argv: list[str], out, step: int = 10, timeout: float = 120.0) -> None:
+    """Run `ralm ARGV` (one torch thread) in a child process and SIGKILL it as soon as its run folder
+    `out` holds checkpoints/step-STEP; AssertionError when the run ends (or times out) first."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    code = (
+        "import sys, torch; torch.set_num_threads(1); from ralm.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, *map(str, argv)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    ckpt = Path(out) / "checkpoints" / f"step-{step:07d}"
+    deadline = time.monotonic() + timeout
+    while not ckpt.is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, f"the run ended before {ckpt.name}"
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()

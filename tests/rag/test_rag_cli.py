@@ -302,11 +302,7 @@ def test_lsr_killed_with_sigkill_resumes_to_the_uninterrupted_query_tower(
     """`rag lsr` on ralm.train's backbone: SIGKILL mid-training, then the same command reuses the LM
     preferences it kept, resumes from its newest checkpoint and writes the query tower (and KL
     curve) of an uninterrupted run."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
+    from rag_ref import sigkill_at_checkpoint
 
     from ralm.retrieval.encoders import DualEncoder
 
@@ -318,20 +314,7 @@ def test_lsr_killed_with_sigkill_resumes_to_the_uninterrupted_query_tower(
     assert main(argv(tmp_path / "whole")) == 0
     capsys.readouterr()
     cut = tmp_path / "cut"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    code = (
-        "import sys, torch; torch.set_num_threads(1); from ralm.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code, *argv(cut)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not (cut / "checkpoints" / "step-0000010").is_dir():
-        assert proc.poll() is None and time.monotonic() < deadline, (
-            "the run ended before its second checkpoint"
-        )
-        time.sleep(0.002)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    sigkill_at_checkpoint(argv(cut), cut)
     assert not (cut / "lsr.json").exists() and not (cut / "index").exists()  # stopped mid-run
     assert main(argv(cut)) == 0
     err = capsys.readouterr().err

@@ -4,15 +4,11 @@ its newest checkpoint and ends with the weights, metrics and loss an uninterrupt
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from rag_ref import sigkill_at_checkpoint
 
 from ralm.cli import main
 
@@ -54,20 +50,7 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_weights(chat_lm_dir, data, tm
     assert not (tmp_path / "whole" / "checkpoints").exists()  # removed once the model is saved
     capsys.readouterr()
     cut = tmp_path / "cut"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    code = (
-        "import sys, torch; torch.set_num_threads(1); from ralm.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code, *_argv(chat_lm_dir, data, cut)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not (cut / "checkpoints" / "step-0000010").is_dir():
-        assert proc.poll() is None and time.monotonic() < deadline, (
-            "the run ended before its second checkpoint"
-        )
-        time.sleep(0.002)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    sigkill_at_checkpoint(_argv(chat_lm_dir, data, cut), cut)
     assert not (cut / "train.json").exists() and not (cut / "model").exists()  # stopped mid-run
     assert main(_argv(chat_lm_dir, data, cut)) == 0
     err = capsys.readouterr().err

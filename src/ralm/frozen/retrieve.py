@@ -32,8 +32,9 @@ import numpy as np
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.bm25_spec import bm25_options
+from ralm.retrieval.retriever import KINDS
 
-RETRIEVERS = ("bm25", "dense", "hybrid")
+RETRIEVERS = KINDS  # the kinds `ralm.Retriever` opens
 SEPARATOR = "\n\n"
 _WORD = re.compile(r"\w")
 

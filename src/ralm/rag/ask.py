@@ -68,12 +68,12 @@ class Asker:
         self.cfg.check()
         if mode == "oracle":
             raise RalmError("the Ask page has no gold passages: choose rag, replug or closed-book")
-        if mode != "closed-book" and (
-            retriever is None or (store is None and not isinstance(retriever, Retriever))
-        ):
+        if retriever is not None and not isinstance(
+            retriever, Retriever
+        ):  # a backend: usable with its DocStore
+            retriever = None if store is None else Retriever(store, retriever, "given")
+        if mode != "closed-book" and retriever is None:
             raise RalmError(f"mode {mode} needs a retriever and its DocStore")
-        if retriever is not None and not isinstance(retriever, Retriever):  # a backend and its DocStore
-            retriever = Retriever(store, retriever, "given")
         self.lm, self.retriever, self.store = lm, retriever, store if retriever is None else retriever.store
         self.builder = PromptBuilder(lm.tokenizer, prompt_budget(lm, self.cfg))
 

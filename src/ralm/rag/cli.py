@@ -58,6 +58,19 @@ def _retrieval_args(p: argparse.ArgumentParser) -> None:
                    help="rerank the top M passages by the LM's likelihood of the question (UPR); 0 = off")  # fmt: skip
 
 
+def _run_args(p: argparse.ArgumentParser, save_every: int) -> None:
+    """The options of a resumable training run (rag train, rag lsr)."""
+    p.add_argument(
+        "--save-every",
+        type=int,
+        default=save_every,
+        help="checkpoint every N steps (OUT/checkpoints): a stopped run resumes when rerun; 0 = never",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="start over in an OUT that holds an unfinished run"
+    )
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `rag` and its subcommands to the top-level parser."""
     p = sub.add_parser("rag", help="question answering with a generator over retrieved passages (RAG, REPLUG, LSR)",
@@ -119,15 +132,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--limit", type=int, default=None)
     t.add_argument("--out", type=Path, required=True)
-    t.add_argument(
-        "--save-every",
-        type=int,
-        default=200,
-        help="checkpoint every N steps (OUT/checkpoints): a stopped run resumes when rerun; 0 = never",
-    )
-    t.add_argument(
-        "--overwrite", action="store_true", help="start over in an OUT that holds an unfinished run"
-    )
+    _run_args(t, save_every=200)
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
 
@@ -149,15 +154,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--no-progress", action="store_true")
-    s.add_argument(
-        "--save-every",
-        type=int,
-        default=50,
-        help="checkpoint every N steps (OUT/checkpoints): a stopped run resumes when rerun; 0 = never",
-    )
-    s.add_argument(
-        "--overwrite", action="store_true", help="start over in an OUT that holds an unfinished run"
-    )
+    _run_args(s, save_every=50)
     s.set_defaults(func=cmd_lsr)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 

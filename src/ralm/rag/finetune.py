@@ -189,13 +189,13 @@ def train_generator(
     )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     step, seen_tokens, losses, before = 0, 0, [], 0.0
-    logger = state = None
+    state = None
     if run is not None:
         from ralm.rag.train_run import open_run
 
-        state = open_run(Path(run), cfg, examples, model, opt, sched, device, log)
+        state = open_run(Path(run), cfg, examples, model, opt, sched, device, log, save_every=save_every,
+                         batch_size=cfg.batch_size)  # fmt: skip
         step, seen_tokens, losses, before = state.step, state.tokens, state.losses, state.seconds
-        logger = state.logger
     t0 = time.perf_counter()
     done = 0  # batches walked through: a resumed run replays the data order up to its step
     with tqdm(total=total, initial=step, disable=not progress, unit="step", desc="rag train") as bar:
@@ -219,17 +219,13 @@ def train_generator(
                 seen_tokens += int(mask.sum())
                 losses.append(float(loss.detach()))
                 bar.update(1)
-                if logger is not None:
-                    logger.log(step, loss=losses[-1], tokens=seen_tokens,
-                               seconds=round(before + time.perf_counter() - t0, 3))  # fmt: skip
-                    if save_every and step % save_every == 0 and step < total:
-                        from ralm.rag.train_run import checkpoint
-
-                        checkpoint(Path(run), step, model, opt, sched, cfg.batch_size, state.digest)
+                if state is not None:
+                    state.after_step(step, total, loss=losses[-1], tokens=seen_tokens,
+                                     seconds=round(before + time.perf_counter() - t0, 3))  # fmt: skip
                 if step % 50 == 0 or step == total:
                     log(f"step {step}/{total}: answer loss {sum(losses[-50:]) / len(losses[-50:]):.4f}")
-    if logger is not None:
-        logger.close()
+    if state is not None:
+        state.close()
     if cfg.lora_r:
         model = model.merge_and_unload()
     model.eval()

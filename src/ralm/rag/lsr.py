@@ -181,8 +181,9 @@ def train_lsr(
         digest = hashlib.sha256(
             np.ascontiguousarray(candidates).tobytes() + np.ascontiguousarray(lm_logp).tobytes()
         )
-        state = open_run(Path(run), cfg, questions, tower, opt, sched, device, log, digest=digest.hexdigest(),
-                         command="ralm rag lsr", config=LSR_CONFIG)  # fmt: skip
+        state = open_run(Path(run), cfg, questions, tower, opt, sched, device, log, save_every=save_every,
+                         batch_size=cfg.batch_size, digest=digest.hexdigest(), command="ralm rag lsr",
+                         config=LSR_CONFIG, mode="rag-lsr")  # fmt: skip
         step, losses, before = state.step, state.losses, state.seconds
     t0, done = time.perf_counter(), 0
     while done < total:
@@ -207,17 +208,13 @@ def train_lsr(
             step += 1
             losses.append(float(loss.detach()))
             if state is not None:
-                state.logger.log(step, loss=losses[-1], seconds=round(before + time.perf_counter() - t0, 3))
-                if save_every and step % save_every == 0 and step < total:
-                    from ralm.rag.train_run import checkpoint
-
-                    checkpoint(
-                        Path(run), step, tower, opt, sched, cfg.batch_size, state.digest, mode="rag-lsr"
-                    )
+                state.after_step(
+                    step, total, loss=losses[-1], seconds=round(before + time.perf_counter() - t0, 3)
+                )
             if step % 20 == 0 or step == total:
                 log(f"lsr step {step}/{total}: KL {sum(losses[-20:]) / len(losses[-20:]):.4f}")
     if state is not None:
-        state.logger.close()
+        state.close()
     tower.eval()
     return {"steps": step, "seconds": before + time.perf_counter() - t0, "first_loss": losses[0],
             "final_loss": sum(losses[-20:]) / len(losses[-20:])}  # fmt: skip

@@ -7,7 +7,6 @@ Both run on ralm.train's backbone (ralm.rag.train_run): metrics.jsonl, checkpoin
 from __future__ import annotations
 
 import argparse
-import shutil
 
 from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
@@ -15,6 +14,7 @@ from ralm.rag.cli_shared import load_lm as _load_lm
 from ralm.rag.cli_shared import log as _log
 from ralm.rag.cli_shared import passages_for as _passages
 from ralm.rag.cli_shared import read_question_args as _questions
+from ralm.rag.train_run import drop_checkpoints, prepare_out
 
 __all__ = ["cmd_lsr", "cmd_train"]
 
@@ -24,6 +24,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ralm.rag.finetune import GeneratorTrainConfig, save_generator, train_generator, training_examples
     from ralm.rag.prompt import PromptBuilder
 
+    prepare_out(args.out, args.save_every, args.overwrite, "train.json")
     qs = _questions(args)
     lm = _load_lm(args)
     ps = None if args.closed_book else _passages(args, qs, args.k, lm)
@@ -39,24 +40,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     cfg = GeneratorTrainConfig(epochs=args.epochs, lr=args.lr or (2e-4 if args.lora_r else 5e-5),
                                batch_size=args.batch_size, lora_r=args.lora_r, seed=args.seed)  # fmt: skip
-    from ralm.rag.train_run import start_over
-
-    if args.save_every < 0:
-        raise RalmError(f"--save-every {args.save_every}: must be >= 0")
-    if args.overwrite or (args.out / "train.json").is_file():  # a finished run is trained again, as before
-        start_over(args.out)
-        (args.out / "train.json").unlink(missing_ok=True)  # so that this run, if stopped, resumes
     model, stats = train_generator(lm.model, lm.tokenizer, examples, cfg, device=lm.device, autocast=lm.autocast,
                                    log=_log, progress=not args.no_progress, run=args.out,
                                    save_every=args.save_every)  # fmt: skip
     save_generator(model, lm.tokenizer, args.out / "model", card=_generator_card(args, lm.name, stats, cfg))
     write_json_atomic(args.out / "train.json", {"config": vars(cfg), "stats": stats, "lm": lm.name,
                       "closed_book": args.closed_book, "k": args.k, "gold_passage": args.gold_passage})  # fmt: skip
-    from ralm.train.checkpoint import CKPT_DIR
-
-    shutil.rmtree(
-        args.out / CKPT_DIR, ignore_errors=True
-    )  # the model is saved: its checkpoints served resuming
+    drop_checkpoints(args.out)
     print(f"{args.out / 'model'}: trained {stats['steps']} steps on {stats['examples']} examples in "
           f"{stats['seconds']:.0f} s (answer loss {stats['first_loss']:.3f} -> {stats['final_loss']:.3f})")  # fmt: skip
     return 0
@@ -77,24 +67,19 @@ def cmd_lsr(args: argparse.Namespace) -> int:
     )
     from ralm.rag.prompt import PromptBuilder
     from ralm.rag.retrieved import retrieve
-    from ralm.rag.train_run import LSR_CONFIG, start_over
+    from ralm.rag.train_run import LSR_CONFIG
     from ralm.retrieval.retriever import Retriever
 
     cfg = LSRConfig(n=args.n, gamma=args.gamma, beta=args.beta, epochs=args.epochs, lr=args.lr,
                     batch_size=args.batch_size, seed=args.seed)  # fmt: skip
     cfg.check()
-    if args.save_every < 0:
-        raise RalmError(f"--save-every {args.save_every}: must be >= 0")
+    prepare_out(args.out, args.save_every, args.overwrite, "lsr.json", LSR_CONFIG, extra=(PREFERENCES,))
     qs = [q for q in _questions(args) if not q.regex]
     dense = Retriever.load(args.index, "dense", log=_log)
     ps = retrieve(qs, dense, args.n)
     keep = [i for i, p in enumerate(ps) if len(p) == args.n]
     qs, ps = [qs[i] for i in keep], [ps[i] for i in keep]
     cands = np.asarray([[p.id for p in row] for row in ps], dtype=np.int64)
-    if args.overwrite or (args.out / "lsr.json").is_file():  # a finished run is trained again, as before
-        start_over(args.out, LSR_CONFIG)
-        (args.out / PREFERENCES).unlink(missing_ok=True)
-        (args.out / "lsr.json").unlink(missing_ok=True)
     lm = _load_lm(args)
     logp = cached_preferences(args.out / PREFERENCES, qs, cands, lm.name)
     if logp is None:  # the LM's scores of every (question, candidate): the costly part, kept for a rerun
@@ -110,11 +95,7 @@ def cmd_lsr(args: argparse.Namespace) -> int:
     encoder.query_tower.cpu()
     index_with_query_tower(args.index, encoder, args.out / "index")
     write_json_atomic(args.out / "lsr.json", {"config": vars(cfg), "stats": stats, "questions": len(qs)})
-    from ralm.train.checkpoint import CKPT_DIR
-
-    shutil.rmtree(
-        args.out / CKPT_DIR, ignore_errors=True
-    )  # the index is written: checkpoints served resuming
+    drop_checkpoints(args.out)
     print(
         f"{args.out / 'index'}: the index with the LSR-trained query tower ({stats['steps']} steps, "
         f"KL {stats['first_loss']:.4f} -> {stats['final_loss']:.4f})"

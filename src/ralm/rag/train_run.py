@@ -27,7 +27,15 @@ import torch
 from ralm.errors import RalmError
 from ralm.train.logging import METRICS_FILE, MetricsLogger, read_metric_rows, truncate_metrics
 
-__all__ = ["CONFIG", "RunState", "checkpoint", "examples_digest", "open_run", "start_over"]
+__all__ = [
+    "CONFIG",
+    "LSR_CONFIG",
+    "RunState",
+    "drop_checkpoints",
+    "examples_digest",
+    "open_run",
+    "prepare_out",
+]
 
 CONFIG = "rag_train.json"
 MODE = "rag-train"
@@ -36,14 +44,34 @@ LSR_CONFIG = "lsr_train.json"
 
 @dataclass
 class RunState:
-    """Where a (resumed) run stands: steps done, tokens seen, the loss of each step, seconds spent."""
+    """Where a (resumed) run stands (steps done, tokens seen, the loss of each step, seconds spent),
+    and what `after_step` needs to log each step and checkpoint every `save_every` steps."""
 
+    run: Path
     step: int = 0
     tokens: int = 0
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    digest: str = ""  # what identifies the training data (examples_digest)
+    save_every: int = 0
+    batch_size: int = 1
+    mode: str = MODE  # names the trainer in the checkpoints' state
+    parts: tuple = ()  # (model, optimiser, schedule): what a checkpoint saves
     logger: MetricsLogger | None = None
-    digest: str = ""  # examples_digest of the training examples
+
+    def after_step(self, step: int, total: int, **row: Any) -> None:
+        """One metrics.jsonl row for `step`, and checkpoints/step-N when one is due (not at the end:
+        the command writes its result then)."""
+        from ralm.train.checkpoint import save_checkpoint
+
+        self.logger.log(step, **row)
+        if self.save_every and step % self.save_every == 0 and step < total:
+            model, opt, sched = self.parts
+            save_checkpoint(self.run, step, model, opt, sched, None, examples_seen=step * self.batch_size,
+                            mode=self.mode, keep=1, docstore_fingerprint=self.digest)  # fmt: skip
+
+    def close(self) -> None:
+        self.logger.close()
 
 
 def examples_digest(examples: Sequence[Any]) -> str:
@@ -54,13 +82,27 @@ def examples_digest(examples: Sequence[Any]) -> str:
     return h.hexdigest()
 
 
-def start_over(run: Path, config: str = CONFIG) -> None:
-    """Remove what a run left in `run` (settings, metrics, checkpoints); the rest of the folder stays."""
+def prepare_out(
+    out: Path, save_every: int, overwrite: bool, result: str, config: str = CONFIG, extra: Sequence[str] = ()
+) -> None:
+    """Before a `rag train`/`rag lsr` run loads anything: refuse a negative --save-every, and start
+    over when asked (--overwrite) or when OUT holds a finished run (its `result` file: trained again,
+    as before), removing the settings, metrics, checkpoints, `result` and `extra` files."""
     from ralm.train.checkpoint import CKPT_DIR
 
-    shutil.rmtree(run / CKPT_DIR, ignore_errors=True)
-    for name in (config, METRICS_FILE):
-        (run / name).unlink(missing_ok=True)
+    if save_every < 0:
+        raise RalmError(f"--save-every {save_every}: must be >= 0")
+    if overwrite or (out / result).is_file():
+        shutil.rmtree(out / CKPT_DIR, ignore_errors=True)
+        for name in (config, METRICS_FILE, result, *extra):  # the result too: this run, if stopped, resumes
+            (out / name).unlink(missing_ok=True)
+
+
+def drop_checkpoints(out: Path) -> None:
+    """Once the run's result is written, its checkpoints have served their purpose (resuming)."""
+    from ralm.train.checkpoint import CKPT_DIR
+
+    shutil.rmtree(out / CKPT_DIR, ignore_errors=True)
 
 
 def open_run(
@@ -73,22 +115,26 @@ def open_run(
     device: torch.device,
     log: Callable[[str], None] = print,
     *,
+    save_every: int = 0,
+    batch_size: int = 1,
     digest: str | None = None,
     command: str = "ralm rag train",
     config: str = CONFIG,
+    mode: str = MODE,
 ) -> RunState:
     """Start the run in `run`, or resume it: model, optimiser, schedule and RNG put back as they were
     at its newest intact checkpoint. RalmError (one line) for a run with other settings or data.
 
-    digest: what identifies the training data (default `examples_digest(examples)`); command and
-    config: the command named in messages and the settings file's name."""
+    save_every, batch_size: the checkpoints `after_step` writes; digest: what identifies the training
+    data (default `examples_digest(examples)`); command, config, mode: the command named in
+    messages, the settings file's name, the trainer's name in the checkpoints."""
     from ralm.atomic import write_json_atomic
     from ralm.train.checkpoint import clear_leftovers, intact_checkpoint, load_checkpoint, restore_rng
 
     settings = {"config": asdict(cfg), "examples": len(examples),
                 "digest": examples_digest(examples) if digest is None else digest}  # fmt: skip
     saved = run / config
-    state = RunState()
+    state = RunState(run)
     if saved.is_file():
         old = json.loads(saved.read_text(encoding="utf-8"))
         diff = [k for k, v in settings["config"].items() if old.get("config", {}).get(k) != v]
@@ -106,8 +152,9 @@ def open_run(
             restore_rng(st["rng"], device, 1)
             truncate_metrics(run, st["step"])
             rows = [r for r in read_metric_rows(run / METRICS_FILE) if "loss" in r]
-            state = RunState(st["step"], int(rows[-1].get("tokens", 0)) if rows else 0, [float(r["loss"]) for r in rows],
-                             float(rows[-1]["seconds"]) if rows else 0.0)  # fmt: skip
+            state.step, state.losses = st["step"], [float(r["loss"]) for r in rows]
+            if rows:
+                state.tokens, state.seconds = int(rows[-1].get("tokens", 0)), float(rows[-1]["seconds"])
             log(f"{run}: resuming at step {st['step']} ({ckpt.name})")
         else:
             (run / METRICS_FILE).unlink(missing_ok=True)  # stopped before its first checkpoint
@@ -116,22 +163,11 @@ def open_run(
         (run / METRICS_FILE).unlink(missing_ok=True)
         write_json_atomic(saved, settings)
     state.logger = MetricsLogger(run, tensorboard=False)
-    state.digest = settings["digest"]
+    state.digest, state.save_every, state.batch_size, state.mode = (
+        settings["digest"],
+        save_every,
+        batch_size,
+        mode,
+    )
+    state.parts = (model, opt, sched)
     return state
-
-
-def checkpoint(
-    run: Path,
-    step: int,
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    sched: Any,
-    batch_size: int,
-    digest: str,
-    mode: str = MODE,
-) -> Path:
-    """checkpoints/step-N of the run (the newest only is kept); mode names the trainer in its state."""
-    from ralm.train.checkpoint import save_checkpoint
-
-    return save_checkpoint(run, step, model, opt, sched, None, examples_seen=step * batch_size, mode=mode, keep=1,
-                           docstore_fingerprint=digest)  # fmt: skip

@@ -23,7 +23,9 @@ from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
 
-__all__ = ["Hit", "Retriever"]
+__all__ = ["KINDS", "Hit", "Retriever"]
+
+KINDS = ("bm25", "dense", "hybrid")  # what an index directory can be opened as
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,8 @@ class Retriever:
         (`lang`, default English). One-line RalmError for a kind the inputs cannot give."""
         from ralm.retrieval.bm25_spec import bm25_options
 
-        if kind not in ("bm25", "dense", "hybrid"):
-            raise RalmError(f"retriever {kind!r}: choose one of bm25, dense, hybrid")
+        if kind not in KINDS:
+            raise RalmError(f"retriever {kind!r}: choose one of {', '.join(KINDS)}")
         if index is not None:
             r = cls.load(
                 index, kind, store=corpus, bm25_options=bm25_options(lang) if lang else None, log=log
