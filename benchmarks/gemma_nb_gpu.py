@@ -45,6 +45,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -200,9 +201,10 @@ def cmd_run(a) -> int:
     once the last part has been stashed (the file COMPLETE in --dest)."""
     t0 = time.monotonic()
     pack, work = a.dest, a.work
-    log(f"converting gemma; {os.environ.get('PYTHONPATH')}")
-    _convert(pack, "gemma")
-    log(f"gemma ready after {time.monotonic() - t0:.0f} s")
+    groups = [g for g in CELLS if g in a.groups]
+    if any(g != "smollm2" for g in groups):  # every other group reads Gemma-3
+        _convert(pack, "gemma")
+        log(f"gemma ready after {time.monotonic() - t0:.0f} s")
     deadline = t0 + a.budget
     procs: dict = {}
 
@@ -216,17 +218,16 @@ def cmd_run(a) -> int:
         )
         log(f"{name}: started")
 
-    groups = [g for g in CELLS if g in a.groups]
     for name in groups:
         if name != "smollm2":
             launch(name)
-    smol = None
+    smol, smol_ready = None, threading.Event()  # SmolLM2 converts (in its own process) once its parts are in
     while time.monotonic() < deadline:
         if smol is None and "smollm2" in groups and (pack / COMPLETE).is_file():
             _gunzip_all(pack / "models" / "smollm2")
-            smol = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); "
-                                     f"import gemma_nb_gpu as g; g._convert(g.Path({str(pack)!r}), 'smollm2')"])  # fmt: skip
-        if smol is not None and smol.poll() == 0 and "smollm2" not in procs:
+            smol = threading.Thread(target=lambda: (_convert(pack, "smollm2"), smol_ready.set()), daemon=True)
+            smol.start()
+        if smol_ready.is_set() and "smollm2" not in procs:
             launch("smollm2")
         if len(procs) == len(groups) and all(p.poll() is not None for p, _ in procs.values()):
             break
