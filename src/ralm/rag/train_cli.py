@@ -14,7 +14,6 @@ from ralm.rag.cli_shared import load_lm as _load_lm
 from ralm.rag.cli_shared import log as _log
 from ralm.rag.cli_shared import passages_for as _passages
 from ralm.rag.cli_shared import read_question_args as _questions
-from ralm.rag.train_run import drop_checkpoints, prepare_out
 
 __all__ = ["cmd_lsr", "cmd_train"]
 
@@ -23,6 +22,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """`ralm rag train`."""
     from ralm.rag.finetune import GeneratorTrainConfig, save_generator, train_generator, training_examples
     from ralm.rag.prompt import PromptBuilder
+    from ralm.rag.train_run import drop_checkpoints, prepare_out  # torch: loaded only when a command runs
 
     prepare_out(args.out, args.save_every, args.overwrite, "train.json")
     qs = _questions(args)
@@ -67,7 +67,7 @@ def cmd_lsr(args: argparse.Namespace) -> int:
     )
     from ralm.rag.prompt import PromptBuilder
     from ralm.rag.retrieved import retrieve
-    from ralm.rag.train_run import LSR_CONFIG
+    from ralm.rag.train_run import LSR_CONFIG, drop_checkpoints, prepare_out
     from ralm.retrieval.retriever import Retriever
 
     cfg = LSRConfig(n=args.n, gamma=args.gamma, beta=args.beta, epochs=args.epochs, lr=args.lr,
