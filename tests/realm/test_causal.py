@@ -67,7 +67,7 @@ def test_lm_rows_score_span_tokens_only(causal_dirs, lm):
 
     _, tok = _lm(causal_dirs[lm])
     q = SpanQuery("Oslo is the capital of [1]. It was founded in [2].", ["Norway", "1040"], ["link", "date"])
-    qids, tids, flags, span = lm_rows(q, tok)
+    qids, tids, flags, span, content = lm_rows(q, tok)
     assert qids == tok(q.masked_text + "\n", add_special_tokens=False)["input_ids"]
     assert tids == tok("[1] Norway\n[2] 1040\n", add_special_tokens=False)["input_ids"]
     scored = [t for t, f in zip(tids, flags, strict=True) if f]
@@ -75,6 +75,10 @@ def test_lm_rows_score_span_tokens_only(causal_dirs, lm):
     assert tok.decode([t for t, s in zip(tids, span, strict=True) if s == 1]).strip() == "1040"
     assert len(scored) == sum(s >= 0 for s in span) and all(s in (-1, 0, 1) for s in span)
     assert "[" not in tok.decode(scored) and tok.decode(scored).count("\n") == 2  # each span's end is scored
+    # content tokens: the span's own characters, without the closing line breaks
+    kept = [t for t, c in zip(tids, content, strict=True) if c]
+    assert all(f for f, c in zip(flags, content, strict=True) if c)
+    assert tok.decode(kept).split() == ["Norway", "1040"] and "\n" not in tok.decode(kept)
 
 
 def test_collator_masks_like_the_mlm_collator(store, tiny_dir, causal_dirs):

@@ -196,7 +196,9 @@ def load_causal_reader(cfg: PretrainConfig, store: DocStore | None):
         enable_checkpointing(lm, cfg.reader or "minilm")
     if cfg.reader_lora_r:
         lm = add_lora(lm, cfg.reader_lora_r)
-    return CausalReader(lm, tok, max_length=cfg.reader_max_length, store=store)
+    return CausalReader(
+        lm, tok, max_length=cfg.reader_max_length, store=store, bucket_slack=cfg.reader_bucket_slack
+    )
 
 
 def _build_causal(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
@@ -243,6 +245,13 @@ def _assemble(cfg: PretrainConfig, store: DocStore, reader, encoder, docs) -> Re
         null_doc=cfg.null_doc,
         reader_max_length=cfg.reader_max_length,
         query_masks=cfg.query_masks,
+        score_scale=cfg.score_scale,
+        null_logit_init=cfg.null_logit_init,
+        marginal=cfg.marginal,
+        reader_backprop_top=cfg.reader_backprop_top,
+        retriever_train=cfg.retriever_train,
+        retriever_loss=cfg.retriever_loss,
+        distill_tau=cfg.distill_tau,
     )
     if model.retrieval and cfg.k - (cfg.null_doc != "none") > len(store) - 1:
         raise RalmError(
@@ -269,9 +278,14 @@ def make_collator(
 
 
 def optimizer_for(model: RealmModel, cfg: PretrainConfig) -> torch.optim.AdamW:
-    """AdamW: reader and retriever at their own lr; no decay on biases, norms and the null vector."""
+    """AdamW: reader and retriever at their own lr; no decay on biases, norms and the null vector;
+    the learned score scale and null logit (`ralm.realm.prior`) at `lr_scale`, without decay."""
     seen: set[int] = set()
     groups = param_groups(model.reader, cfg.lr_reader, cfg.weight_decay, name="reader", skip=seen)
+    prior = [p for p in model.prior.parameters()] if model.encoder is not None else []
+    if prior:
+        seen.update(id(p) for p in prior)
+        groups.append({"params": prior, "lr": cfg.lr_scale, "weight_decay": 0.0, "name": "prior"})
     if model.encoder is not None:
         null = [model.null_vector] if getattr(model, "null_vector", None) is not None else []
         groups += param_groups(

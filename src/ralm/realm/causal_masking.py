@@ -23,6 +23,9 @@ query / target, padded with 0):
   lm_target_ids (B, Lt), lm_target_len (B,): LM ids of the target;
   lm_target_labels (B, Lt): 1 on the span tokens that are scored, else 0;
   lm_target_span (B, Lt): the span index (0-based) of each scored token, -1 elsewhere;
+  lm_target_content (B, Lt): 1 on the scored tokens that hold the span's own characters, 0 on its
+    closing line break (which the reader predicts almost for free: content-token perplexity, the
+    fair measure, leaves it out) and elsewhere;
   lm_span_kind (B, S): each span's kind as an index into SPAN_KINDS (-1 = padding).
 
 Where re-tokenizing a chunk's text does not give its stored ids (rare: the store was built from
@@ -182,17 +185,19 @@ class CausalMaskingCollator(MaskingCollator):
 
 
 def lm_rows(q: SpanQuery, lm_tokenizer: Any, blank: str = DEFAULT_BLANK):
-    """(query ids, target ids, scored flags, span index per target token) of one SpanQuery: the masked
-    text and a line break, and the target, each tokenized as one piece; a target token is scored
-    when it overlaps a span's characters or the line break that ends the span."""
+    """(query ids, target ids, scored flags, span index per target token, content flags) of one
+    SpanQuery: the masked text and a line break, and the target, each tokenized as one piece; a
+    target token is scored when it overlaps a span's characters or the line break that ends the
+    span, and is content when it overlaps the span's characters."""
     qids = lm_tokenizer(q.masked_text + "\n", add_special_tokens=False)["input_ids"]
     target, where = q.target(blank)
     enc = lm_tokenizer(target, add_special_tokens=False, return_offsets_mapping=True)
-    span_of = []
+    span_of, content = [], []
     for a, b in enc["offset_mapping"]:
         hit = [j for j, (s, e) in enumerate(where) if a < e + 1 and b > s]
         span_of.append(hit[0] if hit else -1)
-    return list(qids), list(enc["input_ids"]), [int(j >= 0) for j in span_of], span_of
+        content.append(int(any(a < e and b > s for s, e in where)))
+    return list(qids), list(enc["input_ids"]), [int(j >= 0) for j in span_of], span_of, content
 
 
 def lm_tensors(
@@ -211,13 +216,15 @@ def lm_tensors(
         "lm_target_len": np.array([len(r[1]) for r in rows], dtype=np.int64),
         "lm_target_labels": np.zeros((B, Lt), dtype=np.int64),
         "lm_target_span": np.full((B, Lt), -1, dtype=np.int64),
+        "lm_target_content": np.zeros((B, Lt), dtype=np.int64),
         "lm_span_kind": np.full((B, S), -1, dtype=np.int64),
     }
-    for b, ((qi, ti, lab, span), q) in enumerate(zip(rows, queries, strict=True)):
+    for b, ((qi, ti, lab, span, content), q) in enumerate(zip(rows, queries, strict=True)):
         out["lm_query_ids"][b, : len(qi)] = qi
         out["lm_target_ids"][b, : len(ti)] = ti
         out["lm_target_labels"][b, : len(lab)] = lab
         out["lm_target_span"][b, : len(span)] = span
+        out["lm_target_content"][b, : len(content)] = content
         out["lm_span_kind"][b, : len(q.kinds)] = [
             SPAN_KINDS.index(k) if k in SPAN_KINDS else -1 for k in q.kinds
         ]

@@ -33,7 +33,7 @@ from torch import nn
 from ralm.causal_lm import position_logits
 from ralm.errors import RalmError
 
-__all__ = ["CausalReader", "ReaderRows"]
+__all__ = ["CausalReader", "ReaderRows", "length_buckets"]
 
 DOC_CACHE = 65536  # chunks whose LM token ids are kept
 
@@ -43,7 +43,8 @@ class ReaderRows:
     """Reader rows for B queries x K documents (row b*K + k: query b, document k).
 
     input_ids / attention_mask: (B*K, L), right-padded. The M scored positions: the token at
-    ``cols[i]`` of row ``rows[i]`` is ``targets[i]`` and belongs to span ``span[i]`` of its query.
+    ``cols[i]`` of row ``rows[i]`` is ``targets[i]`` and belongs to span ``span[i]`` of its query;
+    ``content[i]`` is False for a span's closing line break. S: the most spans of a query.
     """
 
     input_ids: torch.Tensor
@@ -54,6 +55,47 @@ class ReaderRows:
     span: torch.Tensor
     B: int
     K: int
+    content: torch.Tensor | None = None
+    S: int = 1
+
+    def sums(self, lp: torch.Tensor, *, per_span: bool = False, content_only: bool = False) -> torch.Tensor:
+        """Scored-token log-probabilities `lp` (M,) summed per row: (B, K), or per row and span:
+        (B, K, S); `content_only` leaves the spans' closing line breaks out."""
+        dev = lp.device
+        if content_only and self.content is not None:
+            lp = lp * self.content.to(dev, lp.dtype)
+        rows = self.rows.to(dev)
+        if not per_span:
+            out = torch.zeros(self.B * self.K, dtype=lp.dtype, device=dev)
+            return out.index_add(0, rows, lp).view(self.B, self.K)
+        flat = rows * self.S + self.span.to(dev)
+        out = torch.zeros(self.B * self.K * self.S, dtype=lp.dtype, device=dev).index_add(0, flat, lp)
+        return out.view(self.B, self.K, self.S)
+
+
+def length_buckets(lengths: np.ndarray, slack: float = 1.25) -> list[np.ndarray]:
+    """Row indices in groups of similar length, longest first: a group takes the next row while its
+    padded size (rows x its longest row) stays within `slack` x its real tokens; slack = inf keeps
+    every row in one group.
+
+    Example: lengths [100, 40, 98, 41], slack 1.25 -> [[0, 2], [3, 1]] (one group of all four would be
+    400 padded tokens for 279 real ones).
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if not np.isfinite(slack):
+        return [np.arange(len(lengths))]
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    real = 0
+    for i in np.argsort(-lengths, kind="stable").tolist():
+        if cur and (len(cur) + 1) * int(lengths[cur[0]]) > slack * (real + int(lengths[i])):
+            groups.append(cur)
+            cur, real = [], 0
+        cur.append(i)
+        real += int(lengths[i])
+    if cur:
+        groups.append(cur)
+    return [np.asarray(g, dtype=np.int64) for g in groups]
 
 
 class CausalReader(nn.Module):
@@ -65,9 +107,12 @@ class CausalReader(nn.Module):
 
     kind = "causal"
 
-    def __init__(self, lm: nn.Module, tokenizer: Any, *, max_length: int = 512, store=None) -> None:
+    def __init__(
+        self, lm: nn.Module, tokenizer: Any, *, max_length: int = 512, store=None, bucket_slack: float = 1.1
+    ) -> None:
         super().__init__()
         self.lm = lm
+        self.bucket_slack = float(bucket_slack)
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
         self.store = store
@@ -108,12 +153,13 @@ class CausalReader(nn.Module):
         qids, qlen = batch["lm_query_ids"].cpu(), batch["lm_query_len"].cpu()
         tids, tlen = batch["lm_target_ids"].cpu(), batch["lm_target_len"].cpu()
         lab, span = batch["lm_target_labels"].cpu(), batch["lm_target_span"].cpu()
+        content = batch["lm_target_content"].cpu() if "lm_target_content" in batch else lab
         B = qids.shape[0]
         if len(doc_ids) != B:
             raise ValueError(f"{len(doc_ids)} document lists for {B} queries")
         K = len(doc_ids[0]) if B else 0
         seqs: list[list[int]] = []
-        rows, cols, targets, spans = [], [], [], []
+        rows, cols, targets, spans, contents = [], [], [], [], []
         for b in range(B):
             q = qids[b, : int(qlen[b])].tolist()
             t = tids[b, : int(tlen[b])].tolist()
@@ -137,6 +183,7 @@ class CausalReader(nn.Module):
                     cols.append(start + j)
                     targets.append(t[j])
                     spans.append(int(span[b, j]))
+                    contents.append(bool(content[b, j]))
         L = max((len(s) for s in seqs), default=0)
         ids = torch.zeros((len(seqs), L), dtype=torch.long)
         am = torch.zeros((len(seqs), L), dtype=torch.long)
@@ -152,25 +199,60 @@ class CausalReader(nn.Module):
             torch.tensor(spans, dtype=torch.long),
             B,
             K,
+            torch.tensor(contents, dtype=torch.bool),
+            max(1, int(span.max()) + 1) if span.numel() else 1,
         )
 
     # ------------------------------------------------------------------ scoring
     def token_log_probs(self, rr: ReaderRows) -> torch.Tensor:
-        """(M,) log p of each scored token given everything before it in its row."""
+        """(M,) log p of each scored token given everything before it in its row.
+
+        Rows are run in groups of similar length (`length_buckets`), each cut to its own longest
+        row, so a short row (the null document's, a short chunk's) is not padded to the longest of
+        the batch: right padding never changes a real token's logits under causal attention.
+        """
         dev = next(self.lm.parameters()).device
-        ids, am = rr.input_ids.to(dev), rr.attention_mask.to(dev)
-        rows, cols, y = rr.rows.to(dev), rr.cols.to(dev), rr.targets.to(dev)
+        lengths = rr.attention_mask.sum(1).numpy()
+        groups = length_buckets(lengths, self.bucket_slack)
+        if len(groups) <= 1:
+            return self._token_log_probs(rr.input_ids, rr.attention_mask, rr.rows, rr.cols, rr.targets, dev)
+        out: torch.Tensor | None = None
+        row_of = rr.rows.numpy()
+        for g in groups:
+            where = torch.from_numpy(np.flatnonzero(np.isin(row_of, g)))
+            if not len(where):
+                continue
+            local = torch.full((len(lengths),), -1, dtype=torch.long)
+            gi = torch.from_numpy(g)
+            local[gi] = torch.arange(len(g))
+            L = int(lengths[g].max())
+            lp = self._token_log_probs(
+                rr.input_ids[gi, :L], rr.attention_mask[gi, :L], local[rr.rows[where]], rr.cols[where],
+                rr.targets[where], dev,
+            )  # fmt: skip
+            if out is None:
+                out = torch.zeros(len(row_of), dtype=lp.dtype, device=lp.device)
+            out = out.index_put((where.to(lp.device),), lp)
+        assert out is not None
+        return out
+
+    def _token_log_probs(self, ids, am, rows, cols, y, dev) -> torch.Tensor:
+        ids, am, rows, cols, y = ids.to(dev), am.to(dev), rows.to(dev), cols.to(dev), y.to(dev)
         logits = position_logits(self.lm, ids, am, rows, cols - 1)  # (M, V), never (N, L, V) where it can
         return torch.log_softmax(logits, dim=-1).gather(1, y[:, None])[:, 0]
 
     def log_p_y_given_docs(
-        self, batch: Mapping[str, torch.Tensor], doc_ids: Sequence[Sequence[int]]
+        self,
+        batch: Mapping[str, torch.Tensor],
+        doc_ids: Sequence[Sequence[int]],
+        *,
+        per_span: bool = False,
+        content_only: bool = False,
     ) -> torch.Tensor:
-        """(B, K) log p(y | x, z): summed log-probabilities of the span tokens, per query and document."""
+        """(B, K) log p(y | x, z): summed log-probabilities of the span tokens, per query and document;
+        (B, K, S) per span with `per_span`; `content_only` leaves each span's closing line break out."""
         rr = self.build_rows(batch, doc_ids)
-        lp = self.token_log_probs(rr)
-        per_row = torch.zeros(rr.B * rr.K, dtype=lp.dtype, device=lp.device)
-        return per_row.index_add(0, rr.rows.to(lp.device), lp).view(rr.B, rr.K)
+        return rr.sums(self.token_log_probs(rr), per_span=per_span, content_only=content_only)
 
     def closed_book(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """(B,) log p(y | x) with no document: the closed-book reader (and the null document's score)."""

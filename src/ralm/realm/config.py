@@ -61,7 +61,16 @@ class PretrainConfig:
     encoder_max_length: int = 128  # tokens of a query / document for the towers
     reader_max_length: int = 288  # tokens of [CLS] x [SEP] title [SEP] body [SEP] (REALM: 288)
     k: int = 8  # documents per query incl. the null document (BRENT: 8)
-    null_doc: str = "empty"  # empty (REALM, BRENT code) | zeros (BRENT paper) | none
+    null_doc: str = "empty"  # empty (REALM, BRENT code) | zeros (BRENT paper) | logit (learned offset) | none
+    null_logit_init: float = 0.0  # null_doc = "logit": b in null score = mean retrieved score + b
+    score_scale: str = "fixed"  # fixed: the towers' scores as they are | learned: times exp(s), s from 0
+    lr_scale: float = 1e-2  # learning rate of the score scale and the null logit (no weight decay)
+    marginal: str = "joint"  # joint: one marginal for the whole target | span: per span (REALM: per token)
+    reader_backprop_top: int = 0  # reader gradient from the top m documents by posterior + null; 0 = all
+    retriever_train: str = "both"  # both towers | query: doc tower and index frozen | none
+    retriever_loss: str = "marginal"  # marginal (REALM) | distill (Atlas's perplexity distillation)
+    distill_tau: float = 1.0  # distill: temperature of the target softmax(log p(y|z,x) / tau)
+    reader_bucket_slack: float = 1.1  # causal reader: padding allowed per length group (inf: one group)
     query_masks: str = "hide"  # hide [MASK]s from the query tower (default) | keep them (REALM)
     steps: int = 300
     batch_size: int = 8  # queries per micro-batch
@@ -110,6 +119,14 @@ class PretrainConfig:
                 f"index_kind {self.index_kind!r}: choose {', '.join(CHOICES['index_kind'])}",
             ),
             (self.null_doc in NULL_DOCS, f"null_doc {self.null_doc!r}: choose {', '.join(NULL_DOCS)}"),
+            *[
+                (getattr(self, f) in CHOICES[f], f"{f} {getattr(self, f)!r}: choose {', '.join(CHOICES[f])}")
+                for f in ("score_scale", "marginal", "retriever_train", "retriever_loss")
+            ],
+            (self.reader_backprop_top >= 0, f"reader_backprop_top={self.reader_backprop_top}: must be >= 0"),
+            (self.distill_tau > 0, f"distill_tau={self.distill_tau}: must be > 0"),
+            (self.lr_scale >= 0, f"lr_scale={self.lr_scale}: must be >= 0"),
+            (self.reader_bucket_slack >= 1, f"reader_bucket_slack={self.reader_bucket_slack}: must be >= 1"),
             (
                 self.query_masks in QUERY_MASKS,
                 f"query_masks {self.query_masks!r}: choose {', '.join(QUERY_MASKS)}",

@@ -63,6 +63,10 @@ class MaskingConfig:
     # salient spans longer than this many tokens are never chosen (a long link text would mask
     # most of a chunk); None = no limit
     max_salient_tokens: int | None = 16
+    # at most this many masked spans per chunk (salient ones first, then random ones; "uniform":
+    # tokens); None = no cap. A causal reader with the per-span marginal explains each span by its
+    # own documents: few spans a chunk keep a chunk's query about one or two facts.
+    max_spans: int | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -88,6 +92,8 @@ class MaskingConfig:
             raise ValueError(f"unknown salient sources {bad}; known: {SALIENT_SOURCES}")
         if self.max_salient_tokens is not None and self.max_salient_tokens < 1:
             raise ValueError(f"max_salient_tokens must be >= 1 or None, not {self.max_salient_tokens}")
+        if self.max_spans is not None and self.max_spans < 1:
+            raise ValueError(f"max_spans must be >= 1 or None, not {self.max_spans}")
 
     @property
     def source_codes(self) -> np.ndarray:
@@ -131,9 +137,10 @@ def _stochastic_round(x: float, rng: np.random.Generator) -> int:
 
 
 def _place_random_spans(
-    free: np.ndarray, budget: int, rng: np.random.Generator, cfg: MaskingConfig
+    free: np.ndarray, budget: int, rng: np.random.Generator, cfg: MaskingConfig, max_count: int | None = None
 ) -> list[tuple[int, int]]:
-    """Mask up to `budget` free positions with random spans; marks them in `free` (T,) bool in place.
+    """Mask up to `budget` free positions with at most `max_count` random spans (None: no cap); marks
+    them in `free` (T,) bool in place.
 
     Each span takes a sampled length (cut to the remaining budget), shortened further while no
     run of free positions is that long, and a uniformly random start among the fitting ones.
@@ -143,7 +150,7 @@ def _place_random_spans(
         return spans
     lengths = sample_span_lengths(rng, budget, cfg)  # never more spans than budget tokens
     for want in lengths:
-        if budget <= 0:
+        if budget <= 0 or (max_count is not None and len(spans) >= max_count):
             break
         n = int(min(want, budget))
         cs = np.concatenate(([0], np.cumsum(free, dtype=np.int64)))
@@ -213,7 +220,10 @@ def mask_example(
             return None
         taken = np.zeros(T, dtype=bool)
         covered, target = 0, cfg.salient_rate * T
+        cap = cfg.max_spans
         for k in rng.permutation(cand_s.size):
+            if cap is not None and len(spans) >= cap:
+                break
             s, e = int(cand_s[k]), int(cand_e[k])
             if taken[s:e].any():
                 continue
@@ -224,16 +234,19 @@ def mask_example(
                 break
         free = maskable & ~taken
         budget = _stochastic_round(cfg.random_span_rate * T, rng)
-        spans += [(s, e, "random") for s, e in _place_random_spans(free, budget, rng, cfg)]
+        left = None if cap is None else cap - len(spans)
+        spans += [(s, e, "random") for s, e in _place_random_spans(free, budget, rng, cfg, left)]
         mask = maskable & ~free
     elif cfg.strategy == "span":
         free = maskable.copy()
         budget = max(1, _stochastic_round(cfg.span_rate * T, rng))
-        spans = [(s, e, "random") for s, e in _place_random_spans(free, budget, rng, cfg)]
+        spans = [(s, e, "random") for s, e in _place_random_spans(free, budget, rng, cfg, cfg.max_spans)]
         mask = maskable & ~free
     else:  # uniform
         cand = np.flatnonzero(maskable)
         n = min(cand.size, max(1, _stochastic_round(cfg.uniform_rate * T, rng)))
+        if cfg.max_spans is not None:
+            n = min(n, cfg.max_spans)
         pos = np.sort(rng.choice(cand, size=n, replace=False))
         mask = np.zeros(T, dtype=bool)
         mask[pos] = True

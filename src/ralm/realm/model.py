@@ -23,7 +23,27 @@ Null document (`null_doc`):
 * "zeros": a learned vector initialised to zeros (BRENT §3.2): score q . v, which starts at 0
   regardless of the query; cheaper, but its starting share of p(z|x) depends on how large the
   retrieved documents' scores happen to be for the backbone.
+* "logit": no vector at all: the null document scores the mean of the query's retrieved scores
+  plus one learned offset (`ralm.realm.prior`), so it starts level with a typical chunk and can
+  win where no chunk helps.
 * "none": no null document (the ablation of BRENT Figure 3); k documents are all retrieved.
+
+How p(z|x) is made and trained (issue 45's levers, each a `PretrainConfig` setting):
+
+* `score_scale = "learned"`: a learned log-scale on the scores, so training can sharpen p(z|x)
+  (`ralm.realm.prior`).
+* `marginal = "span"`: one marginal per masked span (a causal reader) or per masked token (a
+  masked LM, as REALM's code), summed, instead of one marginal for the whole target
+  (`span_marginal_log_likelihood`).
+* `reader_backprop_top = m`: every document is scored, but the reader's gradient comes only from
+  the m documents with the largest posterior and the null document; the rest are scored without
+  gradient. The loss, and the gradient that reaches the retriever, are the same as with every
+  document (the values are the same); the reader's backward pass shrinks to m + 1 rows a query.
+* `retriever_train = "query"`: the document tower (and with it the index) is frozen, only the
+  query tower learns: no re-embedding, no stale index; "none" freezes both towers.
+* `retriever_loss = "distill"`: the retriever learns from Atlas's perplexity distillation,
+  KL(softmax(log p(y|z,x) / tau) || p(z|x)), instead of the marginal's gradient; the reader still
+  learns from the marginal (with p(z|x) held fixed).
 
 The reader's view of the null document is always the empty document: ``[CLS] x [SEP] [SEP]``.
 
@@ -47,9 +67,15 @@ from torch import nn
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.realm.marginal import doc_log_probs, marginal_log_likelihood
+from ralm.realm.marginal import (
+    distillation_loss,
+    marginal_log_likelihood,
+    posterior,
+    span_marginal_log_likelihood,
+)
 from ralm.realm.masking import IGNORE_INDEX
-from ralm.realm.options import NULL_DOCS, QUERY_MASKS
+from ralm.realm.options import MARGINALS, NULL_DOCS, QUERY_MASKS, RETRIEVER_LOSSES, RETRIEVER_TRAIN
+from ralm.realm.prior import RetrievalPrior
 from ralm.realm.reader import Reader, build_reader_inputs
 from ralm.retrieval.embed import DocInputs
 from ralm.retrieval.encoders import DualEncoder
@@ -101,6 +127,8 @@ class RealmOutput:
     n_masked: (B,) masked tokens per query. doc_ids: (B, k_r) retrieved chunk ids (numpy).
     answers_found: (B,) numpy, masked tokens per query that occur in some retrieved chunk (title
     or body): how often retrieval can bring the answer at all (REALM's reader can only copy those).
+    aux: (B,) an extra loss per query that the trainer adds to the NLL (the perplexity-distillation
+    KL with `retriever_loss = "distill"`), or None.
     """
 
     log_p_y: torch.Tensor
@@ -109,6 +137,7 @@ class RealmOutput:
     n_masked: torch.Tensor
     doc_ids: np.ndarray | None = None
     answers_found: np.ndarray | None = None
+    aux: torch.Tensor | None = None
 
     def loss(self) -> torch.Tensor:
         """Mean negative log-likelihood per masked token: -Σ_b log p(y_b|x_b) / Σ_b n_b."""
@@ -133,22 +162,46 @@ class RealmModel(nn.Module):
         null_doc: str = "empty",
         reader_max_length: int = 288,
         query_masks: str = "hide",
+        score_scale: str = "fixed",
+        null_logit_init: float = 0.0,
+        marginal: str = "joint",
+        reader_backprop_top: int = 0,
+        retriever_train: str = "both",
+        retriever_loss: str = "marginal",
+        distill_tau: float = 1.0,
     ) -> None:
         super().__init__()
-        if null_doc not in NULL_DOCS:
-            raise RalmError(f"null_doc {null_doc!r}: choose one of {', '.join(NULL_DOCS)}")
+        for name, value, allowed in (
+            ("null_doc", null_doc, NULL_DOCS),
+            ("marginal", marginal, MARGINALS),
+            ("retriever_train", retriever_train, RETRIEVER_TRAIN),
+            ("retriever_loss", retriever_loss, RETRIEVER_LOSSES),
+        ):
+            if value not in allowed:
+                raise RalmError(f"{name} {value!r}: choose one of {', '.join(allowed)}")
+        if reader_backprop_top < 0:
+            raise RalmError(f"reader_backprop_top={reader_backprop_top}: must be >= 0 (0 = every document)")
         self.reader = reader
         self.encoder = encoder
         self.docs = docs
         self.null_doc = null_doc
         self.k = int(k)
         self.reader_max_length = int(reader_max_length)
+        self.marginal = marginal
+        self.reader_backprop_top = int(reader_backprop_top)
+        self.retriever_train = retriever_train
+        self.retriever_loss = retriever_loss
+        self.distill_tau = float(distill_tau)
         if encoder is not None:
             if docs is None:
                 raise ValueError("a retrieval model needs `docs` (ChunkDocs of the knowledge corpus)")
             if self.n_retrieved < 1:
                 raise RalmError(f"k={k} leaves no retrieved document; use k >= 2 with a null document")
             self.null_vector = nn.Parameter(torch.zeros(encoder.dim)) if null_doc == "zeros" else None
+            self.prior = RetrievalPrior(
+                score_scale, null_logit=null_doc == "logit", null_logit_init=null_logit_init
+            )
+            self._freeze_towers()
         if query_masks not in QUERY_MASKS:
             raise RalmError(f"query_masks {query_masks!r}: choose one of {', '.join(QUERY_MASKS)}")
         self.query_masks = query_masks
@@ -158,6 +211,33 @@ class RealmModel(nn.Module):
     @property
     def retrieval(self) -> bool:
         return self.encoder is not None
+
+    @property
+    def doc_tower_frozen(self) -> bool:
+        """Whether the document tower (and so the index) stays as it started."""
+        return self.retriever_train != "both"
+
+    def _freeze_towers(self) -> None:
+        """`retriever_train`: "query" freezes the doc tower (its own copy when the towers share
+        weights), "none" both towers; frozen towers stay in eval mode (no dropout)."""
+        assert self.encoder is not None
+        if self.retriever_train == "both":
+            return
+        enc = self.encoder
+        if enc.doc_tower is enc.query_tower and self.retriever_train == "query":
+            import copy
+
+            enc.doc_tower = copy.deepcopy(enc.query_tower)
+        frozen = [enc.doc_tower] if self.retriever_train == "query" else [enc.doc_tower, enc.query_tower]
+        for tower in frozen:
+            tower.requires_grad_(False)
+            tower.eval()
+
+    def train(self, mode: bool = True) -> RealmModel:
+        super().train(mode)
+        if self.encoder is not None and self.retriever_train != "both":
+            self._freeze_towers()  # frozen towers stay in eval mode
+        return self
 
     @property
     def n_retrieved(self) -> int:
@@ -181,16 +261,43 @@ class RealmModel(nn.Module):
         return self.encoder.query_tower(batch["input_ids"], am)
 
     def null_score(self, q: torch.Tensor) -> torch.Tensor | None:
-        """(B,) score of the null document for query vectors q (B, d), or None without one."""
-        if self.null_doc == "none":
+        """(B,) score of the null document for query vectors q (B, d) on the towers' scale (before the
+        prior's learned scale), or None when it has no vector ("logit": the prior scores it; "none")."""
+        if self.null_doc in ("none", "logit"):
             return None
         if self.null_doc == "zeros":
             v = self.null_vector
         else:
             assert self.docs is not None and self.encoder is not None
-            dev = q.device
-            v = self.encoder.doc_tower(**{k: t.to(dev) for k, t in self.docs.empty_batch().items()})[0]
+            v = self.doc_vectors(self.docs.empty_batch(), q.device)[0]
         return self._scale(q @ v.to(q.dtype))
+
+    def doc_vectors(self, tower_batch: Mapping[str, torch.Tensor], dev: torch.device) -> torch.Tensor:
+        """(N, d) document vectors of a doc-tower batch: with gradient, or without when the tower is
+        frozen (the same numbers as the index's, which it built)."""
+        assert self.encoder is not None
+        inputs = {k: t.to(dev) for k, t in tower_batch.items()}
+        if self.doc_tower_frozen:
+            with torch.no_grad():
+                return self.encoder.doc_tower(**inputs)
+        return self.encoder.doc_tower(**inputs)
+
+    def log_p_z(self, batch: Mapping[str, torch.Tensor], search) -> tuple[torch.Tensor, np.ndarray]:
+        """(log p(z|x) (B, K) with the null document last, the retrieved chunk ids (B, k_r)) of a
+        batch of masked queries: the query tower, the search, the doc tower and the prior."""
+        assert self.encoder is not None and self.docs is not None
+        B, kr = batch["labels"].shape[0], self.n_retrieved
+        q = self.embed_queries(batch)  # (B, d)
+        qn, src = q.detach().float().cpu().numpy(), batch["source_ids"].cpu().numpy()
+        if getattr(search, "wants_query_ids", False):  # hybrid candidates read the visible query words
+            found = search(qn, src, kr, query_ids=batch["input_ids"].cpu().numpy())
+        else:
+            found = search(qn, src, kr)
+        doc_ids = np.asarray(found, dtype=np.int64)
+        d = self.doc_vectors(self.docs.tower_batch(doc_ids.ravel()), q.device)
+        scores = self.prior.scaled(self._scale(torch.einsum("bd,bkd->bk", q, d.view(B, kr, -1))))
+        null = self.null_score(q)
+        return self.prior.log_probs(scores, None if null is None else self.prior.scaled(null)), doc_ids
 
     @property
     def causal(self) -> bool:
@@ -215,48 +322,86 @@ class RealmModel(nn.Module):
         if search is None:
             raise ValueError("a retrieval model needs `search` to find documents")
         assert self.docs is not None
-        B, kr = labels.shape[0], self.n_retrieved
-        q = self.embed_queries(batch)  # (B, d)
-        qn, src = q.detach().float().cpu().numpy(), batch["source_ids"].cpu().numpy()
-        if getattr(search, "wants_query_ids", False):  # hybrid candidates read the visible query words
-            found = search(qn, src, kr, query_ids=batch["input_ids"].cpu().numpy())
-        else:
-            found = search(qn, src, kr)
-        doc_ids = np.asarray(found, dtype=np.int64)
-        dev = q.device
-        d = self.encoder.doc_tower(
-            **{k: t.to(dev) for k, t in self.docs.tower_batch(doc_ids.ravel()).items()}
-        )
-        scores = self._scale(torch.einsum("bd,bkd->bk", q, d.view(B, kr, -1)))
-        log_p_z = doc_log_probs(scores, self.null_score(q))
+        log_p_z, doc_ids = self.log_p_z(batch, search)
         if self.causal:  # the chunks' text, read in the LM's own tokens; the null document is none at all
             rows = [[*row, -1] for row in doc_ids.tolist()] if self.null_doc != "none" else doc_ids.tolist()
-            lpyz = self.reader.log_p_y_given_docs(batch, rows)
-            return RealmOutput(
-                marginal_log_likelihood(log_p_z, lpyz.to(log_p_z.dtype)),
-                log_p_z,
-                lpyz,
-                self.reader.n_target(batch),
-                doc_ids,
-                self.reader.answers_found(batch, doc_ids),
-            )
+            lp = self._reader_scores(log_p_z, lambda docs: self._causal_scores(batch, docs), rows)
+            mask = (batch["lm_span_kind"] >= 0).to(lp.device) if self.marginal == "span" else None
+            return self._output(log_p_z, lp, mask, self.reader.n_target(batch), doc_ids,
+                                self.reader.answers_found(batch, doc_ids))  # fmt: skip
         n_masked = (labels != IGNORE_INDEX).sum(1)
         docs = [[self.docs.reader_doc(i) for i in row] for row in doc_ids]
         if self.null_doc != "none":
             docs = [row + [([], [])] for row in docs]
-        K = len(docs[0])
+        lp = self._reader_scores(log_p_z, lambda d: self._mlm_scores(batch, d), docs)
+        mask = None
+        if self.marginal == "span":  # per masked token: the query's labels, the same in each of its rows
+            mask = (labels != IGNORE_INDEX).to(lp.device)
+            lp = lp[:, :, : mask.shape[1]]
+        return self._output(log_p_z, lp, mask, n_masked, doc_ids, answers_found(labels.cpu(), docs))
+
+    def _causal_scores(self, batch, docs: list[list[int]]) -> torch.Tensor:
+        """The causal reader's (B, K) log p(y|x,z), or (B, K, S) per span with the per-span marginal."""
+        return self.reader.log_p_y_given_docs(batch, docs, per_span=self.marginal == "span")
+
+    def _mlm_scores(self, batch, docs: list[list[tuple[list[int], list[int]]]]) -> torch.Tensor:
+        """The masked-LM reader's (B, K) log p(y|x,z), or (B, K, L) per masked token."""
+        assert self.docs is not None
+        dev = batch["labels"].device
+        B, K = len(docs), len(docs[0])
         rin = build_reader_inputs(
-            batch["input_ids"].cpu(), labels.cpu(), docs, self.sep_id, self.pad_id, self.reader_max_length
+            batch["input_ids"].cpu(),
+            batch["labels"].cpu(),
+            docs,
+            self.sep_id,
+            self.pad_id,
+            self.reader_max_length,
         )
-        lpyz = self.reader.log_p_y_given_z({k: t.to(dev) for k, t in rin.items()}, B, K)
-        return RealmOutput(
-            marginal_log_likelihood(log_p_z, lpyz.to(log_p_z.dtype)),
-            log_p_z,
-            lpyz,
-            n_masked,
-            doc_ids,
-            answers_found(labels.cpu(), docs),
-        )
+        inputs = {k: t.to(dev) for k, t in rin.items()}
+        return self.reader.log_p_y_given_z(inputs, B, K, per_token=self.marginal == "span")
+
+    def _reader_scores(self, log_p_z: torch.Tensor, score, rows: list[list]) -> torch.Tensor:
+        """`score(rows)` for every document of every query; with `reader_backprop_top = m` (and a
+        gradient to compute) all rows are scored without gradient first, then the m documents of
+        largest posterior and the null document again with gradient, their values put in place.
+        The values are those of one pass over every row, so the loss and the gradient that reaches
+        p(z|x) are too; the reader's gradient comes from the m + 1 rows alone."""
+        m = self.reader_backprop_top
+        K = len(rows[0])
+        has_null = self.null_doc != "none"
+        if not m or not torch.is_grad_enabled() or m >= K - int(has_null):
+            return score(rows)
+        with torch.no_grad():
+            lp_all = score(rows)
+            if lp_all.dim() == 3:  # per span / token: the expected number of spans each document explains
+                w = torch.softmax(log_p_z.detach().unsqueeze(2) + lp_all, dim=1)
+                weight = (w * (lp_all != 0).any(1, keepdim=True)).sum(2)
+            else:
+                weight = posterior(log_p_z.detach(), lp_all)
+            kr = K - int(has_null)
+            pick = weight[:, :kr].topk(m, dim=1).indices  # (B, m)
+            if has_null:
+                pick = torch.cat([pick, torch.full_like(pick[:, :1], K - 1)], dim=1)
+        chosen = [[rows[b][j] for j in pick[b].tolist()] for b in range(len(rows))]
+        lp_sel = score(chosen)  # (B, m [+1][, S]) with gradient
+        idx = pick.to(lp_sel.device)
+        if lp_sel.dim() == 3:
+            idx = idx.unsqueeze(2).expand(-1, -1, lp_sel.shape[2])
+        return lp_all.to(lp_sel.dtype).scatter(1, idx, lp_sel)
+
+    def _output(self, log_p_z, lp, span_mask, n_masked, doc_ids, found) -> RealmOutput:
+        """The marginal (joint or per span) and the distillation term from the reader's scores."""
+        joint = lp.sum(2) if lp.dim() == 3 else lp  # (B, K) log p(y|x,z)
+        lpz = log_p_z.detach() if self.retriever_loss == "distill" else log_p_z
+        lpz = lpz.to(lp.dtype)
+        if span_mask is not None:
+            log_p_y = span_marginal_log_likelihood(lpz, lp, span_mask)
+        else:
+            log_p_y = marginal_log_likelihood(lpz, joint)
+        aux = None
+        if self.retriever_loss == "distill":
+            aux = distillation_loss(log_p_z, joint, self.distill_tau)
+        return RealmOutput(log_p_y, log_p_z, joint, n_masked, doc_ids, found, aux)
 
     @property
     def pad_id(self) -> int:

@@ -7,7 +7,11 @@ config checks; the CLI parser is built on every `ralm` command, so this module s
 from __future__ import annotations
 
 MODES = ("realm", "mlm")
-NULL_DOCS = ("empty", "zeros", "none")
+NULL_DOCS = ("empty", "zeros", "logit", "none")
+MARGINALS = ("joint", "span")
+RETRIEVER_TRAIN = ("both", "query", "none")
+RETRIEVER_LOSSES = ("marginal", "distill")
+SCORE_SCALES = ("fixed", "learned")
 QUERY_MASKS = ("hide", "keep")
 INDEX_KINDS = (
     "flat",
@@ -23,6 +27,10 @@ INDEX_KINDS = (
 CHOICES: dict[str, tuple[str, ...]] = {
     "mode": MODES,
     "null_doc": NULL_DOCS,
+    "score_scale": SCORE_SCALES,
+    "marginal": MARGINALS,
+    "retriever_train": RETRIEVER_TRAIN,
+    "retriever_loss": RETRIEVER_LOSSES,
     "query_masks": QUERY_MASKS,
     "pooling": ("mean", "cls"),
     "schedule": ("cosine", "linear", "constant"),
@@ -61,7 +69,22 @@ HELP: dict[str, str] = {
     "reader_max_length": "reader tokens of [CLS] x [SEP] title [SEP] body [SEP] (REALM: 288), or of "
     "chunk, masked text and spans for a causal reader",
     "k": "documents per query including the null document (BRENT: 8)",
-    "null_doc": "the null document: empty (REALM, BRENT code), zeros (BRENT paper) or none",
+    "null_doc": "the null document: empty (REALM, BRENT code), zeros (BRENT paper), logit (the mean retrieved "
+    "score plus a learned offset) or none",
+    "null_logit_init": "null_doc = logit: the learned offset's starting value (0: level with a typical chunk)",
+    "score_scale": "fixed: p(z|x) = softmax of the towers' scores; learned: times a learned exp(s), s from 0",
+    "lr_scale": "learning rate of the learned score scale and null logit (no weight decay)",
+    "marginal": "joint: one marginal over documents for the whole target (today's); span: one per masked "
+    "span (causal reader) or masked token (masked LM, REALM's code), summed",
+    "reader_backprop_top": "score every document, but backpropagate the reader only through the top m by "
+    "posterior plus the null document (the retriever's gradient is unchanged); 0 = every document",
+    "retriever_train": "both towers; query: the document tower and the index stay frozen (no re-embedding); "
+    "none: both towers frozen",
+    "retriever_loss": "marginal: the retriever learns from the marginal likelihood (REALM); distill: from "
+    "KL(softmax(log p(y|z,x) / tau) || p(z|x)) (Atlas's perplexity distillation)",
+    "distill_tau": "retriever_loss = distill: the temperature tau of the target",
+    "reader_bucket_slack": "causal reader: rows run in groups of similar length while a group's padding stays "
+    "within this factor of its real tokens (inf = one group)",
     "query_masks": "hide the [MASK]s from the query tower, or keep them (REALM)",
     "steps": "optimiser steps",
     "batch_size": "queries per micro-batch, over all processes",

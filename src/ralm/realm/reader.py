@@ -160,12 +160,17 @@ class Reader(nn.Module):
         hidden = base(**inputs).last_hidden_state  # (N, L, H)
         return head(hidden[rows, cols])
 
-    def log_p_y_given_z(self, batch: Mapping[str, torch.Tensor], B: int, K: int) -> torch.Tensor:
+    def log_p_y_given_z(
+        self, batch: Mapping[str, torch.Tensor], B: int, K: int, *, per_token: bool = False
+    ) -> torch.Tensor:
         """log p(y|z,x) = Σ_j log p(y_j|z,x) over the masked positions, for each query and document.
 
         Args:
             batch: output of `build_reader_inputs` ((B*K, L) tensors incl. ``labels``).
             B, K: number of queries and of documents per query.
+            per_token: give each masked position's log p(y_j|z,x) instead of the sum: (B, K, L), 0
+                where nothing is masked (the query comes first, so position j is the same masked
+                token in all K rows of a query: REALM's per-token marginal reads it so).
 
         Returns:
             (B, K) float tensor (0 for a row with no masked position), differentiable w.r.t. the reader.
@@ -180,6 +185,9 @@ class Reader(nn.Module):
         picked = self.masked_logits(inputs, rows, cols)  # (M, V), never (B*K, L, V) log-probs
         token_lp = torch.log_softmax(picked.to(torch.promote_types(picked.dtype, torch.float32)), dim=-1)
         token_lp = token_lp.gather(1, labels[rows, cols].unsqueeze(1)).squeeze(1)
+        if per_token:
+            grid = torch.zeros(labels.shape, dtype=token_lp.dtype, device=token_lp.device)
+            return grid.index_put((rows, cols), token_lp).view(B, K, -1)
         per_row = torch.zeros(B * K, dtype=token_lp.dtype, device=token_lp.device).index_add(
             0, rows, token_lp
         )

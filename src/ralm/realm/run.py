@@ -105,7 +105,7 @@ def read_run_config(run_dir: str | os.PathLike) -> PretrainConfig:
 RESUME_FIXED = (
     "docstore", "queries", "mode", "seed", "batch_size", "grad_accum", "k", "null_doc", "reader",
     "retriever", "pooling", "proj_dim", "scale_by_sqrt_dim", "reader_kind", "causal_blank",
-    "reader_embeddings", "reader_lora_r",
+    "reader_embeddings", "reader_lora_r", "score_scale", "retriever_train",
 )  # fmt: skip
 
 

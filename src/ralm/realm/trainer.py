@@ -30,7 +30,9 @@ is the loop, and re-exports what used to live here.
 
 Metrics per step (JSONL and TensorBoard): loss (NLL per masked token), ppl (masked-token
 perplexity of the batch), lr_reader, lr_retriever, grad_norm, index_version, step_seconds and,
-with retrieval, null_mass (mean p(null|x)), entropy (of p(z|x), nats), utility_1..utility_{k-1}
+with retrieval, null_mass (mean p(null|x)), entropy (of p(z|x), nats), score_scale (the learned
+multiplier on the scores, 1 when fixed), null_logit (null_doc = "logit"), distill_kl (retriever_loss
+= "distill"), utility_1..utility_{k-1}
 (REALM's retrieval utility log p(y|z,x) - log p(y|null,x) by retrieval rank, needs a null
 document), answers_in_docs (fraction of masked tokens that occur in some retrieved chunk: the
 reader can only copy those), refresh_seconds on refresh steps.
@@ -122,6 +124,11 @@ def step_metrics(outs: list[RealmOutput], model: RealmModel) -> dict[str, float]
         m["entropy"] = float(-(p * lpz).sum(1).mean())
         if all(o.answers_found is not None for o in outs):
             m["answers_in_docs"] = sum(int(o.answers_found.sum()) for o in outs) / max(n, 1)
+        m["score_scale"] = model.prior.scale
+        if model.prior.null_logit is not None:
+            m["null_logit"] = float(model.prior.null_logit.detach())
+        if all(o.aux is not None for o in outs):
+            m["distill_kl"] = float(torch.cat([o.aux.detach().float() for o in outs]).mean())
         if model.null_doc != "none":
             m["null_mass"] = float(p[:, -1].mean())
             lpyz = torch.cat([o.log_p_y_given_z.detach().float() for o in outs])
@@ -173,8 +180,9 @@ def train_step(
                 out = model(batch, search)
             nll_local = -out.log_p_y.sum()
             nll_all, n_all = dist.all_reduce_sum([float(nll_local.detach()), float(out.n_masked.sum())])
+            objective = nll_local if out.aux is None else nll_local + out.aux.sum()
             # DDP averages gradients over ranks: scale so the average is d(global mean NLL)
-            (nll_local * (dist.world / max(n_all, 1.0) / cfg.grad_accum)).backward()
+            (objective * (dist.world / max(n_all, 1.0) / cfg.grad_accum)).backward()
         nll_sum += nll_all
         n_sum += int(n_all)
         outs.append(out)
@@ -324,7 +332,7 @@ def _pretrain(
             bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.1f}")
             if step == cfg.steps or (cfg.refresh_every and step % cfg.refresh_every == 0):
                 bar.refresh()  # before a re-embedding, also in a log (which otherwise prints at intervals)
-            if refresher is not None:
+            if refresher is not None and not model.doc_tower_frozen:  # a frozen doc tower: the index stays
                 t = refresher.maybe_refresh(step, model.encoder)
                 if t is not None:
                     row["refresh_seconds"] = t
@@ -339,6 +347,7 @@ def _pretrain(
             if (
                 last
                 and refresher is not None
+                and not model.doc_tower_frozen
                 and refresher.every
                 and cfg.refresh_mode == "sync"
                 and refresher.built_at_step != step

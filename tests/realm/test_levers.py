@@ -1,0 +1,292 @@
+"""Issue 45's levers on REALM: the per-span marginal against a naive loop, the learned score scale and
+null logit, the top-m reader backpropagation, query-side-only training, perplexity distillation,
+the span cap of the masking, and the causal reader's length groups."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# ----------------------------------------------------------------------------- pure math
+def test_span_marginal_equals_a_naive_loop():
+    from ralm.realm.marginal import span_marginal_log_likelihood
+
+    g = torch.Generator().manual_seed(0)
+    lpz = torch.log_softmax(torch.randn(3, 4, generator=g), 1)
+    lp = -torch.rand(3, 4, 5, generator=g) * 6
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    got = span_marginal_log_likelihood(lpz, lp, mask)
+    for b in range(3):
+        want = 0.0
+        for s in range(5):
+            if not mask[b, s]:
+                continue
+            want += math.log(sum(math.exp(lpz[b, z] + lp[b, z, s]) for z in range(4)))
+        assert float(got[b]) == pytest.approx(want, abs=1e-5)
+    # the docstring's case: the joint marginal .13, the per-span one .25
+    half = torch.tensor([[0.5, 0.5]]).log()
+    per = torch.tensor([[[0.8, 0.1], [0.2, 0.9]]]).log()
+    assert float(span_marginal_log_likelihood(half, per, torch.ones(1, 2)).exp()) == pytest.approx(0.25)
+
+
+def test_distillation_loss_hand_computed():
+    from ralm.realm.marginal import distillation_loss
+
+    # p(z|x) = (.5, .5), log p(y|z,x) = (0, -inf): target (1, 0), KL = ln 2
+    lpz = torch.tensor([[0.5, 0.5]]).log().requires_grad_(True)
+    kl = distillation_loss(lpz, torch.tensor([[0.0, -math.inf]]))
+    assert float(kl.detach()) == pytest.approx(math.log(2))
+    # tau = 2, p(y|z) = (.9, .1): target ∝ (.9^.5, .1^.5) = (.75, .25); p(z|x) = (.6, .4)
+    lpz2 = torch.tensor([[0.6, 0.4]]).log()
+    kl2 = distillation_loss(lpz2, torch.tensor([[0.9, 0.1]]).log(), tau=2.0)
+    want = 0.75 * math.log(0.75 / 0.6) + 0.25 * math.log(0.25 / 0.4)
+    assert float(kl2) == pytest.approx(want, abs=1e-6)
+    # the gradient reaches p(z|x), never the target
+    lpyz = torch.tensor([[0.0, -1.0]], requires_grad=True)
+    distillation_loss(lpz, lpyz).sum().backward()
+    assert lpz.grad is not None and lpyz.grad is None
+
+
+def test_prior_learns_its_scale_and_null_logit():
+    from ralm.realm.prior import RetrievalPrior
+
+    scores = torch.tensor([[2.0, 1.0, 0.0]])
+    fixed = RetrievalPrior("fixed")
+    assert list(fixed.parameters()) == [] and fixed.scale == 1.0
+    torch.testing.assert_close(fixed.log_probs(scores), torch.log_softmax(scores, 1))
+    learned = RetrievalPrior("learned", null_logit=True, null_logit_init=-1.0)
+    lpz = learned.log_probs(learned.scaled(scores))
+    # null = mean(2, 1, 0) - 1 = 0, appended last
+    torch.testing.assert_close(lpz, torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0, 0.0]]), 1))
+    lpz[0, 0].backward()
+    assert learned.log_scale.grad is not None and float(learned.log_scale.grad) != 0
+    assert learned.null_logit.grad is not None and float(learned.null_logit.grad) != 0
+
+
+# ----------------------------------------------------------------------------- models
+@pytest.fixture
+def store(realm_store):
+    from ralm.corpus.docstore import DocStore
+
+    return DocStore(realm_store)
+
+
+def _model(store, tiny_dir, causal_dirs, lm_name="llama", **kw):
+    from ralm.causal_lm import load_causal_lm_and_tokenizer
+    from ralm.realm.causal_reader import CausalReader
+    from ralm.realm.model import ChunkDocs, RealmModel
+    from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+
+    lm, tok, _ = load_causal_lm_and_tokenizer(str(causal_dirs[lm_name]))
+    torch.manual_seed(0)
+    enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(max_length=32, scale_by_sqrt_dim=True))
+    reader = CausalReader(lm, tok, max_length=400, store=store, bucket_slack=kw.pop("bucket_slack", 1.1))
+    return RealmModel(reader, enc, ChunkDocs(store, enc), **kw).eval(), tok
+
+
+def _batch(store, tiny_dir, tok, n=3, **masking):
+    from ralm.backbones import load_tokenizer
+    from ralm.realm.causal_masking import CausalMaskingCollator
+    from ralm.realm.masking import MaskingConfig, eligible_ids
+
+    cfg = MaskingConfig(**masking)
+    col = CausalMaskingCollator(store, load_tokenizer(tiny_dir), tok, cfg, seed=1)
+    return col(eligible_ids(store, cfg)[:n])
+
+
+def _search(model):
+    from ralm.realm.refresh import SyncRefresher
+
+    ref = SyncRefresher(model.docs, autocast="off")
+    ref.refresh(model.encoder, 0)
+    return ref
+
+
+def test_per_span_scores_and_marginal_through_the_reader(store, tiny_dir, causal_dirs):
+    """The reader's per-span scores sum to its joint ones; the model's per-span marginal equals a
+    naive loop over spans and documents of those scores and p(z|x)."""
+    model, tok = _model(store, tiny_dir, causal_dirs, k=4, marginal="span", null_doc="logit")
+    batch = _batch(store, tiny_dir, tok, salient_rate=0.5, random_span_rate=0.1)
+    assert int((batch["lm_span_kind"] >= 0).sum(1).max()) >= 2  # several spans a query
+    ref = _search(model)
+    with torch.no_grad():
+        out = model(batch, ref.search)
+        rows = [[*r, -1] for r in out.doc_ids.tolist()]
+        per = model.reader.log_p_y_given_docs(batch, rows, per_span=True)
+        joint = model.reader.log_p_y_given_docs(batch, rows)
+    torch.testing.assert_close(per.sum(2), joint, rtol=0, atol=1e-4)
+    torch.testing.assert_close(out.log_p_y_given_z, joint, rtol=0, atol=1e-4)
+    nspans = (batch["lm_span_kind"] >= 0).sum(1)
+    for b in range(per.shape[0]):
+        want = sum(
+            math.log(sum(math.exp(out.log_p_z[b, z] + per[b, z, s]) for z in range(4)))
+            for s in range(int(nspans[b]))
+        )
+        assert float(out.log_p_y[b]) == pytest.approx(want, abs=1e-4)
+
+
+def test_mlm_reader_per_token_marginal(tiny_cfg):
+    """A masked-LM reader with marginal = "span" marginalises per masked token (REALM's code)."""
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.build import build_model, make_collator
+    from ralm.realm.masking import eligible_ids
+
+    cfg = tiny_cfg(marginal="span")
+    store = DocStore(cfg.docstore)
+    model, tok = build_model(cfg, store)
+    model.eval()
+    col = make_collator(cfg, store, tok, model, return_tensors="pt")
+    batch = col(eligible_ids(store, cfg.masking)[:2])
+    ref = _search(model)
+    with torch.no_grad():
+        out = model(batch, ref.search)
+        docs = [[model.docs.reader_doc(i) for i in row] + [([], [])] for row in out.doc_ids]
+        per = model._mlm_scores(batch, docs)  # (B, K, L) per masked token
+    torch.testing.assert_close(per.sum(2), out.log_p_y_given_z, rtol=0, atol=1e-4)
+    labels = batch["labels"]
+    for b in range(labels.shape[0]):
+        cols = (labels[b] != -100).nonzero()[:, 0].tolist()
+        assert len(cols) >= 2
+        want = sum(math.log(sum(math.exp(out.log_p_z[b, z] + per[b, z, j]) for z in range(3))) for j in cols)
+        assert float(out.log_p_y[b]) == pytest.approx(want, abs=1e-4)
+
+
+@pytest.mark.parametrize("marginal", ["joint", "span"])
+def test_top_m_backprop_gives_the_same_loss_and_retriever_gradient(store, tiny_dir, causal_dirs, marginal):
+    batch = None
+    grads, losses = [], []
+    for m in (0, 1):
+        model, tok = _model(
+            store, tiny_dir, causal_dirs, k=4, reader_backprop_top=m, marginal=marginal,
+            score_scale="learned", null_doc="logit",
+        )  # fmt: skip
+        if batch is None:
+            batch = _batch(store, tiny_dir, tok, salient_rate=0.4)
+            ref = _search(model)
+        out = model(batch, ref.search)
+        (-out.log_p_y.sum()).backward()
+        losses.append(out.log_p_y.detach())
+        grads.append(
+            {
+                "query": model.encoder.query_tower.model.embeddings.word_embeddings.weight.grad.clone(),
+                "doc": model.encoder.doc_tower.model.encoder.layer[0].output.dense.weight.grad.clone(),
+                "scale": model.prior.log_scale.grad.clone(),
+                "null": model.prior.null_logit.grad.clone(),
+                "reader": model.reader.lm.model.layers[0].mlp.up_proj.weight.grad.clone(),
+            }
+        )
+    torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=1e-5)
+    for part in ("query", "doc", "scale", "null"):
+        torch.testing.assert_close(grads[0][part], grads[1][part], rtol=1e-4, atol=1e-7, msg=part)
+    # the reader's gradient differs: it comes from 2 of the 4 rows
+    assert not torch.allclose(grads[0]["reader"], grads[1]["reader"])
+
+
+def test_query_side_only_leaves_doc_tower_and_index_bit_identical(causal_cfg, tmp_path):
+    from safetensors.torch import load_file
+
+    from ralm.realm.trainer import pretrain
+
+    run = pretrain(
+        causal_cfg(
+            out=str(tmp_path / "q"), retriever_train="query", steps=3, refresh_every=1, checkpoint_every=3
+        ),
+        progress=False,
+    )
+    start = pretrain(
+        causal_cfg(out=str(tmp_path / "s"), retriever_train="query", steps=1, refresh_every=1, lr_retriever=0.0,
+                   lr_reader=0.0, checkpoint_every=1),
+        progress=False,
+    )  # fmt: skip
+    end = load_file(str(run / "checkpoints" / "step-0000003" / "model.safetensors"))
+    first = load_file(str(start / "checkpoints" / "step-0000001" / "model.safetensors"))
+    doc = [k for k in end if k.startswith("encoder.doc_tower.")]
+    query = [k for k in end if k.startswith("encoder.query_tower.")]
+    assert doc and query
+    for k in doc:
+        assert torch.equal(end[k], first[k]), k
+    assert any(not torch.equal(end[k], first[k]) for k in query)
+    # one index version, built at step 0 and never rebuilt
+    versions = sorted(p.name for p in (run / "index").iterdir())
+    assert versions == ["v00000"]
+    import faiss
+
+    a = faiss.read_index(str(run / "index" / "v00000" / "index.faiss"))
+    b = faiss.read_index(str(start / "index" / "v00000" / "index.faiss"))
+    assert np.array_equal(
+        faiss.rev_swig_ptr(a.get_xb(), a.ntotal * a.d), faiss.rev_swig_ptr(b.get_xb(), b.ntotal * b.d)
+    )
+
+
+def test_fixed_scale_stays_fixed_and_learned_ones_move(causal_cfg, tmp_path):
+    import json
+
+    from ralm.realm.trainer import pretrain
+
+    fixed = pretrain(causal_cfg(out=str(tmp_path / "f"), steps=2, checkpoint_every=2), progress=False)
+    learned = pretrain(
+        causal_cfg(out=str(tmp_path / "l"), steps=2, checkpoint_every=2, score_scale="learned", null_doc="logit",
+                   lr_scale=0.1, warmup_steps=0),
+        progress=False,
+    )  # fmt: skip
+    rows_f = [json.loads(x) for x in (fixed / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    rows_l = [json.loads(x) for x in (learned / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert [r["score_scale"] for r in rows_f] == [1.0, 1.0] and "null_logit" not in rows_f[0]
+    assert rows_l[-1]["score_scale"] != 1.0 and rows_l[-1]["null_logit"] != 0.0
+
+
+def test_distill_run_trains_and_logs_the_kl(causal_cfg, tmp_path):
+    import json
+
+    from ralm.realm.trainer import pretrain
+
+    run = pretrain(
+        causal_cfg(
+            out=str(tmp_path / "d"), steps=2, checkpoint_every=2, retriever_loss="distill", distill_tau=0.5
+        ),
+        progress=False,
+    )
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert all(r["distill_kl"] >= 0 and math.isfinite(r["loss"]) for r in rows)
+
+
+# ----------------------------------------------------------------------------- masking and rows
+def test_masking_caps_spans_per_chunk(store, tiny_dir):
+    from ralm.backbones import load_tokenizer
+    from ralm.realm.masking import MaskingCollator, MaskingConfig, eligible_ids
+
+    tok = load_tokenizer(tiny_dir)
+    for cap in (1, 2):
+        cfg = MaskingConfig(salient_rate=0.9, random_span_rate=0.3, max_spans=cap)
+        col = MaskingCollator(store, tok, cfg)
+        for cid in eligible_ids(store, cfg):
+            ex = col.mask(int(cid), np.random.default_rng(int(cid)))
+            assert ex is not None and 1 <= len(ex.masked_spans) <= cap
+            kinds = [k for _, _, k in ex.masked_spans]
+            assert "salient" in kinds and (cap > 1 or kinds == ["salient"])  # salient spans are taken first
+            assert int((ex.labels != -100).sum()) == sum(e - s for s, e, _ in ex.masked_spans)
+    with pytest.raises(ValueError, match="max_spans"):
+        MaskingConfig(max_spans=0)
+
+
+def test_length_groups_give_the_same_scores(store, tiny_dir, causal_dirs):
+    from ralm.realm.causal_reader import length_buckets
+
+    assert [g.tolist() for g in length_buckets(np.array([100, 40, 98, 41]), 1.25)] == [[0, 2], [3, 1]]
+    assert [g.tolist() for g in length_buckets(np.array([100, 40]), math.inf)] == [[0, 1]]
+    one, tok = _model(store, tiny_dir, causal_dirs, lm_name="gemma3", k=4, bucket_slack=math.inf)
+    many, _ = _model(store, tiny_dir, causal_dirs, lm_name="gemma3", k=4, bucket_slack=1.0)
+    batch = _batch(store, tiny_dir, tok)
+    rows = [[5, 9, 2, -1], [0, 2, 7, -1], [11, 3, 1, -1]]
+    rr = many.reader.build_rows(batch, rows)
+    assert len(length_buckets(rr.attention_mask.sum(1).numpy(), 1.0)) > 1
+    with torch.no_grad():
+        a = one.reader.log_p_y_given_docs(batch, rows)
+        b = many.reader.log_p_y_given_docs(batch, rows)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
