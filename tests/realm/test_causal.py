@@ -418,6 +418,65 @@ def test_evaluate_cli_initial(causal_runs, capsys):
     assert all("by_kind" in r for r in saved["rows"])
 
 
+def test_evaluate_content_rows_and_ratio_intervals(causal_runs):
+    from ralm.realm.evaluate import evaluate_mlm, ratios
+    from ralm.realm.run import load_run
+
+    rows = evaluate_mlm(load_run(causal_runs["realm"]), load_run(causal_runs["mlm"]))
+    for r in rows:
+        assert r.content_tokens < r.tokens and r.content_ppl is not None  # line breaks left out
+        assert int(r.per_example["n_content"].sum()) == r.content_tokens
+    got = ratios(rows)
+    assert [d["row"] for d in got] == [rows[0].name, rows[1].name]
+    for d, r in zip(got, rows, strict=False):
+        assert d["ratio"] == pytest.approx(r.ppl / rows[-1].ppl)
+        assert d["content_ratio"] == pytest.approx(r.content_ppl / rows[-1].content_ppl)
+        assert d["ratio_low"] <= d["ratio"] <= d["ratio_high"]
+
+
+def test_diagnose_agrees_with_evaluate(causal_runs, capsys):
+    from ralm.cli import main
+    from ralm.realm.diagnose import diagnose
+    from ralm.realm.evaluate import evaluate_mlm
+    from ralm.realm.run import load_run
+
+    run, base = load_run(causal_runs["realm"]), load_run(causal_runs["mlm"])
+    diag = diagnose(run, base, depth=10, reader_depth=4)
+    rows = evaluate_mlm(run, base)
+    s = diag.summary
+    assert s["queries"] == 3 and len(diag.records) == 3 and s["k"] == 3
+    # the run's own p(z|x) over its k documents is what evaluate-mlm scores
+    assert s["ratios"]["all"]["run_k"]["run"]["ratio"] == pytest.approx(rows[0].ppl / rows[2].ppl, rel=1e-4)
+    assert s["ratios"]["content"]["run_k"]["run"]["ratio"] == pytest.approx(
+        rows[0].content_ppl / rows[2].content_ppl, rel=1e-4
+    )
+    for part in ("all", "content"):
+        for block in ("run_k", "K=5"):
+            r = s["ratios"][part][block]
+            assert r["oracle"]["ratio"] <= min(r["run"]["ratio"], r["uniform"]["ratio"]) + 1e-9
+    # uniform p(z|x) over the k documents, by hand from the records
+    nll_u, nll_c, tok = 0.0, 0.0, 0
+    for rec in diag.records:
+        lp = [rec["lp_all"][0], rec["lp_all"][1], rec["lp_all"][-1]]
+        nll_u -= np.logaddexp.reduce(np.array(lp) - np.log(3))
+        nll_c -= rec["closed_all"]
+        tok += rec["n_all"]
+    assert s["ratios"]["all"]["run_k"]["uniform"]["ratio"] == pytest.approx(np.exp((nll_u - nll_c) / tok))
+    for src in ("dense", "bm25", "hybrid"):
+        vals = list(s["answers_in_candidates"][src].values())
+        assert list(s["answers_in_candidates"][src]) == ["3", "8"] and vals == sorted(vals)
+    assert all(len(rec["candidates"]["dense"]) == 10 for rec in diag.records)
+    assert 0 < s["entropy_ratio"] <= 1 and 0 < s["null_mass"] < 1
+    assert main(["evaluate-mlm", str(causal_runs["realm"]), "--baseline", str(causal_runs["mlm"]), "--diagnose",
+                 "--depth", "10", "--reader-depth", "4", "--device", "cpu"]) == 0  # fmt: skip
+    assert "answers in candidates" in capsys.readouterr().out
+    saved = json.loads((causal_runs["realm"] / "diagnose.json").read_text())
+    assert saved["ratios"]["all"]["run_k"]["run"]["ratio"] == pytest.approx(
+        s["ratios"]["all"]["run_k"]["run"]["ratio"]
+    )
+    assert len((causal_runs["realm"] / "diagnose_queries.jsonl").read_text().splitlines()) == 3
+
+
 def test_fill_causal_run(causal_runs):
     from ralm.realm.fill import fill, fill_many
     from ralm.realm.run import load_run

@@ -41,7 +41,7 @@ def test_pretrain_flags_give_defaults_and_choices():
         if name in CHOICES:
             assert list(a.choices) == list(CHOICES[name]), name
     assert by_dest["mode"].choices == ["realm", "mlm"]
-    assert list(by_dest["null_doc"].choices) == ["empty", "zeros", "none"]
+    assert list(by_dest["null_doc"].choices) == ["empty", "zeros", "logit", "none"]
     assert list(by_dest["schedule"].choices) == ["cosine", "linear", "constant"]
     assert list(by_dest["autocast"].choices) == ["auto", "bf16", "off"]
     assert list(by_dest["candidates"].choices) == ["dense", "hybrid"]

@@ -393,7 +393,7 @@ def test_config_types_in_code_and_numbers_that_fit():
         ("steps=ten", "--set steps=ten: expected an integer"),
         ("masking.salient_rate=abc", "--set masking.salient_rate=abc: expected a number"),
         ("tensorboard=yes", "--set tensorboard=yes: expected true or false"),
-        ("masking.bogus=1", "--set masking.bogus: unknown [masking] setting; known: max_salient_tokens, "
+        ("masking.bogus=1", "--set masking.bogus: unknown [masking] setting; known: max_salient_tokens, max_spans, "
          "random_span_rate, replace_probs, salient_rate, sources, span_max_len, span_p, span_rate, strategy, "
          "uniform_rate"),
     ],

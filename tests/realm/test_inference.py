@@ -43,9 +43,9 @@ def test_evaluate_mlm_table(runs):
         assert a.nll == pytest.approx(b.nll, abs=1e-5)
     assert "realm reader alone" in format_table(rows)
     # eval masks are salient spans only: every masked token lies in a salient span of its chunk
-    from ralm.realm.evaluate import _batches
+    from ralm.realm.evaluate import heldout_batches
 
-    for batch in _batches(run, run.heldout_ids, 8):
+    for batch in heldout_batches(run, run.heldout_ids, 8):
         for b, cid in enumerate(batch["source_ids"].tolist()):
             pos = set((batch["labels"][b] != -100).nonzero().flatten().add(-1).tolist())
             sal = run.store.salient_tokens(cid)

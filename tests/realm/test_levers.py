@@ -290,3 +290,42 @@ def test_length_groups_give_the_same_scores(store, tiny_dir, causal_dirs):
         a = one.reader.log_p_y_given_docs(batch, rows)
         b = many.reader.log_p_y_given_docs(batch, rows)
     torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+
+
+def test_content_token_perplexity_equals_a_hand_count(store, tiny_dir, causal_dirs):
+    """Closed-book content-token log-probabilities against full logits of unpadded rows, the content
+    tokens counted by hand: those whose characters fall inside a span, never its line break."""
+    from ralm.realm.causal_masking import SpanQuery
+    from ralm.realm.causal_reader import CausalReader
+    from ralm.realm.evaluate import causal_span_scores
+    from ralm.realm.model import RealmModel
+
+    _, tok = _model(store, tiny_dir, causal_dirs, k=3)
+    lm = _model(store, tiny_dir, causal_dirs, k=3)[0].reader.lm
+    closed = RealmModel(CausalReader(lm, tok, max_length=400), k=3).eval()
+    batch = _batch(store, tiny_dir, tok, salient_rate=0.5)
+    with torch.no_grad():
+        got = causal_span_scores(closed, batch)
+    for b in range(batch["lm_query_ids"].shape[0]):
+        masked = tok.decode(batch["lm_query_ids"][b, : int(batch["lm_query_len"][b])].tolist())[:-1]
+        lines = tok.decode(batch["lm_target_ids"][b, : int(batch["lm_target_len"][b])].tolist()).split("\n")[
+            :-1
+        ]
+        q = SpanQuery(masked, [line.split(" ", 1)[1] for line in lines], ["x"] * len(lines))
+        target, where = q.target()
+        x = tok(q.masked_text + "\n", add_special_tokens=False)["input_ids"]
+        enc = tok(target, add_special_tokens=False, return_offsets_mapping=True)
+        ids = x + enc["input_ids"]
+        with torch.no_grad():
+            logp = torch.log_softmax(lm(input_ids=torch.tensor([ids])).logits[0].double(), -1)
+        total, count, count_all = 0.0, 0, 0
+        for j, (a, e) in enumerate(enc["offset_mapping"]):
+            inside = [any(s <= c < t for s, t in where) for c in range(a, e)]
+            if any(inside):
+                total += float(logp[len(x) + j - 1, enc["input_ids"][j]])
+                count += 1
+            if any(any(s <= c <= t for s, t in where) for c in range(a, e)):
+                count_all += 1
+        assert int(got["n_content"][b]) == count and int(got["n_all"][b]) == count_all
+        assert count < count_all  # the line breaks are left out
+        assert float(got["content"][b]) == pytest.approx(total, abs=1e-4)

@@ -20,7 +20,6 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.realm.causal_masking import SpanQuery, lm_tensors
-from ralm.realm.marginal import doc_log_probs
 from ralm.realm.run import LoadedRun
 
 __all__ = ["fill_causal", "masked_query"]
@@ -136,9 +135,7 @@ def fill_causal(run: LoadedRun, texts: Sequence[str], *, k: int | None = None, t
         else:
             found = run.refresher.index.search(qn, n_ret).ids
         doc_ids = np.asarray(found, dtype=np.int64)  # (B, n_ret)
-        towers = model.docs.tower_batch(doc_ids.ravel())
-        d = model.encoder.doc_tower(**{kx: t.to(dev) for kx, t in towers.items()}).view(B, n_ret, -1)
-        log_p_z = doc_log_probs(model._scale(torch.einsum("bd,bkd->bk", q, d)), model.null_score(q)).float()
+        log_p_z = model.prior_over(q, doc_ids).float()
         docs = [[int(c) for c in row] + ([-1] if model.null_doc != "none" else []) for row in doc_ids]
     else:
         log_p_z = torch.zeros((B, 1))

@@ -32,6 +32,13 @@ FLAGS = {
     "grad_accum": int,
     "k": int,
     "null_doc": str,
+    "score_scale": str,
+    "lr_scale": float,
+    "marginal": str,
+    "reader_backprop_top": int,
+    "retriever_train": str,
+    "retriever_loss": str,
+    "distill_tau": float,
     "query_masks": str,
     "lr_reader": float,
     "lr_retriever": float,
@@ -135,10 +142,21 @@ def _load(run: str, device: str | None, initial: bool = False):
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ralm.realm.evaluate import evaluate_mlm, format_table
+    from ralm.realm.evaluate import evaluate_mlm, format_table, ratios
 
     run = _load(args.run, args.device, args.initial)
     base = _load(args.baseline, args.device, args.initial) if args.baseline else None
+    if args.diagnose:
+        from ralm.realm.diagnose import diagnose, format_diagnosis
+
+        diag = diagnose(
+            run, base, n=args.n, depth=args.depth, reader_depth=args.reader_depth, batch_size=args.batch_size
+        )
+        print(format_diagnosis(diag.summary))
+        default = "diagnose_initial.json" if args.initial else "diagnose.json"
+        path = diag.save(Path(args.json_out) if args.json_out else Path(args.run) / default)
+        print(f"written: {path} (and the per-span records beside it)")
+        return 0
     rows = evaluate_mlm(run, base, n=args.n, batch_size=args.batch_size)
     print(format_table(rows))
     default = "eval_mlm_initial.json" if args.initial else "eval_mlm.json"
@@ -150,6 +168,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "step": run.state.get("step"),
         "heldout_chunks": int(len(run.heldout_ids) if args.n is None else min(args.n, len(run.heldout_ids))),
         "rows": [r.as_dict() for r in rows],
+        "ratios": ratios(rows) if len(rows) > 1 else [],
     }
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
@@ -280,6 +299,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="score the runs' starting points (their config's reader and towers before step 1) instead of "
         "their checkpoints: a curve's step-0 point (default JSON: RUN/eval_mlm_initial.json)",
+    )
+    p.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="instead of the table, diagnose a causal REALM run: answers in dense/BM25/hybrid candidates at "
+        "depth 3, 8, 20, and the span ratio to closed-book under the run's p(z|x), a uniform one, the score "
+        "scale x0.5/2/4/8 and the best single document (default JSON: RUN/diagnose.json)",
+    )
+    p.add_argument("--depth", type=int, default=20, help="--diagnose: candidates per source (default: 20)")
+    p.add_argument(
+        "--reader-depth", type=int, default=8, help="--diagnose: candidates the reader scores (default: 8)"
     )
     p.set_defaults(func=cmd_evaluate)
 

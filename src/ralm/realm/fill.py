@@ -101,12 +101,7 @@ def fill_many(
         doc_ids = np.asarray(run.searcher(qn, no_source, n_ret, query_ids=ids.numpy()), dtype=np.int64)
     else:
         doc_ids = run.refresher.index.search(qn, n_ret).ids  # (B, n_ret)
-    towers = model.docs.tower_batch(doc_ids.ravel())
-    d = model.encoder.doc_tower(**{kx: t.to(dev) for kx, t in towers.items()}).view(B, n_ret, -1)
-    scores = model._scale(torch.einsum("bd,bkd->bk", q, d))  # (B, n_ret)
-    from ralm.realm.marginal import doc_log_probs
-
-    log_p_z = doc_log_probs(scores, model.null_score(q))  # (B, K)
+    log_p_z = model.prior_over(q, doc_ids)  # (B, K)
     docs = [[model.docs.reader_doc(i) for i in row] for row in doc_ids]
     if model.null_doc != "none":
         for row in docs:

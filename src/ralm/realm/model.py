@@ -286,7 +286,7 @@ class RealmModel(nn.Module):
         """(log p(z|x) (B, K) with the null document last, the retrieved chunk ids (B, k_r)) of a
         batch of masked queries: the query tower, the search, the doc tower and the prior."""
         assert self.encoder is not None and self.docs is not None
-        B, kr = batch["labels"].shape[0], self.n_retrieved
+        kr = self.n_retrieved
         q = self.embed_queries(batch)  # (B, d)
         qn, src = q.detach().float().cpu().numpy(), batch["source_ids"].cpu().numpy()
         if getattr(search, "wants_query_ids", False):  # hybrid candidates read the visible query words
@@ -294,10 +294,17 @@ class RealmModel(nn.Module):
         else:
             found = search(qn, src, kr)
         doc_ids = np.asarray(found, dtype=np.int64)
-        d = self.doc_vectors(self.docs.tower_batch(doc_ids.ravel()), q.device)
+        return self.prior_over(q, doc_ids), doc_ids
+
+    def prior_over(self, q: torch.Tensor, doc_ids: np.ndarray) -> torch.Tensor:
+        """log p(z|x) (B, k_r [+1]) over chunks `doc_ids` (B, k_r) for query vectors q (B, d): the doc
+        tower, the towers' score scale, the prior's learned scale and the null document (last)."""
+        assert self.encoder is not None and self.docs is not None
+        B, kr = doc_ids.shape
+        d = self.doc_vectors(self.docs.tower_batch(np.asarray(doc_ids).ravel()), q.device)
         scores = self.prior.scaled(self._scale(torch.einsum("bd,bkd->bk", q, d.view(B, kr, -1))))
         null = self.null_score(q)
-        return self.prior.log_probs(scores, None if null is None else self.prior.scaled(null)), doc_ids
+        return self.prior.log_probs(scores, None if null is None else self.prior.scaled(null))
 
     @property
     def causal(self) -> bool:

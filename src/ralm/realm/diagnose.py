@@ -1,0 +1,263 @@
+"""An eval-only diagnosis of a causal REALM run: how much of the gap to the oracle each lever can close.
+
+For every held-out chunk, masked as `ralm.realm.evaluate` masks it (one salient span), it records:
+
+* the candidates of three sources, `depth` deep (default 20): dense (the run's index), BM25 over the
+  chunks as the towers' tokenizer decodes them (the run's `bm25_lang`), and hybrid (the two fused
+  by reciprocal rank fusion, as `candidates = "hybrid"` makes them); and whether the span's text
+  occurs (case-folded) in each candidate;
+* for the run's own candidate source, the top `reader_depth` candidates (default 8) and the null
+  document: each one's log p(z|x) under the run (towers, learned scale, null document) and the
+  reader's log p(y|x,z), over all scored tokens and over the span's content tokens;
+* the closed-book log p(y|x): the baseline run's reader when one is given, else the run's own
+  reader without a document.
+
+From those it reports (`summarize`), for all and for content tokens, the span perplexity ratio to
+closed-book, with a paired bootstrap 95% interval, under: the run's p(z|x) over its k documents;
+a uniform p(z|x); the score scale multiplied by 0.5, 2, 4 and 8; and best-of-K (the oracle: the
+one document the reader likes best). Each at K = the run's k and at K = reader_depth + 1 (more
+candidates). Also answers-in-candidates at depths 3, 8 and 20 per source, and the entropy of
+p(z|x) over ln K, the prior and posterior mass of the null document.
+
+Left out: masked-LM readers (their "span" is a set of word pieces; `evaluate-mlm` scores them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ralm.errors import RalmError
+from ralm.precision import autocast_context, autocast_dtype
+from ralm.realm.evaluate import causal_span_scores, heldout_batches, paired_ratio_interval
+from ralm.realm.run import LoadedRun
+
+SOURCES = ("dense", "bm25", "hybrid")
+DEPTHS = (3, 8, 20)
+SCALES = (0.5, 2.0, 4.0, 8.0)
+
+__all__ = ["DEPTHS", "SCALES", "SOURCES", "Diagnosis", "diagnose", "format_diagnosis", "summarize"]
+
+
+@dataclass
+class Diagnosis:
+    """Per-query records (`records`, JSON-ready) and their summary (`summary`)."""
+
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+    def save(self, out: str | Path) -> Path:
+        """RUN/diagnose.json (the summary) and diagnose_queries.jsonl (the records) beside it."""
+        from ralm.atomic import write_json_atomic, write_text_atomic
+
+        out = Path(out)
+        write_text_atomic(
+            out.with_name(out.stem + "_queries.jsonl"), "".join(json.dumps(r) + "\n" for r in self.records)
+        )
+        return write_json_atomic(out, self.summary)
+
+
+def _sources(run: LoadedRun, depth: int):
+    """(bm25 search, hybrid search) over the run's knowledge corpus at `depth`."""
+    from ralm.realm.candidates import HybridCandidates, bm25_for_docs
+
+    model = run.model
+    bm25 = bm25_for_docs(model.docs, lang=run.cfg.bm25_lang)
+    tok = model.docs.inputs.tower.tokenizer
+    hybrid = HybridCandidates(run.refresher.search, bm25, tok, depth=max(depth, run.cfg.candidate_depth))
+    return bm25, hybrid
+
+
+@torch.inference_mode()
+def diagnose(
+    run: LoadedRun,
+    baseline: LoadedRun | None = None,
+    *,
+    n: int | None = None,
+    depth: int = 20,
+    reader_depth: int = 8,
+    batch_size: int = 4,
+) -> Diagnosis:
+    """The diagnosis of `run` on its held-out chunks (the first `n`), see the module docstring."""
+    model = run.model
+    if not model.causal or not model.retrieval:
+        raise RalmError(f"{run.cfg.out}: --diagnose is for a REALM run with a causal reader")
+    if reader_depth < model.n_retrieved:
+        raise RalmError(
+            f"reader_depth={reader_depth}: at least the run's {model.n_retrieved} retrieved chunks"
+        )
+    if depth < max(DEPTHS[:-1]) or depth < reader_depth:
+        raise RalmError(f"depth={depth}: at least {max(max(DEPTHS[:-1]), reader_depth)}")
+    if n_chunks := len(run.store):
+        depth = min(depth, n_chunks - 1)
+        reader_depth = min(reader_depth, depth)
+    ids = run.heldout_ids if n is None else run.heldout_ids[:n]
+    dev = run.device
+    ac = autocast_dtype(dev, run.cfg.autocast, torch.float32)
+    bm25, hybrid = _sources(run, depth)
+    kr = model.n_retrieved
+    has_null = model.null_doc != "none"
+    records: list[dict[str, Any]] = []
+    for batch in heldout_batches(run, ids, batch_size):
+        batch = {k: v.to(dev) for k, v in batch.items()}
+        B = batch["lm_query_ids"].shape[0]
+        with autocast_context(dev, ac):
+            q = model.embed_queries(batch)
+            qn, src = q.float().cpu().numpy(), batch["source_ids"].cpu().numpy()
+            texts = hybrid.query_texts(batch["input_ids"].cpu().numpy())
+            cands = {
+                "dense": np.asarray(run.refresher.search(qn, src, depth), dtype=np.int64),
+                "bm25": _bm25(bm25, texts, src, depth),
+                "hybrid": np.asarray(hybrid(qn, src, depth, query_ids=batch["input_ids"].cpu().numpy())),
+            }
+            own = cands["hybrid" if run.cfg.candidates == "hybrid" else "dense"][:, :reader_depth]
+            lpz_k = model.prior_over(q, own[:, :kr]).float()  # the run's own p(z|x) over its k documents
+            lpz_r = model.prior_over(q, own).float()  # over reader_depth chunks (+ null)
+            rows = [[*r, -1] if has_null else list(r) for r in own.tolist()]
+            rr = model.reader.build_rows(batch, rows)
+            lp = model.reader.token_log_probs(rr).float()
+            lp_all, lp_content = rr.sums(lp).cpu(), rr.sums(lp, content_only=True).cpu()
+            closed_model = baseline.model if baseline is not None else model
+            closed = causal_span_scores(closed_model, batch)
+        spans = model.reader.span_texts(batch)
+        kinds = batch["lm_span_kind"][:, 0].tolist()
+        for b in range(B):
+            span = spans[b][0] if spans[b] else ""
+            rec: dict[str, Any] = {
+                "chunk": int(src[b]),
+                "span": span,
+                "kind": int(kinds[b]),
+                "n_all": int(closed["n_all"][b]),
+                "n_content": int(closed["n_content"][b]),
+                "closed_all": float(closed["all"][b]),
+                "closed_content": float(closed["content"][b]),
+                "candidates": {s: cands[s][b].tolist() for s in SOURCES},
+                "has_answer": {
+                    s: [_holds(model.reader, int(c), span) for c in cands[s][b].tolist()] for s in SOURCES
+                },
+                "reader_docs": rows[b],
+                "lp_all": lp_all[b].tolist(),
+                "lp_content": lp_content[b].tolist(),
+                "log_p_z_k": lpz_k[b].cpu().tolist(),
+                "log_p_z_r": lpz_r[b].cpu().tolist(),
+            }
+            records.append(rec)
+    summary = summarize(records, k=kr, has_null=has_null)
+    summary.update(
+        run=str(run.cfg.out),
+        checkpoint=str(run.checkpoint.name),
+        step=int(run.state.get("step", 0)),
+        baseline=None if baseline is None else str(baseline.cfg.out),
+        candidates=run.cfg.candidates,
+        depth=depth,
+        reader_depth=reader_depth,
+    )
+    return Diagnosis(records, summary)
+
+
+def _bm25(bm25, texts: Sequence[str], src: np.ndarray, depth: int) -> np.ndarray:
+    """(B, depth) BM25 candidates of the visible query words, the query's own chunk left out; a query
+    with no visible word gets -1s."""
+    out = np.full((len(texts), depth), -1, dtype=np.int64)
+    live = [i for i, t in enumerate(texts) if t.strip()]
+    if live:
+        res = bm25.search_text([texts[i] for i in live], depth, exclude_ids=[int(src[i]) for i in live])
+        for i, row in zip(live, res.ids, strict=True):
+            out[i, : len(row)] = row
+    return out
+
+
+def _holds(reader, cid: int, span: str) -> bool:
+    return cid >= 0 and bool(span) and span.casefold() in reader.doc_text(cid).casefold()
+
+
+# ----------------------------------------------------------------------------- the summary
+def _nll(lpz: np.ndarray, lp: np.ndarray) -> np.ndarray:
+    """(N,) -log Σ_z p(z|x) p(y|z,x) from (N, K) log p(z|x) and log p(y|x,z)."""
+    x = lpz + lp
+    m = x.max(1, keepdims=True)
+    return -(m[:, 0] + np.log(np.exp(x - m).sum(1)))
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    m = x.max(1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(1, keepdims=True))
+
+
+def _ratio(nll: np.ndarray, closed: np.ndarray, tokens: np.ndarray) -> dict[str, float]:
+    r, lo, hi = paired_ratio_interval(nll, closed, tokens)
+    return {"ratio": r, "low": lo, "high": hi}
+
+
+def summarize(records: Sequence[dict[str, Any]], *, k: int, has_null: bool = True) -> dict[str, Any]:
+    """The report of `diagnose` from its per-query records (see the module docstring); `k` retrieved
+    chunks a query in the run (its k minus the null document)."""
+    if not records:
+        raise RalmError("no held-out query to diagnose")
+    out: dict[str, Any] = {"queries": len(records), "k": k + int(has_null)}
+    found: dict[str, dict[str, float]] = {}
+    for s in SOURCES:
+        hits = np.array([r["has_answer"][s] for r in records], dtype=bool)  # (N, depth)
+        found[s] = {str(d): float(hits[:, :d].any(1).mean()) for d in DEPTHS if d <= hits.shape[1]}
+    out["answers_in_candidates"] = found
+    R = len(records[0]["lp_all"]) - int(has_null)  # reader_depth
+    cols_k = [*range(k), *([R] if has_null else [])]  # the run's k documents: top k chunks + null
+    cols_r = list(range(R + int(has_null)))
+    lpz_k = np.array([r["log_p_z_k"] for r in records])
+    lpz_r = np.array([r["log_p_z_r"] for r in records])
+    ratios: dict[str, Any] = {}
+    for part in ("all", "content"):
+        lp = np.array([r[f"lp_{part}"] for r in records])
+        closed = -np.array([r[f"closed_{part}"] for r in records])
+        tokens = np.array([r[f"n_{part}"] for r in records], dtype=np.float64)
+        block: dict[str, Any] = {"closed_book_ppl": float(math.exp(closed.sum() / max(tokens.sum(), 1)))}
+        for name, cols, lpz in (("k", cols_k, lpz_k), ("R", cols_r, lpz_r)):
+            sub = lp[:, cols]
+            K = len(cols)
+            rows = {
+                "run": _ratio(_nll(lpz, sub), closed, tokens),
+                "uniform": _ratio(_nll(np.full_like(sub, -math.log(K)), sub), closed, tokens),
+                "oracle": _ratio(-sub.max(1), closed, tokens),
+            }
+            for c in SCALES:
+                rows[f"scale_x{c:g}"] = _ratio(_nll(_log_softmax(c * lpz), sub), closed, tokens)
+            block[f"K={K}" if name == "R" else "run_k"] = rows
+        ratios[part] = block
+    out["ratios"] = ratios
+    p = np.exp(lpz_k)
+    out["entropy_ratio"] = float((-(p * lpz_k).sum(1) / math.log(lpz_k.shape[1])).mean())
+    if has_null:
+        out["null_mass"] = float(p[:, -1].mean())
+        lp_k = np.array([r["lp_all"] for r in records])[:, cols_k]
+        post = np.exp(_log_softmax(lpz_k + lp_k))
+        out["null_posterior"] = float(post[:, -1].mean())
+    return out
+
+
+def format_diagnosis(summary: dict[str, Any]) -> str:
+    """The summary as plain text: answers in candidates, then the ratio table per token set."""
+    lines = [f"diagnosis of {summary.get('run', '?')} at step {summary.get('step', '?')}: "
+             f"{summary['queries']} held-out spans, k = {summary['k']}"]  # fmt: skip
+    lines.append("answers in candidates (depth: " + ", ".join(map(str, DEPTHS)) + ")")
+    for s, row in summary["answers_in_candidates"].items():
+        lines.append(f"  {s:<7} " + "  ".join(f"@{d} {v:.3f}" for d, v in row.items()))
+    for part, block in summary["ratios"].items():
+        lines.append(f"span perplexity ratio to closed-book, {part} tokens "
+                     f"(closed-book ppl {block['closed_book_ppl']:.2f}); 95% interval")  # fmt: skip
+        for kname, rows in block.items():
+            if kname == "closed_book_ppl":
+                continue
+            cells = [f"{name} {v['ratio']:.3f} [{v['low']:.3f}, {v['high']:.3f}]" for name, v in rows.items()]
+            lines.append(f"  {kname:<6} " + "; ".join(cells))
+    extra = [f"entropy/ln K {summary['entropy_ratio']:.3f}"]
+    if "null_mass" in summary:
+        extra += [f"null mass {summary['null_mass']:.4f}", f"null posterior {summary['null_posterior']:.4f}"]
+    lines.append("  ".join(extra))
+    return "\n".join(lines)
