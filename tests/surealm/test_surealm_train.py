@@ -164,7 +164,9 @@ def test_init_from_a_trained_run_starts_from_its_backbone(trained, tiny_store, t
     from ralm.surealm.train import train
 
     _sure, base = trained
-    cfg = _cfg(tiny_store, tmp_path / "two", lm=tiny_dir, steps=2, eval_every=2, lr=0.0, lr_memory=0.0)
+    cfg = _cfg(
+        tiny_store, tmp_path / "two", lm=tiny_dir, steps=2, eval_every=2, lr=0.0, lr_memory=0.0, pathway="self"
+    )
     cfg.init_from = str(base)
     got, _ = SurealmLM.load(train(cfg, progress=False))
     src, _ = SurealmLM.load(base)
@@ -177,6 +179,12 @@ def test_init_from_a_trained_run_starts_from_its_backbone(trained, tiny_store, t
     changed = [n for n, t in fresh.backbone.state_dict().items() if not torch.equal(t, want[n])]
     assert changed  # the source run really differs from a fresh backbone
     assert torch.count_nonzero(got.value_norm.weight) == 0  # memory maps as initialised, not copied
+    cross = _cfg(tiny_store, tmp_path / "cross", lm=tiny_dir, steps=2, eval_every=2, lr=0.0, lr_memory=0.0)
+    cross.init_from = str(base)
+    got_cross, _ = SurealmLM.load(train(cross, progress=False))
+    assert got_cross.gates() == [0.0] * len(got_cross.cross)  # the cross blocks as initialised: gates shut
+    for name, t in want.items():
+        assert torch.equal(got_cross.backbone.state_dict()[name], t), name
     bad = _cfg(tiny_store, tmp_path / "bad", lm=tiny_dir, steps=1, eval_every=1)
     bad.init_from = str(tmp_path)
     with pytest.raises(RalmError, match="not a SUREALM model"):

@@ -207,11 +207,14 @@ class Tower(nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        pool_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, T) ids and mask -> (B, dim) vectors (float32 unless the weights are half precision).
 
         position_ids: optional (B, T) positions (e.g. a suffix embedded at its absolute positions
         in the sentence, as SUREALM does); None = 0..T-1.
+        pool_mask: optional (B, T) positions that mean pooling averages (the encoder still reads
+        every position of `attention_mask`); None = `attention_mask`.
         """
         kw = (
             {"token_type_ids": token_type_ids}
@@ -230,7 +233,7 @@ class Tower(nn.Module):
         elif self.pooling == "last":
             v = last_token(h, attention_mask)
         else:
-            m = attention_mask.unsqueeze(-1).to(h.dtype)  # (B, T, 1)
+            m = (attention_mask if pool_mask is None else pool_mask).unsqueeze(-1).to(h.dtype)  # (B, T, 1)
             v = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
         if self.proj is not None:
             v = self.proj(v)

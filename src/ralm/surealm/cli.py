@@ -44,6 +44,7 @@ def cmd_datastore(args: argparse.Namespace) -> int:
         encoder=args.encoder,
         m=args.m,
         include_current_word=args.include_current_word,
+        suffix=args.suffix,
         k=args.k,
         max_tokens=args.max_tokens,
         index_kind=args.index_kind,
@@ -78,6 +79,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         memory_init=args.memory_init,
         memory_gain=args.memory_gain,
         memory_window=args.memory_window,
+        pathway=args.pathway,
+        memory_bias=args.memory_bias,
+        neighbours=args.neighbours,
         init_from=args.init_from,
         warmup_steps=args.warmup_steps,
         schedule=args.schedule,
@@ -195,6 +199,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--m", type=int, default=10, help="suffix length in LM tokens (default: %(default)s, as in SUREALM)"
     )
     p.add_argument(
+        "--suffix", choices=("truncate", "whole"), default="truncate",
+        help="how a suffix is encoded: truncate (the encoder reads its m tokens alone) or whole (it reads the "
+        "rest of the sentence and the first m tokens are pooled, as the SUREALM authors' code does) "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
         "--include-current-word", action="store_true",
         help="suffixes start at the current word w_i, the paper's section 5 variant (default: off, w_i is in "
         "neither prefix nor suffix)",
@@ -290,6 +300,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--memory-window", type=int, default=None,
         help="each position sees only the latest W retrievals (default: all of them, as in eq. 6)",
+    )  # fmt: skip
+    p.add_argument(
+        "--pathway", choices=("cross", "self"), default="cross",
+        help="where the memory enters: cross (a gated cross-attention block after every layer, its gates "
+        "from 0, so the model starts as the backbone) or self (the slots in every layer's self-attention) "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--memory-bias", type=float, default=None,
+        help="self pathway: a learned offset on every memory slot's attention logit, starting here, e.g. -30 "
+        "keeps the slots out of the softmax at step 0 (default: none)",
+    )  # fmt: skip
+    p.add_argument(
+        "--neighbours", choices=("retrieved", "random", "null"), default="retrieved",
+        help="what fills the memory: retrieved (the top K), random (K random training entries, never the "
+        "sentence's own: the control for retrieval) or null (zero embeddings: the control for extra slots) "
+        "(default: %(default)s)",
     )  # fmt: skip
     p.add_argument(
         "--warmup-steps", type=int, default=100,

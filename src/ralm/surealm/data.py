@@ -5,7 +5,11 @@ A sentence W = w_1..w_N becomes ``[BOS] w_1 .. w_N`` (input, positions t = 0..N)
 token never is. With retrieval, block j = 1..floor(N / delta) is the top-K of the data store for
 the query w_1..w_{j*delta} (`Datastore.neighbors`, computed offline, own sentence excluded for
 training sentences): K memory slots with the entry's prefix embedding as key, its suffix
-embedding as value, and block number j (see `ralm.surealm.model.memory_mask`).
+embedding as value, and block number j (see `ralm.surealm.model.memory_mask`). The controls
+(`neighbours`): "random" puts K random training entries in each block instead, never one of the
+sentence's own entries, the same ones every time the sentence is read (drawn from a generator seeded
+by the sentence id and the block); "null" keeps the slots and their blocks but zeroes their
+embeddings.
 
 Perplexities (`PerplexityCounts`): token level exp(NLL / predicted tokens), and word level
 exp(NLL / words) where words are the sentence's whitespace-separated words plus one for its
@@ -77,7 +81,21 @@ class PerplexityCounts:
 class SentenceBatcher:
     """Builds model inputs for a list of sentence ids of a data store."""
 
-    def __init__(self, store: Datastore, tokenizer, *, k: int, delta: int, retrieval: bool = True) -> None:
+    def __init__(
+        self,
+        store: Datastore,
+        tokenizer,
+        *,
+        k: int,
+        delta: int,
+        retrieval: bool = True,
+        neighbours: str = "retrieved",
+        seed: int = 0,
+    ) -> None:
+        if neighbours not in ("retrieved", "random", "null"):
+            raise RalmError(f"neighbours={neighbours!r}: use retrieved, random or null")
+        if retrieval and neighbours == "random" and len(store) <= k:
+            raise RalmError(f"{store.root}: {len(store)} entries are too few to draw {k} random ones")
         if retrieval and k > store.k:
             raise RalmError(
                 f"K={k} but {store.root} kept only {store.k} neighbours per query; rebuild it with --k {k}"
@@ -86,6 +104,8 @@ class SentenceBatcher:
         self.k = k
         self.delta = delta
         self.retrieval = retrieval
+        self.neighbours = neighbours
+        self.seed = seed
         self.bos, self.eos, self.pad = lm_special_ids(tokenizer)
         self._words: dict[int, int] = {}
 
@@ -122,9 +142,12 @@ class SentenceBatcher:
         entries, blocks = [], []
         for s, t in zip(sids, toks, strict=True):
             nb = len(t) // delta  # blocks fetched at t = delta, 2*delta, ... <= N
-            nbr = self.store.sentence_neighbors(int(s), K)  # (N, K): row L-1 = query w_1..w_L
-            rows = np.arange(1, nb + 1) * delta - 1
-            entries.append(nbr[rows].reshape(-1))
+            if self.neighbours == "random":
+                entries.append(self.random_entries(int(s), nb).reshape(-1))
+            else:
+                nbr = self.store.sentence_neighbors(int(s), K)  # (N, K): row L-1 = query w_1..w_L
+                rows = np.arange(1, nb + 1) * delta - 1
+                entries.append(nbr[rows].reshape(-1))
             blocks.append(np.repeat(np.arange(1, nb + 1), K))
         J = max((len(e) for e in entries), default=0)
         B = len(entries)
@@ -134,12 +157,27 @@ class SentenceBatcher:
             ent[b, : len(e)] = e
             blk[b, : len(j)] = j
         keys, values = self.store.read_entries(ent)
+        if self.neighbours == "null":
+            keys[:] = 0.0
+            values[:] = 0.0
         return {
             "mem_keys": torch.from_numpy(keys),
             "mem_values": torch.from_numpy(values),
             "mem_block": torch.from_numpy(blk),
             "mem_entries": torch.from_numpy(ent),
         }
+
+    def random_entries(self, sid: int, blocks: int) -> np.ndarray:
+        """(blocks, K) random entry ids of the training store, none of sentence `sid`'s own, the same
+        for the same sentence every time (a generator seeded by the batcher's seed and `sid`)."""
+        rng = np.random.default_rng([self.seed, 23, sid])
+        E = len(self.store)
+        out = rng.integers(0, E, size=(blocks, self.k))
+        own = np.asarray(self.store.entry_sid)[out] == sid
+        while own.any():  # redraw the sentence's own entries
+            out[own] = rng.integers(0, E, size=int(own.sum()))
+            own = np.asarray(self.store.entry_sid)[out] == sid
+        return out.astype(np.int64)
 
     def counts(self, sids) -> PerplexityCounts:
         """Predicted tokens, words and sentences of `sids` (NLL 0): the denominators."""

@@ -32,6 +32,9 @@ class DatastoreConfig:
     # the paper's §5 variant: the suffix starts at the current word (s_i = w_i..w_{i+m-1}); by
     # default w_i is in neither prefix nor suffix
     include_current_word: bool = False
+    # how a suffix is encoded: "truncate" (the encoder reads w_{i+1}..w_{i+m} alone) or "whole" (the
+    # SUREALM authors' code: it reads the rest of the sentence, and the first m tokens are pooled)
+    suffix: str = "truncate"
     k: int = 8  # neighbours kept per query (the model may use fewer)
     max_tokens: int = 64  # LM tokens kept per sentence (longer turns are cut)
     index_kind: str = "flat"  # DenseIndex kind over the keys
@@ -44,6 +47,10 @@ class DatastoreConfig:
         for name, v, lo in (("m", self.m, 1), ("k", self.k, 1), ("max_tokens", self.max_tokens, 2)):
             if v < lo:
                 raise RalmError(f"{name}={v}: must be >= {lo}")
+        if self.suffix not in ("truncate", "whole"):
+            raise RalmError(f"suffix={self.suffix!r}: use 'truncate' or 'whole'")
+        if self.suffix == "whole" and self.include_current_word:
+            raise RalmError("suffix='whole' pools w_{i+1}..w_{i+m}; it does not combine with include_current_word")
 
 
 def tokenize_sentences(
@@ -176,7 +183,10 @@ def _build_into(tmp: Path, sents: SentenceSet, cfg: DatastoreConfig, tokenizer, 
             al = emb.align(text, off)
             n = len(off)
             krows.extend(al.prefix(i - 1) for i in range(1, n))
-            vrows.extend(al.suffix(i, cfg.m, include_current=cfg.include_current_word) for i in range(1, n))
+            if cfg.suffix == "whole":
+                vrows.extend(al.suffix_whole(i, cfg.m) for i in range(1, n))
+            else:
+                vrows.extend(al.suffix(i, cfg.m, include_current=cfg.include_current_word) for i in range(1, n))
         kv = emb.embed(krows + vrows, cfg.embed_batch_size)
         rows = np.concatenate([np.arange(entry_offset[s], entry_offset[s + 1]) for s in sids])
         keys[rows] = kv[: len(krows)].astype(np.float16)
@@ -251,6 +261,7 @@ def _build_into(tmp: Path, sents: SentenceSet, cfg: DatastoreConfig, tokenizer, 
         "dim": d,
         "m": cfg.m,
         "include_current_word": cfg.include_current_word,
+        "suffix": cfg.suffix,
         "k": cfg.k,
         "max_tokens": cfg.max_tokens,
         "index_kind": cfg.index_kind,
@@ -289,6 +300,7 @@ def _own_entries(sids: np.ndarray, entry_offset: np.ndarray) -> np.ndarray:
 
 def _fingerprint(enc_fp: str, tok_fp: str, cfg: DatastoreConfig, sents: SentenceSet) -> str:
     variant = "|current-word" if cfg.include_current_word else ""  # default stores keep their fingerprint
+    variant += "|suffix-whole" if cfg.suffix == "whole" else ""
     h = hashlib.sha256(f"{FORMAT}|{enc_fp}|{tok_fp}|{cfg.m}|{cfg.max_tokens}{variant}|".encode())
     for t, sp in zip(sents.texts, sents.splits, strict=True):
         h.update(f"{sp}\t{t}\n".encode())

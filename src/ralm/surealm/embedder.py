@@ -14,6 +14,10 @@ starts, to the suffix when they start after w_i ends and end before w_{i+m} does
 token that overlaps w_i belongs to neither (the current word stays excluded). With one
 tokenizer for both, this is the plain split.
 
+The suffix can also be encoded as the SUREALM authors' code does it (`Aligned.suffix_whole`): the
+encoder reads the whole rest of the sentence w_{i+1}..w_N, and only the vectors of the encoder
+tokens inside the first m LM tokens are mean-pooled, so they carry the context that follows them.
+
 Pooling and normalisation are read from the sentence-transformers files next to the model
 (``1_Pooling/config.json``, a ``Normalize`` module in ``modules.json``); a plain Hugging Face
 encoder gets mean pooling without normalisation.
@@ -37,7 +41,8 @@ from ralm.retrieval.encoders import EncoderConfig, Tower
 
 __all__ = ["Aligned", "SpanEmbedder", "sentence_transformer_pooling"]
 
-Row = tuple[list[int], list[int]]  # (encoder token ids without specials, their position ids)
+# (encoder token ids without specials, their position ids[, how many of the first tokens to pool])
+Row = tuple[list[int], list[int]] | tuple[list[int], list[int], int]
 
 
 def sentence_transformer_pooling(path: str | os.PathLike) -> tuple[str, bool]:
@@ -93,6 +98,19 @@ class Aligned:
             hi = self.lm_end[min(i + m, n) - 1]
         keep = np.flatnonzero((self.enc_start >= lo) & (self.enc_end <= hi))
         return self.enc_ids[keep].tolist(), (keep + 1).tolist()
+
+    def suffix_whole(self, i: int, m: int) -> Row:
+        """The rest of the sentence w_{i+1}..w_N at its absolute positions, with the number of its
+        first encoder tokens that lie inside w_{i+1}..w_{i+m} (the ones to pool).
+
+        Example: LM words "a b c d", i = 1, m = 2 -> the tokens of "b c d", pooling those of "b c".
+        """
+        n = len(self.lm_start)
+        lo = self.lm_end[i - 1]
+        hi = self.lm_end[min(i + m, n) - 1]
+        keep = np.flatnonzero(self.enc_start >= lo)
+        pooled = int((self.enc_end[keep] <= hi).sum())
+        return self.enc_ids[keep].tolist(), (keep + 1).tolist(), pooled
 
 
 class SpanEmbedder:
@@ -164,19 +182,35 @@ class SpanEmbedder:
         return Aligned(ids, off[:, 0], off[:, 1], lm[:, 0], lm[:, 1])
 
     def collate(self, rows: list[Row]) -> dict[str, torch.Tensor]:
-        """``[CLS] span [SEP]`` rows with their position ids, right-padded: (B, T) tensors."""
+        """``[CLS] span [SEP]`` rows with their position ids, right-padded: (B, T) tensors; a row with a
+        pool count c also sets pool_mask to its first c span tokens (all of it when c is 0)."""
         T = max(len(r[0]) for r in rows) + 2
         B = len(rows)
         ids = torch.full((B, T), self.pad_id, dtype=torch.long)
         pos = torch.zeros((B, T), dtype=torch.long)
         mask = torch.zeros((B, T), dtype=torch.long)
-        for b, (tok, p) in enumerate(rows):
+        pool = None
+        for b, row in enumerate(rows):
+            tok, p = row[0], row[1]
             n = len(tok)
             last = (p[-1] + 1) if n else 1
             ids[b, : n + 2] = torch.tensor([self.cls_id, *tok, self.sep_id])
             pos[b, : n + 2] = torch.tensor([0, *p, min(last, self.max_positions - 1)])
             mask[b, : n + 2] = 1
-        return {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+            if len(row) == 3:
+                if pool is None:
+                    pool = mask.clone()
+                c = int(row[2])
+                pool[b] = 0
+                pool[b, 1 : c + 1] = 1
+                if c == 0:
+                    pool[b, : n + 2] = 1
+            elif pool is not None:
+                pool[b] = mask[b]
+        out = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+        if pool is not None:
+            out["pool_mask"] = pool
+        return out
 
     @torch.inference_mode()
     def embed(self, rows: list[Row], batch_size: int = 256) -> np.ndarray:
@@ -189,10 +223,12 @@ class SpanEmbedder:
             for pos in plan_batches(lengths, batch_size):
                 batch = self.collate([rows[i] for i in pos])
                 with autocast_context(self.device, self.autocast):
+                    pool = batch.get("pool_mask")
                     v = self.tower(
                         batch["input_ids"].to(self.device),
                         batch["attention_mask"].to(self.device),
                         position_ids=batch["position_ids"].to(self.device),
+                        pool_mask=None if pool is None else pool.to(self.device),
                     )
                 out[pos] = v.float().cpu().numpy()
         return out

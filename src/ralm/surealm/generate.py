@@ -131,6 +131,7 @@ def retrieval_hooks(model: SurealmLM, retriever: PrefixRetriever) -> Iterator[No
         return (), kw
 
     def post(_module, _args, _kwargs, output):
+        model._cross_ctx = None  # the cross pathway's memory belongs to this call only
         for name in CACHE_ARGUMENTS:  # the memory must not come back as the next step's cache
             if getattr(output, name, None) is not None:
                 setattr(output, name, None)

@@ -10,11 +10,22 @@ K * (ceil(i / delta) - 1) = K * floor(t / delta) memory slots visible (`memory_m
 is placed before the tokens here, which only permutes the key axis).
 
 The retrieved embeddings (sentence-transformer space, d_mem) are mapped to the LM's hidden size
-by a learned linear map and a LayerNorm (one for keys, one for values), then every layer projects
-them with its own key/value weights (`ralm.surealm.backbone.MemoryAdapter`) into its cache. The
-LayerNorm gains start at zero, so the memory starts with zero keys and values and a pretrained
-backbone starts as itself. With `retrieval=False` the same backbone runs as a plain causal LM:
-the no-retrieval baseline.
+by a learned linear map and a LayerNorm (one for keys, one for values). Two pathways take them
+from there (`pathway`):
+
+* "cross" (`ralm surealm train`'s default; the authors' configuration behind the paper's Table 2): after every
+  backbone layer a gated cross-attention block of its own attends to the memory slots and the
+  token states (`ralm.surealm.cross_attention`). Its tanh gates start at 0, so at step 0 the model
+  computes exactly what the backbone does: the memory is inert until training opens a gate.
+* "self": the slots go into every layer's own self-attention: each layer projects them with its
+  key/value weights (`ralm.surealm.backbone.MemoryAdapter`) into its cache, ahead of the tokens.
+  With zero LayerNorm gains (`memory_init = "zero"`) the slots hold zero keys and values but still
+  take softmax weight, so they dilute the backbone at step 0 (SmolLM2: perplexity 602 -> 633);
+  `memory_bias` (e.g. -30) adds a learned offset to every slot's attention logit, which keeps them
+  out of the softmax at the start (inert; but a slot that takes e^-30 of the weight also gets
+  next to no gradient, so start it near the tokens' logits to learn).
+
+With `retrieval=False` the same backbone runs as a plain causal LM: the no-retrieval baseline.
 """
 
 from __future__ import annotations
@@ -33,7 +44,10 @@ from ralm.surealm.backbone import MemoryAdapter, load_causal_lm, load_lm_tokeniz
 MODEL_FILE = "surealm.json"
 WEIGHTS_FILE = "model.safetensors"
 
-__all__ = ["SurealmConfig", "SurealmLM", "memory_mask"]
+PATHWAYS = ("cross", "self")
+NEIGHBOURS = ("retrieved", "random", "null")
+
+__all__ = ["NEIGHBOURS", "PATHWAYS", "SurealmConfig", "SurealmLM", "memory_mask"]
 
 
 @dataclass
@@ -56,6 +70,16 @@ class SurealmConfig:
     # backbone without relative positions (BERT) cannot tell a stale block from the latest one
     # except by content; a window removes the stale ones
     memory_window: int | None = None
+    # where the memory enters: "cross" (a gated cross-attention block after every layer, gates from 0:
+    # inert at step 0; what `ralm surealm train` builds by default) or "self" (slots in every layer's
+    # self-attention; models saved before the cross pathway existed are "self")
+    pathway: str = "self"
+    # "self" pathway: a learned offset on every memory slot's attention logit, starting here (None: none)
+    memory_bias: float | None = None
+    # what fills the memory: "retrieved" (the data store's top K), "random" (K random training entries,
+    # never of the query's own sentence: the control for retrieval itself) or "null" (the slots are
+    # there but their embeddings are zero: the control for extra slots)
+    neighbours: str = "retrieved"
     datastore_fingerprint: str = ""
     encoder_fingerprint: str = ""
     lm_tokenizer_sha256: str = ""
@@ -69,6 +93,12 @@ class SurealmConfig:
             raise RalmError(f"memory_window={self.memory_window}: must be >= 1 (or None for every block)")
         if self.memory_init not in ("zero", "identity"):
             raise RalmError(f"memory_init={self.memory_init!r}: use 'zero' or 'identity'")
+        if self.neighbours not in NEIGHBOURS:
+            raise RalmError(f"neighbours={self.neighbours!r}: use {', '.join(repr(n) for n in NEIGHBOURS)}")
+        if self.pathway not in PATHWAYS:
+            raise RalmError(f"pathway={self.pathway!r}: use {' or '.join(repr(p) for p in PATHWAYS)}")
+        if self.memory_bias is not None and self.pathway != "self":
+            raise RalmError("memory_bias is for the 'self' pathway (the 'cross' pathway starts inert by its gates)")
 
     @classmethod
     def from_dict(cls, d: dict) -> SurealmConfig:
@@ -135,15 +165,29 @@ class SurealmLM(nn.Module):
         self.adapter = MemoryAdapter(backbone)
         self.cache_arg = cache_argument(backbone)
         H = self.adapter.hidden
+        self.cross = None
+        self.memory_bias = None
+        self._cross_ctx: tuple | None = None
         if config.retrieval:
             self.key_proj = nn.Linear(config.mem_dim, H)
             self.value_proj = nn.Linear(config.mem_dim, H)
             self.key_norm = nn.LayerNorm(H)
             self.value_norm = nn.LayerNorm(H)
-            # memory starts inert: zero keys and values (the norms' gains are learned from 0), so a
-            # pretrained backbone starts as itself; measured on SmolLM2-135M, random memory
-            # projections took a validation perplexity of 602 to 1.3M before any training, zero ones to 633
-            if config.memory_init == "zero":
+            if config.pathway == "cross":
+                from ralm.surealm.cross_attention import GatedCrossAttention
+
+                heads = int(backbone.config.num_attention_heads)
+                self.cross = nn.ModuleList(GatedCrossAttention(H, heads) for _ in range(len(self.adapter)))
+                for i, layer in enumerate(self.adapter.layers):
+                    layer.register_forward_hook(self._cross_hook(i))
+            elif config.memory_bias is not None:
+                self.memory_bias = nn.Parameter(torch.tensor(float(config.memory_bias)))
+            # self pathway: zero keys and values (the norms' gains are learned from 0), so a pretrained
+            # backbone starts close to itself; measured on SmolLM2-135M, random memory projections took
+            # a validation perplexity of 602 to 1.3M before any training, zero ones to 633
+            if config.pathway == "cross":
+                pass  # inert by its gates; the memory maps start as usual
+            elif config.memory_init == "zero":
                 nn.init.zeros_(self.key_norm.weight)
                 nn.init.zeros_(self.value_norm.weight)
             else:
@@ -155,7 +199,7 @@ class SurealmLM(nn.Module):
                 for lin in (self.key_proj, self.value_proj):
                     nn.init.eye_(lin.weight)
                     nn.init.zeros_(lin.bias)
-            if config.memory_gain is not None:
+            if config.memory_gain is not None and config.pathway == "self":
                 nn.init.constant_(self.key_norm.weight, config.memory_gain)
                 nn.init.constant_(self.value_norm.weight, config.memory_gain)
         impl = getattr(backbone.config, "_attn_implementation", "eager") or "eager"
@@ -166,6 +210,27 @@ class SurealmLM(nn.Module):
             )
         self.attn_impl = impl
 
+    def _cross_hook(self, i: int):
+        """A forward hook on backbone layer i that adds cross-attention block i to its output."""
+
+        def hook(_module, _args, output):
+            ctx = self._cross_ctx
+            if ctx is None:
+                return output
+            h = output[0] if isinstance(output, tuple) else output
+            h = self.cross[i](h, *ctx)
+            return (h, *output[1:]) if isinstance(output, tuple) else h
+
+        return hook
+
+    def memory_states(self, mem_keys: torch.Tensor, mem_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys, values) (B, J, H): the prefix and suffix embeddings mapped and normalised."""
+        dt = self.key_proj.weight.dtype
+        return (
+            self.key_norm(self.key_proj(mem_keys.to(dt))),
+            self.value_norm(self.value_proj(mem_values.to(dt))),
+        )
+
     @property
     def vocab_size(self) -> int:
         return int(self.backbone.get_output_embeddings().weight.shape[0])
@@ -174,9 +239,7 @@ class SurealmLM(nn.Module):
         """A DynamicCache holding every layer's keys/values of the memory slots (B, J, d_mem) each."""
         from transformers import DynamicCache
 
-        dt = self.key_proj.weight.dtype
-        k = self.key_norm(self.key_proj(mem_keys.to(dt)))  # (B, J, H)
-        v = self.value_norm(self.value_proj(mem_values.to(dt)))
+        k, v = self.memory_states(mem_keys, mem_values)  # (B, J, H)
         rope = None
         if self.adapter.kind == "llama":
             rope = self.adapter.rotary_embeddings(k, mem_block.to(k.device) * self.config.delta)
@@ -202,19 +265,33 @@ class SurealmLM(nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         kw: dict = {"position_ids": torch.arange(T, device=dev).expand(B, T), "use_cache": False}
-        if self.config.retrieval and mem_block is not None and mem_block.shape[1] > 0:
-            if mem_keys is None or mem_values is None:
-                raise ValueError("memory keys and values are needed with mem_block")
+        self._cross_ctx = None
+        has_memory = self.config.retrieval and mem_block is not None and mem_block.shape[1] > 0
+        if has_memory and (mem_keys is None or mem_values is None):
+            raise ValueError("memory keys and values are needed with mem_block")
+        if has_memory and self.cross is not None:  # the cross pathway: the backbone sees the tokens alone
+            mk, mv = self.memory_states(mem_keys, mem_values)
+            mask = memory_mask(attention_mask, mem_block, self.config.delta, window=self.config.memory_window)
+            self._cross_ctx = (mk, mv, mask)
+            mem_block = torch.zeros((B, 0), dtype=torch.long, device=dev)
+        elif has_memory:
             kw[self.cache_arg] = self.memory_cache(mem_keys, mem_values, mem_block)
         else:
             mem_block = torch.zeros((B, 0), dtype=torch.long, device=dev)
-        kw["attention_mask"] = memory_mask(
+        additive = self.attn_impl != "sdpa" or (self.memory_bias is not None and mem_block.shape[1] > 0)
+        mask = memory_mask(
             attention_mask,
             mem_block,
             self.config.delta,
             window=self.config.memory_window,
-            additive_dtype=None if self.attn_impl == "sdpa" else torch.float32,
+            additive_dtype=torch.float32 if additive else None,
         )
+        if self.memory_bias is not None and mem_block.shape[1] > 0:
+            J = mem_block.shape[1]
+            offset = torch.zeros(mask.shape[-1], dtype=mask.dtype, device=dev)
+            offset = offset.index_fill(0, torch.arange(J, device=dev), 1.0) * self.memory_bias.to(mask.dtype)
+            mask = mask + offset  # masked slots stay at the dtype's minimum (or below)
+        kw["attention_mask"] = mask
         return kw
 
     def forward(
@@ -232,16 +309,22 @@ class SurealmLM(nn.Module):
             states after any final norm/transform (kNN-LM's context vectors).
         """
         kw = self.backbone_inputs(input_ids, attention_mask, mem_keys, mem_values, mem_block)
-        if not return_hidden:
-            return self.backbone(input_ids=input_ids, **kw).logits
         captured: list[torch.Tensor] = []
-        head = self.backbone.get_output_embeddings()
-        handle = head.register_forward_hook(lambda _m, args, _out: captured.append(args[0]))
+        handle = None
+        if return_hidden:
+            head = self.backbone.get_output_embeddings()
+            handle = head.register_forward_hook(lambda _m, args, _out: captured.append(args[0]))
         try:
             logits = self.backbone(input_ids=input_ids, **kw).logits
         finally:
-            handle.remove()
-        return logits, captured[0]
+            self._cross_ctx = None
+            if handle is not None:
+                handle.remove()
+        return (logits, captured[0]) if return_hidden else logits
+
+    def gates(self) -> list[float]:
+        """tanh(g_l) of every cross-attention block (the cross pathway), in layer order; [] otherwise."""
+        return [] if self.cross is None else [float(torch.tanh(b.gate.detach())) for b in self.cross]
 
     # -- saving and loading
     def save(self, out: str | os.PathLike, tokenizer=None) -> Path:

@@ -66,6 +66,11 @@ class TrainConfig:
     memory_window: int | None = None  # latest blocks visible (None = all, eq. 6; SurealmConfig.memory_window)
     memory_gain: float | None = None  # starting gain of the memory LayerNorms (SurealmConfig.memory_gain)
     lr_memory: float | None = None  # lr of the memory projections (None = 10 x lr: they start from scratch)
+    # where the memory enters (SurealmConfig.pathway): cross (gated cross-attention, inert at step 0) | self
+    pathway: str = "cross"
+    memory_bias: float | None = None  # self pathway: learned memory-logit offset, starting here
+    # retrieved | random (the control for retrieval itself) | null (the control for extra slots)
+    neighbours: str = "retrieved"
     weight_decay: float = 0.01
     warmup_steps: int = 100  # SUREALM: 500
     schedule: str = "linear"  # linear (SUREALM) | cosine | constant
@@ -194,6 +199,9 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
         memory_init=cfg.memory_init,
         memory_gain=cfg.memory_gain,
         memory_window=cfg.memory_window,
+        pathway=cfg.pathway,
+        memory_bias=cfg.memory_bias,
+        neighbours=cfg.neighbours,
         datastore_fingerprint=store.fingerprint,
         encoder_fingerprint=store.manifest["encoder_fingerprint"],
         lm_tokenizer_sha256=tok_sha,
@@ -207,7 +215,9 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
     if cfg.init_from:
         init_backbone(model, cfg.init_from, tok_sha)
     model = model.to(dev).train()
-    batcher = SentenceBatcher(store, tokenizer, k=cfg.k, delta=cfg.delta, retrieval=cfg.retrieval)
+    batcher = SentenceBatcher(
+        store, tokenizer, k=cfg.k, delta=cfg.delta, retrieval=cfg.retrieval, neighbours=cfg.neighbours
+    )
     train_ids, valid_ids = store.split_ids("train"), store.split_ids("valid")
     if not len(train_ids):
         raise RalmError(f"{store.root}: no training sentences")
@@ -274,6 +284,8 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 c = evaluate(model, batcher, valid_ids, device=dev, autocast=cfg.autocast)
                 row.update({"valid_token_ppl": c.token_ppl, "valid_word_ppl": c.word_ppl})
+                if model.cross is not None:
+                    row["gate_mean_abs"] = float(np.mean(np.abs(model.gates())))
                 if c.token_ppl < best:
                     best = c.token_ppl
                     _save_atomic(model, tokenizer, out, {**extra, "best_step": step, "valid": c.as_dict()})
@@ -303,8 +315,16 @@ def init_backbone(model: SurealmLM, run: str | os.PathLike, tokenizer_sha: str) 
 
 
 def memory_modules(model: SurealmLM) -> list[torch.nn.Module]:
-    """The memory projections (trained from scratch, so at their own learning rate)."""
-    return [model.key_proj, model.value_proj, model.key_norm, model.value_norm]
+    """The memory projections, cross-attention blocks and memory-logit offset (trained from scratch,
+    so at their own learning rate)."""
+    mods: list[torch.nn.Module] = [model.key_proj, model.value_proj, model.key_norm, model.value_norm]
+    if model.cross is not None:
+        mods.append(model.cross)
+    if model.memory_bias is not None:
+        holder = torch.nn.Module()
+        holder.memory_bias = model.memory_bias
+        mods.append(holder)
+    return mods
 
 
 def run_datastore(path: str | os.PathLike, datastore: str | os.PathLike | None = None) -> str | None:
@@ -335,6 +355,11 @@ def load_trained(path: str | os.PathLike, datastore: str | os.PathLike | None = 
         logger.warning("%s: not the data store the model was trained with (fingerprints differ)", store.root)
     model.to(resolve_device(device))
     batcher = SentenceBatcher(
-        store, tok, k=model.config.k, delta=model.config.delta, retrieval=model.config.retrieval
+        store,
+        tok,
+        k=model.config.k,
+        delta=model.config.delta,
+        retrieval=model.config.retrieval,
+        neighbours=model.config.neighbours,
     )
     return model, tok, store, batcher
