@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-
 from test_surealm_model import _bert, _llama, _memory
 
 pytestmark = pytest.mark.usefixtures("one_thread")
