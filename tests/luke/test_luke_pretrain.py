@@ -347,3 +347,25 @@ def test_torchrun_two_processes_match_one(store, tiny_dir, tmp_path):
     assert [x[1:] for x in la] == [x[1:] for x in lb] and [x[0] for x in la] == pytest.approx(
         [x[0] for x in lb]
     )
+
+
+def test_entity_first_stage_leaves_the_word_side_bit_identical(make_cfg, tmp_path):
+    """Steps 1-2 train the entity side alone (the word side stays bit-identical to the start); steps
+    3-4 train everything; the metrics say which stage each step was in."""
+    from ralm.luke.pretrain import pretrain
+    from ralm.luke.pretrain_run import prepare
+    from ralm.luke.stages import entity_side
+
+    cfg = make_cfg(out=str(tmp_path / "staged"), steps=4, entity_first_steps=2, checkpoint_every=1,
+                   keep_checkpoints=8, entity_first_lr=1e-2)  # fmt: skip
+    start = {k: v.clone() for k, v in prepare(cfg).model.state_dict().items()}
+    run = pretrain(cfg, progress=False)
+    two, four = weights(run / "checkpoints" / "step-0000002"), weights(run / "checkpoints" / "step-0000004")
+    word = [k for k in start if k in two and not entity_side(k)]
+    ent = [k for k in start if k in two and entity_side(k)]
+    assert word and ent
+    for k in word:
+        assert torch.equal(two[k], start[k]), k
+    assert all(not torch.equal(four[k], start[k]) for k in word if k.endswith("query.weight"))
+    assert sum(not torch.equal(two[k], start[k]) for k in ent) > len(ent) // 2
+    assert [r.get("stage") for r in rows(run) if "mlm_loss" in r] == [1, 1, 2, 2]

@@ -22,10 +22,11 @@ from typing import Any
 
 from ralm.errors import RalmError
 
-__all__ = ["LukeConfig", "ENTITY_PAD_ID", "ENTITY_UNK_ID", "ENTITY_MASK_ID"]
+__all__ = ["ENTITY_ATTENTION", "LukeConfig", "ENTITY_PAD_ID", "ENTITY_UNK_ID", "ENTITY_MASK_ID"]
 
 ENTITY_PAD_ID, ENTITY_UNK_ID, ENTITY_MASK_ID = 0, 1, 2  # HF LUKE's conventions for the entity vocabulary
 
+ENTITY_ATTENTION = ("joint", "separate")
 ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "silu", "swish", "quick_gelu")
 
 
@@ -61,6 +62,11 @@ class LukeConfig:
     max_mention_length: int = 30  # M, the last dimension of entity_position_ids
     pad_token_id: int = 0  # the word [PAD] id (export sets HF's position offset from it)
     initializer_range: float = 0.02  # std of N(0, .) for every freshly initialised matrix
+    # how word and entity keys share attention: "joint" (one softmax over words and entities, LUKE and
+    # Hugging Face's LukeModel) or "separate" (the DaLUKE paper's four softmaxes A, A_w2e, A_e2w, A_e2e,
+    # the entity term of a word's output scaled by a learned gate tanh(g) from 0: the word stream
+    # starts as the plain encoder whatever entity tokens come with it)
+    entity_attention: str = "joint"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -69,6 +75,19 @@ class LukeConfig:
     def is_luke(self) -> bool:
         """True when words and entities share one width (LUKE); False for DaLUKE's l < L."""
         return self.entity_hidden_size == self.hidden_size
+
+    @property
+    def hf_luke(self) -> bool:
+        """True when Hugging Face's LukeModel computes what this model does: l == L and the joint softmax."""
+        return self.is_luke and self.entity_attention == "joint"
+
+    def why_not_hf(self) -> str:
+        """Why Hugging Face's LukeModel cannot hold this model ("" when it can)."""
+        if not self.is_luke:
+            return f"HF LUKE cannot represent a reduced entity dimension (l = {self.entity_hidden_size} < L = {self.hidden_size})"
+        if self.entity_attention != "joint":
+            return "HF LUKE has one joint softmax over words and entities, this model separate ones (entity_attention)"
+        return ""
 
     def validate(self) -> None:
         """Raise RalmError with one line naming the first inconsistent value."""
@@ -103,6 +122,10 @@ class LukeConfig:
             )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise RalmError(f"LukeConfig.pad_token_id = {self.pad_token_id}: not in [0, vocab_size)")
+        if self.entity_attention not in ENTITY_ATTENTION:
+            raise RalmError(
+                f"LukeConfig.entity_attention = {self.entity_attention!r}: choose {' or '.join(ENTITY_ATTENTION)}"
+            )
         if self.hidden_act not in ACTIVATIONS:
             raise RalmError(
                 f"LukeConfig.hidden_act = {self.hidden_act!r}: not one of {', '.join(ACTIVATIONS)}"

@@ -130,10 +130,8 @@ def _encoder_from_hf(sd: dict[str, Tensor], cfg: LukeConfig) -> dict[str, Tensor
 def to_hf_state_dict(model: nn.Module) -> dict[str, Tensor]:
     """Full HF state dict of LukeModel (EntityAwareModel), LukeForMaskedLM or LukeForEntitySpanClassification."""
     cfg = model.config
-    if not cfg.is_luke:
-        raise RalmError(
-            f"HF LUKE cannot represent a reduced entity dimension (l = {cfg.entity_hidden_size} < L = {cfg.hidden_size})"
-        )
+    if not cfg.hf_luke:
+        raise RalmError(cfg.why_not_hf())
     if isinstance(model, EntityAwareModel):
         return _encoder_to_hf(model.state_dict(), cfg)
     enc = _encoder_to_hf(model.luke.state_dict(), cfg)
@@ -256,7 +254,7 @@ def export_model(
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        if cfg.is_luke:
+        if cfg.hf_luke:
             _write_hf(model, tmp, info)
             what = f"Hugging Face LUKE ({HF_CLASS[type(model)]})"
             if isinstance(model, LukeForPretraining) and cfg.hidden_act != "gelu":
@@ -267,10 +265,7 @@ def export_model(
         else:
             save_model(model, tmp)  # ralm's own format, tokenizer files included
             what = "ralm's own format (config.json + model.safetensors; load with ralm.luke.io.load_model)"
-            log(
-                f"note: HF LUKE cannot represent a reduced entity dimension (l = {cfg.entity_hidden_size} "
-                f"< L = {cfg.hidden_size}); {out} holds ralm's own safetensors + config instead"
-            )
+            log(f"note: {cfg.why_not_hf()}; {out} holds ralm's own safetensors + config instead")
         if not any((tmp / f).is_file() for f in TOKENIZER_FILES):
             src = _tokenizer_dir(model_dir, info)
             if src is None:
@@ -296,7 +291,7 @@ def export_model(
 def _card(out: Path, run: Path, model: nn.Module, cfg: LukeConfig, what: str, vocab) -> str:
     """README.md model card of an export: what the model is, its sizes, how to load it."""
     ner = isinstance(model, LukeForSpanClassification)
-    hf = cfg.is_luke
+    hf = cfg.hf_luke
     cls = HF_CLASS[type(model)] if hf else type(model).__name__
     usage = (
         f'from transformers import {cls}, AutoTokenizer\n\nmodel = {cls}.from_pretrained("{out.name}")\n'

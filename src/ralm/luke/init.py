@@ -108,6 +108,7 @@ def from_bert(
     max_mention_length: int = 30,
     seed: int = 0,
     entity_intermediate_size: int | None = None,
+    entity_attention: str = "joint",
 ) -> LukeForPretraining:
     """A LukeForPretraining whose word side is the checkpoint at `path` (None/"minilm": the bundled MiniLM).
 
@@ -158,6 +159,7 @@ def from_bert(
         max_mention_length=max_mention_length,
         pad_token_id=pad,
         initializer_range=getattr(hc, "initializer_range", 0.02),
+        entity_attention=entity_attention,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

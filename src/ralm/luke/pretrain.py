@@ -46,6 +46,7 @@ from ralm.luke.annotations import annotation_stats
 from ralm.luke.data import LukeCollator, MaskSettings
 from ralm.luke.pretrain_config import LukePretrainConfig
 from ralm.luke.pretrain_run import MODEL_DIR, check_out, corpus_stats, open_run, prepare, read_run_config
+from ralm.luke.stages import entity_side, set_stage, staged_schedule
 from ralm.precision import autocast_context, autocast_dtype
 from ralm.realm.data import batch_positions, example_rngs
 from ralm.realm.run import check_checkpoint_corpus, trim_metrics
@@ -140,6 +141,22 @@ def train_step(
     }
 
 
+def _optimizer(model: torch.nn.Module, cfg: LukePretrainConfig):
+    """AdamW and its schedule: one warm-up and decay, or with `entity_first_steps` the two stages of
+    `ralm.luke.stages` (the entity side in groups of its own, named "entity")."""
+    if not cfg.entity_first_steps:
+        opt = adamw(param_groups(model, cfg.lr, cfg.weight_decay, name="luke"))
+        return opt, warmup_schedule(opt, cfg.schedule, cfg.warmup_steps, cfg.steps)
+    ent = torch.nn.ParameterList([p for n, p in model.named_parameters() if entity_side(n)])
+    seen: set[int] = set()
+    groups = param_groups(ent, cfg.lr, cfg.weight_decay, name="entity", skip=seen)
+    groups += param_groups(model, cfg.lr, cfg.weight_decay, name="luke", skip=seen)
+    opt = adamw(groups)
+    sched = staged_schedule(opt, first_steps=cfg.entity_first_steps, first_lr=cfg.entity_first_lr, lr=cfg.lr,
+                            warmup_steps=cfg.warmup_steps, total_steps=cfg.steps, kind=cfg.schedule)  # fmt: skip
+    return opt, sched
+
+
 # ----------------------------------------------------------------------------- the run
 def pretrain(
     cfg: LukePretrainConfig,
@@ -207,8 +224,7 @@ def _pretrain(
     )
     collator = LukeCollator(prep.store, prep.spans, prep.vocab, prep.tok, settings)
     train_ids = np.flatnonzero(prep.store.lengths() > 0).astype(np.int64)
-    opt = adamw(param_groups(model, cfg.lr, cfg.weight_decay, name="luke"))
-    sched = warmup_schedule(opt, cfg.schedule, cfg.warmup_steps, cfg.steps)
+    opt, sched = _optimizer(model, cfg)
     start = 0
     torch.manual_seed(cfg.seed)
     if ckpt is not None:
@@ -244,6 +260,9 @@ def _pretrain(
                 f"{first['entities_per_1k_words_link']:.2f}, links + auto {first['entities_per_1k_words_link_auto']:.2f})"
             )
     # entity parameters get no gradient in mode mlm or in a batch without entities
+    staged = cfg.entity_first_steps > 0
+    if staged:
+        set_stage(model, start + 1, cfg.entity_first_steps)
     net = dist.wrap(model, find_unused_parameters=True)
     model.train()
     per_step = cfg.batch_size * cfg.grad_accum
@@ -255,7 +274,12 @@ def _pretrain(
     try:
         for step in range(start + 1, cfg.steps + 1):
             t0 = time.perf_counter()
+            if staged and step == cfg.entity_first_steps + 1:  # the word side joins: DDP must see it
+                set_stage(model, step, cfg.entity_first_steps)
+                net = dist.wrap(model, find_unused_parameters=True)
             row = train_step(net, opt, sched, collator, train_ids, cfg, step, dev, ac, dist)
+            if staged:
+                row["stage"] = 1 if step <= cfg.entity_first_steps else 2
             row["examples_seen"] = step * per_step
             row["step_seconds"] = time.perf_counter() - t0
             row["elapsed_seconds"] = time.perf_counter() - t_run

@@ -29,7 +29,8 @@ MODES = ("luke", "mlm")
 # settings a checkpoint (and the entity vocabulary) depends on: a resume must not change them
 RESUME_FIELDS = (
     "docstore", "mode", "backbone", "seed", "batch_size", "grad_accum", "entity_vocab_size",
-    "entity_hidden_size", "entity_emb_size", "sources", "auto_annotation", "max_seq_length",
+    "entity_hidden_size", "entity_emb_size", "sources", "auto_annotation", "max_seq_length", "entity_attention",
+    "entity_min_mentions", "entity_first_steps",
     "max_entities", "max_mention_length", "mlm_prob", "random_word_prob", "unmasked_word_prob", "mep_prob",
 )  # fmt: skip
 
@@ -43,8 +44,17 @@ class LukePretrainConfig:
     mode: str = "luke"  # luke: words + entities | mlm: the same model on the same words, E = 0
     backbone: str | None = None  # BERT-like HF directory whose word parts are copied; None = bundled MiniLM
     entity_vocab_size: int = 10_000  # entity table rows incl. [PAD]/[UNK]/[MASK] (LUKE: 500,000)
+    entity_min_mentions: int = 1  # only entities with at least this many mentions in the corpus get a row
     entity_hidden_size: int | None = None  # l; None = L (LUKE, the Baseline row); l < L: DaLUKE "+ent"
     entity_emb_size: int = 256  # entity embedding table width, projected to l (DaLUKE: 256)
+    # joint: one softmax over words and entities (LUKE, HF) | separate: the paper's four softmaxes, the
+    # entity term of the word outputs gated from 0 (the word stream starts as the plain encoder)
+    entity_attention: str = "separate"
+    # the entity side alone first (LUKE; DaLUKE freezes the base for half the steps): entity embeddings,
+    # entity head, entity-side queries/keys/values/feed-forward, the gates and the word MLM head train for
+    # this many steps at entity_first_lr, the rest frozen; then everything, its learning rate warmed up again
+    entity_first_steps: int = 0
+    entity_first_lr: float = 1e-3
     sources: list[str] = field(default_factory=lambda: ["link"])  # entity spans: link (Wikipedia links)
     auto_annotation: bool = False  # also DaLUKE's auto-annotated spans ("+auto" rows)
     max_seq_length: int = 128  # [CLS] words [SEP] (LUKE: 512; DocStore chunks are shorter anyway)
@@ -90,6 +100,16 @@ class LukePretrainConfig:
                 f"entity_hidden_size={self.entity_hidden_size}: must be >= 1",
             ),
             (self.entity_emb_size >= 1, f"entity_emb_size={self.entity_emb_size}: must be >= 1"),
+            (self.entity_min_mentions >= 1, f"entity_min_mentions={self.entity_min_mentions}: must be >= 1"),
+            (
+                self.entity_attention in ("joint", "separate"),
+                f"entity_attention {self.entity_attention!r}: choose joint or separate",
+            ),
+            (
+                0 <= self.entity_first_steps < self.steps,
+                f"entity_first_steps={self.entity_first_steps}: must be >= 0 and below steps={self.steps}",
+            ),
+            (self.entity_first_lr > 0, f"entity_first_lr={self.entity_first_lr}: must be > 0"),
             (self.max_seq_length >= 3, f"max_seq_length={self.max_seq_length}: must be >= 3"),
             (self.max_entities >= 1, f"max_entities={self.max_entities}: must be >= 1"),
             (self.max_mention_length >= 1, f"max_mention_length={self.max_mention_length}: must be >= 1"),

@@ -75,7 +75,7 @@ def prepare(cfg: LukePretrainConfig) -> Prepared:
     store = open_store(cfg.docstore)
     spans = EntitySpans.from_docstore(store, cfg.entity_sources, words=True)
     spans.require_spans()
-    vocab = EntityVocabulary.from_counts(spans.title_counts(), cfg.entity_vocab_size)
+    vocab = EntityVocabulary.from_counts(spans.title_counts(), cfg.entity_vocab_size, cfg.entity_min_mentions)
     backbone = resolve_model_dir(cfg.backbone)
     tokenizer = load_tokenizer(backbone)
     check_reader_tokenizer(store, tokenizer, backbone)
@@ -86,6 +86,7 @@ def prepare(cfg: LukePretrainConfig) -> Prepared:
         entity_emb_size=cfg.entity_emb_size,
         max_mention_length=cfg.max_mention_length,
         seed=cfg.seed,
+        entity_attention=cfg.entity_attention,
     )
     if cfg.max_seq_length > model.config.max_position_embeddings:
         raise RalmError(

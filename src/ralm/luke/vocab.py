@@ -54,20 +54,24 @@ class EntityVocabulary:
 
     # -- building
     @classmethod
-    def from_counts(cls, counts: Mapping[str, int], size: int) -> EntityVocabulary:
+    def from_counts(cls, counts: Mapping[str, int], size: int, min_count: int = 1) -> EntityVocabulary:
         """The `size - 3` most frequent titles of `counts` (count desc, then title) after the specials.
 
         size: the whole vocabulary's size, special tokens included (the entity embedding table's
-        rows); fewer entities than that gives a smaller vocabulary. Titles spelled like a special
-        token are left out (they would be ambiguous in the saved file).
+        rows); fewer entities than that gives a smaller vocabulary. min_count: only titles with at
+        least this many mentions (an entity seen once a corpus cannot be learned from it). Titles
+        spelled like a special token are left out (they would be ambiguous in the saved file).
+        Example: from_counts({"Oslo": 3, "Bergen": 1}, size=10, min_count=2) -> [PAD] [UNK] [MASK] Oslo.
         """
+        if min_count < 1:
+            raise RalmError(f"entity_min_mentions={min_count}: must be >= 1")
         if size <= len(SPECIAL_TOKENS):
             raise RalmError(
                 f"entity_vocab_size={size}: must be > {len(SPECIAL_TOKENS)} ([PAD], [UNK], [MASK] + entities)"
             )
         special = set(SPECIAL_TOKENS)
         ranked = sorted(
-            ((t, int(c)) for t, c in counts.items() if t not in special and int(c) > 0),
+            ((t, int(c)) for t, c in counts.items() if t not in special and int(c) >= min_count),
             key=lambda tc: (-tc[1], tc[0]),
         )[: size - len(SPECIAL_TOKENS)]
         return cls([t for t, _ in ranked], [c for _, c in ranked])
