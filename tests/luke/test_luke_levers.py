@@ -154,3 +154,76 @@ def test_entity_side_names():
     assert not entity_side("luke.encoder.layer.0.attention.self.query.weight")
     assert not entity_side("luke.encoder.layer.0.output.dense.weight")
     assert not entity_side("luke.embeddings.word_embeddings.weight")
+
+
+def test_threshold_decoding_on_a_toy_case():
+    """Five words; spans with (O, PER, LOC) probabilities; by hand: argmax keeps (0,1) PER only; at
+    threshold 0.3 the spans with 1 - P(O) > 0.3 are (0,1) .9, (0,2) .45, (2,3) .4, (3,5) .35; greedy by
+    score keeps (0,1) PER, then (2,3) LOC (.4), then (3,5) PER (.35); (0,2) overlaps (0,1)."""
+    import numpy as np
+
+    from ralm.luke.ner_model import decode_tags
+    from ralm.luke.spans import SentenceSpans
+
+    spans = [(0, 1), (0, 2), (2, 3), (3, 5), (4, 5)]
+    p = np.array([[0.1, 0.8, 0.1], [0.55, 0.4, 0.05], [0.6, 0.1, 0.3], [0.65, 0.3, 0.05], [0.9, 0.05, 0.05]])
+    x = SentenceSpans([0] * 7, spans, np.zeros((5, 2), dtype=np.int64), np.zeros(5, dtype=np.int64), 5)
+    classes = ["O", "PER", "LOC"]
+    assert decode_tags([x], [p], classes) == [["B-PER", "O", "O", "O", "O"]]
+    assert decode_tags([x], [p], classes, threshold=0.3) == [["B-PER", "O", "B-LOC", "B-PER", "I-PER"]]
+    assert decode_tags([x], [p], classes, threshold=0.95) == [["O"] * 5]
+
+
+def test_weighted_cross_entropy_by_hand():
+    from ralm.luke.model import weighted_cross_entropy
+
+    logits = torch.tensor([[[2.0, 0.0], [0.0, 1.0], [5.0, 5.0]]])
+    labels = torch.tensor([[0, 1, -100]])
+    ce0 = -torch.log_softmax(logits[0, 0], 0)[0]
+    ce1 = -torch.log_softmax(logits[0, 1], 0)[1]
+    got = weighted_cross_entropy(logits, labels, torch.tensor([0.25, 1.0]))
+    assert float(got) == pytest.approx(float((0.25 * ce0 + ce1) / 1.25), abs=1e-6)
+
+
+def test_words_only_span_classifier_reads_no_entities(tiny_luke_config):
+    from ralm.luke.model import LukeForSpanClassification
+
+    torch.manual_seed(0)
+    model = LukeForSpanClassification(tiny_luke_config(), num_labels=3, words_only=True).eval()
+    assert model.classifier.in_features == 2 * 32
+    words = torch.randint(5, 100, (1, 7))
+    pos = torch.tensor([[[1, 2, -1, -1, -1, -1], [3, -1, -1, -1, -1, -1]]])
+    args = (torch.ones(1, 2, dtype=torch.long), pos, torch.tensor([[1, 3]]), torch.tensor([[2, 3]]))
+    with torch.no_grad():
+        a = model(words, None, torch.tensor([[2, 2]]), *args)["logits"]
+        b = model(words, None, torch.tensor([[5, 7]]), *args)["logits"]  # other entity ids: same words
+        h, _ = model.luke(words, None, None, None, None)
+    torch.testing.assert_close(a, b)
+    want = model.classifier(torch.cat([h[0, [1, 3]], h[0, [2, 3]]], dim=-1))
+    torch.testing.assert_close(a[0], want)
+
+
+def test_context_words_and_spans_inside_the_sentence(bert_tokenizer):
+    from types import SimpleNamespace
+
+    from ralm.luke.spans import context_words, encode_sentences
+
+    exs = [SimpleNamespace(id=str(i), tokens=t, labels=["O"] * len(t)) for i, t in
+           enumerate([["a", "b"], ["oslo", "is"], ["cold", "now", "here"]])]  # fmt: skip
+    exs[1].labels = ["B-LOC", "O"]
+    assert context_words(exs, 2) == [
+        ([], ["oslo", "is"]),
+        (["a", "b"], ["cold", "now"]),
+        (["oslo", "is"], []),
+    ]
+    assert context_words(exs, 3)[2] == (["b", "oslo", "is"], [])
+    plain, _ = encode_sentences(bert_tokenizer, exs[1:2], ["O", "LOC"], max_length=64, max_span_length=2)
+    ctx, _ = encode_sentences(bert_tokenizer, exs[1:2], ["O", "LOC"], max_length=64, max_span_length=2,
+                              context=[(["a", "b"], ["cold", "now"])])  # fmt: skip
+    assert plain[0].spans == ctx[0].spans == [(0, 1), (0, 2), (1, 2)] and ctx[0].n_words == 2
+    assert ctx[0].labels.tolist() == plain[0].labels.tolist() == [1, 0, 0]
+    assert len(ctx[0].input_ids) == len(plain[0].input_ids) + 4  # a b ... cold now
+    assert ctx[0].bounds.tolist() == [[b + 2 for b in r] for r in plain[0].bounds.tolist()]
+    tight, _ = encode_sentences(bert_tokenizer, exs[1:2], ["O", "LOC"], max_length=6, max_span_length=2,
+                                context=[(["a", "b"], ["cold", "now"])])  # fmt: skip
+    assert len(tight[0].input_ids) <= 6 and tight[0].spans == plain[0].spans  # context dropped to fit

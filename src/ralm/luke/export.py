@@ -254,7 +254,7 @@ def export_model(
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        if cfg.hf_luke:
+        if cfg.hf_luke and not getattr(model, "words_only", False):
             _write_hf(model, tmp, info)
             what = f"Hugging Face LUKE ({HF_CLASS[type(model)]})"
             if isinstance(model, LukeForPretraining) and cfg.hidden_act != "gelu":
@@ -291,7 +291,7 @@ def export_model(
 def _card(out: Path, run: Path, model: nn.Module, cfg: LukeConfig, what: str, vocab) -> str:
     """README.md model card of an export: what the model is, its sizes, how to load it."""
     ner = isinstance(model, LukeForSpanClassification)
-    hf = cfg.hf_luke
+    hf = cfg.hf_luke and not getattr(model, "words_only", False)
     cls = HF_CLASS[type(model)] if hf else type(model).__name__
     usage = (
         f'from transformers import {cls}, AutoTokenizer\n\nmodel = {cls}.from_pretrained("{out.name}")\n'

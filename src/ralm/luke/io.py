@@ -109,6 +109,8 @@ def save_model(model: nn.Module, out_dir: str | os.PathLike, extra: dict | None 
     }
     if isinstance(model, LukeForSpanClassification):
         info["num_labels"] = model.num_labels
+        if model.words_only:
+            info["words_only"] = True
     text = json.dumps(info, indent=2, sort_keys=True) + "\n"  # fails here, before anything is written
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
@@ -189,7 +191,9 @@ def load_model(model_dir: str | os.PathLike, cls: type = LukeForPretraining, **k
             raise RalmError(
                 f"{d}: holds a span classifier with {info.get('num_labels')} labels, not {kw['num_labels']}"
             )
-        model = LukeForSpanClassification(cfg, int(info.get("num_labels", 0)), dropout=kw.get("dropout"))
+        model = LukeForSpanClassification(
+            cfg, int(info.get("num_labels", 0)), dropout=kw.get("dropout"), words_only=bool(info.get("words_only"))
+        )
     elif stored is LukeForPretraining:
         model = LukeForPretraining(cfg)
     else:
@@ -213,7 +217,7 @@ def load_model(model_dir: str | os.PathLike, cls: type = LukeForPretraining, **k
                 f"{d}: holds a pre-trained model; give num_labels to build a span classifier from it"
             )
         model = LukeForSpanClassification.from_pretraining(
-            model, int(kw["num_labels"]), dropout=kw.get("dropout")
+            model, int(kw["num_labels"]), dropout=kw.get("dropout"), words_only=bool(kw.get("words_only"))
         )
     else:
         raise RalmError(f"{d}: holds a {stored.__name__}, which cannot be loaded as a {cls.__name__}")

@@ -17,7 +17,10 @@
   embedding table (its shape always matches: (entity_vocab_size, entity_emb_size)), own bias).
   The ties are taken at forward time from the embedding modules, so no tensor is stored twice.
 - `LukeForSpanClassification`: a linear classifier over concat(first word state (L), last word
-  state (L), entity state (l)) of each candidate span, as HF `LukeForEntitySpanClassification`.
+  state (L), entity state (l)) of each candidate span, as HF `LukeForEntitySpanClassification`;
+  with `words_only` the encoder reads the words alone (no entity tokens) and the classifier sees
+  concat(first, last) (DaLUKE's `words_only`: span classification without entity tokens).
+  `class_weights` (C,), when set, weights the cross-entropy per gold class (e.g. less for "O").
 
 Parameter names follow HF LUKE (without the `luke.` prefix of its task models) so that
 `ralm.luke.export` is a renaming. Left out: pooler, gradient checkpointing, attention outputs.
@@ -41,6 +44,7 @@ __all__ = [
     "LukeForSpanClassification",
     "init_weights",
     "masked_cross_entropy",
+    "weighted_cross_entropy",
 ]
 
 
@@ -70,6 +74,20 @@ def masked_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
     n = (y != -100).sum()
     total = F.cross_entropy(flat, y, ignore_index=-100, reduction="sum")
     return total / n.clamp(min=1)
+
+
+def weighted_cross_entropy(logits: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
+    """Cross-entropy over labels != -100, each weighted by its gold class's weight, divided by the
+    summed weights (torch's weighted mean); 0 when there are none.
+
+    Example: two spans, gold O (weight 0.25) and PER (weight 1): (0.25 * ce_O + ce_PER) / 1.25.
+    """
+    flat, y = logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1)
+    keep = y != -100
+    if not bool(keep.any()):
+        return flat.sum() * 0.0
+    w = weights.to(flat.device, flat.dtype)
+    return F.cross_entropy(flat[keep], y[keep], weight=w)
 
 
 class WordEmbeddings(nn.Module):
@@ -298,24 +316,29 @@ class LukeForSpanClassification(nn.Module):
     (2, 1, 3)
     """
 
-    def __init__(self, config: LukeConfig, num_labels: int, *, dropout: float | None = None):
+    def __init__(
+        self, config: LukeConfig, num_labels: int, *, dropout: float | None = None, words_only: bool = False
+    ):
         super().__init__()
         if num_labels < 1:
             raise ValueError(f"num_labels must be >= 1, got {num_labels}")
         self.config = config
         self.num_labels = num_labels
+        self.words_only = bool(words_only)
         self.luke = EntityAwareModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
-        self.classifier = nn.Linear(2 * config.hidden_size + config.entity_hidden_size, num_labels)
+        width = 2 * config.hidden_size + (0 if words_only else config.entity_hidden_size)
+        self.classifier = nn.Linear(width, num_labels)
         init_weights(self.classifier, config.initializer_range)
+        self.class_weights: Tensor | None = None  # (num_labels,) loss weight per gold class; None = 1
         self.ralm_meta: dict = {}
 
     @classmethod
     def from_pretraining(
-        cls, pre: LukeForPretraining, num_labels: int, *, dropout: float | None = None
+        cls, pre: LukeForPretraining, num_labels: int, *, dropout: float | None = None, words_only: bool = False
     ) -> LukeForSpanClassification:
         """A span classifier whose encoder is a copy of `pre.luke` (the classifier is fresh)."""
-        model = cls(copy.deepcopy(pre.config), num_labels, dropout=dropout)
+        model = cls(copy.deepcopy(pre.config), num_labels, dropout=dropout, words_only=words_only)
         model.luke.load_state_dict(pre.luke.state_dict())
         model.ralm_meta = dict(getattr(pre, "ralm_meta", {}))
         return model
@@ -337,16 +360,23 @@ class LukeForSpanClassification(nn.Module):
         Returns logits (B, E, num_labels); with labels (B, E) also loss, the mean cross-entropy over
         real entities (entity_attention_mask 1) whose label is not -100.
         """
-        words, entities = self.luke(
-            input_ids, attention_mask, entity_ids, entity_attention_mask, entity_position_ids, **kw
-        )
+        if self.words_only:  # the words alone: no entity token reaches the encoder
+            kw.pop("entity_token_type_ids", None)
+            words, _ = self.luke(input_ids, attention_mask, None, None, None, **kw)
+        else:
+            words, entities = self.luke(
+                input_ids, attention_mask, entity_ids, entity_attention_mask, entity_position_ids, **kw
+            )
         t, L = words.size(1), words.size(2)
         start = entity_start_positions.clamp(0, t - 1).unsqueeze(-1).expand(-1, -1, L)
         end = entity_end_positions.clamp(0, t - 1).unsqueeze(-1).expand(-1, -1, L)
-        features = torch.cat([words.gather(1, start), words.gather(1, end), entities], dim=-1)
-        out = {"logits": self.classifier(self.dropout(features))}
+        parts = [words.gather(1, start), words.gather(1, end)] + ([] if self.words_only else [entities])
+        out = {"logits": self.classifier(self.dropout(torch.cat(parts, dim=-1)))}
         if labels is not None:
             if entity_attention_mask is not None:
                 labels = labels.masked_fill(entity_attention_mask == 0, -100)
-            out["loss"] = masked_cross_entropy(out["logits"], labels)
+            if self.class_weights is None:
+                out["loss"] = masked_cross_entropy(out["logits"], labels)
+            else:
+                out["loss"] = weighted_cross_entropy(out["logits"], labels, self.class_weights)
         return out

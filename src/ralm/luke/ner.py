@@ -21,8 +21,15 @@ split) is reported per seed and in the summary. Defaults follow DaLUKE's fine-tu
 (15 epochs, batch 8 sentences, lr 5e-5, 6% warm-up, weight decay 0.01, linear decay, dropout 0.025
 before the classifier).
 
-Left out: document context around a sentence (LUKE adds neighbouring words), nested entities,
-resuming a seed, multi-process fine-tuning.
+Options for a span classifier starved of positives and for measuring it apart from the entity
+tokens (issue 47): `o_weight` weights the "O" class's cross-entropy (the others 1); `decode =
+"threshold"` types a span as an entity when 1 - P(O) exceeds a threshold tuned on dev (best entity
+F1 over 0.05..0.95), recorded per seed and applied to test; `words_only` is DaLUKE's span
+classifier without entity tokens (concat(first, last) word states, the same head and budget);
+`context_words` reads each sentence with up to that many words of the sentences before and after
+it in its split (LUKE reads a sentence inside its document).
+
+Left out: nested entities, resuming a seed, multi-process fine-tuning.
 """
 
 from __future__ import annotations
@@ -40,11 +47,12 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.luke.ner_model import Backbone, load_backbone, predict_tags, score_tags
+from ralm.luke.ner_model import Backbone, decode_tags, load_backbone, score_tags, span_probs, tune_threshold
 from ralm.luke.spans import (
     check_iob2,
     chunk_rows,
     collate,
+    context_words,
     encode_sentences,
 )
 
@@ -83,6 +91,10 @@ class LukeNerConfig:
     eval_every: int = 0  # also score dev every N steps (0 = at each epoch end only)
     patience: int = 0  # stop after N dev evaluations without improvement (0 = never)
     head_dropout: float = 0.025  # dropout before the span classifier (DaLUKE's "final, linear layer")
+    o_weight: float = 1.0  # cross-entropy weight of the "O" class (the entity classes weigh 1)
+    decode: str = "argmax"  # argmax (LUKE) | threshold: 1 - P(O) > a threshold tuned on dev
+    words_only: bool = False  # the span classifier without entity tokens (DaLUKE's words_only)
+    context_words: int = 0  # words of the neighbouring sentences read around each sentence (LUKE)
     grad_clip: float = 1.0
     eval_batch_size: int = 32  # chunk rows per forward at evaluation
     device: str = "auto"
@@ -120,7 +132,9 @@ def run_seed(
     torch.manual_seed(seed)
     np.random.seed(seed % (2**32))
     device = resolve_device(cfg.device)
-    model = bb.load(len(classes), cfg.head_dropout).to(device).train()
+    model = bb.load(len(classes), cfg.head_dropout, words_only=cfg.words_only).to(device).train()
+    if cfg.o_weight != 1.0:
+        model.class_weights = torch.tensor([cfg.o_weight] + [1.0] * (len(classes) - 1))
     dtype = autocast_dtype(device, cfg.autocast, torch.float32)
     M, pad = model.config.max_mention_length, bb.tokenizer.pad_token_id
     max_length = min(cfg.max_length, model.config.max_position_embeddings)
@@ -129,15 +143,22 @@ def run_seed(
     test = splits.get("test", [])[: cfg.max_eval or None]
 
     def encode(examples):
+        ctx = context_words(examples, cfg.context_words) if cfg.context_words else None
         return encode_sentences(
-            bb.tokenizer, examples, classes, max_length=max_length, max_span_length=cfg.max_span_length
-        )
+            bb.tokenizer, examples, classes, max_length=max_length, max_span_length=cfg.max_span_length,
+            context=ctx,
+        )  # fmt: skip
+
+    def probs(feats):
+        return span_probs(
+            model, feats, pad_id=pad, batch_size=cfg.eval_batch_size, max_entities=cfg.max_entities,
+            device=device, dtype=dtype,
+        )  # fmt: skip
+
+    threshold: float | None = None
 
     def tag(feats):
-        return predict_tags(
-            model, feats, classes, pad_id=pad, batch_size=cfg.eval_batch_size,
-            max_entities=cfg.max_entities, device=device, dtype=dtype,
-        )  # fmt: skip
+        return decode_tags(feats, probs(feats), classes, threshold)
 
     feats, reach = encode(train_set)
     dev_feats = encode(dev)[0]
@@ -192,6 +213,9 @@ def run_seed(
     best.restore(holder)
     record: dict[str, Any] = {"seed": seed, "steps": step, "best_step": best.step if best.state else step}
     record["dev"] = best.metrics if best.state else (score_tags(dev, tag(dev_feats)) if dev else {})
+    if cfg.decode == "threshold" and dev:
+        threshold, record["dev_threshold"] = tune_threshold(dev, dev_feats, probs(dev_feats), classes)
+        record["threshold"] = threshold
     preds: dict[str, list[str]] = {}
     timed = test or dev
     if timed:  # inference rate: words in, IOB2 tags out (features, forward passes, decoding)
@@ -238,6 +262,10 @@ def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
 
     if min(cfg.max_span_length, cfg.max_entities, cfg.batch_size, cfg.eval_batch_size) < 1:
         raise RalmError("--max-span-length, --max-entities and the batch sizes must be at least 1")
+    if cfg.decode not in ("argmax", "threshold"):
+        raise RalmError(f"--decode {cfg.decode!r}: choose argmax or threshold")
+    if cfg.o_weight <= 0 or cfg.context_words < 0:
+        raise RalmError("--o-weight must be > 0 and --context-words >= 0")
     if not cfg.seeds:
         raise RalmError("no seeds: give at least one, e.g. --seeds 1,2,3,4,5")
     out = Path(cfg.out)

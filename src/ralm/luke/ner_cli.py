@@ -68,6 +68,19 @@ def register(group: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, help="also score dev every N steps")
     p.add_argument("--head-dropout", type=float, help="dropout before the span classifier (default 0.025)")
     p.add_argument("--patience", type=int, help="early stopping: evaluations without dev improvement")
+    p.add_argument("--o-weight", type=float, help='cross-entropy weight of the "O" class (default 1)')
+    p.add_argument(
+        "--decode", choices=("argmax", "threshold"),
+        help="argmax (default) or threshold: a span is an entity when 1 - P(O) exceeds a threshold tuned on dev",
+    )  # fmt: skip
+    p.add_argument(
+        "--words-only", action="store_true", default=None,
+        help="the span classifier without entity tokens: first and last word states only (DaLUKE's words_only)",
+    )  # fmt: skip
+    p.add_argument(
+        "--context-words", type=int,
+        help="read each sentence with up to N words of the sentences around it in its split (default 0)",
+    )
     p.add_argument("--eval-batch-size", type=int, help="chunk rows per forward at evaluation (default 32)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--autocast", choices=("auto", "bf16", "off"))

@@ -222,15 +222,81 @@ class SentenceSpans:
     n_words: int
 
 
+def context_words(examples: list, n: int) -> list[tuple[list[str], list[str]]]:
+    """For each example, up to `n` words of the examples before it and after it in the list (LUKE reads
+    a sentence with its document around it; the list order stands for the document's).
+
+    Example: sentences "a b", "c", "d e" with n = 2 -> ([], [c, d]), ([a, b], [d, e]), ([b, c], []).
+    """
+    toks = [list(ex.tokens) for ex in examples]
+    out = []
+    for i in range(len(toks)):
+        left: list[str] = []
+        for j in range(i - 1, -1, -1):
+            if len(left) >= n:
+                break
+            left = toks[j][-(n - len(left)) :] + left
+        right: list[str] = []
+        for j in range(i + 1, len(toks)):
+            if len(right) >= n:
+                break
+            right = right + toks[j][: n - len(right)]
+        out.append((left, right))
+    return out
+
+
 def encode_sentences(
-    tokenizer, examples: list, classes: list[str], *, max_length: int, max_span_length: int
+    tokenizer,
+    examples: list,
+    classes: list[str],
+    *,
+    max_length: int,
+    max_span_length: int,
+    context: list[tuple[list[str], list[str]]] | None = None,
 ) -> tuple[list[SentenceSpans], dict[str, int]]:
     """Features of TaggingExamples and counts of gold entities no span can reach.
 
     classes: "O" first, then the entity types; a gold entity of an unknown type is labelled "O".
+    context: per example, words to read before and after it (`context_words`); spans stay inside the
+    sentence. Context that would push the row past `max_length` is dropped from its outer ends.
     Returns (features, {"entities", "too_long", "cut"}): gold entities in all, those longer
     than `max_span_length`, those touching words that truncation cut.
     """
+    if context is not None:
+        return _encode_with_context(tokenizer, examples, classes, context, max_length, max_span_length)
+    return _encode(tokenizer, examples, classes, max_length, max_span_length)
+
+
+def _encode_with_context(tokenizer, examples, classes, context, max_length, max_span_length):
+    """`encode_sentences` with context words: each example encoded with its left and right words,
+    its spans shifted past the left context (context trimmed until the row fits)."""
+    from types import SimpleNamespace
+
+    feats, counts = [], {"entities": 0, "too_long": 0, "cut": 0}
+    for ex, (left, right) in zip(examples, context, strict=True):
+        left, right = list(left), list(right)
+        while True:
+            words = left + list(ex.tokens) + right
+            n_tok = len(tokenizer(words, is_split_into_words=True)["input_ids"])
+            if n_tok <= max_length or not (left or right):
+                break
+            if len(left) >= len(right):
+                left = left[1:]
+            else:
+                right = right[:-1]
+        padded = SimpleNamespace(
+            id=ex.id, tokens=words, labels=["O"] * len(left) + list(ex.labels) + ["O"] * len(right)
+        )
+        (f,), c = _encode(tokenizer, [padded], classes, max_length, max_span_length, keep=(len(left), len(ex.tokens)))
+        feats.append(f)
+        for k in counts:
+            counts[k] += c[k]
+    return feats, counts
+
+
+def _encode(tokenizer, examples, classes, max_length, max_span_length, keep=None):
+    """The features of `encode_sentences`; `keep` = (first word, words): only spans inside those words
+    of the row are candidates, and the feature describes those words (their spans shifted to 0)."""
     from ralm.backbones import quiet_transformers
 
     counts = {"entities": 0, "too_long": 0, "cut": 0}
@@ -256,17 +322,20 @@ def encode_sentences(
             complete = [cut_wids.count(w) == wids.count(w) for w in range(n)]
             wids = cut_wids
         first, last = word_token_bounds(wids, n, complete)
-        cand = enumerate_spans(n, max_span_length)
-        keep, bounds = token_spans(cand, first, last)
-        spans = [cand[k] for k in keep]
-        gold = {(s, e): cid.get(t, 0) for s, e, t in iob2_spans(ex.labels, f"sentence {ex.id}")}
+        lo, n_own = (0, n) if keep is None else keep
+        cand = [(s + lo, e + lo) for s, e in enumerate_spans(n_own, max_span_length)]
+        kept_idx, bounds = token_spans(cand, first, last)
+        spans = [(cand[k][0] - lo, cand[k][1] - lo) for k in kept_idx]
+        gold = {
+            (s - lo, e - lo): cid.get(t, 0) for s, e, t in iob2_spans(ex.labels, f"sentence {ex.id}")
+        }
         kept = set(spans)
         counts["entities"] += len(gold)
         counts["too_long"] += sum(e - s > max_span_length for s, e in gold)
         counts["cut"] += sum(e - s <= max_span_length and (s, e) not in kept for s, e in gold)
         labels = np.array([gold.get(sp, 0) for sp in spans], dtype=np.int64)
         out.append(
-            SentenceSpans(list(ids), spans, np.array(bounds, dtype=np.int64).reshape(-1, 2), labels, n)
+            SentenceSpans(list(ids), spans, np.array(bounds, dtype=np.int64).reshape(-1, 2), labels, n_own)
         )
     return out, counts
 
