@@ -1,0 +1,331 @@
+"""REALM that learns (issue 45): the diagnosis, the ablation of each lever, the final pair, the speed.
+
+Stages (each skipped when its output exists in --work; training runs resume after an interruption):
+
+  diag0 LANG        eval-only diagnosis of today's configuration at step 0 (`ralm evaluate-mlm --initial
+                    --diagnose`): answers in dense/BM25/hybrid candidates at depth 3/8/20, and the span
+                    ratio to closed-book under p(z|x), uniform, the scale x0.5/2/4/8, best-of-K
+  arm LANG NAME     one arm of the ablation (ARMS): `ralm pretrain` for --steps, checkpoints every
+                    --steps/4; then evaluate-mlm at step 0 and at each checkpoint (the curves) against
+                    the closed-book run of the same steps, and the diagnosis at the end
+  closed LANG       the closed-book baselines: data-matched (the arms' steps) and compute-matched (as
+                    many closed-book steps as the `today` arm's wall time buys)
+  speed             queries per second of one REALM step, today's settings against the new defaults at
+                    the same k (and each speed lever alone), interleaved in one process, medians
+  towers            NorQuAD-open recall@1/5/20 of the towers before and after (LANG nb)
+  report            benchmarks/results/realm_learns.json and .md (realm_learns_report.py)
+
+LANG is en (SmolLM2-135M reader, MiniLM towers, the demo's English Wikipedia in 64-token chunks) or nb
+(Gemma-3-270M reader, the NorQuAD DPR towers of realm_causal.py, NorQuAD passages + Norwegian Debian
+text in 128-token chunks); both corpora and the towers come from realm_causal.py's stages, in the same
+--work folder. Run: python benchmarks/realm_learns.py STAGE [LANG] [NAME] [--work runs/b45] [--steps N]
+Environment: OMP_NUM_THREADS (default 1) torch threads a job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "src"))
+
+CONFIGS = {"en": HERE / "data" / "realm_causal_en.toml", "nb": HERE / "data" / "realm_causal_nb.toml"}
+STORES = {"en": "enwiki-64", "nb": "unsup-nb-spans"}
+EVAL_N = 200  # held-out spans scored at the end and at step 0
+CURVE_N = 100  # held-out spans scored at the intermediate checkpoints
+
+# the ablation: today's configuration, each lever alone, and all together (settings over the LANG's TOML)
+ARMS: dict[str, dict[str, object]] = {
+    "today": {},
+    "scale": {"score_scale": "learned"},
+    "null": {"null_doc": "logit"},
+    "span": {"marginal": "span", "masking.max_spans": 2},
+    "cands": {"candidates": "hybrid", "candidate_depth": 32, "k": 8, "reader_backprop_top": 2},
+    "topm": {"reader_backprop_top": 1},
+    "query": {"retriever_train": "query"},
+    "lr": {"lr_retriever": 1e-4},
+    "distill": {"retriever_loss": "distill"},
+    "all": {
+        "score_scale": "learned", "null_doc": "logit", "marginal": "span", "masking.max_spans": 2,
+        "candidates": "hybrid", "candidate_depth": 32, "k": 8, "reader_backprop_top": 2,
+        "retriever_train": "query", "lr_retriever": 1e-4,
+    },
+}  # fmt: skip
+LANG_EXTRA = {"nb": {"bm25_lang": "nb"}, "en": {"bm25_lang": "en"}}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def ralm(*args) -> None:
+    log("ralm " + " ".join(str(a) for a in args))
+    subprocess.run([sys.executable, "-m", "ralm", *[str(a) for a in args]], check=True)
+
+
+def read_json(p: Path) -> dict:
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+def sets(settings: dict[str, object]) -> list[str]:
+    """--set NAME=VALUE flags for `ralm pretrain`."""
+    out = []
+    for k, v in settings.items():
+        out += ["--set", f"{k}={json.dumps(v) if isinstance(v, str) else v}"]
+    return out
+
+
+def store_of(work: Path, lang: str) -> Path:
+    p = work / STORES[lang]
+    if not (p / "manifest.json").is_file():
+        raise SystemExit(f"{p}: missing; run `python benchmarks/realm_causal.py corpus --work {work}` first")
+    return p
+
+
+def base_flags(work: Path, lang: str) -> list:
+    flags = [CONFIGS[lang], "--docstore", store_of(work, lang)]
+    if lang == "nb":
+        enc = work / "dpr-cc" / "encoder"
+        if not (enc / "ralm_encoder.json").is_file():
+            raise SystemExit(f"{enc}: missing; run `python benchmarks/realm_causal.py towers --work {work}` first")
+        flags += ["--retriever", enc]
+    return flags
+
+
+def train(work: Path, lang: str, name: str, mode: str, steps: int, settings: dict) -> Path:
+    """`ralm pretrain` of one run, resumed when a checkpoint exists, skipped when finished."""
+    run = work / f"{lang}-{name}"
+    if (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file():
+        return run
+    resume = ["--resume"] if (run / "config.toml").is_file() else []
+    every = max(1, steps // 4)
+    ralm("pretrain", *base_flags(work, lang), "--out", run, "--mode", mode, "--steps", steps, "--quiet",
+         "--checkpoint-every", every, "--keep-checkpoints", 8,
+         *sets({**LANG_EXTRA[lang], **settings}), *resume)  # fmt: skip
+    return run
+
+
+def evaluate(run: Path, closed: Path, *, initial: bool = False, n: int = EVAL_N, out: Path | None = None) -> Path:
+    """evaluate-mlm of `run` against the closed-book run (the JSON path)."""
+    out = out or run / ("eval_mlm_initial.json" if initial else "eval_mlm.json")
+    if not out.is_file():
+        extra = ["--initial"] if initial else []
+        ralm("evaluate-mlm", run, "--baseline", closed, "--n", n, "--json-out", out, *extra)
+    return out
+
+
+def diagnose(run: Path, closed: Path | None, *, initial: bool, n: int = EVAL_N) -> Path:
+    out = run / ("diagnose_initial.json" if initial else "diagnose.json")
+    if not out.is_file():
+        base = ["--baseline", closed] if closed is not None else []
+        ralm("evaluate-mlm", run, *base, "--diagnose", "--n", n, "--json-out", out,
+             *(["--initial"] if initial else []))  # fmt: skip
+    return out
+
+
+def init_run(work: Path, lang: str, name: str, settings: dict, steps: int) -> Path:
+    """A run folder with its config and held-out split, nothing trained (what --initial reads)."""
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.data import split_ids
+    from ralm.realm.run import write_split
+
+    run = work / f"{lang}-{name}"
+    if (run / "split.json").is_file():
+        return run
+    flags = base_flags(work, lang)
+    over = {"docstore": str(flags[2]), "out": str(run), "steps": steps}
+    if lang == "nb":
+        over["retriever"] = str(flags[4])
+    merged = {**LANG_EXTRA[lang], **settings}
+    masking = {k.removeprefix("masking."): v for k, v in merged.items() if k.startswith("masking.")}
+    over.update({k: v for k, v in merged.items() if not k.startswith("masking.")})
+    cfg = PretrainConfig.from_toml(flags[0], **over, masking=masking)
+    run.mkdir(parents=True, exist_ok=True)
+    cfg.save(run)
+    write_split(run, *split_ids(cfg, DocStore(cfg.docstore)))
+    return run
+
+
+# ----------------------------------------------------------------------------- stages
+def diag0_stage(work: Path, lang: str, steps: int) -> None:
+    run = init_run(work, lang, "diag0", ARMS["today"], steps)
+    diagnose(run, None, initial=True)
+
+
+def closed_stage(work: Path, lang: str, steps: int) -> None:
+    closed = train(work, lang, "closed", "mlm", steps, {})
+    today = work / f"{lang}-today"
+    if not (today / "metrics.jsonl").is_file():
+        log("closed-compute waits for the today arm's step times")
+        return
+    ratio = wall(today) / wall(closed)
+    train(work, lang, "closed-compute", "mlm", max(steps, int(round(steps * ratio / 4)) * 4), {})
+
+
+def wall(run: Path) -> float:
+    """Seconds a run spent in its training steps (sum of step_seconds and refresh_seconds)."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return sum(r.get("step_seconds", 0.0) + r.get("refresh_seconds", 0.0) for r in rows)
+
+
+def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> None:
+    closed = train(work, lang, "closed", "mlm", steps, {})
+    run = train(work, lang, name, "realm", steps, ARMS[name])
+    evaluate(run, closed, initial=True)
+    evaluate(run, closed)
+    diagnose(run, closed, initial=False)
+    if curves:
+        for ck in sorted((run / "checkpoints").glob("step-*")):
+            step = int(ck.name.split("-")[1])
+            if step == steps:
+                continue
+            cclosed = closed / "checkpoints" / ck.name
+            out = run / f"eval_mlm_step{step}.json"
+            if cclosed.is_dir() and not out.is_file():
+                evaluate_pair_at(run, closed, ck, cclosed, out)
+
+
+def evaluate_pair_at(run: Path, closed: Path, ck: Path, cclosed: Path, out: Path) -> None:
+    """evaluate-mlm of a REALM checkpoint against the closed-book run's checkpoint of the same step."""
+    from ralm.realm.evaluate import evaluate_mlm, ratios
+    from ralm.realm.run import load_run
+
+    r, c = load_run(run, ck), load_run(closed, cclosed)
+    rows = evaluate_mlm(r, c, n=CURVE_N)
+    payload = {"step": int(r.state["step"]), "rows": [x.as_dict() for x in rows], "ratios": ratios(rows)}
+    out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def towers_stage(work: Path, name: str) -> None:
+    """NorQuAD-open recall of the nb arm's towers, before (the dpr-cc encoder) and after."""
+    from retriever_train import evaluate as eval_retrieval
+    from retriever_train import qa_jsonl
+
+    out = work / f"nb-{name}" / "towers.json"
+    if out.is_file():
+        return
+    run = work / f"nb-{name}"
+    towers = work / f"nb-{name}-towers"
+    if not (towers / "ralm_encoder.json").is_file():
+        ralm("export-reader", run, work / f"nb-{name}-reader", "--retriever-out", towers, "--overwrite")
+    ev = eval_retrieval(work, work / "pool", {"before": work / "dpr-cc" / "encoder", "after": towers},
+                        qa_jsonl("test", work / "test.jsonl"), "test")  # fmt: skip
+    rows = {k: {f"recall@{n}": round(rep.recall[n], 4) for n in (1, 5, 20)} for k, rep in ev["reports"].items()}
+    out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+
+
+def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
+    """Queries per second of a REALM step: today's settings vs the speed levers at the same k, the
+    variants interleaved step by step in one process (same machine, same load), medians."""
+    import torch
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.precision import autocast_dtype
+    from ralm.realm.build import build_model, make_collator, optimizer_for
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.data import split_ids
+    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.trainer import train_step
+    from ralm.train.optim import warmup_schedule
+
+    out = work / f"speed-{lang}.json"
+    if out.is_file():
+        return read_json(out)
+    flags = base_flags(work, lang)
+    over = {"docstore": str(flags[2]), "out": "-", "warmup_steps": 0, "grad_accum": 1, **LANG_EXTRA[lang]}
+    if lang == "nb":
+        over["retriever"] = str(flags[4])
+    dev = torch.device("cpu")
+    setups = {}
+    index_dir = None
+    for name in variants:
+        cfg = PretrainConfig.from_toml(flags[0], **over, **SPEED_VARIANTS[name])
+        store = DocStore(cfg.docstore)
+        torch.manual_seed(0)
+        model, tok = build_model(cfg, store)
+        ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast, root=work / f"speed-index-{lang}")
+        if index_dir is None:
+            ref.refresh(model.encoder, 0)  # the same towers in every variant: one index
+            index_dir = ref.version_dir(0)
+        else:
+            ref.load(index_dir)
+        opt = optimizer_for(model, cfg)
+        setups[name] = dict(
+            cfg=cfg, model=model, opt=opt, sched=warmup_schedule(opt, cfg.schedule, 0, cfg.steps),
+            col=make_collator(cfg, store, tok, model, return_tensors="pt"), ids=split_ids(cfg, store)[0],
+            ref=ref, ac=autocast_dtype(dev, cfg.autocast, torch.float32), t=[],
+        )  # fmt: skip
+    for step in range(1, steps + 2):  # the first step of each variant is a warm-up
+        for name, s in setups.items():
+            t0 = time.perf_counter()
+            train_step(s["model"], s["opt"], s["sched"], s["col"], s["ids"], s["cfg"], step, s["ref"].search, dev,
+                       s["ac"])  # fmt: skip
+            if step > 1:
+                s["t"].append(time.perf_counter() - t0)
+            log(f"speed {name} step {step}: {time.perf_counter() - t0:.2f} s")
+    res = {"steps_measured": steps, "queries_per_step": setups[variants[0]]["cfg"].batch_size}
+    for name, s in setups.items():
+        med = statistics.median(s["t"])
+        res[f"{name}_step_seconds"] = med
+        res[f"{name}_queries_per_s"] = s["cfg"].batch_size / med
+    base = res[f"{variants[0]}_queries_per_s"]
+    for name in variants[1:]:
+        res[f"{name}_over_{variants[0]}"] = res[f"{name}_queries_per_s"] / base
+    out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    return res
+
+
+SPEED_VARIANTS: dict[str, dict[str, object]] = {
+    "today": {},
+    "topm": {"reader_backprop_top": 1},
+    "query": {"retriever_train": "query"},
+    "new": {"reader_backprop_top": 1, "retriever_train": "query"},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("stage", choices=["diag0", "arm", "closed", "speed", "towers", "report"])
+    ap.add_argument("lang", nargs="?", choices=["en", "nb"], default="en")
+    ap.add_argument("name", nargs="?", default="today", help="arm: one of " + ", ".join(ARMS))
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b45")
+    ap.add_argument("--steps", type=int, default=200, help="pre-training steps of every run (default 200)")
+    ap.add_argument("--curves", action="store_true", help="arm: also score the intermediate checkpoints")
+    ap.add_argument("--speed-steps", type=int, default=4)
+    ap.add_argument("--variants", default="today,topm,query,new", help="speed: variants (the first is the base)")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.stage == "diag0":
+        diag0_stage(args.work, args.lang, args.steps)
+    elif args.stage == "arm":
+        arm_stage(args.work, args.lang, args.name, args.steps, args.curves)
+    elif args.stage == "closed":
+        closed_stage(args.work, args.lang, args.steps)
+    elif args.stage == "speed":
+        speed_stage(args.work, args.lang, args.speed_steps, args.variants.split(","))
+    elif args.stage == "towers":
+        towers_stage(args.work, args.name)
+    elif args.stage == "report":
+        from realm_learns_report import report
+
+        report(args.work)
+
+
+if __name__ == "__main__":
+    main()
