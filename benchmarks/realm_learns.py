@@ -87,8 +87,12 @@ def sets(settings: dict[str, object]) -> list[str]:
     return out
 
 
+# set by main(): --store, --reader, --batch-size, --device (the GPU stage points them at its inputs)
+OVERRIDES: dict[str, object] = {}
+
+
 def store_of(work: Path, lang: str) -> Path:
-    p = work / STORES[lang]
+    p = Path(OVERRIDES["store"]) if OVERRIDES.get("store") else work / STORES[lang]
     if not (p / "manifest.json").is_file():
         raise SystemExit(f"{p}: missing; run `python benchmarks/realm_causal.py corpus --work {work}` first")
     return p
@@ -96,10 +100,15 @@ def store_of(work: Path, lang: str) -> Path:
 
 def base_flags(work: Path, lang: str) -> list:
     flags = [CONFIGS[lang], "--docstore", store_of(work, lang)]
+    for key in ("reader", "batch_size", "device", "heldout"):
+        if OVERRIDES.get(key) is not None:
+            flags += [f"--{key.replace('_', '-')}", OVERRIDES[key]]
     if lang == "nb":
         enc = work / "dpr-cc" / "encoder"
         if not (enc / "ralm_encoder.json").is_file():
-            raise SystemExit(f"{enc}: missing; run `python benchmarks/realm_causal.py towers --work {work}` first")
+            raise SystemExit(
+                f"{enc}: missing; run `python benchmarks/realm_causal.py towers --work {work}` first"
+            )
         flags += ["--retriever", enc]
     return flags
 
@@ -117,8 +126,11 @@ def train(work: Path, lang: str, name: str, mode: str, steps: int, settings: dic
     return run
 
 
-def evaluate(run: Path, closed: Path, *, initial: bool = False, n: int = EVAL_N, out: Path | None = None) -> Path:
+def evaluate(
+    run: Path, closed: Path, *, initial: bool = False, n: int | None = None, out: Path | None = None
+) -> Path:
     """evaluate-mlm of `run` against the closed-book run (the JSON path)."""
+    n = n or int(OVERRIDES.get("eval_n") or EVAL_N)
     out = out or run / ("eval_mlm_initial.json" if initial else "eval_mlm.json")
     if not out.is_file():
         extra = ["--initial"] if initial else []
@@ -126,9 +138,10 @@ def evaluate(run: Path, closed: Path, *, initial: bool = False, n: int = EVAL_N,
     return out
 
 
-def diagnose(run: Path, closed: Path | None, *, initial: bool, n: int = EVAL_N) -> Path:
+def diagnose(run: Path, closed: Path | None, *, initial: bool, n: int | None = None) -> Path:
+    n = n or int(OVERRIDES.get("eval_n") or EVAL_N)
     out = run / ("diagnose_initial.json" if initial else "diagnose.json")
-    if not out.is_file():
+    if not out.is_file() and not OVERRIDES.get("no_diagnose"):
         base = ["--baseline", closed] if closed is not None else []
         ralm("evaluate-mlm", run, *base, "--diagnose", "--n", n, "--json-out", out,
              *(["--initial"] if initial else []))  # fmt: skip
@@ -147,8 +160,15 @@ def init_run(work: Path, lang: str, name: str, settings: dict, steps: int) -> Pa
         return run
     flags = base_flags(work, lang)
     over = {"docstore": str(flags[2]), "out": str(run), "steps": steps}
+    over.update(
+        {
+            k: v
+            for k, v in OVERRIDES.items()
+            if k in ("reader", "batch_size", "device", "heldout") and v is not None
+        }
+    )
     if lang == "nb":
-        over["retriever"] = str(flags[4])
+        over["retriever"] = str(flags[flags.index("--retriever") + 1])
     merged = {**LANG_EXTRA[lang], **settings}
     masking = {k.removeprefix("masking."): v for k, v in merged.items() if k.startswith("masking.")}
     over.update({k: v for k, v in merged.items() if not k.startswith("masking.")})
@@ -204,7 +224,7 @@ def evaluate_pair_at(run: Path, closed: Path, ck: Path, cclosed: Path, out: Path
     from ralm.realm.run import load_run
 
     r, c = load_run(run, ck), load_run(closed, cclosed)
-    rows = evaluate_mlm(r, c, n=CURVE_N)
+    rows = evaluate_mlm(r, c, n=min(CURVE_N, int(OVERRIDES.get("eval_n") or CURVE_N)))
     payload = {"step": int(r.state["step"]), "rows": [x.as_dict() for x in rows], "ratios": ratios(rows)}
     out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
@@ -223,7 +243,9 @@ def towers_stage(work: Path, name: str) -> None:
         ralm("export-reader", run, work / f"nb-{name}-reader", "--retriever-out", towers, "--overwrite")
     ev = eval_retrieval(work, work / "pool", {"before": work / "dpr-cc" / "encoder", "after": towers},
                         qa_jsonl("test", work / "test.jsonl"), "test")  # fmt: skip
-    rows = {k: {f"recall@{n}": round(rep.recall[n], 4) for n in (1, 5, 20)} for k, rep in ev["reports"].items()}
+    rows = {
+        k: {f"recall@{n}": round(rep.recall[n], 4) for n in (1, 5, 20)} for k, rep in ev["reports"].items()
+    }
     out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
 
 
@@ -247,7 +269,7 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
     flags = base_flags(work, lang)
     over = {"docstore": str(flags[2]), "out": "-", "warmup_steps": 0, "grad_accum": 1, **LANG_EXTRA[lang]}
     if lang == "nb":
-        over["retriever"] = str(flags[4])
+        over["retriever"] = str(flags[flags.index("--retriever") + 1])
     dev = torch.device("cpu")
     setups = {}
     index_dir = None
@@ -305,8 +327,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200, help="pre-training steps of every run (default 200)")
     ap.add_argument("--curves", action="store_true", help="arm: also score the intermediate checkpoints")
     ap.add_argument("--speed-steps", type=int, default=4)
-    ap.add_argument("--variants", default="today,topm,query,new", help="speed: variants (the first is the base)")
+    ap.add_argument(
+        "--variants", default="today,topm,query,new", help="speed: variants (the first is the base)"
+    )
+    ap.add_argument("--store", help="the DocStore (default: LANG's under --work)")
+    ap.add_argument("--reader", help="the reader (default: the LANG config's)")
+    ap.add_argument("--batch-size", type=int, help="queries a step (default: the LANG config's)")
+    ap.add_argument("--device", help="auto, cpu, cuda (default: the config's)")
+    ap.add_argument("--heldout", type=int, help="chunks held out (default: the config's)")
+    ap.add_argument("--eval-n", type=int, help=f"held-out spans scored (default {EVAL_N})")
+    ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
     args = ap.parse_args()
+    OVERRIDES.update(store=args.store, reader=args.reader, batch_size=args.batch_size, device=args.device,
+                     heldout=args.heldout, eval_n=args.eval_n, no_diagnose=args.no_diagnose)  # fmt: skip
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

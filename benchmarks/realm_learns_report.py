@@ -77,7 +77,11 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
         for part, content in (("all", False), ("content", True)):
             r = _ratio(ev, "realm (retrieval)", content)
             if r is not None:
-                rec[f"ratio_{part}_{when}"], rec[f"ratio_{part}_{when}_low"], rec[f"ratio_{part}_{when}_high"] = r
+                (
+                    rec[f"ratio_{part}_{when}"],
+                    rec[f"ratio_{part}_{when}_low"],
+                    rec[f"ratio_{part}_{when}_high"],
+                ) = r
     if "ratio_content_step0" in rec and "ratio_content_end" in rec:
         rec["gain_from_training"] = rec["ratio_content_step0"] - rec["ratio_content_end"]
     realm_row = next((r for r in end["rows"] if r["name"] == "realm (retrieval)"), None)
@@ -160,7 +164,9 @@ def markdown(metrics: dict, extra: dict) -> str:
         lines += [f"## {lang}: diagnosis at step 0 ({d0['queries']} held-out spans, k = {d0['k']})", ""]
         lines += ["| candidates | @3 | @8 | @20 |", "|---|---|---|---|"]
         for src, row in d0["answers_in_candidates"].items():
-            lines.append(f"| {src} | " + " | ".join(f"{row.get(d, math.nan):.3f}" for d in ("3", "8", "20")) + " |")
+            lines.append(
+                f"| {src} | " + " | ".join(f"{row.get(d, math.nan):.3f}" for d in ("3", "8", "20")) + " |"
+            )
         lines += ["", "| span ratio to closed-book (95% interval) | " + " | ".join(
             k for k in d0["ratios"]["content"] if k != "closed_book_ppl") + " |"]  # fmt: skip
         blocks = [k for k in d0["ratios"]["content"] if k != "closed_book_ppl"]
@@ -202,4 +208,6 @@ def markdown(metrics: dict, extra: dict) -> str:
 if __name__ == "__main__":
     import sys
 
-    report(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "runs" / "b45")
+    report(
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "runs" / "b45"
+    )

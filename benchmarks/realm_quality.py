@@ -63,6 +63,11 @@ def main() -> None:
     ap.add_argument("--backbone", help="HF encoder dir for the towers and the first reader (default: MiniLM)")
     ap.add_argument("--name", default="realm_quality")
     ap.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE",
+        help="a PretrainConfig setting of the REALM run (TOML value; masking.NAME for the [masking] table), "
+        "e.g. --set score_scale='\"learned\"' (repeatable; masking.NAME goes to the MLM-only run too, the rest not)",
+    )  # fmt: skip
+    ap.add_argument(
         "--reuse", action="store_true",
         help="keep a stage whose run under --work finished with the same config (its time is read from its metrics)",
     )  # fmt: skip
@@ -119,8 +124,23 @@ def main() -> None:
         reader=reader,
         retriever=args.backbone or "minilm",  # the towers start from MiniLM (or --backbone) either way
     )
-    for mode in ("realm", "mlm"):
-        seconds[mode] = run_stage(PretrainConfig(out=str(work / mode), mode=mode, **common))
+    from ralm.realm.config import check_setting
+    from ralm.typed_config import parse_value
+
+    levers: dict = {}
+    masking_levers: dict = {}
+    for item in args.set:
+        key, val = item.split("=", 1)
+        value = check_setting(key, parse_value(val))
+        if key.startswith("masking."):
+            masking_levers[key.removeprefix("masking.")] = value
+        else:
+            levers[key] = value
+    for mode in ("realm", "mlm"):  # masking settings go to both runs: they must see the same masks
+        extra = dict(levers) if mode == "realm" else {}
+        if masking_levers:
+            extra["masking"] = MaskingConfig(**masking_levers)
+        seconds[mode] = run_stage(PretrainConfig(out=str(work / mode), mode=mode, **{**common, **extra}))
     run, base = load_run(work / "realm"), load_run(work / "mlm")
     rows = {r.name: r for r in evaluate_mlm(run, base)}
     print(format_table(list(rows.values())))

@@ -7,6 +7,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# autocast "auto" stays float32 on every CPU, so tolerances do not depend on whether this machine's
+# bf16 happens to be faster (ralm.precision.cpu_bf16_is_faster; tests of that probe unset it)
+os.environ.setdefault("RALM_CPU_BF16", "off")
 
 import pytest  # noqa: E402
 

@@ -139,7 +139,7 @@ def test_stages_without_a_standing_result_run_first(tmp_path: Path) -> None:
                                              "surealm": {"status": "ok"}}}))  # fmt: skip
     assert gpu_pack.standing(report) == {"brent_en", "surealm"}
     assert gpu_pack.pending_first(list(ORDER), gpu_pack.standing(report)) == [
-        "causal_nb", "serve", "luke", "brent_en", "surealm"
+        "causal_en", "causal_nb", "serve", "luke", "brent_en", "surealm"
     ]  # fmt: skip
 
 

@@ -307,6 +307,7 @@ def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
     """A CPU with the bf16 flag but slower bf16 products (a Xeon here: 0.5x) stays in float32."""
     import ralm.precision as E
 
+    monkeypatch.delenv("RALM_CPU_BF16", raising=False)  # the suite pins "auto" to float32
     cpu = torch.device("cpu")
     assert E._matmul_speedup(torch.bfloat16, n=64, reps=1) > 0.0
     monkeypatch.setattr(E, "_BF16_FASTER", None)
@@ -319,6 +320,14 @@ def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
     monkeypatch.setattr(E, "_BF16_FASTER", None)
     monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: False)
     assert autocast_dtype(cpu, "auto", torch.float32) is None  # no flag: not even timed
+    # RALM_CPU_BF16 decides without timing: off never, on wherever the flag is
+    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 3.9)
+    monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setenv("RALM_CPU_BF16", "off")
+    assert autocast_dtype(cpu, "auto", torch.float32) is None
+    monkeypatch.setenv("RALM_CPU_BF16", "on")
+    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 0.5)
+    assert autocast_dtype(cpu, "auto", torch.float32) == torch.bfloat16
 
 
 def test_bundled_minilm_matches_sentence_transformers(minilm_dir):
