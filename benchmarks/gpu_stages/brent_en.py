@@ -41,6 +41,11 @@ the masked positions alone), tokens the non-padding tokens:
   + 2 x N_doc x T_corpus x R       doc tower without gradient at R index builds (step 0, every
                                    100 steps, the last step), T_corpus the whole corpus's tokens
 
+With the levers: the learned null logit has no document row (no empty document in T_doc); a frozen
+doc tower (query-side training) runs without gradient (2 x N_doc x T_doc) and the index is built
+once; with reader_backprop_top = m the reader scores every row without gradient (2 x N_reader x
+T_reader) and again the top m and the null document with gradient (6 x N_reader x T_grad).
+
 The queries of every step are known (the run's seeded data order, `batch_positions`); which
 chunks the index returned is not recorded, so T_doc and the document part of T_reader use the
 corpus's mean chunk length. Attention-score FLOPs and the MLM head are not counted (a few % of
@@ -213,8 +218,10 @@ def realm_flops(run: Path) -> dict:
     from ralm.realm.data import batch_positions
 
     cfg = tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))
-    if cfg["null_doc"] != "empty" or cfg["grad_accum"] != 1:
-        raise ValueError(f"{run}: the FLOP count assumes null_doc = 'empty' and grad_accum = 1")
+    if cfg["null_doc"] not in ("empty", "logit") or cfg["grad_accum"] != 1:
+        raise ValueError(f"{run}: the FLOP count assumes null_doc = 'empty' or 'logit' and grad_accum = 1")
+    frozen_docs = cfg.get("retriever_train", "both") != "both"  # the doc tower runs without gradient
+    top = int(cfg.get("reader_backprop_top", 0))
     ckpt = sorted((run / "checkpoints").glob("step-*/model.safetensors"))[-1]
     n = layer_params(ckpt)
     text, title = chunk_tokens(cfg)
@@ -228,9 +235,16 @@ def realm_flops(run: Path) -> dict:
     queries = text[batch_positions(train, cfg["seed"], 0, steps * batch)] + 2  # [CLS] x [SEP]
     n_q, kr = len(queries), k - 1
     t_query = float(queries.sum())
-    t_doc = n_q * kr * float(doc.mean()) + steps * 2  # retrieved chunks + the empty document once a step
+    # retrieved chunks, + the empty document once a step (null_doc "empty"; "logit" has no vector)
+    t_doc = n_q * kr * float(doc.mean()) + (steps * 2 if cfg["null_doc"] == "empty" else 0)
     t_reader = k * t_query + n_q * kr * float(reader_doc.mean()) + n_q * 2
-    train_flops = 6 * (n["reader"] * t_reader + n["query_tower"] * t_query + n["doc_tower"] * t_doc)
+    doc_flops = (2 if frozen_docs else 6) * n["doc_tower"] * t_doc
+    if top and top < kr:  # every row scored without gradient, then top + null again with gradient
+        t_grad = (top + 1) * t_query + n_q * top * float(reader_doc.mean()) + n_q * 2
+        reader_flops = 2 * n["reader"] * t_reader + 6 * n["reader"] * t_grad
+    else:
+        reader_flops = 6 * n["reader"] * t_reader
+    train_flops = reader_flops + 6 * n["query_tower"] * t_query + doc_flops
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x]
     refreshes = sum("refresh_seconds" in r for r in rows)
     build = 2 * n["doc_tower"] * float(doc.sum())
