@@ -213,3 +213,21 @@ def test_datastore_with_whole_suffixes(tmp_path, tiny_dir, dialogue_file, tiny_s
     assert whole.manifest["suffix"] == "whole" and whole.fingerprint != plain.fingerprint
     assert np.array_equal(np.asarray(whole.keys), np.asarray(plain.keys))  # prefixes as before
     assert not np.allclose(np.asarray(whole.values, dtype=np.float32), np.asarray(plain.values, dtype=np.float32))
+
+
+def test_exact_topk_torch_equals_the_faiss_search_with_exclusions():
+    import numpy as np
+
+    from ralm.retrieval.index.dense import DenseIndex
+    from ralm.surealm.datastore_build import exact_topk_torch
+
+    rng = np.random.default_rng(0)
+    keys = rng.standard_normal((300, 16)).astype(np.float32)
+    q = rng.standard_normal((40, 16)).astype(np.float32)
+    ex = np.full((40, 5), -1, dtype=np.int64)
+    for i in range(40):
+        ex[i, : i % 6] = rng.choice(300, size=i % 6, replace=False)[: min(5, i % 6)]
+    index = DenseIndex.build(keys, kind="flat", docstore_fingerprint="x", encoder_fingerprint="y")
+    want = index.search(q, 7, exclude_ids=ex).ids
+    got = exact_topk_torch(torch.from_numpy(keys), q, 7, ex, chunk=16)
+    assert np.array_equal(got, want)
