@@ -42,7 +42,9 @@ def test_today_self_pathway_is_not_inert(tiny_dir):
     ids = torch.randint(5, 100, (1, 7))
     keys, values, blk = _memory(1, 6, 2)
     with torch.no_grad():
-        assert not torch.allclose(m(ids, None, keys, values, blk), m.backbone(input_ids=ids).logits, atol=1e-3)
+        assert not torch.allclose(
+            m(ids, None, keys, values, blk), m.backbone(input_ids=ids).logits, atol=1e-3
+        )
 
 
 def test_cross_attention_equals_a_naive_loop():
@@ -187,7 +189,9 @@ def test_whole_suffix_pools_its_first_m_tokens_read_in_context(tiny_dir):
     with torch.no_grad():
         x = torch.tensor([[emb.cls_id, *tok, emb.sep_id]])
         p = torch.tensor([[0, *pos, pos[-1] + 1]])
-        h = emb.tower.model(input_ids=x, attention_mask=torch.ones_like(x), position_ids=p).last_hidden_state[0]
+        h = emb.tower.model(input_ids=x, attention_mask=torch.ones_like(x), position_ids=p).last_hidden_state[
+            0
+        ]
         want = h[1:4].mean(0)
         if emb.tower.normalize:
             want = torch.nn.functional.normalize(want, dim=-1)
@@ -212,7 +216,9 @@ def test_datastore_with_whole_suffixes(tmp_path, tiny_dir, dialogue_file, tiny_s
     plain = Datastore(tiny_store)
     assert whole.manifest["suffix"] == "whole" and whole.fingerprint != plain.fingerprint
     assert np.array_equal(np.asarray(whole.keys), np.asarray(plain.keys))  # prefixes as before
-    assert not np.allclose(np.asarray(whole.values, dtype=np.float32), np.asarray(plain.values, dtype=np.float32))
+    assert not np.allclose(
+        np.asarray(whole.values, dtype=np.float32), np.asarray(plain.values, dtype=np.float32)
+    )
 
 
 def test_exact_topk_torch_equals_the_faiss_search_with_exclusions():

@@ -165,7 +165,14 @@ def test_init_from_a_trained_run_starts_from_its_backbone(trained, tiny_store, t
 
     _sure, base = trained
     cfg = _cfg(
-        tiny_store, tmp_path / "two", lm=tiny_dir, steps=2, eval_every=2, lr=0.0, lr_memory=0.0, pathway="self"
+        tiny_store,
+        tmp_path / "two",
+        lm=tiny_dir,
+        steps=2,
+        eval_every=2,
+        lr=0.0,
+        lr_memory=0.0,
+        pathway="self",
     )
     cfg.init_from = str(base)
     got, _ = SurealmLM.load(train(cfg, progress=False))

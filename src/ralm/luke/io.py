@@ -192,7 +192,10 @@ def load_model(model_dir: str | os.PathLike, cls: type = LukeForPretraining, **k
                 f"{d}: holds a span classifier with {info.get('num_labels')} labels, not {kw['num_labels']}"
             )
         model = LukeForSpanClassification(
-            cfg, int(info.get("num_labels", 0)), dropout=kw.get("dropout"), words_only=bool(info.get("words_only"))
+            cfg,
+            int(info.get("num_labels", 0)),
+            dropout=kw.get("dropout"),
+            words_only=bool(info.get("words_only")),
         )
     elif stored is LukeForPretraining:
         model = LukeForPretraining(cfg)

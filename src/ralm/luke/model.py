@@ -335,7 +335,12 @@ class LukeForSpanClassification(nn.Module):
 
     @classmethod
     def from_pretraining(
-        cls, pre: LukeForPretraining, num_labels: int, *, dropout: float | None = None, words_only: bool = False
+        cls,
+        pre: LukeForPretraining,
+        num_labels: int,
+        *,
+        dropout: float | None = None,
+        words_only: bool = False,
     ) -> LukeForSpanClassification:
         """A span classifier whose encoder is a copy of `pre.luke` (the classifier is fresh)."""
         model = cls(copy.deepcopy(pre.config), num_labels, dropout=dropout, words_only=words_only)

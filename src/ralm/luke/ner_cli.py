@@ -78,7 +78,8 @@ def register(group: argparse._SubParsersAction) -> None:
         help="the span classifier without entity tokens: first and last word states only (DaLUKE's words_only)",
     )  # fmt: skip
     p.add_argument(
-        "--context-words", type=int,
+        "--context-words",
+        type=int,
         help="read each sentence with up to N words of the sentences around it in its split (default 0)",
     )
     p.add_argument("--eval-batch-size", type=int, help="chunk rows per forward at evaluation (default 32)")

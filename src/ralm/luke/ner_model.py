@@ -20,7 +20,15 @@ import torch
 from ralm.errors import RalmError
 from ralm.luke.spans import SentenceSpans, chunk_rows, collate, decode_spans, spans_to_iob2
 
-__all__ = ["Backbone", "decode_tags", "load_backbone", "predict_tags", "score_tags", "span_probs", "tune_threshold"]
+__all__ = [
+    "Backbone",
+    "decode_tags",
+    "load_backbone",
+    "predict_tags",
+    "score_tags",
+    "span_probs",
+    "tune_threshold",
+]
 
 
 # ----------------------------------------------------------------------------- prediction

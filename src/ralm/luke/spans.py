@@ -287,7 +287,9 @@ def _encode_with_context(tokenizer, examples, classes, context, max_length, max_
         padded = SimpleNamespace(
             id=ex.id, tokens=words, labels=["O"] * len(left) + list(ex.labels) + ["O"] * len(right)
         )
-        (f,), c = _encode(tokenizer, [padded], classes, max_length, max_span_length, keep=(len(left), len(ex.tokens)))
+        (f,), c = _encode(
+            tokenizer, [padded], classes, max_length, max_span_length, keep=(len(left), len(ex.tokens))
+        )
         feats.append(f)
         for k in counts:
             counts[k] += c[k]
@@ -326,9 +328,7 @@ def _encode(tokenizer, examples, classes, max_length, max_span_length, keep=None
         cand = [(s + lo, e + lo) for s, e in enumerate_spans(n_own, max_span_length)]
         kept_idx, bounds = token_spans(cand, first, last)
         spans = [(cand[k][0] - lo, cand[k][1] - lo) for k in kept_idx]
-        gold = {
-            (s - lo, e - lo): cid.get(t, 0) for s, e, t in iob2_spans(ex.labels, f"sentence {ex.id}")
-        }
+        gold = {(s - lo, e - lo): cid.get(t, 0) for s, e, t in iob2_spans(ex.labels, f"sentence {ex.id}")}
         kept = set(spans)
         counts["entities"] += len(gold)
         counts["too_long"] += sum(e - s > max_span_length for s, e in gold)

@@ -50,7 +50,9 @@ class DatastoreConfig:
         if self.suffix not in ("truncate", "whole"):
             raise RalmError(f"suffix={self.suffix!r}: use 'truncate' or 'whole'")
         if self.suffix == "whole" and self.include_current_word:
-            raise RalmError("suffix='whole' pools w_{i+1}..w_{i+m}; it does not combine with include_current_word")
+            raise RalmError(
+                "suffix='whole' pools w_{i+1}..w_{i+m}; it does not combine with include_current_word"
+            )
 
 
 def tokenize_sentences(
@@ -186,7 +188,9 @@ def _build_into(tmp: Path, sents: SentenceSet, cfg: DatastoreConfig, tokenizer, 
             if cfg.suffix == "whole":
                 vrows.extend(al.suffix_whole(i, cfg.m) for i in range(1, n))
             else:
-                vrows.extend(al.suffix(i, cfg.m, include_current=cfg.include_current_word) for i in range(1, n))
+                vrows.extend(
+                    al.suffix(i, cfg.m, include_current=cfg.include_current_word) for i in range(1, n)
+                )
         kv = emb.embed(krows + vrows, cfg.embed_batch_size)
         rows = np.concatenate([np.arange(entry_offset[s], entry_offset[s + 1]) for s in sids])
         keys[rows] = kv[: len(krows)].astype(np.float16)

@@ -98,7 +98,9 @@ class SurealmConfig:
         if self.pathway not in PATHWAYS:
             raise RalmError(f"pathway={self.pathway!r}: use {' or '.join(repr(p) for p in PATHWAYS)}")
         if self.memory_bias is not None and self.pathway != "self":
-            raise RalmError("memory_bias is for the 'self' pathway (the 'cross' pathway starts inert by its gates)")
+            raise RalmError(
+                "memory_bias is for the 'self' pathway (the 'cross' pathway starts inert by its gates)"
+            )
 
     @classmethod
     def from_dict(cls, d: dict) -> SurealmConfig:
@@ -223,7 +225,9 @@ class SurealmLM(nn.Module):
 
         return hook
 
-    def memory_states(self, mem_keys: torch.Tensor, mem_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def memory_states(
+        self, mem_keys: torch.Tensor, mem_values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(keys, values) (B, J, H): the prefix and suffix embeddings mapped and normalised."""
         dt = self.key_proj.weight.dtype
         return (
