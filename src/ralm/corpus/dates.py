@@ -64,24 +64,80 @@ class DateLanguage:
 
 # English words before a bare year: prepositions and date words (see DateLanguage.year_words).
 _EN_YEAR_WORDS = (
-    "in", "from", "since", "until", "till", "before", "after", "around", "circa", "ca", "ca.",
-    "c.", "during", "between", "year", "anno", "spring", "summer", "autumn", "fall", "winter",
-)  # fmt: skip
-
+    "in",
+    "from",
+    "since",
+    "until",
+    "till",
+    "before",
+    "after",
+    "around",
+    "circa",
+    "ca",
+    "ca.",
+    "c.",
+    "during",
+    "between",
+    "year",
+    "anno",
+    "spring",
+    "summer",
+    "autumn",
+    "fall",
+    "winter",
+)
 # Bokmål and Nynorsk ("frå", "sidan", "hausten").
 _NO_YEAR_WORDS = (
-    "i", "fra", "frå", "til", "siden", "sidan", "etter", "før", "innen", "inntil", "omkring",
-    "rundt", "ca", "ca.", "cirka", "år", "året", "anno", "våren", "sommeren", "sommaren", "høsten",
-    "hausten", "vinteren",
-)  # fmt: skip
-
+    "i",
+    "fra",
+    "frå",
+    "til",
+    "siden",
+    "sidan",
+    "etter",
+    "før",
+    "innen",
+    "inntil",
+    "omkring",
+    "rundt",
+    "ca",
+    "ca.",
+    "cirka",
+    "år",
+    "året",
+    "anno",
+    "våren",
+    "sommeren",
+    "sommaren",
+    "høsten",
+    "hausten",
+    "vinteren",
+)
 # Danish.
 _DA_YEAR_WORDS = (
-    "i", "fra", "til", "siden", "efter", "før", "inden", "indtil", "omkring", "ca", "ca.", "cirka",
-    "år", "året", "anno", "foråret", "sommeren", "efteråret", "vinteren", "medio", "primo",
+    "i",
+    "fra",
+    "til",
+    "siden",
+    "efter",
+    "før",
+    "inden",
+    "indtil",
+    "omkring",
+    "ca",
+    "ca.",
+    "cirka",
+    "år",
+    "året",
+    "anno",
+    "foråret",
+    "sommeren",
+    "efteråret",
+    "vinteren",
+    "medio",
+    "primo",
     "ultimo",
-)  # fmt: skip
-
+)
 _ENGLISH = DateLanguage(
     months=(
         ("January", "Jan."),

@@ -57,18 +57,70 @@ DEFAULT_DROP_PREFIXES: frozenset[str] = frozenset({"file", "image", "media", "ca
 # Prefixes of other namespaces and sister projects: such links keep their text, get no LinkSpan.
 DEFAULT_NAMESPACE_PREFIXES: frozenset[str] = frozenset(
     {
-        "talk", "user", "user talk", "wikipedia", "wikipedia talk", "project", "project talk",
-        "wp", "file talk", "image talk", "mediawiki", "mediawiki talk", "template",
-        "template talk", "help", "help talk", "category talk", "portal", "portal talk", "book",
-        "book talk", "draft", "draft talk", "module", "module talk", "timedtext",
-        "timedtext talk", "special", "education program", "gadget", "gadget definition",
-        "topic", "wikt", "wiktionary", "wikisource", "s", "commons", "c", "q", "wikiquote", "b",
-        "wikibooks", "n", "wikinews", "v", "wikiversity", "voy", "wikivoyage", "species",
-        "wikispecies", "d", "wikidata", "m", "meta", "metawikipedia", "mw", "w", "wikimedia",
-        "foundation", "wmf", "phab", "simple",
+        "talk",
+        "user",
+        "user talk",
+        "wikipedia",
+        "wikipedia talk",
+        "project",
+        "project talk",
+        "wp",
+        "file talk",
+        "image talk",
+        "mediawiki",
+        "mediawiki talk",
+        "template",
+        "template talk",
+        "help",
+        "help talk",
+        "category talk",
+        "portal",
+        "portal talk",
+        "book",
+        "book talk",
+        "draft",
+        "draft talk",
+        "module",
+        "module talk",
+        "timedtext",
+        "timedtext talk",
+        "special",
+        "education program",
+        "gadget",
+        "gadget definition",
+        "topic",
+        "wikt",
+        "wiktionary",
+        "wikisource",
+        "s",
+        "commons",
+        "c",
+        "q",
+        "wikiquote",
+        "b",
+        "wikibooks",
+        "n",
+        "wikinews",
+        "v",
+        "wikiversity",
+        "voy",
+        "wikivoyage",
+        "species",
+        "wikispecies",
+        "d",
+        "wikidata",
+        "m",
+        "meta",
+        "metawikipedia",
+        "mw",
+        "w",
+        "wikimedia",
+        "foundation",
+        "wmf",
+        "phab",
+        "simple",
     }
-)  # fmt: skip
-
+)
 # Trailing boilerplate sections dropped by default (compared case-insensitively).
 DEFAULT_DROP_SECTIONS: frozenset[str] = frozenset(
     {"references", "external links", "see also", "further reading", "notes", "sources", "bibliography"}
@@ -76,27 +128,75 @@ DEFAULT_DROP_SECTIONS: frozenset[str] = frozenset(
 # Norwegian (bokmål/nynorsk) and Danish equivalents, for `drop_sections=` on those wikis.
 NORDIC_DROP_SECTIONS: frozenset[str] = frozenset(
     {
-        "referanser", "eksterne lenker", "eksterne lenkjer", "se også", "sjå òg", "kilder",
-        "kjelder", "litteratur", "eksterne henvisninger", "fodnoter", "noter", "referencer",
+        "referanser",
+        "eksterne lenker",
+        "eksterne lenkjer",
+        "se også",
+        "sjå òg",
+        "kilder",
+        "kjelder",
+        "litteratur",
+        "eksterne henvisninger",
+        "fodnoter",
+        "noter",
+        "referencer",
     }
-)  # fmt: skip
-
+)
 # Tags dropped with their contents.
 _DROP_TAGS = frozenset(
     {
-        "ref", "references", "gallery", "math", "timeline", "score", "chem", "ce", "graph",
-        "mapframe", "maplink", "templatedata", "templatestyles", "imagemap", "hiero",
-        "inputbox", "categorytree", "includeonly", "syntaxhighlight", "source", "table",
-        "indicator", "section", "charinsert", "style", "script", "img",
+        "ref",
+        "references",
+        "gallery",
+        "math",
+        "timeline",
+        "score",
+        "chem",
+        "ce",
+        "graph",
+        "mapframe",
+        "maplink",
+        "templatedata",
+        "templatestyles",
+        "imagemap",
+        "hiero",
+        "inputbox",
+        "categorytree",
+        "includeonly",
+        "syntaxhighlight",
+        "source",
+        "table",
+        "indicator",
+        "section",
+        "charinsert",
+        "style",
+        "script",
+        "img",
     }
-)  # fmt: skip
+)
 # Tags whose contents start on a fresh line.
 _BLOCK_TAGS = frozenset(
     {
-        "p", "div", "blockquote", "center", "poem", "pre", "ul", "ol", "dl", "li", "dt", "dd",
-        "h1", "h2", "h3", "h4", "h5", "h6",
+        "p",
+        "div",
+        "blockquote",
+        "center",
+        "poem",
+        "pre",
+        "ul",
+        "ol",
+        "dl",
+        "li",
+        "dt",
+        "dd",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
     }
-)  # fmt: skip
+)
 # Markup tags that stand for a line break.
 _BREAK_TAGS = frozenset({"br", "hr"})
 

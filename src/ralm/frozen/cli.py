@@ -143,9 +143,15 @@ def run_datastore(args: argparse.Namespace) -> int:
     log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
     lm = load_frozen_lm(args.lm, gguf_file=args.gguf_file, device=args.device, autocast=args.autocast)
     meta = build_datastore(
-        lm, store, args.out, max_length=args.max_length, stride=args.stride,
-        batch_tokens=args.batch_tokens, overwrite=args.overwrite, log=log,
-    )  # fmt: skip
+        lm,
+        store,
+        args.out,
+        max_length=args.max_length,
+        stride=args.stride,
+        batch_tokens=args.batch_tokens,
+        overwrite=args.overwrite,
+        log=log,
+    )
     if args.json:
         print(json.dumps({k: v for k, v in meta.items() if k != "files"}, indent=2))
     else:

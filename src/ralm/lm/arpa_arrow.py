@@ -60,8 +60,19 @@ def _pa_int64(x: np.ndarray):
 
 # Values whose shortest round-trip digits are easy to get wrong (ties, 17 digits, the ends of
 # the double range); Arrow must format and parse them exactly as repr() and float() do.
-_PROBES = (0.1, 1 / 3, -1.0899174144338497, 2.2250738585072014e-308, 5e-324, 1.7976931348623157e308,
-           -0.43429448190325176, 9007199254740993.0, 0.30000000000000004, -99.00000000000001, 123.456)  # fmt: skip
+_PROBES = (
+    0.1,
+    1 / 3,
+    -1.0899174144338497,
+    2.2250738585072014e-308,
+    5e-324,
+    1.7976931348623157e308,
+    -0.43429448190325176,
+    9007199254740993.0,
+    0.30000000000000004,
+    -99.00000000000001,
+    123.456,
+)
 _ARROW_AGREES: list[bool] = []
 
 

@@ -264,9 +264,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "[--estimator E] TEXT: fit in memory (every estimator, also those with no ARPA form: laplace "
         "and lidstone above order 1, mle, stupid_backoff) and score TEXT.",
     )
-    s.add_argument("inputs", nargs="+", metavar="[MODEL.arpa] TEXT",
-                   help="the model and the UTF-8 text to score, one sentence per line ('-' = stdin); "
-                   "with --train only the text")  # fmt: skip
+    s.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="[MODEL.arpa] TEXT",
+        help="the model and the UTF-8 text to score, one sentence per line ('-' = stdin); "
+        "with --train only the text",
+    )
     s.add_argument("--train", default=None, metavar="TRAIN_TEXT", help="fit the model on this text in memory")
     s.add_argument("--order", type=_order, default=None, help="with --train: n-gram order (default 3)")
     s.add_argument(
@@ -370,17 +374,31 @@ def register_lm(subparsers: argparse._SubParsersAction) -> None:
     lad.add_argument("source", metavar="TEXT_OR_SAMPLE", nargs="?", default="lee")
     lad.add_argument("--max-tokens", type=int, default=None, help="use only the first N training words")
     lad.add_argument("--epochs", type=int, default=20, help="max epochs per neural model (default 20)")
-    lad.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                     help="max training seconds per neural model")  # fmt: skip
-    lad.add_argument("--models", default=None,
-                     help="comma-separated subset of ngram,ffnn,lstm,transformer (default: all)")  # fmt: skip
+    lad.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="max training seconds per neural model",
+    )
+    lad.add_argument(
+        "--models", default=None, help="comma-separated subset of ngram,ffnn,lstm,transformer (default: all)"
+    )
     lad.add_argument("--vocab-size", type=int, default=10_000, help="vocabulary cap incl. specials")
     lad.add_argument("--min-count", type=int, default=2, help="rarer training words become <unk> (default 2)")
-    lad.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
-                     help="lower-case the text (default: yes)")  # fmt: skip
+    lad.add_argument(
+        "--lowercase",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="lower-case the text (default: yes)",
+    )
     lad.add_argument("--seed", type=int, default=0)
-    lad.add_argument("--autocast", default="auto", choices=("auto", "bf16", "off"),
-                     help="bf16 autocast for training (auto: where the CPU/GPU has native bf16)")  # fmt: skip
+    lad.add_argument(
+        "--autocast",
+        default="auto",
+        choices=("auto", "bf16", "off"),
+        help="bf16 autocast for training (auto: where the CPU/GPU has native bf16)",
+    )
     lad.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     lad.add_argument("--json-out", default=None, metavar="PATH", help="also write the table as JSON")
     lad.add_argument("--save-dir", default=None, metavar="DIR", help="save each neural model to DIR/KIND")

@@ -264,8 +264,10 @@ def run_ladder(
             rows.append(row)
             emit(row)
             say(f"{name}: test ppl {row['test_ppl']:.2f}")
-    enc = {name: neural.encode_sentences(data.vocab, part) for name, part in
-           (("train", data.train), ("valid", data.valid), ("test", data.test))}  # fmt: skip
+    enc = {
+        name: neural.encode_sentences(data.vocab, part)
+        for name, part in (("train", data.train), ("valid", data.valid), ("test", data.test))
+    }
     for kind in cfg.neural:
         if kind not in neural_models.MODELS:
             raise RalmError(f"unknown neural LM {kind!r}; choose from {', '.join(neural_models.MODELS)}")

@@ -142,9 +142,11 @@ def sequence_nll(
             inputs, targets = collate([sentences[i] for i in idx])
             logits = model(inputs.to(device)).float()
             loss = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), targets.to(device).reshape(-1),
-                ignore_index=IGNORE, reduction="sum",
-            )  # fmt: skip
+                logits.reshape(-1, logits.shape[-1]),
+                targets.to(device).reshape(-1),
+                ignore_index=IGNORE,
+                reduction="sum",
+            )
             total += float(loss)
             count += int((targets != IGNORE).sum())
     finally:
@@ -231,8 +233,9 @@ def train_lm(
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=cfg.betas,
-    )  # fmt: skip
+        lr=cfg.lr,
+        betas=cfg.betas,
+    )
     rng = np.random.default_rng(cfg.seed)
     torch.manual_seed(cfg.seed)
     lengths = np.array([len(s) for s in train])
@@ -245,8 +248,15 @@ def train_lm(
         """Validate; returns True when training should stop (patience exhausted)."""
         nonlocal best, best_state, bad, lr_scale
         ppl = perplexity(model, valid)
-        history.append({"step": step, "epoch": round(epoch, 3), "valid_ppl": ppl,
-                        "seconds": round(time.perf_counter() - t0, 2), "lr": cfg.lr * lr_scale})  # fmt: skip
+        history.append(
+            {
+                "step": step,
+                "epoch": round(epoch, 3),
+                "valid_ppl": ppl,
+                "seconds": round(time.perf_counter() - t0, 2),
+                "lr": cfg.lr * lr_scale,
+            }
+        )
         if log:
             log(f"step {step} epoch {epoch:.2f}: valid ppl {ppl:.2f} lr {cfg.lr * lr_scale:.2e}")
         if ppl < best - 1e-6:

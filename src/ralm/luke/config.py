@@ -92,10 +92,19 @@ class LukeConfig:
     def validate(self) -> None:
         """Raise RalmError with one line naming the first inconsistent value."""
         for name in (
-            "vocab_size", "hidden_size", "entity_hidden_size", "entity_vocab_size", "entity_emb_size",
-            "num_hidden_layers", "num_attention_heads", "intermediate_size", "entity_intermediate_size",
-            "max_position_embeddings", "type_vocab_size", "max_mention_length",
-        ):  # fmt: skip
+            "vocab_size",
+            "hidden_size",
+            "entity_hidden_size",
+            "entity_vocab_size",
+            "entity_emb_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "entity_intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+            "max_mention_length",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise RalmError(f"LukeConfig.{name} = {v!r}: must be a positive integer")

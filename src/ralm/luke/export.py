@@ -307,7 +307,7 @@ def _card(out: Path, run: Path, model: nn.Module, cfg: LukeConfig, what: str, vo
             ", fine-tuned for named-entity recognition by span classification."
             if ner
             else ", pre-trained on masked words and masked entities."
-        ),  # fmt: skip
+        ),
         library_name="transformers" if hf else "ralm",
         pipeline_tag="token-classification" if ner else "fill-mask",
         tags=["ralm", "luke", "entity-aware"] + (["ner"] if ner else []),

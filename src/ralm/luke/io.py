@@ -42,9 +42,16 @@ FORMAT, FORMAT_VERSION = "ralm_luke", 1
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
 CLASSES = {c.__name__: c for c in (LukeForPretraining, LukeForSpanClassification, EntityAwareModel)}
 TOKENIZER_FILES = (
-    "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-    "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model", "added_tokens.json",
-)  # fmt: skip
+    "vocab.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "added_tokens.json",
+)
 
 
 def write_safetensors(tensors: dict[str, torch.Tensor], path: str | os.PathLike) -> None:

@@ -280,9 +280,14 @@ class LukeForPretraining(nn.Module):
         losses = []
         for name, states, labels, head, table in (
             ("mlm", words, mlm_labels, self.lm_head, self.luke.embeddings.word_embeddings.weight),
-            ("entity", entities, entity_labels, self.entity_predictions,
-             self.luke.entity_embeddings.entity_embeddings.weight),
-        ):  # fmt: skip
+            (
+                "entity",
+                entities,
+                entity_labels,
+                self.entity_predictions,
+                self.luke.entity_embeddings.entity_embeddings.weight,
+            ),
+        ):
             if only_labelled and labels is not None:
                 keep = labels != -100
                 states, labels = states[keep], labels[keep]

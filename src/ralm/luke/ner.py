@@ -145,15 +145,24 @@ def run_seed(
     def encode(examples):
         ctx = context_words(examples, cfg.context_words) if cfg.context_words else None
         return encode_sentences(
-            bb.tokenizer, examples, classes, max_length=max_length, max_span_length=cfg.max_span_length,
+            bb.tokenizer,
+            examples,
+            classes,
+            max_length=max_length,
+            max_span_length=cfg.max_span_length,
             context=ctx,
-        )  # fmt: skip
+        )
 
     def probs(feats):
         return span_probs(
-            model, feats, pad_id=pad, batch_size=cfg.eval_batch_size, max_entities=cfg.max_entities,
-            device=device, dtype=dtype,
-        )  # fmt: skip
+            model,
+            feats,
+            pad_id=pad,
+            batch_size=cfg.eval_batch_size,
+            max_entities=cfg.max_entities,
+            device=device,
+            dtype=dtype,
+        )
 
     threshold: float | None = None
 
@@ -270,9 +279,15 @@ def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
         raise RalmError("no seeds: give at least one, e.g. --seeds 1,2,3,4,5")
     out = Path(cfg.out)
     data = load_task_data(
-        cfg.data, "ner", fmt=cfg.format, train=cfg.train, dev=cfg.dev, test=cfg.test,
-        test_fraction=cfg.test_fraction, seed=cfg.seeds[0],
-    )  # fmt: skip
+        cfg.data,
+        "ner",
+        fmt=cfg.format,
+        train=cfg.train,
+        dev=cfg.dev,
+        test=cfg.test,
+        test_fraction=cfg.test_fraction,
+        seed=cfg.seeds[0],
+    )
     for note in data.notes:
         log(f"note: {note}")
     if not data.splits.get("train"):
@@ -296,10 +311,12 @@ def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
             shown = rec.get("test") or rec.get("dev") or {}
             rate = rec.get("inference", {}).get("sentences_per_s")
             log(
-                f"seed {seed}: " + ", ".join(f"{k} {v:.2f}" for k, v in shown.items())
+                f"seed {seed}: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in shown.items())
                 + f" ({'test' if rec.get('test') else 'dev'}; {rec['seconds']:.0f} s"
-                + (f"; {rate:.1f} sentences/s" if rate else "") + ")"
-            )  # fmt: skip
+                + (f"; {rate:.1f} sentences/s" if rate else "")
+                + ")"
+            )
             records.append(rec)
         results = {
             "task": "ner",

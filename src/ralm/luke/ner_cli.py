@@ -70,13 +70,16 @@ def register(group: argparse._SubParsersAction) -> None:
     p.add_argument("--patience", type=int, help="early stopping: evaluations without dev improvement")
     p.add_argument("--o-weight", type=float, help='cross-entropy weight of the "O" class (default 1)')
     p.add_argument(
-        "--decode", choices=("argmax", "threshold"),
+        "--decode",
+        choices=("argmax", "threshold"),
         help="argmax (default) or threshold: a span is an entity when 1 - P(O) exceeds a threshold tuned on dev",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--words-only", action="store_true", default=None,
+        "--words-only",
+        action="store_true",
+        default=None,
         help="the span classifier without entity tokens: first and last word states only (DaLUKE's words_only)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--context-words",
         type=int,

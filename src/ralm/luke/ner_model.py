@@ -113,9 +113,14 @@ def predict_tags(
 ) -> list[list[str]]:
     """IOB2 tags per sentence: `span_probs`, then `decode_tags` (argmax, or 1 - P(O) > threshold)."""
     probs = span_probs(
-        model, features, pad_id=pad_id, batch_size=batch_size, max_entities=max_entities, device=device,
+        model,
+        features,
+        pad_id=pad_id,
+        batch_size=batch_size,
+        max_entities=max_entities,
+        device=device,
         dtype=dtype,
-    )  # fmt: skip
+    )
     return decode_tags(features, probs, classes, threshold)
 
 
@@ -169,9 +174,12 @@ class Backbone:
         from ralm.luke.model import LukeForSpanClassification
 
         model = load_model(
-            self.model_dir, cls=LukeForSpanClassification, num_labels=num_labels, dropout=dropout,
+            self.model_dir,
+            cls=LukeForSpanClassification,
+            num_labels=num_labels,
+            dropout=dropout,
             words_only=words_only,
-        )  # fmt: skip
+        )
         if len(self.tokenizer) > model.config.vocab_size:
             raise RalmError(
                 f"{self.tokenizer_dir}: the tokenizer has {len(self.tokenizer)} tokens, more than the "

@@ -152,8 +152,15 @@ def _optimizer(model: torch.nn.Module, cfg: LukePretrainConfig):
     groups = param_groups(ent, cfg.lr, cfg.weight_decay, name="entity", skip=seen)
     groups += param_groups(model, cfg.lr, cfg.weight_decay, name="luke", skip=seen)
     opt = adamw(groups)
-    sched = staged_schedule(opt, first_steps=cfg.entity_first_steps, first_lr=cfg.entity_first_lr, lr=cfg.lr,
-                            warmup_steps=cfg.warmup_steps, total_steps=cfg.steps, kind=cfg.schedule)  # fmt: skip
+    sched = staged_schedule(
+        opt,
+        first_steps=cfg.entity_first_steps,
+        first_lr=cfg.entity_first_lr,
+        lr=cfg.lr,
+        warmup_steps=cfg.warmup_steps,
+        total_steps=cfg.steps,
+        kind=cfg.schedule,
+    )
     return opt, sched
 
 
@@ -294,9 +301,18 @@ def _pretrain(
             finished = last
             if last or stop or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 if dist.is_main:
-                    save_checkpoint(run, step, model, opt, sched, None, mode=cfg.mode,
-                                    examples_seen=step * cfg.batch_size * cfg.grad_accum,
-                                    keep=cfg.keep_checkpoints, docstore_fingerprint=prep.store.fingerprint)  # fmt: skip
+                    save_checkpoint(
+                        run,
+                        step,
+                        model,
+                        opt,
+                        sched,
+                        None,
+                        mode=cfg.mode,
+                        examples_seen=step * cfg.batch_size * cfg.grad_accum,
+                        keep=cfg.keep_checkpoints,
+                        docstore_fingerprint=prep.store.fingerprint,
+                    )
                 dist.barrier()
             if stop:
                 break

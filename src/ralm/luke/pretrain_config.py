@@ -28,11 +28,28 @@ CONFIG_FILE = "config.toml"
 MODES = ("luke", "mlm")
 # settings a checkpoint (and the entity vocabulary) depends on: a resume must not change them
 RESUME_FIELDS = (
-    "docstore", "mode", "backbone", "seed", "batch_size", "grad_accum", "entity_vocab_size",
-    "entity_hidden_size", "entity_emb_size", "sources", "auto_annotation", "max_seq_length", "entity_attention",
-    "entity_min_mentions", "entity_first_steps",
-    "max_entities", "max_mention_length", "mlm_prob", "random_word_prob", "unmasked_word_prob", "mep_prob",
-)  # fmt: skip
+    "docstore",
+    "mode",
+    "backbone",
+    "seed",
+    "batch_size",
+    "grad_accum",
+    "entity_vocab_size",
+    "entity_hidden_size",
+    "entity_emb_size",
+    "sources",
+    "auto_annotation",
+    "max_seq_length",
+    "entity_attention",
+    "entity_min_mentions",
+    "entity_first_steps",
+    "max_entities",
+    "max_mention_length",
+    "mlm_prob",
+    "random_word_prob",
+    "unmasked_word_prob",
+    "mep_prob",
+)
 
 
 @dataclass

@@ -22,11 +22,18 @@ from torch import nn
 __all__ = ["entity_side", "set_stage", "staged_schedule"]
 
 _ENTITY_LAYER_PARTS = (
-    ".attention.self.w2e_query.", ".attention.self.e2w_query.", ".attention.self.e2e_query.",
-    ".attention.self.entity_key.", ".attention.self.w2e_value.", ".attention.self.e2w_value.",
-    ".attention.self.e2e_value.", ".attention.self.word_entity_gate", ".attention.entity_output.",
-    ".entity_intermediate.", ".entity_output.",
-)  # fmt: skip
+    ".attention.self.w2e_query.",
+    ".attention.self.e2w_query.",
+    ".attention.self.e2e_query.",
+    ".attention.self.entity_key.",
+    ".attention.self.w2e_value.",
+    ".attention.self.e2w_value.",
+    ".attention.self.e2e_value.",
+    ".attention.self.word_entity_gate",
+    ".attention.entity_output.",
+    ".entity_intermediate.",
+    ".entity_output.",
+)
 
 
 def entity_side(name: str) -> bool:

@@ -107,8 +107,15 @@ class Asker:
             prompt = self.builder.ids(question, texts)
             ids = greedy(self.lm, [prompt], max_new_tokens=self.cfg.max_new_tokens)[0]
         took = time.perf_counter() - t0
-        return Answer(question, answer_text(self.lm.tokenizer, ids), list(passages),
-                      self.lm.tokenizer.decode(prompt), self.cfg.mode, retrieve_seconds, took)  # fmt: skip
+        return Answer(
+            question,
+            answer_text(self.lm.tokenizer, ids),
+            list(passages),
+            self.lm.tokenizer.decode(prompt),
+            self.cfg.mode,
+            retrieve_seconds,
+            took,
+        )
 
     def ask(self, question: str, k: int | None = None) -> Answer:
         """Answer one question (`retrieve`, then `answer`); `k` overrides the number of passages."""

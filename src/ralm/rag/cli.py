@@ -54,8 +54,13 @@ def _retrieval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--retrieved", type=Path, default=None, help="passages per question from `ralm rag retrieve`"
     )
-    p.add_argument("--rerank", type=int, default=0, metavar="M",
-                   help="rerank the top M passages by the LM's likelihood of the question (UPR); 0 = off")  # fmt: skip
+    p.add_argument(
+        "--rerank",
+        type=int,
+        default=0,
+        metavar="M",
+        help="rerank the top M passages by the LM's likelihood of the question (UPR); 0 = off",
+    )
 
 
 def _run_args(p: argparse.ArgumentParser, save_every: int) -> None:
@@ -73,8 +78,11 @@ def _run_args(p: argparse.ArgumentParser, save_every: int) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `rag` and its subcommands to the top-level parser."""
-    p = sub.add_parser("rag", help="question answering with a generator over retrieved passages (RAG, REPLUG, LSR)",
-                       description=__doc__.split("\n\n")[0])  # fmt: skip
+    p = sub.add_parser(
+        "rag",
+        help="question answering with a generator over retrieved passages (RAG, REPLUG, LSR)",
+        description=__doc__.split("\n\n")[0],
+    )
     rs = p.add_subparsers(dest="rag_command", metavar="SUBCOMMAND")
 
     r = rs.add_parser("retrieve", help="the top-k passages of each question, as a portable JSONL file")
@@ -97,8 +105,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--max-prompt-tokens", type=int, default=None, help="default: the LM's positions")
     e.add_argument("--replug-temperature", type=float, default=1.0)
-    e.add_argument("--oracle-depth", type=int, default=100,
-                   help="oracle on data without gold passages: the answer-bearing passage is sought among this many retrieved (default 100)")  # fmt: skip
+    e.add_argument(
+        "--oracle-depth",
+        type=int,
+        default=100,
+        help="oracle on data without gold passages: the answer-bearing passage is sought among this many retrieved (default 100)",
+    )
     e.add_argument(
         "--fewshot", type=int, default=0, help="few-shot examples from --fewshot-from (closed-book style)"
     )
@@ -199,22 +211,38 @@ def cmd_eval(args: argparse.Namespace) -> int:
     rows = []
     for mode in args.mode:
         for k in args.k if mode in ("rag", "replug") else [max(args.k)]:
-            cfg = RagConfig(mode=mode, k=k, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                            max_prompt_tokens=args.max_prompt_tokens, lang=args.lang,
-                            replug_temperature=args.replug_temperature, chat=False if args.no_chat else None)  # fmt: skip
+            cfg = RagConfig(
+                mode=mode,
+                k=k,
+                max_new_tokens=args.max_new_tokens,
+                batch_size=args.batch_size,
+                max_prompt_tokens=args.max_prompt_tokens,
+                lang=args.lang,
+                replug_temperature=args.replug_temperature,
+                chat=False if args.no_chat else None,
+            )
             run = run_rag(lm, qs, ps, cfg, fewshot=fewshot, progress=not args.no_progress)
             for n in run.notes:
                 _log(f"note: {n}")
             label = mode if mode in ("closed-book", "oracle") else f"{mode}-k{k}"
             out = args.out / label if len(args.mode) > 1 or len(args.k) > 1 else args.out
-            write_run(out, run, cfg, name=args.name or f"{Path(str(args.lm)).name} {label}", data=str(args.questions),
-                      lm_name=lm.name, retriever=None if ps is None else str(args.retrieved or args.retriever))  # fmt: skip
+            write_run(
+                out,
+                run,
+                cfg,
+                name=args.name or f"{Path(str(args.lm)).name} {label}",
+                data=str(args.questions),
+                lm_name=lm.name,
+                retriever=None if ps is None else str(args.retrieved or args.retriever),
+            )
             rows.append((label, run.metrics, out))
     print("| mode | EM | F1 | contains | R@k | s/question |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, m, _ in rows:
         rk = next((v for key, v in m.items() if key.startswith("recall@")), None)
-        print(f"| {label} | {m.get('em', 0):.2f} | {m.get('f1', float('nan')):.2f} | {m.get('contains', 0):.2f} | "
-              f"{'–' if rk is None else f'{rk:.1f}'} | {m['seconds_per_question']:.3f} |")  # fmt: skip
+        print(
+            f"| {label} | {m.get('em', 0):.2f} | {m.get('f1', float('nan')):.2f} | {m.get('contains', 0):.2f} | "
+            f"{'–' if rk is None else f'{rk:.1f}'} | {m['seconds_per_question']:.3f} |"
+        )
     print(f"predictions and results.json under {args.out}")
     return 0

@@ -184,8 +184,17 @@ def run_rag(
     return RagRun(records, metrics, notes)
 
 
-def write_run(out: str | os.PathLike, run: RagRun, cfg: RagConfig, *, name: str, data: str, lm_name: str,
-              dataset: str | None = None, retriever: str | None = None) -> Path:  # fmt: skip
+def write_run(
+    out: str | os.PathLike,
+    run: RagRun,
+    cfg: RagConfig,
+    *,
+    name: str,
+    data: str,
+    lm_name: str,
+    dataset: str | None = None,
+    retriever: str | None = None,
+) -> Path:
     """OUT/predictions.jsonl and OUT/results.json (the `ralm table` layout), each written atomically."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

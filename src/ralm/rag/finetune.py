@@ -172,8 +172,13 @@ def train_generator(
             from peft import LoraConfig, get_peft_model
         except ImportError:
             raise RalmError("--lora-r needs peft: pip install peft (in ralm's [rag] extra)") from None
-        lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules="all-linear", task_type="CAUSAL_LM")  # fmt: skip
+        lcfg = LoraConfig(
+            r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
         model = get_peft_model(model, lcfg)
     model.to(device).train()
     for p in model.parameters():
@@ -193,8 +198,18 @@ def train_generator(
     if run is not None:
         from ralm.rag.train_run import open_run
 
-        state = open_run(Path(run), cfg, examples, model, opt, sched, device, log, save_every=save_every,
-                         batch_size=cfg.batch_size)  # fmt: skip
+        state = open_run(
+            Path(run),
+            cfg,
+            examples,
+            model,
+            opt,
+            sched,
+            device,
+            log,
+            save_every=save_every,
+            batch_size=cfg.batch_size,
+        )
         step, seen_tokens, losses, before = state.step, state.tokens, state.losses, state.seconds
     t0 = time.perf_counter()
     done = 0  # batches walked through: a resumed run replays the data order up to its step
@@ -220,8 +235,13 @@ def train_generator(
                 losses.append(float(loss.detach()))
                 bar.update(1)
                 if state is not None:
-                    state.after_step(step, total, loss=losses[-1], tokens=seen_tokens,
-                                     seconds=round(before + time.perf_counter() - t0, 3))  # fmt: skip
+                    state.after_step(
+                        step,
+                        total,
+                        loss=losses[-1],
+                        tokens=seen_tokens,
+                        seconds=round(before + time.perf_counter() - t0, 3),
+                    )
                 if step % 50 == 0 or step == total:
                     log(f"step {step}/{total}: answer loss {sum(losses[-50:]) / len(losses[-50:]):.4f}")
     if state is not None:
@@ -231,8 +251,14 @@ def train_generator(
     model.eval()
     seconds = before + time.perf_counter() - t0
     tail = losses[-max(1, len(losses) // 10) :]  # the last tenth of the steps
-    stats = {"steps": step, "examples": len(examples), "seconds": seconds, "tokens": seen_tokens,
-             "first_loss": losses[0] if losses else None, "final_loss": sum(tail) / max(len(tail), 1)}  # fmt: skip
+    stats = {
+        "steps": step,
+        "examples": len(examples),
+        "seconds": seconds,
+        "tokens": seen_tokens,
+        "first_loss": losses[0] if losses else None,
+        "final_loss": sum(tail) / max(len(tail), 1),
+    }
     return model, stats
 
 

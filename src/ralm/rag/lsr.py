@@ -89,8 +89,14 @@ def lsr_loss(
     return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
 
 
-def lm_preferences(lm, builder, questions: Sequence, passages: Sequence[Sequence], batch_tokens: int = 16384,
-                   progress: bool = False) -> np.ndarray:  # fmt: skip
+def lm_preferences(
+    lm,
+    builder,
+    questions: Sequence,
+    passages: Sequence[Sequence],
+    batch_tokens: int = 16384,
+    progress: bool = False,
+) -> np.ndarray:
     """(Q, n) log P_LM(first answer | prompt with passage d alone), summed over the answer turn."""
     from ralm.frozen.lm import ScoreJob
     from ralm.progress import tqdm
@@ -181,9 +187,22 @@ def train_lsr(
         digest = hashlib.sha256(
             np.ascontiguousarray(candidates).tobytes() + np.ascontiguousarray(lm_logp).tobytes()
         )
-        state = open_run(Path(run), cfg, questions, tower, opt, sched, device, log, save_every=save_every,
-                         batch_size=cfg.batch_size, digest=digest.hexdigest(), command="ralm rag lsr",
-                         config=LSR_CONFIG, mode="rag-lsr")  # fmt: skip
+        state = open_run(
+            Path(run),
+            cfg,
+            questions,
+            tower,
+            opt,
+            sched,
+            device,
+            log,
+            save_every=save_every,
+            batch_size=cfg.batch_size,
+            digest=digest.hexdigest(),
+            command="ralm rag lsr",
+            config=LSR_CONFIG,
+            mode="rag-lsr",
+        )
         step, losses, before = state.step, state.losses, state.seconds
     t0, done = time.perf_counter(), 0
     while done < total:
@@ -216,8 +235,12 @@ def train_lsr(
     if state is not None:
         state.close()
     tower.eval()
-    return {"steps": step, "seconds": before + time.perf_counter() - t0, "first_loss": losses[0],
-            "final_loss": sum(losses[-20:]) / len(losses[-20:])}  # fmt: skip
+    return {
+        "steps": step,
+        "seconds": before + time.perf_counter() - t0,
+        "first_loss": losses[0],
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+    }
 
 
 def index_with_query_tower(src: str | os.PathLike, encoder, out: str | os.PathLike) -> Path:
@@ -245,8 +268,12 @@ def index_with_query_tower(src: str | os.PathLike, encoder, out: str | os.PathLi
             shutil.copy2(a, b)
 
     try:
-        shutil.copytree(src, tmp, copy_function=link, ignore=lambda d, names: [n for n in names if
-                        (Path(d) == src and n in ("encoder", MANIFEST))])  # fmt: skip
+        shutil.copytree(
+            src,
+            tmp,
+            copy_function=link,
+            ignore=lambda d, names: [n for n in names if (Path(d) == src and n in ("encoder", MANIFEST))],
+        )
         encoder.save(tmp / "encoder")
         manifest = {
             **manifest,

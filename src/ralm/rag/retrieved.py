@@ -53,8 +53,13 @@ def write_retrieved(path: str | os.PathLike, questions, passages: Sequence[Seque
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with tmp.open("w", encoding="utf-8") as f:
         for q, ps in zip(questions, passages, strict=True):
-            f.write(json.dumps({"id": q.id, "question": q.question, "passages": [asdict(p) for p in ps]},
-                               ensure_ascii=False) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {"id": q.id, "question": q.question, "passages": [asdict(p) for p in ps]},
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     os.replace(tmp, path)
     return path
 

@@ -38,17 +38,42 @@ def cmd_train(args: argparse.Namespace) -> int:
         _log(
             f"note: {builder.truncated} prompts had their passages cut to fit {args.max_prompt_tokens} tokens"
         )
-    cfg = GeneratorTrainConfig(epochs=args.epochs, lr=args.lr or (2e-4 if args.lora_r else 5e-5),
-                               batch_size=args.batch_size, lora_r=args.lora_r, seed=args.seed)  # fmt: skip
-    model, stats = train_generator(lm.model, lm.tokenizer, examples, cfg, device=lm.device, autocast=lm.autocast,
-                                   log=_log, progress=not args.no_progress, run=args.out,
-                                   save_every=args.save_every)  # fmt: skip
+    cfg = GeneratorTrainConfig(
+        epochs=args.epochs,
+        lr=args.lr or (2e-4 if args.lora_r else 5e-5),
+        batch_size=args.batch_size,
+        lora_r=args.lora_r,
+        seed=args.seed,
+    )
+    model, stats = train_generator(
+        lm.model,
+        lm.tokenizer,
+        examples,
+        cfg,
+        device=lm.device,
+        autocast=lm.autocast,
+        log=_log,
+        progress=not args.no_progress,
+        run=args.out,
+        save_every=args.save_every,
+    )
     save_generator(model, lm.tokenizer, args.out / "model", card=_generator_card(args, lm.name, stats, cfg))
-    write_json_atomic(args.out / "train.json", {"config": vars(cfg), "stats": stats, "lm": lm.name,
-                      "closed_book": args.closed_book, "k": args.k, "gold_passage": args.gold_passage})  # fmt: skip
+    write_json_atomic(
+        args.out / "train.json",
+        {
+            "config": vars(cfg),
+            "stats": stats,
+            "lm": lm.name,
+            "closed_book": args.closed_book,
+            "k": args.k,
+            "gold_passage": args.gold_passage,
+        },
+    )
     drop_checkpoints(args.out)
-    print(f"{args.out / 'model'}: trained {stats['steps']} steps on {stats['examples']} examples in "
-          f"{stats['seconds']:.0f} s (answer loss {stats['first_loss']:.3f} -> {stats['final_loss']:.3f})")  # fmt: skip
+    print(
+        f"{args.out / 'model'}: trained {stats['steps']} steps on {stats['examples']} examples in "
+        f"{stats['seconds']:.0f} s (answer loss {stats['first_loss']:.3f} -> {stats['final_loss']:.3f})"
+    )
     return 0
 
 
@@ -62,7 +87,7 @@ def cmd_lsr(args: argparse.Namespace) -> int:
         cached_preferences,
         index_with_query_tower,
         lm_preferences,
-        save_preferences,  # fmt: skip
+        save_preferences,
         train_lsr,
     )
     from ralm.rag.prompt import PromptBuilder
@@ -70,8 +95,15 @@ def cmd_lsr(args: argparse.Namespace) -> int:
     from ralm.rag.train_run import LSR_CONFIG, drop_checkpoints, prepare_out
     from ralm.retrieval.retriever import Retriever
 
-    cfg = LSRConfig(n=args.n, gamma=args.gamma, beta=args.beta, epochs=args.epochs, lr=args.lr,
-                    batch_size=args.batch_size, seed=args.seed)  # fmt: skip
+    cfg = LSRConfig(
+        n=args.n,
+        gamma=args.gamma,
+        beta=args.beta,
+        epochs=args.epochs,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
     cfg.check()
     prepare_out(args.out, args.save_every, args.overwrite, "lsr.json", LSR_CONFIG, extra=(PREFERENCES,))
     qs = [q for q in _questions(args) if not q.regex]
@@ -90,8 +122,18 @@ def cmd_lsr(args: argparse.Namespace) -> int:
         _log(f"{args.out / PREFERENCES}: the LM preferences of a stopped run, reused")
     vectors = np.load(args.index / "embeddings.npy", mmap_mode="r")
     encoder = dense.backend.encoder
-    stats = train_lsr(encoder, qs, cands, vectors, logp, cfg, device=lm.device, log=_log, run=args.out,
-                      save_every=args.save_every)  # fmt: skip
+    stats = train_lsr(
+        encoder,
+        qs,
+        cands,
+        vectors,
+        logp,
+        cfg,
+        device=lm.device,
+        log=_log,
+        run=args.out,
+        save_every=args.save_every,
+    )
     encoder.query_tower.cpu()
     index_with_query_tower(args.index, encoder, args.out / "index")
     write_json_atomic(args.out / "lsr.json", {"config": vars(cfg), "stats": stats, "questions": len(qs)})

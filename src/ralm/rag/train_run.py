@@ -67,8 +67,18 @@ class RunState:
         self.logger.log(step, **row)
         if self.save_every and step % self.save_every == 0 and step < total:
             model, opt, sched = self.parts
-            save_checkpoint(self.run, step, model, opt, sched, None, examples_seen=step * self.batch_size,
-                            mode=self.mode, keep=1, docstore_fingerprint=self.digest)  # fmt: skip
+            save_checkpoint(
+                self.run,
+                step,
+                model,
+                opt,
+                sched,
+                None,
+                examples_seen=step * self.batch_size,
+                mode=self.mode,
+                keep=1,
+                docstore_fingerprint=self.digest,
+            )
 
     def close(self) -> None:
         self.logger.close()
@@ -131,8 +141,11 @@ def open_run(
     from ralm.atomic import write_json_atomic
     from ralm.train.checkpoint import clear_leftovers, intact_checkpoint, load_checkpoint, restore_rng
 
-    settings = {"config": asdict(cfg), "examples": len(examples),
-                "digest": examples_digest(examples) if digest is None else digest}  # fmt: skip
+    settings = {
+        "config": asdict(cfg),
+        "examples": len(examples),
+        "digest": examples_digest(examples) if digest is None else digest,
+    }
     saved = run / config
     state = RunState(run)
     if saved.is_file():

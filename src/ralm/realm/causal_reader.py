@@ -227,9 +227,13 @@ class CausalReader(nn.Module):
             local[gi] = torch.arange(len(g))
             L = int(lengths[g].max())
             lp = self._token_log_probs(
-                rr.input_ids[gi, :L], rr.attention_mask[gi, :L], local[rr.rows[where]], rr.cols[where],
-                rr.targets[where], dev,
-            )  # fmt: skip
+                rr.input_ids[gi, :L],
+                rr.attention_mask[gi, :L],
+                local[rr.rows[where]],
+                rr.cols[where],
+                rr.targets[where],
+                dev,
+            )
             if out is None:
                 out = torch.zeros(len(row_of), dtype=lp.dtype, device=lp.device)
             out = out.index_put((where.to(lp.device),), lp)

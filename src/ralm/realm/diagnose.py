@@ -243,14 +243,18 @@ def summarize(records: Sequence[dict[str, Any]], *, k: int, has_null: bool = Tru
 
 def format_diagnosis(summary: dict[str, Any]) -> str:
     """The summary as plain text: answers in candidates, then the ratio table per token set."""
-    lines = [f"diagnosis of {summary.get('run', '?')} at step {summary.get('step', '?')}: "
-             f"{summary['queries']} held-out spans, k = {summary['k']}"]  # fmt: skip
+    lines = [
+        f"diagnosis of {summary.get('run', '?')} at step {summary.get('step', '?')}: "
+        f"{summary['queries']} held-out spans, k = {summary['k']}"
+    ]
     lines.append("answers in candidates (depth: " + ", ".join(map(str, DEPTHS)) + ")")
     for s, row in summary["answers_in_candidates"].items():
         lines.append(f"  {s:<7} " + "  ".join(f"@{d} {v:.3f}" for d, v in row.items()))
     for part, block in summary["ratios"].items():
-        lines.append(f"span perplexity ratio to closed-book, {part} tokens "
-                     f"(closed-book ppl {block['closed_book_ppl']:.2f}); 95% interval")  # fmt: skip
+        lines.append(
+            f"span perplexity ratio to closed-book, {part} tokens "
+            f"(closed-book ppl {block['closed_book_ppl']:.2f}); 95% interval"
+        )
         for kname, rows in block.items():
             if kname == "closed_book_ppl":
                 continue

@@ -222,9 +222,15 @@ def paired_ratio_interval(
     if len(t) < 2 or np.allclose(xa - xb, (xa - xb)[0] * t / max(t[0], 1)):
         return ratio, ratio, ratio  # no spread to resample (or a single example)
     res = bootstrap(
-        (xa, xb, t), stat, paired=True, vectorized=True, n_resamples=resamples, method="percentile",
-        confidence_level=0.95, rng=np.random.default_rng(seed),
-    )  # fmt: skip
+        (xa, xb, t),
+        stat,
+        paired=True,
+        vectorized=True,
+        n_resamples=resamples,
+        method="percentile",
+        confidence_level=0.95,
+        rng=np.random.default_rng(seed),
+    )
     return ratio, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 

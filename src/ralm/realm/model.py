@@ -334,8 +334,14 @@ class RealmModel(nn.Module):
             rows = [[*row, -1] for row in doc_ids.tolist()] if self.null_doc != "none" else doc_ids.tolist()
             lp = self._reader_scores(log_p_z, lambda docs: self._causal_scores(batch, docs), rows)
             mask = (batch["lm_span_kind"] >= 0).to(lp.device) if self.marginal == "span" else None
-            return self._output(log_p_z, lp, mask, self.reader.n_target(batch), doc_ids,
-                                self.reader.answers_found(batch, doc_ids))  # fmt: skip
+            return self._output(
+                log_p_z,
+                lp,
+                mask,
+                self.reader.n_target(batch),
+                doc_ids,
+                self.reader.answers_found(batch, doc_ids),
+            )
         n_masked = (labels != IGNORE_INDEX).sum(1)
         docs = [[self.docs.reader_doc(i) for i in row] for row in doc_ids]
         if self.null_doc != "none":

@@ -103,10 +103,26 @@ def read_run_config(run_dir: str | os.PathLike) -> PretrainConfig:
 # settings a checkpoint depends on: the data it saw, the shapes of its weights, and the retriever it
 # started from (whose saved config, e.g. unit vectors and a score scale, the towers are rebuilt with)
 RESUME_FIXED = (
-    "docstore", "queries", "mode", "seed", "batch_size", "grad_accum", "k", "null_doc", "reader",
-    "retriever", "pooling", "proj_dim", "scale_by_sqrt_dim", "reader_kind", "causal_blank",
-    "reader_embeddings", "reader_lora_r", "score_scale", "retriever_train",
-)  # fmt: skip
+    "docstore",
+    "queries",
+    "mode",
+    "seed",
+    "batch_size",
+    "grad_accum",
+    "k",
+    "null_doc",
+    "reader",
+    "retriever",
+    "pooling",
+    "proj_dim",
+    "scale_by_sqrt_dim",
+    "reader_kind",
+    "causal_blank",
+    "reader_embeddings",
+    "reader_lora_r",
+    "score_scale",
+    "retriever_train",
+)
 
 
 def check_resume(run: Path, cfg: PretrainConfig) -> None:

@@ -358,9 +358,18 @@ def _pretrain(
             stop = stop_after is not None and step >= stop_after
             if last or stop or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 if dist.is_main:
-                    save_checkpoint(run, step, model, opt, sched, refresher, mode=cfg.mode,
-                                    examples_seen=step * cfg.batch_size * cfg.grad_accum,
-                                    keep=cfg.keep_checkpoints, docstore_fingerprint=store.fingerprint)  # fmt: skip
+                    save_checkpoint(
+                        run,
+                        step,
+                        model,
+                        opt,
+                        sched,
+                        refresher,
+                        mode=cfg.mode,
+                        examples_seen=step * cfg.batch_size * cfg.grad_accum,
+                        keep=cfg.keep_checkpoints,
+                        docstore_fingerprint=store.fingerprint,
+                    )
                 dist.barrier()
             if stop:
                 break

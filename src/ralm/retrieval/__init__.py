@@ -30,16 +30,31 @@ import sys as _sys
 import warnings as _warnings
 
 MOVED = {
-    "retriever_train": "training.recipes", "train_batches": "training.batches", "train_cli": "training.cli",
-    "train_data": "training.data", "train_run": "training.run", "negatives": "training.negatives",
-    "contrastive": "training.contrastive", "dev_eval": "training.dev_eval", "views": "training.views",
+    "retriever_train": "training.recipes",
+    "train_batches": "training.batches",
+    "train_cli": "training.cli",
+    "train_data": "training.data",
+    "train_run": "training.run",
+    "negatives": "training.negatives",
+    "contrastive": "training.contrastive",
+    "dev_eval": "training.dev_eval",
+    "views": "training.views",
     "ict": "training.ict",
-    "index_build": "index.build", "index_cli": "index.cli", "index_dir": "index.directory",
-    "index_faiss": "index.kinds", "index_io": "index.io", "index_plan": "index.plan",
-    "shard_build": "index.shard_build", "shard_merge": "index.shard_merge", "sharded": "index.sharded",
+    "index_build": "index.build",
+    "index_cli": "index.cli",
+    "index_dir": "index.directory",
+    "index_faiss": "index.kinds",
+    "index_io": "index.io",
+    "index_plan": "index.plan",
+    "shard_build": "index.shard_build",
+    "shard_merge": "index.shard_merge",
+    "sharded": "index.sharded",
     "dist_search": "index.dist_search",
-    "evaluate": "eval.evaluate", "eval_cli": "eval.cli", "measures": "eval.measures", "compare": "eval.compare",
-}  # fmt: skip
+    "evaluate": "eval.evaluate",
+    "eval_cli": "eval.cli",
+    "measures": "eval.measures",
+    "compare": "eval.compare",
+}
 
 
 class _MovedLoader(_abc.Loader):
@@ -49,8 +64,11 @@ class _MovedLoader(_abc.Loader):
         self.new = new
 
     def create_module(self, spec):  # noqa: ANN001
-        _warnings.warn(f"{spec.name} moved to {self.new}; the old path goes in the next release",
-                       DeprecationWarning, stacklevel=2)  # fmt: skip
+        _warnings.warn(
+            f"{spec.name} moved to {self.new}; the old path goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return _importlib.import_module(self.new)
 
     def exec_module(self, module) -> None:  # noqa: ANN001

@@ -247,12 +247,35 @@ def _ict(args: argparse.Namespace) -> int:
     if not (Path(args.store) / "manifest.json").is_file():
         raise RalmError(f"{args.store}: no DocStore here; build one with `ralm corpus build`")
     heldout = max(1, min(1000, round(args.heldout_frac * len(DocStore(args.store)))))
-    argv = ["ict", str(args.store), "--out", str(args.out), "--steps", str(args.steps),
-            "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--remove-prob", str(args.remove_prob),
-            "--heldout", str(heldout), "--eval-every", str(args.eval_every), "--seed", str(args.seed),
-            "--similarity", args.similarity]  # fmt: skip
-    flags = {"encoder": "--encoder", "pooling": "--pooling", "max_length": "--max-length",
-             "proj_dim": "--proj-dim", "query_instruction": "--query-instruction"}  # fmt: skip
+    argv = [
+        "ict",
+        str(args.store),
+        "--out",
+        str(args.out),
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--lr",
+        str(args.lr),
+        "--remove-prob",
+        str(args.remove_prob),
+        "--heldout",
+        str(heldout),
+        "--eval-every",
+        str(args.eval_every),
+        "--seed",
+        str(args.seed),
+        "--similarity",
+        args.similarity,
+    ]
+    flags = {
+        "encoder": "--encoder",
+        "pooling": "--pooling",
+        "max_length": "--max-length",
+        "proj_dim": "--proj-dim",
+        "query_instruction": "--query-instruction",
+    }
     for name, flag in flags.items():
         if getattr(args, name) is not None:
             argv += [flag, str(getattr(args, name))]

@@ -164,9 +164,12 @@ class TokenEncoder(nn.Module):
         self, texts: list[str], max_length: int, pad_to_max: bool = False
     ) -> dict[str, torch.Tensor]:
         enc = self.tokenizer(
-            texts, truncation=True, max_length=max_length, padding="max_length" if pad_to_max else True,
+            texts,
+            truncation=True,
+            max_length=max_length,
+            padding="max_length" if pad_to_max else True,
             return_tensors="pt",
-        )  # fmt: skip
+        )
         keep = ("input_ids", "attention_mask", "token_type_ids")
         return {k: enc[k] for k in keep if k in enc}
 

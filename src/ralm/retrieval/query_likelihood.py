@@ -215,11 +215,13 @@ class QueryLikelihoodRetriever:
                 indptr.append(indptr[-1] + len(u))
         n, v = len(indptr) - 1, len(term_id)
         counts = sp.csr_matrix(
-            (np.concatenate(data) if data else np.zeros(0, np.int32),
-             np.concatenate(indices) if indices else np.zeros(0, np.int32),
-             np.asarray(indptr, dtype=np.int64)),
+            (
+                np.concatenate(data) if data else np.zeros(0, np.int32),
+                np.concatenate(indices) if indices else np.zeros(0, np.int32),
+                np.asarray(indptr, dtype=np.int64),
+            ),
             shape=(n, max(v, 1)),
-        )  # fmt: skip
+        )
         manifest = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -333,5 +335,11 @@ class QueryLikelihoodRetriever:
             raise RalmError(
                 f"{d}: counts/terms do not match {MANIFEST_FILE} (an interrupted save?); rebuild it"
             )
-        return cls(counts, terms, manifest, manifest.get("smoothing", "dirichlet"),
-                   manifest.get("mu", DEFAULT_MU), manifest.get("lam", DEFAULT_LAMBDA))  # fmt: skip
+        return cls(
+            counts,
+            terms,
+            manifest,
+            manifest.get("smoothing", "dirichlet"),
+            manifest.get("mu", DEFAULT_MU),
+            manifest.get("lam", DEFAULT_LAMBDA),
+        )

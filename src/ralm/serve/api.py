@@ -259,10 +259,19 @@ def generate_text(t: Target, req: S.GenerateRequest) -> dict[str, Any]:
     with t.model_lock:
         retriever = PrefixRetriever(s.store, s.tokenizer, s.model.config.k, embedder=s.embedder)
         res = generate(
-            s.model, s.tokenizer, s.store, req.prefix, strategy=req.strategy, max_new_tokens=req.max_new_tokens,
-            top_p=req.top_p, temperature=req.temperature, num_beams=req.num_beams,
-            num_return_sequences=req.num_return, seed=req.seed, retriever=retriever,
-        )  # fmt: skip
+            s.model,
+            s.tokenizer,
+            s.store,
+            req.prefix,
+            strategy=req.strategy,
+            max_new_tokens=req.max_new_tokens,
+            top_p=req.top_p,
+            temperature=req.temperature,
+            num_beams=req.num_beams,
+            num_return_sequences=req.num_return,
+            seed=req.seed,
+            retriever=retriever,
+        )
         steps = retrieval_steps(s, res.retriever.log, req.show_entries) if s.model.config.retrieval else []
     return {
         "prefix": req.prefix,

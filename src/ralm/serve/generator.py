@@ -50,9 +50,13 @@ class Generator:
         """/api/info's `generator`."""
         c = self.config
         return {
-            "name": self.lm.name, "device": str(self.lm.device), "dtype": self.lm.dtype_name,
-            "mode": c.mode, "k": c.k, "max_new_tokens": c.max_new_tokens,
-        }  # fmt: skip
+            "name": self.lm.name,
+            "device": str(self.lm.device),
+            "dtype": self.lm.dtype_name,
+            "mode": c.mode,
+            "k": c.k,
+            "max_new_tokens": c.max_new_tokens,
+        }
 
 
 def attach_generator(t: Any, cfg: AskConfig, device: str | None = None) -> Any:

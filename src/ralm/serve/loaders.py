@@ -278,8 +278,17 @@ def _index(p: Path, device: str | None) -> Target:
         dense.encoder.to(device)
     build = _read_json(p / "build.json")
     config = {"retrieval.json": manifest, **({"build.json": build} if build else {})}
-    t = Target("index", p, ["search", "corpus"], device=device or "cpu", store=store, dense=dense, bm25=bm25,
-               config=config, notes=notes)  # fmt: skip
+    t = Target(
+        "index",
+        p,
+        ["search", "corpus"],
+        device=device or "cpu",
+        store=store,
+        dense=dense,
+        bm25=bm25,
+        config=config,
+        notes=notes,
+    )
     return _with_hybrid(t)
 
 

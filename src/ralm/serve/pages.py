@@ -28,8 +28,13 @@ __all__ = ["router", "templates"]
 
 TEMPLATES = Path(__file__).parent / "templates"
 PAGE_TITLES = {
-    "fill": "Fill", "generate": "Generate", "ask": "Ask", "search": "Search", "corpus": "Corpus", "runs": "Runs",
-}  # fmt: skip
+    "fill": "Fill",
+    "generate": "Generate",
+    "ask": "Ask",
+    "search": "Search",
+    "corpus": "Corpus",
+    "runs": "Runs",
+}
 RETRIEVER_NAMES = {"dense": "dense", "bm25": "BM25", "hybrid": "hybrid (BM25 + dense, RRF)"}
 SOURCE_NAMES = {"link": "link", "ner": "NER", "date": "date", "auto": "auto (entity match)"}
 
@@ -80,12 +85,17 @@ async def fill_page(
     cfg = t.realm.cfg
     mask = t.realm.tokenizer.mask_token or "[MASK]"
     return page(
-        request, "fill", mask=mask, retrieval=bool(t.realm.model.retrieval), null_doc=cfg.null_doc,
+        request,
+        "fill",
+        mask=mask,
+        retrieval=bool(t.realm.model.retrieval),
+        null_doc=cfg.null_doc,
         causal=bool(getattr(t.realm.model, "causal", False)),
-        text=text[: S.MAX_QUERY_CHARS] or f"Oslo is the capital of {mask}.", run_now=bool(text.strip()),
+        text=text[: S.MAX_QUERY_CHARS] or f"Oslo is the capital of {mask}.",
+        run_now=bool(text.strip()),
         k=min(max(k, 1), S.MAX_K) if k is not None else cfg.k,
         top=min(max(top, 1), S.MAX_TOP) if top is not None else 5,
-    )  # fmt: skip
+    )
 
 
 @router.get("/search", name="search_page")
@@ -118,12 +128,21 @@ async def chunk_page(request: Request, chunk_id: int) -> HTMLResponse:
     summary = await in_thread(_summary, t)
     row = data["chunk"]
     used = {s["source"] for s in row["salient"]}
-    legend = [(s, SOURCE_NAMES.get(s, s), s in used) for s in SOURCE_ORDER + tuple(
-        x for x in SALIENT_SOURCES if x not in SOURCE_ORDER)]  # fmt: skip
+    legend = [
+        (s, SOURCE_NAMES.get(s, s), s in used)
+        for s in SOURCE_ORDER + tuple(x for x in SALIENT_SOURCES if x not in SOURCE_ORDER)
+    ]
     return page(
-        request, "corpus", row=row, prev=data["prev"], next=data["next"], n_chunks=len(t.store),
-        segments=salient_segments(row["text"], row["salient"]), legend=legend, summary=summary,
-    )  # fmt: skip
+        request,
+        "corpus",
+        row=row,
+        prev=data["prev"],
+        next=data["next"],
+        n_chunks=len(t.store),
+        segments=salient_segments(row["text"], row["salient"]),
+        legend=legend,
+        summary=summary,
+    )
 
 
 def _summary(t) -> str:
@@ -150,12 +169,16 @@ async def ask_page(
     require(t, "ask")
     g = t.generator
     return page(
-        request, "ask", q=q[: S.MAX_QUERY_CHARS], generator=g.info(),
+        request,
+        "ask",
+        q=q[: S.MAX_QUERY_CHARS],
+        generator=g.info(),
         k=min(max(k, 1), S.MAX_ASK_K) if k is not None else g.config.k,
-        modes=ASK_MODES, mode=mode if mode in ASK_MODES else g.config.mode,
+        modes=ASK_MODES,
+        mode=mode if mode in ASK_MODES else g.config.mode,
         retrievers=[(r, RETRIEVER_NAMES[r]) for r in t.retrievers],
         retriever=retriever if retriever in t.retrievers else t.retrievers[0],
-    )  # fmt: skip
+    )
 
 
 @router.get("/runs", name="runs_page")

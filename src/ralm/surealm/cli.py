@@ -177,65 +177,84 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sentences and `evaluate --split S` sentences in S.",
     )
     p.add_argument(
-        "inputs", nargs="*",
+        "inputs",
+        nargs="*",
         help='sentence files: JSONL, one {"text", "group"?, "split"?} object a line, or text, one sentence '
         "a line with a blank line between groups",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--sample", choices=("chitchat",),
+        "--sample",
+        choices=("chitchat",),
         help="add a bundled sample: chitchat, the chitchat-dataset conversations (default: none)",
-    )  # fmt: skip
+    )
     p.add_argument("--out", required=True, help="data store directory to write (required, no default)")
     p.add_argument(
-        "--lm", default="minilm",
+        "--lm",
+        default="minilm",
         help="LM whose tokenizer splits the sentences into tokens: minilm, smollm2 or a model directory "
         "(default: %(default)s); train with the same LM",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--encoder", default=None,
+        "--encoder",
+        default=None,
         help="sentence-transformer directory that embeds prefixes and suffixes (default: the bundled MiniLM)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--m", type=int, default=10, help="suffix length in LM tokens (default: %(default)s, as in SUREALM)"
     )
     p.add_argument(
-        "--suffix", choices=("truncate", "whole"), default="truncate",
+        "--suffix",
+        choices=("truncate", "whole"),
+        default="truncate",
         help="how a suffix is encoded: truncate (the encoder reads its m tokens alone) or whole (it reads the "
         "rest of the sentence and the first m tokens are pooled, as the SUREALM authors' code does) "
         "(default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--include-current-word", action="store_true",
+        "--include-current-word",
+        action="store_true",
         help="suffixes start at the current word w_i, the paper's section 5 variant (default: off, w_i is in "
         "neither prefix nor suffix)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--k", type=int, default=8,
+        "--k",
+        type=int,
+        default=8,
         help="neighbours kept per prefix (default: %(default)s, as in SUREALM); train --k may be at most this",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--max-tokens", type=int, default=64,
+        "--max-tokens",
+        type=int,
+        default=64,
         help="LM tokens kept per sentence; longer sentences are cut (default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--limit-groups", type=int, default=None,
+        "--limit-groups",
+        type=int,
+        default=None,
         help="keep only the first N groups (conversations, blank-line blocks) in input order (default: all)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--valid-frac", type=float, default=0.05,
+        "--valid-frac",
+        type=float,
+        default=0.05,
         help="fraction of the groups drawn for the valid split (default: %(default)s); groups as said above",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--test-frac", type=float, default=0.05,
+        "--test-frac",
+        type=float,
+        default=0.05,
         help="fraction of the groups drawn for the test split (default: %(default)s); groups as said above",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the draw of groups into splits (default: %(default)s)"
     )
     p.add_argument(
-        "--index-kind", default="flat", choices=INDEX_KINDS,
+        "--index-kind",
+        default="flat",
+        choices=INDEX_KINDS,
         help="FAISS index over the prefix embeddings: %(choices)s (default: %(default)s, exact search)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--device",
         default="cpu",
@@ -258,89 +277,119 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("datastore", help="data store directory from `ralm surealm datastore`")
     p.add_argument("--out", required=True, help="run directory to write (required, no default)")
     p.add_argument(
-        "--lm", default="minilm",
+        "--lm",
+        default="minilm",
         help="backbone: minilm, smollm2 or a model directory, the LM the data store was built with "
         "(default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--no-retrieval", action="store_true",
+        "--no-retrieval",
+        action="store_true",
         help="the same LM without retrieval, the baseline (default: off, SUREALM with retrieval)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--init-from", default=None,
+        "--init-from",
+        default=None,
         help="a trained run (e.g. the --no-retrieval baseline) whose LM weights start this run "
         "(default: none, the pretrained backbone)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--k", type=int, default=8,
+        "--k",
+        type=int,
+        default=8,
         help="retrieved entries per retrieval, at most the data store's --k (default: %(default)s, as in SUREALM)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--delta", type=int, default=1,
+        "--delta",
+        type=int,
+        default=1,
         help="retrieve every delta tokens (default: %(default)s, as in SUREALM)",
-    )  # fmt: skip
+    )
     p.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per step (default: %(default)s)")
     p.add_argument(
         "--lr", type=float, default=1e-4, help="peak learning rate of the LM (default: %(default)s)"
     )
     p.add_argument(
-        "--lr-memory", type=float, default=None,
+        "--lr-memory",
+        type=float,
+        default=None,
         help="peak learning rate of the memory projections (default: 10 x --lr; they start from scratch)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--memory-init", choices=["zero", "identity"], default="zero",
+        "--memory-init",
+        choices=["zero", "identity"],
+        default="zero",
         help="zero: memory starts inert; identity: embeddings enter each layer as they are (paper eqs. 4-5) "
         "(default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--memory-gain", type=float, default=None,
+        "--memory-gain",
+        type=float,
+        default=None,
         help="starting gain of the memory LayerNorms (default: 0 with zero, 1 with identity)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--memory-window", type=int, default=None,
+        "--memory-window",
+        type=int,
+        default=None,
         help="each position sees only the latest W retrievals (default: all of them, as in eq. 6)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--pathway", choices=("cross", "self"), default="cross",
+        "--pathway",
+        choices=("cross", "self"),
+        default="cross",
         help="where the memory enters: cross (a gated cross-attention block after every layer, its gates "
         "from 0, so the model starts as the backbone) or self (the slots in every layer's self-attention) "
         "(default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--memory-bias", type=float, default=None,
+        "--memory-bias",
+        type=float,
+        default=None,
         help="self pathway: a learned offset on every memory slot's attention logit, starting here, e.g. -30 "
         "keeps the slots out of the softmax at step 0 (default: none)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--neighbours", choices=("retrieved", "random", "null"), default="retrieved",
+        "--neighbours",
+        choices=("retrieved", "random", "null"),
+        default="retrieved",
         help="what fills the memory: retrieved (the top K), random (K random training entries, never the "
         "sentence's own: the control for retrieval) or null (zero embeddings: the control for extra slots) "
         "(default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--warmup-steps", type=int, default=100,
+        "--warmup-steps",
+        type=int,
+        default=100,
         help="steps of linear learning-rate warm-up (default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--schedule", default="linear", choices=SCHEDULES,
+        "--schedule",
+        default="linear",
+        choices=SCHEDULES,
         help="learning-rate decay after warm-up: %(choices)s (default: %(default)s, as in SUREALM)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--eval-every", type=int, default=250,
+        "--eval-every",
+        type=int,
+        default=250,
         help="validation perplexity every N steps and at the last; the best model is kept (default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of initialisation and batch order (default: %(default)s)"
     )
     p.add_argument(
-        "--device", default="auto",
+        "--device",
+        default="auto",
         help="auto, cpu, cuda or cuda:N (default: %(default)s, cuda when there is one)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--autocast", default="auto", choices=AUTOCAST,
+        "--autocast",
+        default="auto",
+        choices=AUTOCAST,
         help="mixed precision: %(choices)s (default: %(default)s, bf16 where the hardware has it)",
-    )  # fmt: skip
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a run at --out (default: off, refuse)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
     p.set_defaults(func=cmd_train)
@@ -354,18 +403,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("models", nargs="+", help="trained run directories (SUREALM or --no-retrieval)")
     p.add_argument(
-        "--split", default="test", choices=("train", "valid", "test"),
+        "--split",
+        default="test",
+        choices=("train", "valid", "test"),
         help="split to measure: %(choices)s (default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--datastore",
         default=None,
         help="data store to evaluate on (default: the one each model was trained with)",
     )
     p.add_argument(
-        "--knnlm", default=None,
+        "--knnlm",
+        default=None,
         help="a (baseline) run to add as kNN-LM over the training split, tuned on the valid split (default: none)",
-    )  # fmt: skip
+    )
     p.add_argument("--knn-k", type=int, default=64, help="neighbours of the kNN-LM (default: %(default)s)")
     p.add_argument(
         "--device",
@@ -398,22 +450,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="probability mass kept by --strategy top-p (default: %(default)s)",
     )
     p.add_argument(
-        "--temperature", type=float, default=1.0,
+        "--temperature",
+        type=float,
+        default=1.0,
         help="softmax temperature of --strategy top-p (default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument("--beams", type=int, default=4, help="beams of --strategy beam (default: %(default)s)")
     p.add_argument(
-        "--num-return", type=int, default=1,
+        "--num-return",
+        type=int,
+        default=1,
         help="continuations printed; at most --beams with --strategy beam (default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of --strategy top-p (default: %(default)s)")
     p.add_argument(
         "--show-retrievals", action="store_true", help="print what was retrieved at each step (default: off)"
     )
     p.add_argument(
-        "--show-entries", type=int, default=3,
+        "--show-entries",
+        type=int,
+        default=3,
         help="entries shown per retrieval with --show-retrievals (default: %(default)s)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--datastore",
         default=None,

@@ -234,9 +234,16 @@ def _build_rank_shards(
         for s in mine:
             start, stop = ranges[s]
             index = build_shard(
-                vectors[start:stop], shard=s, n_shards=shards, start=start, total=len(vectors),
-                kind=kind, center=mu, **fps, **params,
-            )  # fmt: skip
+                vectors[start:stop],
+                shard=s,
+                n_shards=shards,
+                start=start,
+                total=len(vectors),
+                kind=kind,
+                center=mu,
+                **fps,
+                **params,
+            )
             index.save(dense / shard_dir_name(s, shards))
             del index
 

@@ -209,11 +209,28 @@ def _train(args: argparse.Namespace) -> int:
     from ralm.retrieval.training.recipes import train_retriever
 
     res = train_retriever(
-        enc, train, args.out, cfg, dev=dev, negatives=negatives, data=data,
-        overwrite=args.overwrite, progress=not args.quiet, log=log,
-    )  # fmt: skip
-    print(json.dumps({"run": str(args.out), "encoder": res["encoder"], "best_step": res["best_step"],
-                      "best": res["best"], **{k: round(v, 4) for k, v in res["last_eval"].items()}}))  # fmt: skip
+        enc,
+        train,
+        args.out,
+        cfg,
+        dev=dev,
+        negatives=negatives,
+        data=data,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+        log=log,
+    )
+    print(
+        json.dumps(
+            {
+                "run": str(args.out),
+                "encoder": res["encoder"],
+                "best_step": res["best_step"],
+                "best": res["best"],
+                **{k: round(v, 4) for k, v in res["last_eval"].items()},
+            }
+        )
+    )
     return 0
 
 

@@ -162,18 +162,27 @@ def train_retriever(
                     f"{train.source}: {len(train.examples)} usable pairs; training needs at least 2"
                 )
             batches = SupervisedBatches(
-                train, negatives, batch_size=cfg.batch_size, hard_negatives=cfg.hard_negatives, seed=cfg.seed,
+                train,
+                negatives,
+                batch_size=cfg.batch_size,
+                hard_negatives=cfg.hard_negatives,
+                seed=cfg.seed,
                 lang=cfg.lang,
-            )  # fmt: skip
+            )
             per_epoch = batches.steps_per_epoch()
             total = cfg.steps or max(1, math.ceil(cfg.epochs * per_epoch))
         else:
             from ralm.retrieval.training.views import PairViews
 
             views = PairViews(
-                train, encoder, cfg.recipe, crop_min=cfg.crop_min, crop_max=cfg.crop_max,
-                delete_prob=cfg.delete_prob, remove_prob=cfg.remove_prob,
-            )  # fmt: skip
+                train,
+                encoder,
+                cfg.recipe,
+                crop_min=cfg.crop_min,
+                crop_max=cfg.crop_max,
+                delete_prob=cfg.delete_prob,
+                remove_prob=cfg.remove_prob,
+            )
             perm = np.random.default_rng([cfg.seed, 7]).permutation(len(train))
             n_held = 0 if dev is not None else min(cfg.heldout, len(train) // 5)
             held_ids, train_ids = perm[:n_held], perm[n_held:]
@@ -207,8 +216,18 @@ def train_retriever(
         bar = tqdm(total=total, initial=step, desc=f"retriever {cfg.mode}", disable=not progress, unit="step")
 
         def checkpoint() -> None:
-            save_checkpoint(out, step, encoder, opt, sched, None, examples_seen=step * cfg.batch_size, mode=cfg.mode,
-                            keep=cfg.keep_checkpoints, docstore_fingerprint=train_fingerprint(train))  # fmt: skip
+            save_checkpoint(
+                out,
+                step,
+                encoder,
+                opt,
+                sched,
+                None,
+                examples_seen=step * cfg.batch_size,
+                mode=cfg.mode,
+                keep=cfg.keep_checkpoints,
+                docstore_fingerprint=train_fingerprint(train),
+            )
             st = out / "checkpoints" / f"step-{step:07d}" / "state.json"
             s = json.loads(st.read_text(encoding="utf-8"))
             s.update(best=best, best_step=best_step, last_eval=last_eval)
@@ -227,9 +246,15 @@ def train_retriever(
                     q_rows, d_rows, targets, mask = batches.batch(step)
                 opt.zero_grad(set_to_none=True)
                 res = contrastive_step(
-                    encoder, q_rows, d_rows, targets, mask,
-                    chunk=cfg.grad_cache, amp=amp, device=device,
-                )  # fmt: skip
+                    encoder,
+                    q_rows,
+                    d_rows,
+                    targets,
+                    mask,
+                    chunk=cfg.grad_cache,
+                    amp=amp,
+                    device=device,
+                )
                 grad_norm = torch.nn.utils.clip_grad_norm_(encoder.parameters(), cfg.grad_clip).item()
                 opt.step()
                 sched.step()
@@ -237,9 +262,13 @@ def train_retriever(
                 bar.update(1)
                 if step % cfg.log_every == 0 or step == total:
                     logger.log(
-                        step, loss=res.loss, inbatch_acc=res.accuracy, lr=sched.get_last_lr()[0],
-                        grad_norm=grad_norm, seconds=time.perf_counter() - t0,
-                    )  # fmt: skip
+                        step,
+                        loss=res.loss,
+                        inbatch_acc=res.accuracy,
+                        lr=sched.get_last_lr()[0],
+                        grad_norm=grad_norm,
+                        seconds=time.perf_counter() - t0,
+                    )
                     bar.set_postfix(loss=f"{res.loss:.3f}", acc=f"{res.accuracy:.2f}")
                 at_epoch_end = cfg.mode == "dpr" and per_epoch and step % per_epoch == 0
                 due = (cfg.eval_every and step % cfg.eval_every == 0) or (not cfg.eval_every and at_epoch_end)
