@@ -61,6 +61,7 @@ demo-causal: setup
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 lint: setup
