@@ -88,7 +88,7 @@ def trivia_sets(work: Path, corpus: Path, seed: int = 0) -> tuple[Path, Path]:
 
 
 def zero_shot_recall(index: Path, kind: str, questions, lang: str, k: int = 5) -> float:
-    from ralm.retrieval.eval.evaluate import has_answer
+    from ralm.answers import has_answer
     from ralm.retrieval.search import load_retriever
 
     store, ret = load_retriever(index, kind=kind)

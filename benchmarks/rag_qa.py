@@ -137,7 +137,7 @@ def prep(args) -> None:
     qs = [RagQuestion(str(i), q, a) for i, (q, a) in enumerate(trivia_qa_pairs())]
     train, test = split_questions(qs, 0.7, seed=0)
     tbm25 = BM25Retriever.build(tstore, lang="en")
-    from ralm.retrieval.eval.evaluate import has_answer
+    from ralm.answers import has_answer
 
     for split, part in (("train", train), ("test", test)):
         res = tbm25.search_text([q.question for q in part], 100)

@@ -116,7 +116,7 @@ def fuse(bm25, dense, k: int, weights, method: str) -> tuple[np.ndarray, np.ndar
 
 
 def recall(d: Data, qs, ids: np.ndarray, ks=(1, 5, 20)) -> dict:
-    from ralm.retrieval.eval.evaluate import has_answer
+    from ralm.answers import has_answer
 
     out = {}
     hits = [

@@ -77,7 +77,9 @@ def main() -> None:
     from ralm.realm.evaluate import evaluate_mlm, format_table
     from ralm.realm.export import export_reader
     from ralm.realm.masking import BERT_REPLACE, MaskingConfig
-    from ralm.realm.trainer import latest_checkpoint, load_run, pretrain, read_run_config
+    from ralm.realm.run import load_run, read_run_config
+    from ralm.realm.trainer import pretrain
+    from ralm.train.checkpoint import latest_checkpoint
 
     work = Path(args.work)
 

@@ -110,10 +110,10 @@ def main() -> None:
     import torch
 
     from ralm.corpus.docstore import DocStore
+    from ralm.realm.build import build_model
     from ralm.realm.config import PretrainConfig
     from ralm.realm.masking import MaskingCollator, MaskingConfig
     from ralm.realm.refresh import embed_chunks
-    from ralm.realm.trainer import build_model
     from ralm.retrieval.index.dense import DenseIndex, estimate
 
     work = Path(args.work)

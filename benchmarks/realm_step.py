@@ -46,11 +46,13 @@ def main() -> None:
 
     from ralm.corpus.docstore import DocStore
     from ralm.precision import autocast_context, autocast_dtype
+    from ralm.realm.build import build_model, optimizer_for
     from ralm.realm.config import PretrainConfig
+    from ralm.realm.data import example_rngs, split_ids
     from ralm.realm.masking import MaskingCollator
     from ralm.realm.reader import build_reader_inputs
     from ralm.realm.refresh import SyncRefresher
-    from ralm.realm.trainer import build_model, example_rngs, optimizer_for, split_ids, train_step
+    from ralm.realm.trainer import train_step
     from ralm.train.optim import warmup_schedule
 
     store_dir = ensure_store(Path(args.work) / f"enwiki-{args.chunk_size}", args.chunk_size)
@@ -73,7 +75,7 @@ def main() -> None:
 
     def bare_inputs(step: int):
         """The step's tensors, built exactly as the trainer builds them (outside any timer)."""
-        from ralm.realm.trainer import batch_positions
+        from ralm.realm.data import batch_positions
 
         ids = batch_positions(train_ids, cfg.seed, (step - 1) * cfg.batch_size, cfg.batch_size)
         batch = col(ids, rngs=example_rngs(cfg.seed, step, 0, range(len(ids))))

@@ -85,19 +85,11 @@ def test_readme_python_api_blocks_run(tmp_path, monkeypatch, capsys):
     assert "bm25 [('Helsinki'" in out and "p(z|x)" in out and "hf {'train':" in out
 
 
-def test_a_moved_module_warns_and_still_works():
-    """ralm.tasks.types moved to ralm.formats.types (issue 37): the old path stays for one release."""
+def test_old_module_paths_are_gone():
+    """ralm 0.1.0 keeps no old import paths (issue 48): the moved modules exist at their new paths only."""
     import importlib
-    import sys
-    import warnings
 
-    from ralm.formats.types import TaggingExample
-
-    sys.modules.pop("ralm.tasks.types", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module("ralm.tasks.types")
-    assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == [
-        "ralm.tasks.types moved to ralm.formats.types; this alias goes in the next release"
-    ]
-    assert old.TaggingExample is TaggingExample
+    for old in ("ralm.tasks.types", "ralm.retrieval.index_io", "ralm.retrieval.train_data", "ralm.retrieval.evaluate"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
+    assert importlib.import_module("ralm.formats.types").TaggingExample

@@ -322,7 +322,7 @@ def test_empty_sections_and_one_order(tmp_path):
 
 def test_number_text_is_python_repr():
     """Arrow's shortest round-trip digits in Python's notation, at every magnitude."""
-    from ralm.lm.arpa import _fmt, _format_floats
+    from ralm.lm.arpa_write import _fmt, _format_floats
 
     rng = np.random.default_rng(1)
     mags = 10.0 ** rng.uniform(-12, 20, 20_000)

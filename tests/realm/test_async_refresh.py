@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def _refresher(cfg, tmp_path, every=1):
     from ralm.corpus.docstore import DocStore
     from ralm.realm.async_refresh import AsyncRefresher
-    from ralm.realm.trainer import build_model
+    from ralm.realm.build import build_model
 
     model, _ = build_model(cfg, DocStore(cfg.docstore))
     ref = AsyncRefresher(

@@ -61,7 +61,7 @@ def _torchrun(argv, nproc=2, env=None, timeout=240):
 def _params(run):
     from safetensors.torch import load_file
 
-    from ralm.realm.trainer import latest_checkpoint
+    from ralm.train.checkpoint import latest_checkpoint
 
     return load_file(str(latest_checkpoint(run) / "model.safetensors"))
 

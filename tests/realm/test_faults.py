@@ -73,7 +73,8 @@ def test_resume_falls_back_from_a_truncated_checkpoint(tiny_cfg, tmp_path, capsy
 
 def test_a_flipped_byte_is_found_and_every_reader_falls_back(tiny_cfg, capsys):
     from ralm.cli import main
-    from ralm.realm.trainer import load_run, pretrain
+    from ralm.realm.run import load_run
+    from ralm.realm.trainer import pretrain
 
     run = pretrain(tiny_cfg(steps=2, checkpoint_every=1), progress=False)
     m = run / "checkpoints" / "step-0000002" / "model.safetensors"
@@ -125,7 +126,8 @@ def test_no_intact_checkpoint_is_one_line(tiny_cfg, capsys):
 def test_unrecorded_checkpoint_that_safetensors_cannot_read_is_one_line(tiny_cfg, capsys):
     """A checkpoint written before files were recorded: the loader's error becomes one line."""
     from ralm.cli import main
-    from ralm.realm.trainer import load_run, pretrain
+    from ralm.realm.run import load_run
+    from ralm.realm.trainer import pretrain
 
     cfg = tiny_cfg(steps=1)
     run = pretrain(cfg, progress=False)

@@ -29,7 +29,7 @@ def runs(realm_store, tiny_dir, tmp_path_factory):
 
 def test_evaluate_mlm_table(runs):
     from ralm.realm.evaluate import evaluate_mlm, format_table
-    from ralm.realm.trainer import load_run
+    from ralm.realm.run import load_run
 
     run, base = load_run(runs[0]), load_run(runs[1])
     rows = evaluate_mlm(run, base, batch_size=3)
@@ -55,7 +55,7 @@ def test_evaluate_mlm_table(runs):
 
 def test_baseline_trained_on_heldout_chunks_is_refused(runs, tmp_path):
     from ralm.realm.evaluate import evaluate_mlm
-    from ralm.realm.trainer import load_run
+    from ralm.realm.run import load_run
 
     run, base = load_run(runs[0]), load_run(runs[1])
     base.train_ids = np.concatenate([base.train_ids, run.heldout_ids[:1]])
@@ -68,7 +68,7 @@ def test_export_reader_round_trip(runs, tmp_path):
     from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
     from ralm.realm.export import export_reader, export_retriever
-    from ralm.realm.trainer import load_run
+    from ralm.realm.run import load_run
 
     run = load_run(runs[0], device="cpu")
     out = export_reader(run, tmp_path / "reader")
@@ -109,7 +109,7 @@ def test_export_reader_round_trip(runs, tmp_path):
 def test_fill_on_tiny_model(runs):
     from ralm.realm.fill import fill
     from ralm.realm.marginal import marginal_log_likelihood
-    from ralm.realm.trainer import load_run
+    from ralm.realm.run import load_run
 
     run = load_run(runs[0])
     res = fill(run, "Oslo is the capital of [MASK] and [MASK].", top=3)

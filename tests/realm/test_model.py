@@ -13,8 +13,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture
 def parts(realm_store, tiny_dir):
     from ralm.corpus.docstore import DocStore
+    from ralm.realm.build import load_reader
     from ralm.realm.masking import MaskingCollator, eligible_ids
-    from ralm.realm.trainer import load_reader
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
     store = DocStore(realm_store)

@@ -12,8 +12,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_embed_chunks_progress(tiny_cfg, realm_store, capsys):
     from ralm.corpus.docstore import DocStore
+    from ralm.realm.build import build_model
     from ralm.realm.refresh import embed_chunks
-    from ralm.realm.trainer import build_model
 
     model, _ = build_model(tiny_cfg(), DocStore(realm_store))
     n = len(model.docs)

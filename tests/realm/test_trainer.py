@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def _tensors(run):
     from safetensors.torch import load_file
 
-    from ralm.realm.trainer import latest_checkpoint
+    from ralm.train.checkpoint import latest_checkpoint
 
     return load_file(str(latest_checkpoint(run) / "model.safetensors"))
 
@@ -77,7 +77,7 @@ def test_run_directory_metrics_and_checkpoints(tiny_cfg, tmp_path):
 
 def test_optimizer_groups_and_schedule(tiny_cfg, realm_store):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.trainer import build_model, optimizer_for
+    from ralm.realm.build import build_model, optimizer_for
 
     cfg = tiny_cfg(null_doc="zeros", lr_reader=3e-4, lr_retriever=1e-5, weight_decay=0.1)
     model, _ = build_model(cfg, DocStore(realm_store))
@@ -153,7 +153,8 @@ def test_bad_inputs_are_one_clear_error(tiny_cfg, tmp_path, realm_store):
 
 def test_run_from_another_corpus_is_refused(tiny_cfg, tmp_path, tiny_dir):
     from ralm.corpus.build import BuildConfig, build_docstore
-    from ralm.realm.trainer import load_run, pretrain
+    from ralm.realm.run import load_run
+    from ralm.realm.trainer import pretrain
 
     run = pretrain(tiny_cfg(steps=1), progress=False)
     other = tmp_path / "other.jsonl"
@@ -180,8 +181,8 @@ def test_heldout_split_does_not_depend_on_the_training_strategy(tiny_cfg, realm_
     from dataclasses import replace
 
     from ralm.corpus.docstore import DocStore
+    from ralm.realm.data import split_ids
     from ralm.realm.masking import eligible_ids
-    from ralm.realm.trainer import split_ids
 
     store = DocStore(realm_store)
     sal = tiny_cfg(heldout=4)
@@ -197,8 +198,9 @@ def test_heldout_split_does_not_depend_on_the_training_strategy(tiny_cfg, realm_
 
 def test_initial_index_is_used_and_must_match_the_corpus(tiny_cfg, tmp_path):
     from ralm.corpus.docstore import DocStore
+    from ralm.realm.build import build_model
     from ralm.realm.refresh import SyncRefresher
-    from ralm.realm.trainer import build_model, pretrain
+    from ralm.realm.trainer import pretrain
 
     cfg = tiny_cfg(out=str(tmp_path / "a"), steps=3, refresh_every=2)
     model, _ = build_model(cfg, DocStore(cfg.docstore))

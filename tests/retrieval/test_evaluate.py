@@ -1,19 +1,16 @@
 import numpy as np
 import pytest
 
-from ralm.errors import RalmError
-from ralm.retrieval.eval.evaluate import (
-    QAPair,
+from ralm.answers import (
     answer_tokens,
-    answerable,
     check_answer_patterns,
     has_answer,
-    hit_matrix,
     normalize_answer,
-    recall_at_k,
     regex_em,
     token_string,
 )
+from ralm.errors import RalmError
+from ralm.retrieval.eval.evaluate import QAPair, answerable, hit_matrix, recall_at_k
 
 
 def test_normalize_answer_squad_rules():

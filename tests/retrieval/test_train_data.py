@@ -3,8 +3,8 @@ import json
 import pytest
 from pairs_ref import CONTEXTS, QUESTIONS, squad_json
 
+from ralm.answers import has_answer
 from ralm.errors import RalmError
-from ralm.retrieval.eval.evaluate import has_answer
 from ralm.retrieval.passages import ListPassages, squeeze
 from ralm.retrieval.training.data import detect_pair_format, read_beir_dev, read_pairs
 from ralm.retrieval.training.negatives import mine_negatives

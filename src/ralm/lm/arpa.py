@@ -22,8 +22,7 @@ This module holds the public API and the `ArpaModel` tables; the work is done in
 `ralm.lm.arpa_write` (the sections, made in bulk by Arrow's kernels), `ralm.lm.arpa_read` (the
 file's structure, the line-by-line parser and its messages), `ralm.lm.arpa_bulk` (the
 vectorised reading path) and `ralm.lm.arpa_arrow` (Arrow <-> numpy glue, the check that
-Arrow's number casts agree with repr() and float()). The names other modules and the tests
-use are re-exported here.
+Arrow's number casts agree with repr() and float()).
 
 Left out: the binary KenLM format, gzip/xz input, quantisation.
 """
@@ -37,13 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.lm.arpa_bulk import _find_rows as _find_rows
 from ralm.lm.arpa_bulk import _read_padded
-from ralm.lm.arpa_read import META_PREFIX as META_PREFIX
-from ralm.lm.arpa_read import MISSING_UNK_LOG10 as MISSING_UNK_LOG10
-from ralm.lm.arpa_read import _Reader as _Reader
-from ralm.lm.arpa_write import _fmt as _fmt
-from ralm.lm.arpa_write import _format_floats as _format_floats
+from ralm.lm.arpa_read import META_PREFIX, _Reader
 from ralm.lm.arpa_write import _vocab_strings, _write_section
 from ralm.lm.counts import Vocab
 

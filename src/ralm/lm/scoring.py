@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.lm import arpa as _arpa
+from ralm.lm import arpa_bulk as _arpa_bulk
 from ralm.lm.counts import BOS_ID, NGramCounts, Vocab
 from ralm.lm.smoothing import BackoffTables
 
@@ -44,7 +44,7 @@ class NGramScorer:
 
     def _lookup(self, k: int, query: np.ndarray) -> np.ndarray:
         table = self._keys[k - 1]
-        return _arpa._find_rows(table, query)
+        return _arpa_bulk._find_rows(table, query)
 
     def _locate(self, flat: np.ndarray, sid: np.ndarray) -> list[np.ndarray]:
         """Rows of all n-grams of a flat id array, padded by P = order leading -1 entries.

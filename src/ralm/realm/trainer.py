@@ -26,7 +26,7 @@ a crash is dropped with a warning.
 
 Modules: `ralm.realm.build` (model, optimizer, refresher), `ralm.realm.data` (split and data
 order), `ralm.realm.run` (the run directory, `load_run`), `ralm.train.checkpoint`; this module
-is the loop, and re-exports what used to live here.
+is the loop.
 
 Metrics per step (JSONL and TensorBoard): loss (NLL per masked token), ppl (masked-token
 perplexity of the batch), lr_reader, lr_retriever, grad_norm, index_version, step_seconds and,
@@ -54,31 +54,23 @@ from ralm.errors import RalmError
 from ralm.precision import autocast_context, autocast_dtype
 from ralm.realm.build import (
     build_model,
-    check_reader_tokenizer,
     first_index,
-    load_reader,
     make_collator,
     make_refresher,
     optimizer_for,
-    resolve_reader_dir,
 )
 from ralm.realm.config import PretrainConfig
 from ralm.realm.data import batch_positions, example_rngs, split_ids
 from ralm.realm.masking import MaskingCollator
 from ralm.realm.model import RealmModel, RealmOutput
 from ralm.realm.run import (
-    SPLIT_FILE,
-    LoadedRun,
     check_checkpoint_corpus,
-    load_run,
     open_stores,
     prepare_run,
-    read_run_config,
     trim_metrics,
     write_split,
 )
 from ralm.train.checkpoint import (
-    latest_checkpoint,
     load_checkpoint,
     read_state,
     restore_rng,
@@ -91,25 +83,7 @@ from ralm.train.optim import warmup_schedule
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "SPLIT_FILE",
-    "LoadedRun",
-    "batch_positions",
-    "build_model",
-    "check_reader_tokenizer",
-    "example_rngs",
-    "latest_checkpoint",
-    "load_reader",
-    "load_run",
-    "optimizer_for",
-    "pretrain",
-    "read_run_config",
-    "resolve_device",
-    "resolve_reader_dir",
-    "split_ids",
-    "step_metrics",
-    "train_step",
-]
+__all__ = ["pretrain", "step_metrics", "train_step"]
 
 
 # ----------------------------------------------------------------------------- one step

@@ -1,5 +1,5 @@
 """Hugging Face data out: an index as a RagRetriever knowledge source (a DocStore alone as a Dataset:
-ralm.corpus.hf_export, re-exported here).
+`ralm.corpus.hf_export.export_dataset`).
 
     export_dataset(store, out)   out/ is `Dataset.save_to_disk` output: `datasets.load_from_disk(out)`
                                  opens the chunks (every DocStore column; row i = chunk i)
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ralm.corpus.hf_export import MARKER, _datasets, _finish, _start, export_dataset
+from ralm.corpus.hf_export import _datasets, _finish, _start
 from ralm.errors import RalmError
 
-__all__ = ["MARKER", "export_dataset", "export_rag"]  # export_dataset lives in ralm.corpus.hf_export
+__all__ = ["export_rag"]
 
 
 def export_rag(index: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False) -> Path:

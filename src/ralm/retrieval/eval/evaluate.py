@@ -3,7 +3,7 @@
 A retrieved chunk is a hit when it holds one of the question's answers (ralm.answers: whole-token
 match after SQuAD normalisation, or DPR's regex match for a question whose `regex` flag is set,
 see `QAPair`). recall@k is the fraction of questions with at least one hit among the top k chunks.
-The answer-matching names stay importable from here. Left out: title matching.
+Left out: title matching.
 """
 
 from __future__ import annotations
@@ -14,16 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ralm.answers import (  # noqa: F401 (re-exported: this was their module)
-    ANSWER_MODES,
-    ARTICLES,
-    answer_tokens,
-    check_answer_patterns,
+from ralm.answers import (
     compile_answer,
-    has_answer,
-    normalize_answer,
-    regex_em,
-    regex_hit,
     token_string,
 )
 
