@@ -3,8 +3,12 @@
 `write_text_atomic(path, text)` and `write_json_atomic(path, obj)` are what every manifest,
 results file and marker in ralm goes through: a reader (or a job resumed after kill -9) sees the
 old file or the new one, never half of one. The temporary file is `.NAME.tmp-PID` beside the
-target, so two processes never share one and a leftover is easy to recognise. `staged_dir(out)`
-does the same for a whole directory.
+target (`temp_sibling`), so two processes never share one and a leftover is easy to recognise.
+`atomic_path(path)` hands out that temporary path for any writer (numpy, safetensors, FAISS,
+matplotlib) and renames it into place when the block ends without an error; `staged_dir(out)` and
+`replace_dir(tmp, out)` do the same for a whole directory, the old one removed only after the new
+one is in place; `move_into_place(src, dst)` renames a finished file or folder over `dst`. This is
+the one module in ralm that calls `os.replace`.
 """
 
 from __future__ import annotations
@@ -17,20 +21,50 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["replace_dir", "staged_dir", "write_json_atomic", "write_text_atomic"]
+__all__ = [
+    "atomic_path",
+    "move_into_place",
+    "replace_dir",
+    "staged_dir",
+    "temp_sibling",
+    "write_json_atomic",
+    "write_text_atomic",
+]
+
+
+def temp_sibling(path: str | os.PathLike, suffix: str = "") -> Path:
+    """`.NAME.tmp-PID` beside `path` (plus `suffix`, for writers that add an extension otherwise).
+
+    Example: temp_sibling("out/m.npz", ".npz") -> out/.m.npz.tmp-1234.npz.
+    """
+    p = Path(path)
+    return p.with_name(f".{p.name}.tmp-{os.getpid()}{suffix}")
+
+
+def move_into_place(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Rename the finished file (or folder) `src` over `dst` in one step (same filesystem)."""
+    os.replace(src, dst)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
+    """A temporary sibling of `path` (`temp_sibling`) to write by any means, parents made; renamed
+    over `path` when the block ends without an error, removed either way otherwise."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(p, suffix)
+    try:
+        yield tmp
+        move_into_place(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write `text` (UTF-8) to `path`, parents made, through a temporary sibling and a rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, p)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return p
+    return Path(path)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, *, ensure_ascii: bool = True) -> Path:
@@ -39,14 +73,22 @@ def write_json_atomic(path: str | os.PathLike, obj: Any, *, ensure_ascii: bool =
 
 
 def replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished folder `tmp` into place at `out`; an old `out` is removed only afterwards."""
+    """Move the finished folder `tmp` into place at `out`; an old `out` moves aside first and is
+    removed only afterwards (put back if the second rename fails): the gap between the two renames
+    is the only moment without a folder at `out`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+        move_into_place(out, old)
+        try:
+            move_into_place(tmp, out)
+        except OSError:
+            move_into_place(old, out)  # the old folder back: never no folder at all
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
-        os.replace(tmp, out)
+        move_into_place(tmp, out)
 
 
 @contextlib.contextmanager
@@ -56,7 +98,7 @@ def staged_dir(out: str | os.PathLike) -> Iterator[Path]:
     temporary directory is removed either way."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = temp_sibling(out)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:

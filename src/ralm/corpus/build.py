@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import multiprocessing
 import os
 import sys
@@ -34,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ralm import __version__
+from ralm.atomic import write_json_atomic
 from ralm.backbones import tokenizer_fingerprint
 from ralm.corpus.build_options import ENTITY_FILE, BuildConfig, check_options, check_sources, prepare
 from ralm.corpus.chunking import Chunk, Chunker
@@ -394,7 +394,5 @@ def _build_into(
         # every file but the manifest: {"size", "xxh3_128"} (sizes checked on open, all by verify)
         "files": record_files(root, skip=(MANIFEST,)),
     }
-    tmp_manifest = root / (MANIFEST + ".tmp")
-    tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp_manifest, root / MANIFEST)
+    write_json_atomic(root / MANIFEST, manifest, ensure_ascii=False)
     return manifest

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ralm.atomic import move_into_place
 from ralm.corpus.types import LinkSpan, Span
 from ralm.errors import CorpusError
 
@@ -199,7 +200,7 @@ class EntityVocab:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            move_into_place(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)

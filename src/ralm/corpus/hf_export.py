@@ -17,6 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ralm.atomic import replace_dir, temp_sibling
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 
@@ -44,7 +45,7 @@ def _start(out: Path, overwrite: bool) -> Path:
         if not (out / MARKER).is_file():
             raise RalmError(f"{out}: exists and is not a ralm export (no {MARKER}); refusing to overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = temp_sibling(out)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     return tmp
@@ -52,9 +53,7 @@ def _start(out: Path, overwrite: bool) -> Path:
 
 def _finish(tmp: Path, out: Path, info: dict) -> Path:
     (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    replace_dir(tmp, out)
     return out
 
 
@@ -74,7 +73,7 @@ def export_dataset(store: DocStore, out: str | os.PathLike, *, overwrite: bool =
         table = pa.concat_tables([pq.read_table(p) for p in store.parquet_files])
         datasets.Dataset(table).save_to_disk(str(tmp / "data"))
         for f in (tmp / "data").iterdir():  # the dataset at out/ itself, the marker beside it
-            os.replace(f, tmp / f.name)
+            f.rename(tmp / f.name)
         (tmp / "data").rmdir()
         return _finish(tmp, out, {"kind": "docstore", "docstore": str(store.root), "rows": len(store)})
     finally:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ralm.atomic import replace_dir
+from ralm.atomic import replace_dir, temp_sibling
 from ralm.corpus.docstore import MANIFEST
 from ralm.errors import CorpusError, RalmError, exception_chain
 from ralm.locks import holder, pid_alive, writer_lock
@@ -104,7 +104,7 @@ def staged_build(out: Path, overwrite: bool, log: Callable[[str], None]) -> Iter
                     f"{out}: exists and is not a DocStore; refusing to overwrite it, choose another --out"
                 )
             remove_stale(out, log)
-            tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+            tmp = temp_sibling(out)
             if tmp.exists():
                 shutil.rmtree(tmp)
             try:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ralm.atomic import replace_dir, temp_sibling
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.frozen.lm import FrozenLM, ScoreJob
@@ -103,7 +104,7 @@ def build_datastore(
     if n_entries == 0:
         raise RalmError(f"{store.root}: no article has two LM tokens; nothing to store")
     h = lm.hidden_size
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = temp_sibling(out)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -167,9 +168,7 @@ def build_datastore(
             "files": integrity.records(tmp, ARRAYS),
         }
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ralm.atomic import move_into_place, temp_sibling
 from ralm.errors import RalmError
 from ralm.lm.arpa_bulk import _read_padded
 from ralm.lm.arpa_read import META_PREFIX, _Reader
@@ -83,7 +84,7 @@ def write_arpa(
     head = "".join(f"{META_PREFIX}{key}={value}\n" for key, value in (meta or {}).items())
     head += "\n\\data\\\n" + "".join(f"ngram {k}={len(keys[k - 1])}\n" for k in range(1, order + 1))
     directory, base = os.path.split(os.path.abspath(name))
-    tmp = os.path.join(directory, f".{base}.{os.getpid()}.tmp")
+    tmp = str(temp_sibling(os.path.join(directory, base)))
     try:
         with open(tmp, "wb") as f:
             f.write(head.encode())
@@ -93,7 +94,7 @@ def write_arpa(
                 texts = _write_section(f, k, keys[k - 1], V, texts, log10_prob[k - 1], bow)
             del texts
             f.write(b"\n\\end\\\n")
-        os.replace(tmp, name)
+        move_into_place(tmp, name)
     except OSError as exc:
         _remove(tmp)
         raise RalmError(f"cannot write ARPA file {name}: {exc.strerror or exc}") from None

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ralm.atomic import temp_sibling
 from ralm.errors import RalmError
 from ralm.luke.config import LukeConfig
 from ralm.luke.io import (
@@ -251,7 +252,7 @@ def export_model(
     vocab_path = _entity_vocab(run, model_dir)
     vocab = None if vocab_path is None else _read_entity_vocab(vocab_path, cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = temp_sibling(out)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         if cfg.hf_luke and not getattr(model, "words_only", False):

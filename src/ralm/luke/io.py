@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ralm.atomic import temp_sibling
 from ralm.errors import RalmError
 from ralm.luke.config import LukeConfig
 from ralm.luke.model import EntityAwareModel, LukeForPretraining, LukeForSpanClassification
@@ -120,7 +121,7 @@ def save_model(model: nn.Module, out_dir: str | os.PathLike, extra: dict | None 
             info["words_only"] = True
     text = json.dumps(info, indent=2, sort_keys=True) + "\n"  # fails here, before anything is written
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = temp_sibling(out)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()

@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from ralm.atomic import move_into_place
 from ralm.corpus.entities import _escape, _unescape
 from ralm.errors import RalmError
 
@@ -152,7 +153,7 @@ class EntityVocabulary:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
                 f.write("\n".join(lines) + "\n")
             os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
+            move_into_place(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ralm.atomic import write_json_atomic
+from ralm.atomic import atomic_path, write_json_atomic
 from ralm.errors import RalmError
 from ralm.rag.generate import answer_text, greedy, passage_weights, replug
 from ralm.rag.prompt import PromptBuilder, passage_text
@@ -198,11 +198,9 @@ def write_run(
     """OUT/predictions.jsonl and OUT/results.json (the `ralm table` layout), each written atomically."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".predictions.jsonl.tmp-{os.getpid()}"
-    with tmp.open("w", encoding="utf-8") as f:
+    with atomic_path(out / "predictions.jsonl") as tmp, tmp.open("w", encoding="utf-8") as f:
         for r in run.records:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, out / "predictions.jsonl")
     results = {  # one run, no seeds: `ralm table` reads its metrics as they are (tasks.tables.summary_of)
         "task": "rag-qa",
         "name": name,

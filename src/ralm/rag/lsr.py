@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ralm.atomic import replace_dir
+from ralm.atomic import atomic_path, replace_dir, temp_sibling
 from ralm.errors import RalmError
 
 __all__ = [
@@ -119,15 +119,14 @@ def save_preferences(
 ) -> None:
     """Keep the LM's preferences (logp (Q, n) over candidates (Q, n)) of `questions` at `path` (.npz)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
-    np.savez(
-        tmp,
-        ids=np.asarray([str(q.id) for q in questions]),
-        candidates=candidates,
-        logp=logp,
-        lm=np.asarray(lm),
-    )
-    os.replace(tmp, path)
+    with atomic_path(path, ".npz") as tmp:
+        np.savez(
+            tmp,
+            ids=np.asarray([str(q.id) for q in questions]),
+            candidates=candidates,
+            logp=logp,
+            lm=np.asarray(lm),
+        )
 
 
 def cached_preferences(path: Path, questions: Sequence, candidates: np.ndarray, lm: str) -> np.ndarray | None:
@@ -257,7 +256,7 @@ def index_with_query_tower(src: str | os.PathLike, encoder, out: str | os.PathLi
         raise RalmError(
             f"{src}: the trained encoder's doc tower differs from the index's; LSR keeps it fixed"
         )
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = temp_sibling(out)
     shutil.rmtree(tmp, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
 

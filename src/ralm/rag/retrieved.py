@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ralm.atomic import atomic_path
 from ralm.errors import RalmError
 
 __all__ = ["Passage", "read_retrieved", "rerank_by_lm", "retrieve", "write_retrieved"]
@@ -50,8 +51,7 @@ def write_retrieved(path: str | os.PathLike, questions, passages: Sequence[Seque
     """Write the retrieval file atomically (temp file, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as f:
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for q, ps in zip(questions, passages, strict=True):
             f.write(
                 json.dumps(
@@ -60,7 +60,6 @@ def write_retrieved(path: str | os.PathLike, questions, passages: Sequence[Seque
                 )
                 + "\n"
             )
-    os.replace(tmp, path)
     return path
 
 

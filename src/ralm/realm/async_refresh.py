@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from ralm.atomic import atomic_path
 from ralm.errors import RalmError
 from ralm.realm.model import ChunkDocs
 from ralm.realm.refresh import SyncRefresher, build_index_version
@@ -173,10 +174,9 @@ class AsyncRefresher(SyncRefresher):
         assert self.root is not None
         version = self.version + 1
         snap = self.root / f"snapshot-v{version:05d}.safetensors"
-        tmp = snap.with_name(snap.name + ".tmp")
         state = {k: v.detach().to("cpu").contiguous() for k, v in encoder.doc_tower.state_dict().items()}
-        save_file(state, str(tmp))
-        os.replace(tmp, snap)
+        with atomic_path(snap) as tmp:
+            save_file(state, str(tmp))
         self.commands.put((version, step, str(snap)))
         self.pending = (version, step)
         self.last_snapshot_step = step

@@ -16,6 +16,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 
 # flag -> PretrainConfig field, for the settings worth a flag of their own; `--set NAME=VALUE` reaches the rest
@@ -170,9 +171,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "rows": [r.as_dict() for r in rows],
         "ratios": ratios(rows) if len(rows) > 1 else [],
     }
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out)
+    write_json_atomic(out, payload)
     print(f"written: {out}")
     return 0
 

@@ -17,6 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ralm.atomic import replace_dir, temp_sibling
 from ralm.backbones import quiet_transformers
 from ralm.errors import RalmError
 from ralm.model_card import model_card, write_model_card
@@ -150,7 +151,7 @@ def export_reader(run: LoadedRun, out: str | os.PathLike, *, overwrite: bool = F
         (saved / "ralm_export.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         return saved
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = temp_sibling(out)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         mlm = run.model.reader.mlm
@@ -165,9 +166,7 @@ def export_reader(run: LoadedRun, out: str | os.PathLike, *, overwrite: bool = F
         }
         (tmp / "ralm_export.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         write_model_card(tmp, _reader_card(run, out))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

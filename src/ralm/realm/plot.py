@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ralm.atomic import atomic_path
 from ralm.errors import RalmError
 from ralm.train.logging import METRICS_FILE, read_metric_rows
 
@@ -77,11 +78,9 @@ def plot_runs(
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.png")
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, out)
+        with atomic_path(out, ".png") as tmp:
+            fig.savefig(tmp, dpi=110)
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
     return out

@@ -28,6 +28,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from ralm.atomic import replace_dir
 from ralm.errors import RalmError
 from ralm.precision import autocast_context, autocast_dtype, eval_on
 from ralm.realm.model import ChunkDocs
@@ -189,8 +190,7 @@ def build_index_version(
         index.manifest = {**index.manifest, "index_version": version, "built_at_step": step}
         index.save(build / "index")
         del vectors
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(build / "index", final)
+        replace_dir(build / "index", final)
         shutil.rmtree(build, ignore_errors=True)
     dist.barrier()
     if not dist.is_main:

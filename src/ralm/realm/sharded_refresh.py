@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ralm.atomic import replace_dir
 from ralm.errors import RalmError
 from ralm.realm.refresh import SyncRefresher, embed_chunks, plan_line
 from ralm.retrieval.encoders import DualEncoder
@@ -126,8 +127,7 @@ class ShardedRefresher(SyncRefresher):
 
         def finish() -> None:
             write_shards_manifest(build, extra={"index_version": version, "built_at_step": step})
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(build, final)
+            replace_dir(build, final)
 
         dist.on_main(finish)
 

@@ -48,6 +48,7 @@ import bm25s
 import numpy as np
 from bm25s.tokenization import Tokenizer
 
+from ralm.atomic import move_into_place, temp_sibling
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.integrity import DIGEST, digest, records
@@ -235,13 +236,13 @@ class BM25Retriever:
         """Write bm25s's files and `bm25.json` into `directory` (each file replaced atomically)."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".bm25-tmp-{os.getpid()}"
+        tmp = temp_sibling(d / "bm25")
         try:
             self.model.save(tmp, corpus=None, allow_pickle=False, show_progress=False)
             manifest = {**self.manifest, "version": FORMAT_VERSION, "files": records(tmp, BM25S_FILES)}
             (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
             for name in (*BM25S_FILES, MANIFEST_FILE):
-                os.replace(tmp / name, d / name)
+                move_into_place(tmp / name, d / name)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self.manifest = manifest

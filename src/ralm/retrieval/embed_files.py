@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ralm.atomic import write_json_atomic
+from ralm.atomic import atomic_path, move_into_place, write_json_atomic
 from ralm.errors import RalmError
 from ralm.integrity import DIGEST, digest, file_record
 
@@ -51,9 +51,8 @@ def read_json(path: Path) -> dict | None:
 
 
 def save_mask(path: Path, mask: np.ndarray) -> None:
-    tmp = path.with_name(path.name[: -len(".npy")] + ".tmp.npy")
-    np.save(tmp, mask)
-    os.replace(tmp, path)
+    with atomic_path(path, ".npy") as tmp:
+        np.save(tmp, mask)
 
 
 def load_embeddings(
@@ -101,7 +100,7 @@ def is_finished(target: Path, meta: dict) -> bool:
 def finish_file(p: dict[str, Path], target: Path, meta: dict) -> None:
     """Rename the partial file to its final name, then record it as complete, with its checksum."""
     p["meta"].unlink(missing_ok=True)
-    os.replace(p["partial"], target)
+    move_into_place(p["partial"], target)
     write_json_atomic(p["meta"], {**meta, "complete": True, "files": {target.name: file_record(target)}})
     p["done"].unlink(missing_ok=True)
     p["progress"].unlink(missing_ok=True)

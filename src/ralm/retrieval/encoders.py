@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ralm.atomic import replace_dir, temp_sibling
 from ralm.backbones import resolve_model_dir
 from ralm.decoder_body import is_decoder_spec
 from ralm.errors import RalmError
@@ -173,7 +174,7 @@ class DualEncoder(nn.Module):
                 f"{out}: exists and is not a saved encoder; refusing to overwrite it, choose another path"
             )
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        tmp = temp_sibling(out)
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             self.query_tower.save(tmp / "query", self.config)
@@ -194,11 +195,7 @@ class DualEncoder(nn.Module):
                 "doc_fingerprint": self.fingerprint("doc"),
             }
             (tmp / ENCODER_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            if out.exists():
-                os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
+            replace_dir(tmp, out)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return out

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ralm.atomic import atomic_path
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
@@ -296,9 +297,8 @@ class QueryLikelihoodRetriever:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         c = self.counts
-        tmp = d / f".{COUNTS_FILE}.tmp.npz"
-        np.savez(tmp, indptr=c.indptr, indices=c.indices, data=c.data, shape=np.asarray(c.shape, np.int64))
-        os.replace(tmp, d / COUNTS_FILE)
+        with atomic_path(d / COUNTS_FILE, ".npz") as tmp:
+            np.savez(tmp, indptr=c.indptr, indices=c.indices, data=c.data, shape=np.asarray(c.shape, np.int64))
         (d / TERMS_FILE).write_text(json.dumps(self.terms, ensure_ascii=False) + "\n", encoding="utf-8")
         manifest = {**self.manifest, "smoothing": self.smoothing, "mu": self.mu, "lam": self.lam}
         (d / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.surealm.sentences import FILL_SPLITS, SPLITS_HOW
 
@@ -107,9 +108,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(format_rows(rows, args.split))
     if args.json_out:
         p = Path(args.json_out)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(json.dumps({"split": args.split, "rows": rows}, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(p)
+        write_json_atomic(p, {"split": args.split, "rows": rows})
         print(f"written: {p}")
     return 0
 

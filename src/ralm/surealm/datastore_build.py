@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ralm.atomic import write_json_atomic
+from ralm.atomic import staged_dir, write_json_atomic
 from ralm.errors import RalmError
 from ralm.surealm.datastore import FORMAT, FORMAT_VERSION, MANIFEST
 from ralm.surealm.sentences import SentenceSet
@@ -92,17 +91,9 @@ def build_datastore(
         if not (out / MANIFEST).is_file() and any(out.iterdir()):
             raise RalmError(f"{out}: exists and is not a SUREALM data store; refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with staged_dir(out) as tmp:
         tokenizer, tok_fp = load_lm_tokenizer(cfg.lm)
         _build_into(tmp, sentences, cfg, tokenizer, tok_fp, progress, log)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ralm.atomic import write_json_atomic
+from ralm.atomic import move_into_place, write_json_atomic
 from ralm.errors import RalmError
 from ralm.precision import autocast_context, autocast_dtype
 from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
@@ -163,7 +163,7 @@ def _save_atomic(model: SurealmLM, tokenizer, out: Path, extra: dict) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save(tmp, tokenizer)
     for p in tmp.iterdir():
-        os.replace(p, out / p.name)
+        move_into_place(p, out / p.name)
     tmp.rmdir()
     write_json_atomic(out / TRAIN_FILE, extra)
 

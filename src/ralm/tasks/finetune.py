@@ -34,6 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ralm.atomic import replace_dir
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
 from ralm.tasks.config import TASK_DEFAULTS, FinetuneConfig
@@ -96,10 +97,7 @@ def publish_results(tmp: Path, out: Path, results: dict[str, Any], markdown: str
     `prepare_out`), then rename it over `out`."""
     (tmp / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (tmp / "results.md").write_text(markdown, encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out)
+    replace_dir(tmp, out)  # the old results stay until the new ones are in place
 
 
 def finetune(cfg: FinetuneConfig, log=print, note: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ralm.atomic import replace_dir, temp_sibling
 from ralm.errors import RalmError
 from ralm.integrity import check_digests, check_sizes, records
 from ralm.train.logging import warn
@@ -140,7 +141,7 @@ def clear_leftovers(run_dir: str | os.PathLike) -> None:
     """Remove what an interrupted writer of the run left half-written: temporary checkpoint and index
     build directories, temporary files. Only under the run's writer lock."""
     run = Path(run_dir)
-    for pattern in (f"{CKPT_DIR}/.step-*.tmp-*", "index/.build-v*", "index/snapshot-v*", "*.tmp", "*.tmp-*"):
+    for pattern in (f"{CKPT_DIR}/.step-*.tmp-*", "index/.build-v*", "index/snapshot-v*", "index/.snapshot-v*", "*.tmp", "*.tmp-*"):
         for p in run.glob(pattern):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
@@ -184,7 +185,7 @@ def save_checkpoint(
 
     root = run / CKPT_DIR
     final = root / f"step-{step:07d}"
-    tmp = root / f".step-{step:07d}.tmp-{os.getpid()}"
+    tmp = temp_sibling(root / f"step-{step:07d}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -208,8 +209,7 @@ def save_checkpoint(
             "files": records(tmp, names),
         }
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        replace_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     old = sorted(p for p in root.glob("step-*") if p.is_dir())

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ralm.atomic import write_json_atomic
+from ralm.atomic import replace_dir, write_json_atomic
 from ralm.errors import RalmError
 from ralm.integrity import DIGEST, check_digests, records
 
@@ -269,15 +268,7 @@ def verify_index_dir(path: str | os.PathLike) -> Report:
 def swap_in(new: Path, out: Path) -> None:
     """Put the finished directory `new` in place of `out`: out moves aside, new is renamed to it,
     the old one is deleted. The gap between the two renames is the only moment without an index."""
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    shutil.rmtree(old, ignore_errors=True)
-    os.replace(out, old)
-    try:
-        os.replace(new, out)
-    except OSError:
-        os.replace(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(new, out)
 
 
 def _read_json(path: Path) -> Any:

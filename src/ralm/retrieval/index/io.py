@@ -35,6 +35,7 @@ from typing import Any
 import faiss
 import xxhash
 
+from ralm.atomic import move_into_place, temp_sibling
 from ralm.errors import RalmError
 from ralm.integrity import DIGEST, check_digests, file_record
 
@@ -63,15 +64,14 @@ def write_index_files(
     each file replaced atomically; returns the manifest written."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    tag = f".tmp-{os.getpid()}"
-    tmp_index, tmp_manifest = d / (INDEX_FILE + tag), d / (MANIFEST_FILE + tag)
+    tmp_index, tmp_manifest = temp_sibling(d / INDEX_FILE), temp_sibling(d / MANIFEST_FILE)
     try:
         faiss.write_index(index, str(tmp_index))
         rec = file_record(tmp_index)  # re-reads what was just written: from the page cache
         manifest = {**manifest, "index_bytes": rec["size"], "files": {INDEX_FILE: rec}}
         tmp_manifest.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp_index, d / INDEX_FILE)
-        os.replace(tmp_manifest, d / MANIFEST_FILE)
+        move_into_place(tmp_index, d / INDEX_FILE)
+        move_into_place(tmp_manifest, d / MANIFEST_FILE)
     finally:
         for t in (tmp_index, tmp_manifest):
             if t.exists():
