@@ -298,7 +298,9 @@ class QueryLikelihoodRetriever:
         d.mkdir(parents=True, exist_ok=True)
         c = self.counts
         with atomic_path(d / COUNTS_FILE, ".npz") as tmp:
-            np.savez(tmp, indptr=c.indptr, indices=c.indices, data=c.data, shape=np.asarray(c.shape, np.int64))
+            np.savez(
+                tmp, indptr=c.indptr, indices=c.indices, data=c.data, shape=np.asarray(c.shape, np.int64)
+            )
         (d / TERMS_FILE).write_text(json.dumps(self.terms, ensure_ascii=False) + "\n", encoding="utf-8")
         manifest = {**self.manifest, "smoothing": self.smoothing, "mu": self.mu, "lam": self.lam}
         (d / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

@@ -141,7 +141,14 @@ def clear_leftovers(run_dir: str | os.PathLike) -> None:
     """Remove what an interrupted writer of the run left half-written: temporary checkpoint and index
     build directories, temporary files. Only under the run's writer lock."""
     run = Path(run_dir)
-    for pattern in (f"{CKPT_DIR}/.step-*.tmp-*", "index/.build-v*", "index/snapshot-v*", "index/.snapshot-v*", "*.tmp", "*.tmp-*"):
+    for pattern in (
+        f"{CKPT_DIR}/.step-*.tmp-*",
+        "index/.build-v*",
+        "index/snapshot-v*",
+        "index/.snapshot-v*",
+        "*.tmp",
+        "*.tmp-*",
+    ):
         for p in run.glob(pattern):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
