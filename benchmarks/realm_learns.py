@@ -314,7 +314,8 @@ SPEED_VARIANTS: dict[str, dict[str, object]] = {
     "today": {},
     "topm": {"reader_backprop_top": 1},
     "query": {"retriever_train": "query"},
-    "new": {"reader_backprop_top": 1, "retriever_train": "query"},
+    "packed": {"reader_layout": "query_first"},
+    "new": {"reader_backprop_top": 1, "retriever_train": "query", "reader_layout": "query_first"},
 }
 
 

@@ -89,7 +89,12 @@ def test_old_module_paths_are_gone():
     """ralm 0.1.0 keeps no old import paths (issue 48): the moved modules exist at their new paths only."""
     import importlib
 
-    for old in ("ralm.tasks.types", "ralm.retrieval.index_io", "ralm.retrieval.train_data", "ralm.retrieval.evaluate"):
+    for old in (
+        "ralm.tasks.types",
+        "ralm.retrieval.index_io",
+        "ralm.retrieval.train_data",
+        "ralm.retrieval.evaluate",
+    ):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(old)
     assert importlib.import_module("ralm.formats.types").TaggingExample

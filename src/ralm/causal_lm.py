@@ -310,19 +310,22 @@ def output_head(lm: Any) -> tuple[Any, Any, float | None] | None:
     return base, head, getattr(cfg, "final_logit_softcapping", None)
 
 
-def position_logits(lm: Any, input_ids: Any, attention_mask: Any, rows: Any, cols: Any) -> Any:
+def position_logits(lm: Any, input_ids: Any, attention_mask: Any, rows: Any, cols: Any, **kw: Any) -> Any:
     """(M, V) float32 logits of `lm` at positions (rows[m], cols[m]) of the (N, L) batch, i.e. its
     prediction of token cols[m] + 1: the output layer on those positions only where `output_head`
-    allows (the softcap applied as the model would), else sliced from the full logits."""
+    allows (the softcap applied as the model would), else sliced from the full logits. `kw` goes to
+    the model (e.g. position_ids with a 4D attention mask)."""
     split = output_head(lm)
     if split is None:
         return (
-            lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[rows, cols].float()
+            lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kw)
+            .logits[rows, cols]
+            .float()
         )
     import torch
 
     base, head, cap = split
-    hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kw).last_hidden_state
     logits = head(hidden[rows, cols]).float()
     return torch.tanh(logits / cap) * cap if cap else logits
 

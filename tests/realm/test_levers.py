@@ -329,3 +329,53 @@ def test_content_token_perplexity_equals_a_hand_count(store, tiny_dir, causal_di
         assert int(got["n_content"][b]) == count and int(got["n_all"][b]) == count_all
         assert count < count_all  # the line breaks are left out
         assert float(got["content"][b]) == pytest.approx(total, abs=1e-4)
+
+
+@pytest.mark.parametrize("lm_name", ["llama", "gemma3"])
+def test_query_first_packed_rows_equal_separate_rows(store, tiny_dir, causal_dirs, lm_name):
+    """The query_first layout packs the K documents after one copy of the query; each segment's span
+    log-probabilities equal those of its own unpacked row [bos] x z y (full logits, no mask)."""
+    from ralm.realm.causal_reader import CausalReader
+
+    model, tok = _model(store, tiny_dir, causal_dirs, lm_name=lm_name, k=4)
+    lm = model.reader.lm
+    packed = CausalReader(lm, tok, max_length=400, store=store, layout="query_first")
+    batch = _batch(store, tiny_dir, tok, salient_rate=0.4)
+    docs = [[5, 9, 2, -1], [0, 2, 7, -1], [11, 3, 1, -1]]
+    with torch.no_grad():
+        got = packed.log_p_y_given_docs(batch, docs)
+        per_span = packed.log_p_y_given_docs(batch, docs, per_span=True)
+    rr = packed.build_rows(batch, docs)
+    assert rr.input_ids.shape[0] == 3  # one packed sequence a query
+    for b in range(3):
+        q = batch["lm_query_ids"][b, : int(batch["lm_query_len"][b])].tolist()
+        t = batch["lm_target_ids"][b, : int(batch["lm_target_len"][b])].tolist()
+        scored = batch["lm_target_labels"][b, : len(t)].nonzero().flatten().tolist()
+        for k, cid in enumerate(docs[b]):
+            d = packed.doc_ids(cid) if cid >= 0 else []
+            ids = packed.prefix + q + d + t
+            with torch.no_grad():
+                logp = torch.log_softmax(lm(input_ids=torch.tensor([ids])).logits[0].double(), -1)
+            start = len(packed.prefix) + len(q) + len(d)
+            want = sum(float(logp[start + j - 1, t[j]]) for j in scored)
+            assert float(got[b, k]) == pytest.approx(want, abs=1e-4)
+    torch.testing.assert_close(per_span.sum(2), got, rtol=0, atol=1e-4)
+
+
+def test_query_first_training_runs_and_resumes_identically(causal_cfg, tmp_path):
+    from safetensors.torch import load_file
+
+    from ralm.realm.trainer import pretrain
+
+    kw = dict(
+        steps=3, checkpoint_every=1, refresh_every=0, reader_layout="query_first", reader_backprop_top=1, k=4
+    )
+    full = pretrain(causal_cfg(out=str(tmp_path / "full"), **kw), progress=False)
+    part = causal_cfg(out=str(tmp_path / "part"), **kw)
+    pretrain(part, progress=False, stop_after=2)
+    pretrain(part, resume=True, progress=False)
+    a = load_file(str(full / "checkpoints" / "step-0000003" / "model.safetensors"))
+    b = load_file(str(tmp_path / "part" / "checkpoints" / "step-0000003" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)

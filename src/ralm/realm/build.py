@@ -197,7 +197,12 @@ def load_causal_reader(cfg: PretrainConfig, store: DocStore | None):
     if cfg.reader_lora_r:
         lm = add_lora(lm, cfg.reader_lora_r)
     return CausalReader(
-        lm, tok, max_length=cfg.reader_max_length, store=store, bucket_slack=cfg.reader_bucket_slack
+        lm,
+        tok,
+        max_length=cfg.reader_max_length,
+        store=store,
+        bucket_slack=cfg.reader_bucket_slack,
+        layout=cfg.reader_layout,
     )
 
 

@@ -15,8 +15,17 @@ so logits everywhere would cost more than the model). The query and target are n
 document that does not fit in `max_length` is cut from its end. Rows are right-padded: under
 causal attention a real token never sees the padding after it.
 
-Left out: sharing the query's key/values across the K documents of a query (the document comes
-first, as in `ralm rag`, so the rows have no common prefix but [bos]).
+With `layout = "query_first"` the query comes first and its K documents share it: one packed
+sequence a query,
+
+    [bos] x_masked "\n" | z_1 "\n\n" target | z_2 "\n\n" target | ... | target (the null document)
+
+each segment attending to the shared prefix and to itself only (a 4D attention mask) and counting
+its positions on from the prefix, so every segment computes exactly what the separate row
+``[bos] x_masked "\n" z_k "\n\n" target`` would (tested), while the query's tokens run once instead
+of K times: about 1.8x fewer tokens a query at k = 4 (64-token chunks). REALM's own reader reads
+the query first too (``[CLS] x [SEP] z``). A model with sliding-window layers (Gemma-3) gets a second
+mask for them that keeps each virtual row's window by position.
 """
 
 from __future__ import annotations
@@ -33,7 +42,9 @@ from torch import nn
 from ralm.causal_lm import position_logits
 from ralm.errors import RalmError
 
-__all__ = ["CausalReader", "ReaderRows", "length_buckets"]
+LAYOUTS = ("doc_first", "query_first")
+
+__all__ = ["LAYOUTS", "CausalReader", "ReaderRows", "length_buckets"]
 
 DOC_CACHE = 65536  # chunks whose LM token ids are kept
 
@@ -57,6 +68,11 @@ class ReaderRows:
     K: int
     content: torch.Tensor | None = None
     S: int = 1
+    # query_first layout: the packed sequence of each scored token (`rows` stays its virtual row
+    # b*K + k), and per packed token its position id and segment (-1: the shared prefix)
+    seq: torch.Tensor | None = None
+    position_ids: torch.Tensor | None = None
+    segments: torch.Tensor | None = None
 
     def sums(self, lp: torch.Tensor, *, per_span: bool = False, content_only: bool = False) -> torch.Tensor:
         """Scored-token log-probabilities `lp` (M,) summed per row: (B, K), or per row and span:
@@ -108,10 +124,20 @@ class CausalReader(nn.Module):
     kind = "causal"
 
     def __init__(
-        self, lm: nn.Module, tokenizer: Any, *, max_length: int = 512, store=None, bucket_slack: float = 1.1
+        self,
+        lm: nn.Module,
+        tokenizer: Any,
+        *,
+        max_length: int = 512,
+        store=None,
+        bucket_slack: float = 1.1,
+        layout: str = "doc_first",
     ) -> None:
         super().__init__()
+        if layout not in LAYOUTS:
+            raise RalmError(f"reader_layout {layout!r}: choose {' or '.join(LAYOUTS)}")
         self.lm = lm
+        self.layout = layout
         self.bucket_slack = float(bucket_slack)
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
@@ -158,6 +184,8 @@ class CausalReader(nn.Module):
         if len(doc_ids) != B:
             raise ValueError(f"{len(doc_ids)} document lists for {B} queries")
         K = len(doc_ids[0]) if B else 0
+        if self.layout == "query_first":
+            return self._packed_rows(batch, doc_ids, K)
         seqs: list[list[int]] = []
         rows, cols, targets, spans, contents = [], [], [], [], []
         for b in range(B):
@@ -203,6 +231,62 @@ class CausalReader(nn.Module):
             max(1, int(span.max()) + 1) if span.numel() else 1,
         )
 
+    def _packed_rows(self, batch: Mapping[str, torch.Tensor], doc_ids: Sequence[Sequence[int]], K: int):
+        """`build_rows` for the query_first layout: one packed sequence a query (module docstring)."""
+        qids, qlen = batch["lm_query_ids"].cpu(), batch["lm_query_len"].cpu()
+        tids, tlen = batch["lm_target_ids"].cpu(), batch["lm_target_len"].cpu()
+        lab, span = batch["lm_target_labels"].cpu(), batch["lm_target_span"].cpu()
+        content = batch["lm_target_content"].cpu() if "lm_target_content" in batch else lab
+        B = qids.shape[0]
+        seqs, poss, segs = [], [], []
+        rows, seq, cols, targets, spans, contents = [], [], [], [], [], []
+        for b in range(B):
+            q = qids[b, : int(qlen[b])].tolist()
+            t = tids[b, : int(tlen[b])].tolist()
+            head = self.prefix + q
+            budget = self.max_length - len(head) - len(t)
+            if budget < 0:
+                raise RalmError(
+                    f"a masked text with its spans takes {len(head) + len(t)} reader tokens, more than "
+                    f"reader_max_length={self.max_length}; raise reader_max_length, or use shorter chunks or "
+                    "fewer masked spans"
+                )
+            if len(doc_ids[b]) != K:
+                raise ValueError("every query needs the same number of documents")
+            scored = lab[b, : int(tlen[b])].nonzero().flatten().tolist()
+            ids, pos, sg = list(head), list(range(len(head))), [-1] * len(head)
+            for k, cid in enumerate(doc_ids[b]):
+                d = self.doc_ids(int(cid))[:budget] if int(cid) >= 0 else []
+                at = len(ids)  # where the segment starts in the packed sequence
+                ids += d + t
+                pos += list(range(len(head), len(head) + len(d) + len(t)))
+                sg += [k] * (len(d) + len(t))
+                for j in scored:
+                    rows.append(b * K + k)
+                    seq.append(b)
+                    cols.append(at + len(d) + j)
+                    targets.append(t[j])
+                    spans.append(int(span[b, j]))
+                    contents.append(bool(content[b, j]))
+            seqs.append(ids)
+            poss.append(pos)
+            segs.append(sg)
+        L = max((len(x) for x in seqs), default=0)
+        ids_t = torch.zeros((B, L), dtype=torch.long)
+        am = torch.zeros((B, L), dtype=torch.long)
+        pos_t = torch.zeros((B, L), dtype=torch.long)
+        seg_t = torch.full((B, L), -2, dtype=torch.long)  # -2: padding
+        for i, (x, p, g) in enumerate(zip(seqs, poss, segs, strict=True)):
+            n = len(x)
+            ids_t[i, :n], am[i, :n] = torch.tensor(x, dtype=torch.long), 1
+            pos_t[i, :n], seg_t[i, :n] = torch.tensor(p, dtype=torch.long), torch.tensor(g, dtype=torch.long)
+        return ReaderRows(
+            ids_t, am, torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long),
+            torch.tensor(targets, dtype=torch.long), torch.tensor(spans, dtype=torch.long), B, K,
+            torch.tensor(contents, dtype=torch.bool), max(1, int(span.max()) + 1) if span.numel() else 1,
+            seq=torch.tensor(seq, dtype=torch.long), position_ids=pos_t, segments=seg_t,
+        )  # fmt: skip
+
     # ------------------------------------------------------------------ scoring
     def token_log_probs(self, rr: ReaderRows) -> torch.Tensor:
         """(M,) log p of each scored token given everything before it in its row.
@@ -212,6 +296,8 @@ class CausalReader(nn.Module):
         the batch: right padding never changes a real token's logits under causal attention.
         """
         dev = next(self.lm.parameters()).device
+        if rr.seq is not None:
+            return self._packed_log_probs(rr, dev)
         lengths = rr.attention_mask.sum(1).numpy()
         groups = length_buckets(lengths, self.bucket_slack)
         if len(groups) <= 1:
@@ -240,10 +326,35 @@ class CausalReader(nn.Module):
         assert out is not None
         return out
 
-    def _token_log_probs(self, ids, am, rows, cols, y, dev) -> torch.Tensor:
-        ids, am, rows, cols, y = ids.to(dev), am.to(dev), rows.to(dev), cols.to(dev), y.to(dev)
-        logits = position_logits(self.lm, ids, am, rows, cols - 1)  # (M, V), never (N, L, V) where it can
+    def _token_log_probs(self, ids, am, rows, cols, y, dev, **kw) -> torch.Tensor:
+        ids, rows, cols, y = ids.to(dev), rows.to(dev), cols.to(dev), y.to(dev)
+        am = {k: v.to(dev) for k, v in am.items()} if isinstance(am, dict) else am.to(dev)
+        kw = {k: v.to(dev) for k, v in kw.items()}
+        logits = position_logits(
+            self.lm, ids, am, rows, cols - 1, **kw
+        )  # (M, V), never (N, L, V) where it can
         return torch.log_softmax(logits, dim=-1).gather(1, y[:, None])[:, 0]
+
+    def _packed_log_probs(self, rr: ReaderRows, dev) -> torch.Tensor:
+        """(M,) scored-token log-probabilities of packed rows: a 4D mask lets a token see the shared
+        prefix and its own segment, causally; positions restart after the prefix in every segment."""
+        assert rr.segments is not None and rr.position_ids is not None and rr.seq is not None
+        seg = rr.segments
+        real = seg > -2
+        causal = torch.ones(seg.shape[1], seg.shape[1], dtype=torch.bool).tril()
+        same = (seg[:, None, :] == -1) | (seg[:, None, :] == seg[:, :, None])  # key j: prefix, or i's segment
+        mask = causal[None] & same & real[:, None, :] & real[:, :, None]
+        eye = torch.eye(seg.shape[1], dtype=torch.bool)[None]  # padding rows see themselves (no NaN)
+        attn: torch.Tensor | dict[str, torch.Tensor] = (mask | eye)[:, None]
+        window = getattr(self.lm.config, "sliding_window", None)
+        if window and "sliding_attention" in (getattr(self.lm.config, "layer_types", None) or []):
+            # sliding-window layers see the last `window` positions of the virtual row (position ids)
+            pos = rr.position_ids
+            near = (pos[:, :, None] - pos[:, None, :]) < int(window)
+            attn = {"full_attention": attn, "sliding_attention": ((mask & near) | eye)[:, None]}
+        return self._token_log_probs(
+            rr.input_ids, attn, rr.seq, rr.cols, rr.targets, dev, position_ids=rr.position_ids
+        )
 
     def log_p_y_given_docs(
         self,

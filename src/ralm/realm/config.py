@@ -71,6 +71,9 @@ class PretrainConfig:
     retriever_loss: str = "marginal"  # marginal (REALM) | distill (Atlas's perplexity distillation)
     distill_tau: float = 1.0  # distill: temperature of the target softmax(log p(y|z,x) / tau)
     reader_bucket_slack: float = 1.1  # causal reader: padding allowed per length group (inf: one group)
+    # causal reader: doc_first ([bos] z x y, one row a document) | query_first ([bos] x, then every z y
+    # packed after it: the query runs once for its K documents)
+    reader_layout: str = "doc_first"
     query_masks: str = "hide"  # hide [MASK]s from the query tower (default) | keep them (REALM)
     steps: int = 300
     batch_size: int = 8  # queries per micro-batch
@@ -121,7 +124,7 @@ class PretrainConfig:
             (self.null_doc in NULL_DOCS, f"null_doc {self.null_doc!r}: choose {', '.join(NULL_DOCS)}"),
             *[
                 (getattr(self, f) in CHOICES[f], f"{f} {getattr(self, f)!r}: choose {', '.join(CHOICES[f])}")
-                for f in ("score_scale", "marginal", "retriever_train", "retriever_loss")
+                for f in ("score_scale", "marginal", "retriever_train", "retriever_loss", "reader_layout")
             ],
             (self.reader_backprop_top >= 0, f"reader_backprop_top={self.reader_backprop_top}: must be >= 0"),
             (self.distill_tau > 0, f"distill_tau={self.distill_tau}: must be > 0"),

@@ -31,6 +31,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "marginal": MARGINALS,
     "retriever_train": RETRIEVER_TRAIN,
     "retriever_loss": RETRIEVER_LOSSES,
+    "reader_layout": ("doc_first", "query_first"),
     "query_masks": QUERY_MASKS,
     "pooling": ("mean", "cls"),
     "schedule": ("cosine", "linear", "constant"),
@@ -83,6 +84,8 @@ HELP: dict[str, str] = {
     "retriever_loss": "marginal: the retriever learns from the marginal likelihood (REALM); distill: from "
     "KL(softmax(log p(y|z,x) / tau) || p(z|x)) (Atlas's perplexity distillation)",
     "distill_tau": "retriever_loss = distill: the temperature tau of the target",
+    "reader_layout": "causal reader: doc_first (one row a document: [bos] z x y) or query_first (the query "
+    "once, its documents and targets packed after it, each seeing the query and itself)",
     "reader_bucket_slack": "causal reader: rows run in groups of similar length while a group's padding stays "
     "within this factor of its real tokens (inf = one group)",
     "query_masks": "hide the [MASK]s from the query tower, or keep them (REALM)",

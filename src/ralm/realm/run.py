@@ -122,6 +122,7 @@ RESUME_FIXED = (
     "reader_lora_r",
     "score_scale",
     "retriever_train",
+    "reader_layout",
 )
 
 
