@@ -59,7 +59,10 @@ def download_wheels(out: Path, log=print) -> list[str]:
                 *[a for p in PLATFORMS for a in ("--platform", p)]]  # fmt: skip
         if subprocess.run([*base, *plat, spec], capture_output=True).returncode == 0:
             continue
-        if subprocess.run([*base, "--no-binary=:all:", spec], capture_output=True).returncode != 0:
+        # no wheel on PyPI (a pure-Python sdist such as seqeval's): build one here, where its build
+        # requirements can be fetched; the GPU machine cannot build it (no index to get them from)
+        built = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), spec]
+        if subprocess.run(built, capture_output=True).returncode != 0:
             missing.append(spec)
     if missing:
         log(f"wheels: could not fetch {', '.join(missing)}")
