@@ -22,6 +22,11 @@ Imports count wherever they stand (top of the module or inside a function). The 
 top-level modules count as two packages: "ralm (entry)" (the package's lazy names, `ralm.cli`, `__main__`:
 what a user calls) and "ralm (shared)" (errors, atomic, answers, causal_lm, ...).
 
+Issue 48's measures beside them (`house`): modules outside `ralm.models` that call from_pretrained,
+run-folder implementations, os.replace outside `ralm.atomic`, modules holding old-path shims or
+re-exports, `# fmt: skip` in src and benchmarks, whether `make test` runs an import-linter contract,
+folders under benchmarks/ holding scripts, README lines.
+
 Run: python benchmarks/code_layout.py [--rev 64c7299] [--rev WORKTREE] [--no-trace]
 Writes benchmarks/results/code_layout.json and .md.
 """
@@ -256,6 +261,52 @@ def rag_trace(tree: Path, work: Path) -> dict:
     return {"modules": first, "steps": len(calls) - 1, "steps_back_into_a_module": back}
 
 
+# ----------------------------------------------------------------------------- issue 48's measures
+# the run-folder modules issue 48 counted (settings digest, refusal, --overwrite, metrics.jsonl,
+# checkpoints and resume, each written once more)
+RUN_FOLDERS = ("realm/run.py", "luke/pretrain_run.py", "retrieval/training/run.py", "rag/train_run.py",
+               "tasks/job_dir.py")  # fmt: skip
+
+
+def root_file(rev: str, name: str) -> str:
+    """A top-level file of the repository at `rev` (WORKTREE: as it is now); "" when absent."""
+    if rev == WORKTREE:
+        p = ROOT / name
+        return p.read_text(encoding="utf-8") if p.is_file() else ""
+    got = subprocess.run(["git", "show", f"{rev}:{name}"], cwd=ROOT, capture_output=True, text=True)
+    return got.stdout if got.returncode == 0 else ""
+
+
+def house(rev: str, tree: Path) -> dict:
+    """Issue 48's measures of `rev` (the tree checked out under `tree`)."""
+    src = tree / "src" / "ralm"
+    files = sorted(src.rglob("*.py"))
+    text = {f: f.read_text(encoding="utf-8") for f in files}
+    outside_models = [f for f in files if "models" not in f.relative_to(src).parts[:1]]
+    shim_markers = ("DeprecationWarning", "re-exported", "MetaPathFinder")
+    bench = tree / "benchmarks"
+    return {
+        "from_pretrained_outside_models": sorted(
+            str(f.relative_to(src)) for f in outside_models if ".from_pretrained(" in text[f]
+        ),
+        "run_folder_modules": [m for m in RUN_FOLDERS if (src / m).is_file()],
+        "os_replace_outside_atomic": sum(
+            t.count("os.replace(") for f, t in text.items() if f.name != "atomic.py" or f.parent != src
+        ),
+        "shims_and_reexports": sorted(
+            str(f.relative_to(src)) for f, t in text.items() if any(m in t for m in shim_markers)
+        ),
+        "fmt_skip_src": sum(t.count("# fmt: skip") for t in text.values()),
+        "fmt_skip_benchmarks": sum(
+            f.read_text(encoding="utf-8").count("# fmt: skip") for f in bench.rglob("*.py")
+        ),
+        "import_linter_in_make_test": "[tool.importlinter]" in root_file(rev, "pyproject.toml")
+        and "lint-imports" in root_file(rev, "Makefile"),
+        "benchmark_folders_with_scripts": len({p.parent for p in bench.rglob("*.py")}),
+        "readme_lines": len(root_file(rev, "README.md").splitlines()),
+    }
+
+
 # ----------------------------------------------------------------------------- report
 def measure(rev: str, trace: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="ralm-layout-") as d:
@@ -273,6 +324,7 @@ def measure(rev: str, trace: bool) -> dict:
             "circles": circles,
             "long_modules": long_modules(tree),
             "duplicate_pairs": duplicate_pairs(tree),
+            "house": house(rev, tree),
         }
         if trace:
             (Path(d) / "trace").mkdir()
@@ -300,6 +352,15 @@ def markdown(runs: dict[str, dict]) -> str:
     row("module circles", lambda r: len(r["circles"]))
     row("modules over 400 lines", lambda r: len(r["long_modules"]))
     row("repeated 6+ line blocks (pairs)", lambda r: r["duplicate_pairs"])
+    h = lambda key: (lambda r: r["house"][key] if "house" in r else "-")  # noqa: E731
+    row("modules outside ralm.models calling from_pretrained", lambda r: len(h("from_pretrained_outside_models")(r)))
+    row("run-folder implementations", lambda r: len(h("run_folder_modules")(r)))
+    row("os.replace outside ralm.atomic", h("os_replace_outside_atomic"))
+    row("modules with old-path shims or re-exports", lambda r: len(h("shims_and_reexports")(r)))
+    row("`# fmt: skip` in src / benchmarks", lambda r: f"{h('fmt_skip_src')(r)} / {h('fmt_skip_benchmarks')(r)}")
+    row("import-linter contract run by make test", h("import_linter_in_make_test"))
+    row("folders under benchmarks/ holding scripts", h("benchmark_folders_with_scripts"))
+    row("README lines", h("readme_lines"))
     if all("rag_trace" in r for r in runs.values()):
         row("`rag retrieve --index`: modules", lambda r: len(r["rag_trace"]["modules"]))
         row("`rag retrieve --index`: module steps", lambda r: r["rag_trace"]["steps"])
@@ -351,9 +412,24 @@ def main() -> None:
         if "rag_trace" in m:
             metrics[f"{tag}_rag_trace_modules"] = len(m["rag_trace"]["modules"])
             metrics[f"{tag}_rag_trace_steps_back"] = m["rag_trace"]["steps_back_into_a_module"]
-    write_result("code_layout", "python benchmarks/code_layout.py", metrics,
-                 {"after_circles": "<= 2", "after_package_imports_back_up": "<= 1",
-                  "after_modules_over_400_lines": "0"}, revisions=runs)  # fmt: skip
+        hs = m["house"]
+        metrics.update({
+            f"{tag}_from_pretrained_outside_models": len(hs["from_pretrained_outside_models"]),
+            f"{tag}_run_folder_implementations": len(hs["run_folder_modules"]),
+            f"{tag}_os_replace_outside_atomic": hs["os_replace_outside_atomic"],
+            f"{tag}_shims_and_reexports": len(hs["shims_and_reexports"]),
+            f"{tag}_fmt_skip_src": hs["fmt_skip_src"],
+            f"{tag}_import_linter_in_make_test": int(hs["import_linter_in_make_test"]),
+            f"{tag}_benchmark_folders_with_scripts": hs["benchmark_folders_with_scripts"],
+            f"{tag}_readme_lines": hs["readme_lines"],
+        })  # fmt: skip
+    targets = {"after_circles": "<= 2", "after_package_imports_back_up": "<= 1", "after_modules_over_400_lines": "0",
+               "after_from_pretrained_outside_models": "0", "after_run_folder_implementations": "1",
+               "after_os_replace_outside_atomic": "0", "after_shims_and_reexports": "0", "after_fmt_skip_src": "<= 10",
+               "after_import_linter_in_make_test": "1", "after_benchmark_folders_with_scripts": ">= 6",
+               "after_readme_lines": "<= 300"}  # fmt: skip
+    write_result("code_layout", "python benchmarks/code_layout.py " + " ".join(sys.argv[1:]), metrics, targets,
+                 revisions=runs)  # fmt: skip
     (RESULTS / "code_layout.md").write_text(markdown(runs), encoding="utf-8")
     print(markdown(runs))
 

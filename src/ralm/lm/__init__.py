@@ -5,7 +5,8 @@
 Importing this package pulls in numpy only (the CLI imports it on every `ralm` call).
 """
 
-from ralm.lm.counts import Vocab, count_ngrams, word_tokenize
+from ralm.lm.counts import Vocab, count_ngrams
 from ralm.lm.ngram import ESTIMATORS, NGramLM
+from ralm.text import word_tokenize
 
 __all__ = ["ESTIMATORS", "NGramLM", "Vocab", "count_ngrams", "word_tokenize"]

@@ -20,7 +20,7 @@ from itertools import chain, repeat
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.text import word_tokenize as word_tokenize  # re-exported: the n-gram LMs' default
+from ralm.text import word_tokenize
 
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2

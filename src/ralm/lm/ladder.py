@@ -37,8 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.lm.counts import Vocab, word_tokenize
+from ralm.lm.counts import Vocab
 from ralm.lm.ngram import NGramLM
+from ralm.text import word_tokenize
 
 NGRAM_ROWS: tuple[tuple[str, int, str], ...] = (
     ("add-one unigram", 1, "laplace"),

@@ -281,11 +281,20 @@ class CausalReader(nn.Module):
             ids_t[i, :n], am[i, :n] = torch.tensor(x, dtype=torch.long), 1
             pos_t[i, :n], seg_t[i, :n] = torch.tensor(p, dtype=torch.long), torch.tensor(g, dtype=torch.long)
         return ReaderRows(
-            ids_t, am, torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long),
-            torch.tensor(targets, dtype=torch.long), torch.tensor(spans, dtype=torch.long), B, K,
-            torch.tensor(contents, dtype=torch.bool), max(1, int(span.max()) + 1) if span.numel() else 1,
-            seq=torch.tensor(seq, dtype=torch.long), position_ids=pos_t, segments=seg_t,
-        )  # fmt: skip
+            ids_t,
+            am,
+            torch.tensor(rows, dtype=torch.long),
+            torch.tensor(cols, dtype=torch.long),
+            torch.tensor(targets, dtype=torch.long),
+            torch.tensor(spans, dtype=torch.long),
+            B,
+            K,
+            torch.tensor(contents, dtype=torch.bool),
+            max(1, int(span.max()) + 1) if span.numel() else 1,
+            seq=torch.tensor(seq, dtype=torch.long),
+            position_ids=pos_t,
+            segments=seg_t,
+        )
 
     # ------------------------------------------------------------------ scoring
     def token_log_probs(self, rr: ReaderRows) -> torch.Tensor:

@@ -35,7 +35,6 @@ from pathlib import Path
 
 from ralm.errors import RalmError
 from ralm.formats.common import format_notes
-from ralm.formats.conll import UPOS as UPOS  # re-exported: part of this module's names
 from ralm.formats.detect import FORMATS, TASK_FORMATS, check_format, check_task, detect_format
 from ralm.formats.hf import META_FILES
 from ralm.formats.openqa import check_answer_mode
