@@ -8,8 +8,9 @@ Stages (each skipped when its output exists in --work; training runs resume afte
   arm LANG NAME     one arm of the ablation (ARMS): `ralm pretrain` for --steps, checkpoints every
                     --steps/4; then evaluate-mlm at step 0 and at each checkpoint (the curves) against
                     the closed-book run of the same steps, and the diagnosis at the end
-  closed LANG       the closed-book baselines: data-matched (the arms' steps) and compute-matched (as
-                    many closed-book steps as the `today` arm's wall time buys)
+  compute LANG NAME the compute-matched closed-book baseline of an arm (as many closed-book steps as
+                    the arm's training wall time buys) and the arm's evaluation against it (the
+                    data-matched one, the arms' own steps, is trained by every arm)
   speed             queries per second of one REALM step, today's settings against the new defaults at
                     the same k (and each speed lever alone), interleaved in one process, medians
   towers            NorQuAD-open recall@1/5/20 of the towers before and after (LANG nb)
@@ -189,14 +190,21 @@ def diag0_stage(work: Path, lang: str, steps: int) -> None:
     diagnose(run, None, initial=True)
 
 
-def closed_stage(work: Path, lang: str, steps: int) -> None:
+def compute_stage(work: Path, lang: str, arm: str, steps: int) -> None:
+    """The compute-matched closed-book baseline of `arm`: as many closed-book steps as the arm's
+    training wall time buys (the data-matched one's step time), then the arm evaluated against it."""
     closed = train(work, lang, "closed", "mlm", steps, {})
-    today = work / f"{lang}-today"
-    if not (today / "metrics.jsonl").is_file():
-        log("closed-compute waits for the today arm's step times")
-        return
-    ratio = wall(today) / wall(closed)
-    train(work, lang, "closed-compute", "mlm", max(steps, int(round(steps * ratio / 4)) * 4), {})
+    run = work / f"{lang}-{arm}"
+    if not (run / "metrics.jsonl").is_file():
+        raise SystemExit(f"{run}: train the arm first")
+    ratio = wall(run) / wall(closed)
+    n = max(steps, int(round(steps * ratio / 4)) * 4)
+    matched = train(work, lang, f"closed-compute-{arm}", "mlm", n, {})
+    (matched / "compute_match.json").write_text(
+        json.dumps({"arm": arm, "arm_seconds": wall(run), "closed_seconds_per_step": wall(closed) / steps,
+                    "steps": n}, indent=2) + "\n", encoding="utf-8"
+    )  # fmt: skip
+    evaluate(run, matched, out=run / "eval_mlm_compute.json")
 
 
 def wall(run: Path) -> float:
@@ -325,7 +333,7 @@ SPEED_VARIANTS: dict[str, dict[str, object]] = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("stage", choices=["diag0", "arm", "closed", "speed", "towers", "report"])
+    ap.add_argument("stage", choices=["diag0", "arm", "compute", "speed", "towers", "report"])
     ap.add_argument("lang", nargs="?", choices=["en", "nb"], default="en")
     ap.add_argument("name", nargs="?", default="today", help="arm: one of " + ", ".join(ARMS))
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b45")
@@ -353,8 +361,8 @@ def main() -> None:
         diag0_stage(args.work, args.lang, args.steps)
     elif args.stage == "arm":
         arm_stage(args.work, args.lang, args.name, args.steps, args.curves)
-    elif args.stage == "closed":
-        closed_stage(args.work, args.lang, args.steps)
+    elif args.stage == "compute":
+        compute_stage(args.work, args.lang, args.name, args.steps)
     elif args.stage == "speed":
         speed_stage(args.work, args.lang, args.speed_steps, args.variants.split(","))
     elif args.stage == "towers":

@@ -82,6 +82,12 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
                     rec[f"ratio_{part}_{when}_low"],
                     rec[f"ratio_{part}_{when}_high"],
                 ) = r
+    comp = _read(run / "eval_mlm_compute.json")
+    if comp is not None:
+        r = _ratio(comp, "realm (retrieval)", True)
+        if r is not None:
+            rec["ratio_content_end_compute_matched"], rec["ratio_content_end_compute_matched_low"], rec[
+                "ratio_content_end_compute_matched_high"] = r  # fmt: skip
     if "ratio_content_step0" in rec and "ratio_content_end" in rec:
         rec["gain_from_training"] = rec["ratio_content_step0"] - rec["ratio_content_end"]
     realm_row = next((r for r in end["rows"] if r["name"] == "realm (retrieval)"), None)
@@ -146,6 +152,8 @@ def report(work: Path) -> dict:
             metrics[f"{lang}_ratio_all_end"] = best.get("ratio_all_end", math.nan)
             if "gain_from_training" in best:
                 metrics[f"{lang}_ratio_gain_from_training"] = best["gain_from_training"]
+            if "ratio_content_end_compute_matched" in best:
+                metrics[f"{lang}_ratio_content_end_compute_matched"] = best["ratio_content_end_compute_matched"]
     write_result(
         "realm_learns",
         "python benchmarks/realm_learns.py diag0 en; ... arm en NAME --steps N (each arm); ... closed en; "
