@@ -146,7 +146,26 @@ def report(work: Path) -> dict:
             if rec is not None:
                 arms[arm] = rec
         extra["arms"][lang] = arms
-        best = arms.get("all") or arms.get("today")
+        name = next((a for a in ("all_packed", "all", "today") if a in arms), None)
+        best = arms.get(name) if name else None
+        if best is not None:
+            extra.setdefault("headline_arm", {})[lang] = name
+            diag = best.get("diagnosis_end") or {}
+            if diag:
+                metrics[f"{lang}_null_mass_end"] = diag.get("null_mass", math.nan)
+                metrics[f"{lang}_entropy_ratio_end"] = diag.get("entropy_ratio", math.nan)
+                d0 = extra["diag0"].get(lang)
+                src = "hybrid" if name != "today" else "dense"
+                if d0 is not None:
+                    for depth in ("3", "8"):
+                        gain = diag["answers_in_candidates"][src][depth] - d0["answers_in_candidates"][src][depth]
+                        metrics[f"{lang}_answers_in_candidates_gain@{depth}"] = gain
+                    metrics[f"{lang}_answers_in_candidates_gain"] = metrics[f"{lang}_answers_in_candidates_gain@8"]
+        towers = _read(work / f"{lang}-{name}" / "towers.json") if name else None
+        if towers is not None:
+            for when in ("before", "after"):
+                for k, v in towers[when].items():
+                    metrics[f"{lang}_towers_{k}_{when}"] = v
         if best is not None and "ratio_content_end" in best:
             metrics[f"{lang}_ratio_content_end"] = best["ratio_content_end"]
             metrics[f"{lang}_ratio_all_end"] = best.get("ratio_all_end", math.nan)
@@ -154,6 +173,14 @@ def report(work: Path) -> dict:
                 metrics[f"{lang}_ratio_gain_from_training"] = best["gain_from_training"]
             if "ratio_content_end_compute_matched" in best:
                 metrics[f"{lang}_ratio_content_end_compute_matched"] = best["ratio_content_end_compute_matched"]
+    speed = _read(work / "speed-en.json")
+    if speed is not None:
+        extra["speed"] = speed
+        if "new_over_today" in speed:
+            metrics["step_queries_per_s_over_before"] = speed["new_over_today"]
+        for k, v in speed.items():
+            if k.endswith("_over_today"):
+                metrics[f"speed_{k}"] = v
     write_result(
         "realm_learns",
         "python benchmarks/realm_learns.py diag0 en; ... arm en NAME --steps N (each arm); ... closed en; "
