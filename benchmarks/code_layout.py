@@ -352,12 +352,18 @@ def markdown(runs: dict[str, dict]) -> str:
     row("module circles", lambda r: len(r["circles"]))
     row("modules over 400 lines", lambda r: len(r["long_modules"]))
     row("repeated 6+ line blocks (pairs)", lambda r: r["duplicate_pairs"])
-    h = lambda key: (lambda r: r["house"][key] if "house" in r else "-")  # noqa: E731
-    row("modules outside ralm.models calling from_pretrained", lambda r: len(h("from_pretrained_outside_models")(r)))
+    h = lambda key: lambda r: r["house"][key] if "house" in r else "-"  # noqa: E731
+    row(
+        "modules outside ralm.models calling from_pretrained",
+        lambda r: len(h("from_pretrained_outside_models")(r)),
+    )
     row("run-folder implementations", lambda r: len(h("run_folder_modules")(r)))
     row("os.replace outside ralm.atomic", h("os_replace_outside_atomic"))
     row("modules with old-path shims or re-exports", lambda r: len(h("shims_and_reexports")(r)))
-    row("`# fmt: skip` in src / benchmarks", lambda r: f"{h('fmt_skip_src')(r)} / {h('fmt_skip_benchmarks')(r)}")
+    row(
+        "`# fmt: skip` in src / benchmarks",
+        lambda r: f"{h('fmt_skip_src')(r)} / {h('fmt_skip_benchmarks')(r)}",
+    )
     row("import-linter contract run by make test", h("import_linter_in_make_test"))
     row("folders under benchmarks/ holding scripts", h("benchmark_folders_with_scripts"))
     row("README lines", h("readme_lines"))

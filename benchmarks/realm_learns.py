@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "src"))
+from realm_causal import log, ralm, read_json  # noqa: E402
 
 CONFIGS = {"en": HERE / "data" / "realm_causal_en.toml", "nb": HERE / "data" / "realm_causal_nb.toml"}
 STORES = {"en": "enwiki-64", "nb": "unsup-nb-spans"}
@@ -69,19 +69,6 @@ ARMS: dict[str, dict[str, object]] = {
 # Norwegian pair, where a Gemma-3 step is the budget
 ARMS["all_packed"] = {**ARMS["all"], "reader_layout": "query_first"}
 LANG_EXTRA = {"nb": {"bm25_lang": "nb"}, "en": {"bm25_lang": "en"}}
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def ralm(*args) -> None:
-    log("ralm " + " ".join(str(a) for a in args))
-    subprocess.run([sys.executable, "-m", "ralm", *[str(a) for a in args]], check=True)
-
-
-def read_json(p: Path) -> dict:
-    return json.loads(p.read_text(encoding="utf-8"))
 
 
 def sets(settings: dict[str, object]) -> list[str]:

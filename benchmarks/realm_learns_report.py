@@ -158,9 +158,14 @@ def report(work: Path) -> dict:
                 src = "hybrid" if name != "today" else "dense"
                 if d0 is not None:
                     for depth in ("3", "8"):
-                        gain = diag["answers_in_candidates"][src][depth] - d0["answers_in_candidates"][src][depth]
+                        gain = (
+                            diag["answers_in_candidates"][src][depth]
+                            - d0["answers_in_candidates"][src][depth]
+                        )
                         metrics[f"{lang}_answers_in_candidates_gain@{depth}"] = gain
-                    metrics[f"{lang}_answers_in_candidates_gain"] = metrics[f"{lang}_answers_in_candidates_gain@8"]
+                    metrics[f"{lang}_answers_in_candidates_gain"] = metrics[
+                        f"{lang}_answers_in_candidates_gain@8"
+                    ]
         towers = _read(work / f"{lang}-{name}" / "towers.json") if name else None
         if towers is not None:
             for when in ("before", "after"):
@@ -172,7 +177,9 @@ def report(work: Path) -> dict:
             if "gain_from_training" in best:
                 metrics[f"{lang}_ratio_gain_from_training"] = best["gain_from_training"]
             if "ratio_content_end_compute_matched" in best:
-                metrics[f"{lang}_ratio_content_end_compute_matched"] = best["ratio_content_end_compute_matched"]
+                metrics[f"{lang}_ratio_content_end_compute_matched"] = best[
+                    "ratio_content_end_compute_matched"
+                ]
     speed = _read(work / "speed-en.json")
     if speed is not None:
         extra["speed"] = speed

@@ -114,6 +114,26 @@ def length_buckets(lengths: np.ndarray, slack: float = 1.25) -> list[np.ndarray]
     return [np.asarray(g, dtype=np.int64) for g in groups]
 
 
+def _padded(seqs: Sequence[Sequence[int]], fill: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, L) long tensor of the right-padded sequences (`fill` after each) and its 0/1 mask."""
+    L = max((len(x) for x in seqs), default=0)
+    out = torch.full((len(seqs), L), fill, dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    for i, x in enumerate(seqs):
+        out[i, : len(x)] = torch.tensor(list(x), dtype=torch.long)
+        mask[i, : len(x)] = 1
+    return out, mask
+
+
+def _reader_rows(ids, am, scored, B: int, K: int, span: torch.Tensor, **packed) -> ReaderRows:
+    """ReaderRows from the padded rows and the scored positions' (rows, cols, targets, spans,
+    contents) lists; S from the batch's span index."""
+    rows, cols, targets, spans, contents = scored
+    long = [torch.tensor(x, dtype=torch.long) for x in (rows, cols, targets, spans)]
+    S = max(1, int(span.max()) + 1) if span.numel() else 1
+    return ReaderRows(ids, am, *long, B, K, torch.tensor(contents, dtype=torch.bool), S, **packed)
+
+
 class CausalReader(nn.Module):
     """A decoder-only LM scoring (x, z) pairs; `lm` is any `AutoModelForCausalLM`.
 
@@ -212,24 +232,8 @@ class CausalReader(nn.Module):
                     targets.append(t[j])
                     spans.append(int(span[b, j]))
                     contents.append(bool(content[b, j]))
-        L = max((len(s) for s in seqs), default=0)
-        ids = torch.zeros((len(seqs), L), dtype=torch.long)
-        am = torch.zeros((len(seqs), L), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            am[i, : len(s)] = 1
-        return ReaderRows(
-            ids,
-            am,
-            torch.tensor(rows, dtype=torch.long),
-            torch.tensor(cols, dtype=torch.long),
-            torch.tensor(targets, dtype=torch.long),
-            torch.tensor(spans, dtype=torch.long),
-            B,
-            K,
-            torch.tensor(contents, dtype=torch.bool),
-            max(1, int(span.max()) + 1) if span.numel() else 1,
-        )
+        ids, am = _padded(seqs)
+        return _reader_rows(ids, am, (rows, cols, targets, spans, contents), B, K, span)
 
     def _packed_rows(self, batch: Mapping[str, torch.Tensor], doc_ids: Sequence[Sequence[int]], K: int):
         """`build_rows` for the query_first layout: one packed sequence a query (module docstring)."""
@@ -271,30 +275,13 @@ class CausalReader(nn.Module):
             seqs.append(ids)
             poss.append(pos)
             segs.append(sg)
-        L = max((len(x) for x in seqs), default=0)
-        ids_t = torch.zeros((B, L), dtype=torch.long)
-        am = torch.zeros((B, L), dtype=torch.long)
-        pos_t = torch.zeros((B, L), dtype=torch.long)
-        seg_t = torch.full((B, L), -2, dtype=torch.long)  # -2: padding
-        for i, (x, p, g) in enumerate(zip(seqs, poss, segs, strict=True)):
-            n = len(x)
-            ids_t[i, :n], am[i, :n] = torch.tensor(x, dtype=torch.long), 1
-            pos_t[i, :n], seg_t[i, :n] = torch.tensor(p, dtype=torch.long), torch.tensor(g, dtype=torch.long)
-        return ReaderRows(
-            ids_t,
-            am,
-            torch.tensor(rows, dtype=torch.long),
-            torch.tensor(cols, dtype=torch.long),
-            torch.tensor(targets, dtype=torch.long),
-            torch.tensor(spans, dtype=torch.long),
-            B,
-            K,
-            torch.tensor(contents, dtype=torch.bool),
-            max(1, int(span.max()) + 1) if span.numel() else 1,
-            seq=torch.tensor(seq, dtype=torch.long),
-            position_ids=pos_t,
-            segments=seg_t,
-        )
+        ids_t, am = _padded(seqs)
+        pos_t, _ = _padded(poss)
+        seg_t, _ = _padded(segs, fill=-2)  # -2: padding
+        return _reader_rows(
+            ids_t, am, (rows, cols, targets, spans, contents), B, K, span,
+            seq=torch.tensor(seq, dtype=torch.long), position_ids=pos_t, segments=seg_t,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ scoring
     def token_log_probs(self, rr: ReaderRows) -> torch.Tensor:
