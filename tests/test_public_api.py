@@ -1,5 +1,5 @@
 """`import ralm`: the public names resolve lazily (no torch until a model is used), each has its own
-docstring, its docstring examples pass, and the README's "Python API" blocks run as written."""
+docstring, its docstring examples pass, and docs/python-api.md's blocks run as written."""
 
 from __future__ import annotations
 
@@ -68,19 +68,18 @@ def test_package_and_public_docstring_examples_pass(tmp_path, monkeypatch):
     assert runner.summarize(verbose=False).failed == 0
 
 
-def readme_api_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^```python\n(.*?)^```", section, flags=re.S | re.M)
+def api_doc_blocks() -> list[str]:
+    text = (ROOT / "docs" / "python-api.md").read_text(encoding="utf-8")
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
 
 
 def test_readme_python_api_blocks_run(tmp_path, monkeypatch, capsys):
-    blocks = readme_api_blocks()
+    blocks = api_doc_blocks()
     assert len(blocks) == 4
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "readme"}
     for block in blocks:
-        exec(compile(block, "README.md (Python API)", "exec"), namespace)
+        exec(compile(block, "docs/python-api.md", "exec"), namespace)
     out = capsys.readouterr().out
     assert "bm25 [('Helsinki'" in out and "p(z|x)" in out and "hf {'train':" in out
 

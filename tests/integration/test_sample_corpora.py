@@ -149,4 +149,4 @@ def test_triviaqa_sample_corpus_and_questions(tmp_path, tiny_dir):
     assert code == 0
     result = _json.loads(table.read_text())
     assert result["questions"] == 11
-    assert result["recall"]["bm25"]["20"] > 0.5  # the evidence was collected for these questions
+    assert result["recall"]["bm25:en"]["20"] > 0.5  # the evidence was collected for these questions

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import math
+import shutil
 import unicodedata
 from collections import Counter
 
@@ -13,10 +14,11 @@ import numpy as np
 import pytest
 
 from ralm.corpus.build import BuildConfig, build_docstore
+from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.analysis import Analyzer
 from ralm.retrieval.base import Retriever
-from ralm.retrieval.bm25 import FORMAT_VERSION, BM25Retriever, resolve_stopwords, split_words
+from ralm.retrieval.bm25 import FORMAT_VERSION, BM25Retriever, resolve_stopwords, split_words, store_analyzer
 
 DOCS = [
     ("Oslo", "Oslo is the capital of Norway."),  # 0
@@ -43,12 +45,13 @@ DA_DOCS = [
 ]
 
 
-def make_store(d, docs):
+def make_store(d, docs, lang="en"):
     src = d / "docs.jsonl"
     with open(src, "w", encoding="utf-8") as f:
         for title, text in docs:
             f.write(json.dumps({"title": title, "text": text}, ensure_ascii=False) + "\n")
-    s = build_docstore([src], d / "store", BuildConfig(chunk_size=64), progress=False, log=lambda m: None)
+    cfg = BuildConfig(chunk_size=64, lang=lang)
+    s = build_docstore([src], d / "store", cfg, progress=False, log=lambda m: None)
     assert len(s) == len(docs)  # one chunk per document, ids in file order
     return s
 
@@ -60,7 +63,7 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def da_store(tmp_path_factory):
-    return make_store(tmp_path_factory.mktemp("bm25_da"), DA_DOCS)
+    return make_store(tmp_path_factory.mktemp("bm25_da"), DA_DOCS, lang="da")
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +71,12 @@ def bm25_da(da_store):
     return BM25Retriever.build(da_store, lang="da", include_title=False)
 
 
+PLAIN = {"stopwords": "none", "stemmer": "none"}  # overrides the DocStore's language
+
+
 @pytest.fixture(scope="module")
 def bm25(store):
-    return BM25Retriever.build(store, include_title=False)
+    return BM25Retriever.build(store, include_title=False, **PLAIN)
 
 
 def test_hand_made_ranking(bm25):
@@ -117,7 +123,7 @@ def test_nordic_and_cyrillic_tokens(bm25):
 
 
 def test_title_is_indexed_by_default(store, bm25):
-    with_title = BM25Retriever.build(store)
+    with_title = BM25Retriever.build(store, **PLAIN)
     assert with_title.search_text(["Stockholm"], 1).ids[0, 0] == 4
     assert with_title.scores("Fjords")[1] > 0 and bm25.scores("Bergen")[3] > 0
     assert with_title.scores("Copenhagen")[5] > bm25.scores("Copenhagen")[5]  # title + text
@@ -185,7 +191,7 @@ def test_default_analysis_is_unchanged(bm25):
 
 def test_danish_stemming_finds_inflections(da_store, bm25_da):
     """The issue: "pivottabel" finds the chunk that only says "pivottabeller" with lang="da"."""
-    plain = BM25Retriever.build(da_store, include_title=False)
+    plain = BM25Retriever.build(da_store, include_title=False, **PLAIN)
     assert (plain.scores("pivottabel") == 0).all()
     assert plain.scores("pivottabeller")[0] > 0
     s = bm25_da.scores("pivottabel")
@@ -213,6 +219,25 @@ def test_danish_stemming_finds_inflections(da_store, bm25_da):
         BM25Retriever.build(da_store, analyzer=Analyzer(), lang="da")
     with pytest.raises(RalmError, match="unknown language 'xx'"):
         BM25Retriever.build(da_store, lang="xx")
+
+
+def test_the_docstores_language_is_the_default(tmp_path, store, da_store, bm25_da):
+    """A DocStore built with --lang da gets Danish stopwords and stemming unless told otherwise;
+    one whose manifest records no language gets plain analysis."""
+    assert (da_store.lang, store.lang) == ("da", "en")
+    default = BM25Retriever.build(da_store, include_title=False)
+    assert default.analyzer == Analyzer.from_lang("da") == bm25_da.analyzer
+    np.testing.assert_array_equal(default.scores("pivottabel"), bm25_da.scores("pivottabel"))
+    assert BM25Retriever.build(store).analyzer == Analyzer.from_lang("en")
+    assert store_analyzer(store) == Analyzer.from_lang("en")
+    legacy = tmp_path / "legacy"
+    shutil.copytree(store.root, legacy)
+    manifest = json.loads((legacy / "manifest.json").read_text(encoding="utf-8"))
+    del manifest["config"]["lang"]
+    (legacy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    old = DocStore(legacy)
+    assert old.lang is None and store_analyzer(old) == Analyzer()
+    assert BM25Retriever.build(old).describe() == "no stopwords, no stemmer"
 
 
 def naive_bm25(docs: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:

@@ -133,11 +133,13 @@ def test_eval_retrieval_table_and_json(built, tmp_path, capsys, tiny_dir):
     )
     assert code == 0
     table = json.loads(out_json.read_text())
-    assert table["questions"] == 2 and set(table["recall"]) == {"bm25", f"dense:{tiny_dir}"}
+    # no --lang: the DocStore's language (corpus build's default, en) analyses BM25
+    assert table["questions"] == 2 and set(table["recall"]) == {"bm25:en", f"dense:{tiny_dir}"}
+    assert table["lang"] == "en"
     for rec in table["recall"].values():
         assert rec["6"] == 1.0  # k = all chunks: every answer is found
     # BM25 by hand: "capital"+"norway" only in Oslo's chunk; "aristotle" only in Aristotle's chunk
-    assert table["recall"]["bm25"]["1"] == 1.0
+    assert table["recall"]["bm25:en"]["1"] == 1.0
     assert "2 questions" in out and "nDCG@10" in out and "hub@6" in out
     code, _, err = run(capsys, "eval-retrieval", built / "store", "--qa", qa, "-k", "99")
     assert code == 2 and "-k" in err[0]
@@ -206,9 +208,9 @@ def test_eval_retrieval_all_retrievers_in_one_table(built, tmp_path, capsys, tin
     )
     assert code == 0
     recall = json.loads(out_json.read_text())["recall"]
-    assert list(recall) == ["bm25", "query_likelihood", "colbert_rerank_bm25@4", f"dense:{tiny_dir}"]
+    assert list(recall) == ["bm25:en", "query_likelihood", "colbert_rerank_bm25@4", f"dense:{tiny_dir}"]
     # "aristotle" occurs only in Aristotle's chunk: both lexical retrievers rank it first
-    assert recall["bm25"]["1"] == 1.0 and recall["query_likelihood"]["1"] == 1.0
+    assert recall["bm25:en"]["1"] == 1.0 and recall["query_likelihood"]["1"] == 1.0
     # MaxSim with the real MiniLM puts the Aristotle/Plato chunk first among BM25's top 4
     assert recall["colbert_rerank_bm25@4"] == {"1": 1.0, "3": 1.0}
     assert all(name in out for name in recall)
@@ -265,7 +267,7 @@ def test_eval_retrieval_on_an_index_with_hybrid_measures_and_run_files(built, tm
         assert t["measures"][n]["Success@3"] == pytest.approx(t["recall"][n]["3"])
         assert 0.0 < t["hubness"][n]["distinct"] <= 1.0
     assert t["recall"]["bm25"]["1"] == 1.0 and t["measures"]["bm25"]["RR@10"] == 1.0
-    # the index's own BM25 (built plain) serves "bm25"; the English one is built in memory
+    # the index's own BM25 (built for the DocStore's language, en) serves "bm25:en"; plain is built in memory
     assert "most retrieved chunk" in out
     files = sorted(p.name for p in runs.iterdir())
     assert files == ["bm25.trec", "bm25_en.trec", "dense_index.trec", "hybrid_rrf_bm25_dense_index_.trec",
@@ -316,13 +318,28 @@ def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir
     code, _, _ = run(capsys, "eval-retrieval", built / "store", "--qa", qa, "--dense", tiny_dir, "--center",
                      "--hybrid", "rrf", "-k", "1", "3", "--json-out", out_json, "--quiet")  # fmt: skip
     assert code == 0
-    names = list(json.loads(out_json.read_text())["recall"])
-    assert names == [
-        "bm25",
+    store_rows = json.loads(out_json.read_text())["recall"]
+    assert list(store_rows) == [
+        "bm25:en",
         f"dense:{tiny_dir}",
         f"dense:{tiny_dir}:centred",
-        f"hybrid:rrf(bm25+dense:{tiny_dir}:centred)",
+        f"hybrid:rrf(bm25:en+dense:{tiny_dir}:centred)",
     ]
+    # --center over an index: its saved embeddings centred, the same row as over the DocStore
+    # (the index was built with the same encoder)
+    out_index = tmp_path / "ci.json"
+    code, _, _ = run(capsys, "eval-retrieval", "--index", built / "index", "--qa", qa, "--center",
+                     "--hybrid", "rrf", "-k", "1", "3", "--json-out", out_index, "--quiet")  # fmt: skip
+    assert code == 0
+    index_rows = json.loads(out_index.read_text())["recall"]
+    assert list(index_rows) == [
+        "bm25:en",
+        "dense:index",
+        "dense:index:centred",
+        "hybrid:rrf(bm25:en+dense:index:centred)",
+    ]
+    assert index_rows["dense:index:centred"] == store_rows[f"dense:{tiny_dir}:centred"]
+    assert index_rows["dense:index"] == store_rows[f"dense:{tiny_dir}"]
     code = main(["index", "build", str(built / "store"), "--out", str(tmp_path / "c"), "--encoder", str(tiny_dir),
                  "--center", "--quiet"])  # fmt: skip
     assert code == 0
@@ -330,6 +347,20 @@ def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir
     assert len(json.loads((tmp_path / "c" / "dense" / "index.json").read_text())["center"]) == 64
     code, out, _ = run(capsys, "search", tmp_path / "c", "capital of Norway", "-k", "6", "--json")
     assert code == 0 and sorted(json.loads(x)["id"] for x in out.splitlines()) == list(range(6))
+    # an index built --center is centred already: --center evaluates it as it is
+    code, _, _ = run(capsys, "eval-retrieval", "--index", tmp_path / "c", "--qa", qa, "--center", "--no-bm25",
+                     "-k", "1", "3", "--json-out", out_index, "--quiet")  # fmt: skip
+    rows = json.loads(out_index.read_text())["recall"]
+    assert (
+        code == 0 and rows["dense:index"] == rows["dense:index:centred"] == index_rows["dense:index:centred"]
+    )
+    # an index without its embeddings cannot be centred: one line saying what to do
+    (tmp_path / "c" / "embeddings.npy").rename(tmp_path / "c.npy")
+    (tmp_path / "c" / "retrieval.json").write_text(
+        json.dumps({**json.loads((tmp_path / "c" / "retrieval.json").read_text()), "center": False})
+    )
+    code, _, err = run(capsys, "eval-retrieval", "--index", tmp_path / "c", "--qa", qa, "--center", "-k", "1")
+    assert code == 2 and "embeddings.npy" in err[0] and "--center" in err[0]
 
 
 @pytest.mark.parametrize("w", [0.2, 0.5, 0.9])

@@ -121,12 +121,13 @@ def test_search_highlights_exactly_the_query_words(serve_clients):
         .get("/api/search", params={"q": "Capital of NORWAY", "k": 21, "retriever": "bm25"})
         .json()
     )
-    assert got["terms"] == ["capital", "of", "norway"]
+    # the index's BM25 analyses as its DocStore's language (en): "of" is a stopword, stems match
+    assert got["terms"] == ["capit", "norway"]
     oslo = next(h for h in got["results"] if h["text"].startswith("Oslo is the capital of Norway."))
-    assert oslo["highlights"][:3] == [[12, 19], [20, 22], [23, 29]]  # by hand
+    assert oslo["highlights"][:2] == [[12, 19], [23, 29]]  # by hand
     for h in got["results"]:
         words = [(m.start(), m.end()) for m in re.finditer(r"\w+", h["text"])]
-        want = [[a, b] for a, b in words if h["text"][a:b].lower() in ("capital", "of", "norway")]
+        want = [[a, b] for a, b in words if h["text"][a:b].lower() in ("capital", "capitals", "norway")]
         assert h["highlights"] == want
 
 

@@ -66,7 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "at most half the chunk is used; a whole article shorter than N stays one chunk. Tiny "
         "tail chunks attract every query in dense retrieval (default 32; 0 = off)",
     )
-    b.add_argument("--lang", default="en", help="language of date patterns: en, nb, nn, no, da (default en)")
+    b.add_argument(
+        "--lang",
+        default="en",
+        help="language of the corpus: its date patterns, and the default BM25 analysis and answer "
+        "normalisation of the commands that read it: en, nb, nn, no, da (default en)",
+    )
     b.add_argument(
         "--entity-vocab",
         default=None,

@@ -249,6 +249,14 @@ class DocStore:
         return self.manifest["fingerprint"]
 
     @property
+    def lang(self) -> str | None:
+        """The language the corpus was built for (`ralm corpus build --lang`, recorded in the
+        manifest), or None for a manifest that does not record one. Retrieval uses it as the
+        default BM25 analysis and answer normalisation."""
+        lang = (self.manifest.get("config") or {}).get("lang")
+        return lang if isinstance(lang, str) and lang.strip() else None
+
+    @property
     def parquet_files(self) -> list[str]:
         """Paths of the chunk shards, for `datasets.load_dataset("parquet", data_files=...)`."""
         return [str(p) for p in self.shard_paths]

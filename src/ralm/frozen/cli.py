@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--lang",
         default=None,
         help="BM25 stopwords + Snowball stemmer (en, da, nb, ..., none); default: the index's own "
-        "analysis, or en over --corpus",
+        "analysis, or the DocStore's language over --corpus",
     )
     p.add_argument(
         "--mode",

@@ -49,7 +49,10 @@ def _retrieval_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--retriever", default="bm25", choices=["bm25", "dense", "hybrid"], help="default bm25")
     p.add_argument(
-        "--lang", default="en", help="BM25 analysis and answer normalisation language (en, nb, da, ...)"
+        "--lang",
+        default=None,
+        help="BM25 analysis and answer normalisation language (en, nb, da, ...; default: the "
+        "DocStore's, else en)",
     )
     p.add_argument(
         "--retrieved", type=Path, default=None, help="passages per question from `ralm rag retrieve`"
@@ -217,7 +220,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 max_new_tokens=args.max_new_tokens,
                 batch_size=args.batch_size,
                 max_prompt_tokens=args.max_prompt_tokens,
-                lang=args.lang,
+                lang=args.lang or "en",
                 replug_temperature=args.replug_temperature,
                 chat=False if args.no_chat else None,
             )

@@ -45,6 +45,7 @@ def passages_for(args, questions, k: int, lm=None):
             index=args.index, corpus=args.corpus, kind=args.retriever, lang=args.lang, log=log
         )
         store = retriever.store
+        args.lang = args.lang or store.lang or "en"  # answer normalisation as the corpus's language
         log(f"retrieval: {retriever.description}")
         ps = retrieve(questions, retriever, min(max(k, args.rerank or 0), len(store)))
         if any(q.context for q in questions):

@@ -20,7 +20,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.retrieval.bm25 import BM25Retriever
+from ralm.retrieval.bm25 import BM25Retriever, store_analyzer
+from ralm.retrieval.bm25_spec import bm25_options
 from ralm.retrieval.hybrid import fuse_rankings
 
 DenseSearch = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
@@ -83,19 +84,22 @@ class HybridCandidates:
         return out
 
 
-def bm25_for_docs(
-    docs, *, lang: str | None = None, stopwords: str | None = None, stemmer: str | None = None
-) -> BM25Retriever:
-    """A BM25Retriever over every chunk of `docs` (ChunkDocs) as the tower tokenizer decodes it."""
+def bm25_for_docs(docs, *, lang: str | None = None) -> BM25Retriever:
+    """A BM25Retriever over every chunk of `docs` (ChunkDocs) as the tower tokenizer decodes it.
+
+    lang: a BM25 spec (`bm25_options`: "da", "nb:stem", "none" for plain analysis); None = the
+    DocStore's recorded language."""
     tok = docs.inputs.tower.tokenizer
     store = docs.store
     texts: list[str] = []
     for lo in range(0, len(store), 4096):
         rows = [store.input_ids(i).tolist() for i in range(lo, min(lo + 4096, len(store)))]
         texts.extend(tok.batch_decode(rows, skip_special_tokens=True))
-    return BM25Retriever.from_texts(
-        texts, docstore_fingerprint=store.fingerprint, lang=lang, stopwords=stopwords, stemmer=stemmer
-    )
+    if lang is None:
+        return BM25Retriever.from_texts(
+            texts, docstore_fingerprint=store.fingerprint, analyzer=store_analyzer(store)
+        )
+    return BM25Retriever.from_texts(texts, docstore_fingerprint=store.fingerprint, **bm25_options(lang))
 
 
 def candidate_search(cfg, model, dense_search: DenseSearch):

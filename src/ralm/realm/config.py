@@ -91,7 +91,9 @@ class PretrainConfig:
     refresh_every: int = 100  # BRENT: 100; 0 = never re-index
     candidates: str = "dense"  # dense: the index's top k (REALM, BRENT) | hybrid: BM25 + index fused by RRF
     candidate_depth: int = 32  # hybrid: chunks taken from each list before fusion
-    bm25_lang: str | None = None  # hybrid: BM25 stopwords + Snowball stemmer (da, nb, en, ...); None = plain
+    bm25_lang: str | None = (
+        None  # hybrid: BM25 analysis (da, nb, en, none = plain); None = the DocStore's lang
+    )
     index_kind: str = "flat"  # exact inner product (BRENT); any DenseIndex kind, or "auto" (by corpus size)
     index_sharding: str = "none"  # none: each process holds the whole index | rank: process r holds shard r
     initial_index: str | None = None  # a saved DenseIndex of this corpus to start from (else built at step 0)
@@ -188,9 +190,10 @@ class PretrainConfig:
             raise RalmError(f"k={self.k} leaves no retrieved document; use k >= 2 with a null document")
         if self.bm25_lang is not None:
             from ralm.retrieval.analysis import Analyzer
+            from ralm.retrieval.bm25_spec import bm25_options
 
             try:
-                Analyzer.resolve(lang=self.bm25_lang)
+                Analyzer.resolve(**bm25_options(self.bm25_lang))
             except RalmError as exc:
                 raise RalmError(f"bm25_lang: {exc}") from None
 

@@ -105,7 +105,8 @@ HELP: dict[str, str] = {
     "refresh_every": "re-embed the corpus and rebuild the index every N steps (BRENT: 100); 0 = never",
     "candidates": "dense: the index's top k (REALM, BRENT); hybrid: BM25 and the index fused by RRF",
     "candidate_depth": "hybrid: chunks taken from each list before fusion",
-    "bm25_lang": "hybrid: BM25 stopwords and stemmer of this language, e.g. da, nb, en (default: none)",
+    "bm25_lang": "hybrid: BM25 stopwords and stemmer of this language, e.g. da, nb, en, or none "
+    "(default: the DocStore's language)",
     "index_kind": "index: flat (exact, BRENT), another `ralm index build` kind, or auto (by corpus size)",
     "index_sharding": "none: every process holds the whole index; rank: process r builds and holds "
     "shard r (1/N of the corpus), searched together over torch.distributed",

@@ -153,13 +153,16 @@ class BM25Retriever:
     ) -> BM25Retriever:
         """Index every chunk of `store` ("title\\ntext", or the text alone).
 
-        The analysis is `Analyzer.resolve(lang, stopwords, stemmer)` (defaults: no stopwords, no
-        stemming; explicit stopwords/stemmer override what lang implies, "none" disables), or a
-        ready `analyzer` (then lang/stopwords/stemmer must be left out).
+        The analysis is `Analyzer.resolve(lang, stopwords, stemmer)` (explicit stopwords/stemmer
+        override what lang implies, "none" disables), or a ready `analyzer` (then
+        lang/stopwords/stemmer must be left out). With none of them given it is the DocStore's own
+        language (`store_analyzer`): `ralm corpus build --lang da` gives Danish stopwords and stemming.
         """
         n = len(store)
         if n == 0:
             raise RalmError(f"{store.root}: the DocStore has no chunks to index")
+        if analyzer is None and lang is None and stopwords is None and stemmer is None:
+            analyzer = store_analyzer(store)
         analyzer = _pick_analyzer(analyzer, lang, stopwords, stemmer)
         columns = ["title", "text"] if include_title else ["text"]
         batches = (
@@ -306,6 +309,17 @@ def _candidates(s: np.ndarray, kp: int, n_excl: int) -> np.ndarray:
     above = np.flatnonzero(s > t)
     tied = np.flatnonzero(s == t)[: kp - len(above) + n_excl]
     return np.concatenate([above, tied])
+
+
+def store_analyzer(store: DocStore) -> Analyzer:
+    """The analysis a DocStore's recorded language implies (stopwords + Snowball stemmer); plain
+    (neither) when it records none, or one Snowball does not know."""
+    if store.lang is None:
+        return Analyzer.resolve()
+    try:
+        return Analyzer.resolve(lang=store.lang)
+    except RalmError:
+        return Analyzer.resolve()
 
 
 def _pick_analyzer(

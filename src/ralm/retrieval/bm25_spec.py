@@ -12,14 +12,15 @@ __all__ = ["bm25_options"]
 
 
 def bm25_options(spec: str) -> dict[str, str | None]:
-    """BM25 analysis options of a spec: "none" (or "plain", "") -> no stopwords, no stemming;
+    """BM25 analysis options of a spec: "none" (or "plain", "") -> no stopwords, no stemming
+    (said explicitly, so that it overrides a DocStore's own language);
     "da" -> Danish stopwords and stemmer; "da:stop" -> stopwords only; "da:stem" -> stemmer only.
 
     Example: bm25_options("nb") -> {"lang": "nb", "stopwords": None, "stemmer": None}.
     """
     spec = spec.strip().lower()
     if spec in ("", "none", "plain"):
-        return {"lang": None, "stopwords": None, "stemmer": None}
+        return {"lang": None, "stopwords": "none", "stemmer": "none"}
     lang, _, part = spec.partition(":")
     if part == "":
         return {"lang": lang, "stopwords": None, "stemmer": None}

@@ -187,8 +187,11 @@ def _bm25_opts(args: argparse.Namespace) -> dict | None:
     if args.lang is None and args.stopwords is None and args.stemmer is None:
         return None
     from ralm.retrieval.analysis import Analyzer
+    from ralm.retrieval.bm25_spec import bm25_options
 
-    opts = {"lang": args.lang, "stopwords": args.stopwords, "stemmer": args.stemmer}
+    opts = bm25_options(args.lang) if args.lang is not None else {"lang": None}
+    for key in ("stopwords", "stemmer"):  # explicit ones override what --lang implies
+        opts[key] = getattr(args, key) if getattr(args, key) is not None else opts.get(key)
     Analyzer.resolve(**opts)
     return opts
 

@@ -79,7 +79,7 @@ class Retriever:
     ) -> Retriever:
         """What the commands' `--index INDEX` / `--corpus STORE` options open: an index directory as
         `kind` (BM25 analysed for `lang` when given), or a bare DocStore as an in-memory BM25
-        (`lang`, default English). One-line RalmError for a kind the inputs cannot give."""
+        (`lang`, default the DocStore's recorded language, else English). One-line RalmError for a kind the inputs cannot give."""
         from ralm.retrieval.bm25_spec import bm25_options
 
         if kind not in KINDS:
@@ -99,7 +99,7 @@ class Retriever:
         from ralm.retrieval.bm25 import BM25Retriever
 
         store = DocStore(corpus)
-        backend = BM25Retriever.build(store, **bm25_options(lang or "en"))
+        backend = BM25Retriever.build(store, **bm25_options(lang or store.lang or "en"))
         return cls(store, backend, "bm25", None, f"bm25 ({backend.describe()}) over {corpus}")
 
     @classmethod

@@ -208,6 +208,37 @@ def _index_dense(path: Path, ds: DocStore, manifest: dict[str, Any]) -> DenseRet
     return DenseRetriever(enc, index)
 
 
+def index_dense_centred(path: str | os.PathLike, store: str | os.PathLike | None = None) -> DenseRetriever:
+    """The dense side of an index directory, centred (see DenseIndex): its own centred index when
+    it was built with `--center`, else an exact (flat) centred index over its saved embeddings.
+
+    RalmError (one line) when the directory kept no embeddings to centre."""
+    path = Path(path)
+    ds, manifest = open_index_dir(path, store)
+    if manifest.get("center"):
+        return _index_dense(path, ds, manifest)
+    check_encoder_files(path, manifest)
+    enc = DualEncoder.from_pretrained(path / "encoder")
+    emb = path / "embeddings.npy"
+    try:
+        vectors = np.load(emb, mmap_mode="r")
+    except (OSError, ValueError):
+        raise RalmError(
+            f"{emb}: missing or unreadable, so the index cannot be centred; rebuild it with "
+            "`ralm index build --center`, or evaluate the DocStore itself with --center"
+        ) from None
+    if vectors.shape != (len(ds), enc.dim):
+        raise RalmError(f"{emb}: shape {tuple(vectors.shape)}, not ({len(ds)}, {enc.dim}); rebuild the index")
+    index = DenseIndex.build(
+        vectors,
+        kind="flat",
+        docstore_fingerprint=ds.fingerprint,
+        encoder_fingerprint=enc.fingerprint("doc"),
+        center=True,
+    )
+    return DenseRetriever(enc, index)
+
+
 def _damaged_index(path: Path, exc: IndexFileError) -> RalmError:
     """A damaged file of an index directory: what is wrong, then verify it all and rebuild it."""
     return RalmError(

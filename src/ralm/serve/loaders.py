@@ -195,8 +195,9 @@ def load_target(path: str | Path, device: str | None = None, log=warn, ask=None)
 # ----------------------------------------------------------------------------- loaders per kind
 def _bm25_for(store, lang: str | None = None):
     from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25_spec import bm25_options
 
-    return BM25Retriever.build(store, lang=lang)
+    return BM25Retriever.build(store, **(bm25_options(lang) if lang else {}))  # None: the store's
 
 
 def _with_hybrid(t: Target) -> Target:

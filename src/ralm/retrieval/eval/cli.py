@@ -22,7 +22,8 @@ def add_bm25_args(p: argparse.ArgumentParser) -> None:
         "--lang",
         default=None,
         metavar="LANG",
-        help="BM25 language: its stopword list and Snowball stemmer (da, nb, sv, de, en, ...; default none)",
+        help="BM25 language: its stopword list and Snowball stemmer (da, nb, sv, de, en, ...; none for "
+        "neither; default: the DocStore's language)",
     )
     p.add_argument(
         "--stopwords",
@@ -76,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="LANG",
         help="language of corpus and questions: the default BM25 analysis (stopwords + stemmer) "
-        "and answer normalisation (English drops a/an/the); e.g. da, nb, en",
+        "and answer normalisation (English drops a/an/the); e.g. da, nb, en (default: the DocStore's)",
     )
     e.add_argument(
         "--bm25",
@@ -84,7 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="SPEC",
         help="a BM25 variant: none (plain), LANG (stopwords + stemmer), LANG:stop or LANG:stem; "
-        "repeatable (default: --lang, else none)",
+        "repeatable (default: --lang, else the DocStore's language)",
     )
     e.add_argument("--no-bm25", dest="use_bm25", action="store_false", help="leave BM25 out")
     e.add_argument(
@@ -97,8 +98,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument(
         "--center",
         action="store_true",
-        help="also evaluate each dense encoder with centred vectors (corpus mean removed, re-normalised: "
-        "fewer hub chunks); hybrids then use the centred one",
+        help="also evaluate each dense encoder (and the --index's) with centred vectors (corpus mean "
+        "removed, re-normalised: fewer hub chunks); hybrids then use the centred one",
     )
     e.add_argument(
         "--hybrid",
@@ -182,11 +183,11 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Retriever, store_analyzer
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa, report_json
     from ralm.retrieval.hybrid import HybridRetriever, fusion_weights
-    from ralm.retrieval.search import dense_retriever_for, load_retriever, open_index_dir
+    from ralm.retrieval.search import dense_retriever_for, index_dense_centred, load_retriever, open_index_dir
 
     _check_args(args)
     if args.index is not None:
@@ -199,13 +200,16 @@ def _eval(args: argparse.Namespace) -> int:
     if not pairs:
         raise RalmError(f"{args.qa}: no question has an answer in {store.root}; nothing to evaluate")
     log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+    lang = args.lang or store_analyzer(store).lang
+    if args.lang is None and lang is not None:
+        log(f"lang: {lang}, the DocStore's (`ralm corpus build --lang`); --lang overrides it")
     retrievers: dict = {}
     sparse = []
     if args.use_bm25:
         index_bm25 = None
         if manifest is not None and manifest.get("bm25"):
             index_bm25 = load_retriever(args.index, "bm25", args.store)[1]
-        for spec in args.bm25 or [args.lang or "none"]:
+        for spec in args.bm25 or [lang or "none"]:
             opts = bm25_options(spec)
             name = "bm25" if spec in ("none", "plain") else f"bm25:{spec}"
             if index_bm25 is not None and index_bm25.matches(**opts):
@@ -235,6 +239,9 @@ def _eval(args: argparse.Namespace) -> int:
     if args.index is not None:
         retrievers["dense:index"] = load_retriever(args.index, "dense", args.store)[1]
         dense.append("dense:index")
+        if args.center:  # the index's embeddings, centred (or the index itself, built --center)
+            retrievers["dense:index:centred"] = index_dense_centred(args.index, args.store)
+            dense.insert(0, "dense:index:centred")
     work = args.work or Path(tempfile.mkdtemp(prefix="ralm-eval-"))
     for i, spec in enumerate(args.dense or ([] if args.index is not None else ["minilm"])):
         enc = DualEncoder.from_pretrained(None if spec == "minilm" else spec)
@@ -257,8 +264,9 @@ def _eval(args: argparse.Namespace) -> int:
             depth=args.fusion_depth,
             rrf_k=args.rrf_k,
         )
-    lang = (args.lang or "en").split("-")[0]
-    reports = compare_retrievers(store, pairs, retrievers, args.k, measures=args.measures, lang=lang)
+    reports = compare_retrievers(
+        store, pairs, retrievers, args.k, measures=args.measures, lang=(lang or "en").split("-")[0]
+    )
     _print_table(reports, args, pairs, store)
     if args.run_dir:
         _write_runs(args.run_dir, reports, pairs, store)
@@ -270,7 +278,7 @@ def _eval(args: argparse.Namespace) -> int:
             regex_questions=sum(p.regex for p in pairs),
             store=str(store.root),
             chunks=len(store),
-            lang=args.lang,
+            lang=lang,
         )
         write_json_atomic(args.json_out, payload, ensure_ascii=False)
     return 0
