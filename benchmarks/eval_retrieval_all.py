@@ -29,7 +29,7 @@ def table(store, qa: str, ict: str | None, depth: int, ks: list[int], work: Path
     from ralm.retrieval.search import RerankRetriever, dense_retriever_for
 
     pairs = load_qa(qa, store)
-    bm25 = BM25Retriever.build(store)
+    bm25 = BM25Retriever.build(store, stopwords="none", stemmer="none")
     retrievers = {
         "bm25": bm25,
         "query_likelihood": QueryLikelihoodRetriever.build(store),

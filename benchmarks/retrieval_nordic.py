@@ -124,7 +124,7 @@ def nordic_retrievers(store, lang: str, emb_dir: Path, encoder) -> dict:
     dense = dense_retriever_for(store, encoder, emb_dir, progress=False)
     log(f"  dense index for {store.root.name}: {time.perf_counter() - t:.1f}s")
     return {
-        "bm25": BM25Retriever.build(store),
+        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
         "bm25_stop": BM25Retriever.build(store, stopwords=lang),
         "bm25_stem": BM25Retriever.build(store, stemmer=lang),
         "bm25_lang": bm25_lang,
@@ -162,7 +162,7 @@ def english_retrievers(store, emb_dir: Path, encoder) -> dict:
     dense = dense_retriever_for(store, encoder, emb_dir, progress=False)
     log(f"  dense index for {store.root.name}: {time.perf_counter() - t:.1f}s")
     return {
-        "bm25": BM25Retriever.build(store),
+        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
         "bm25_lang": bm25_lang,
         "dense_minilm": dense,
         "hybrid_rrf": HybridRetriever([bm25_lang, dense], len(store), method="rrf"),

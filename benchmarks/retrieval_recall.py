@@ -56,7 +56,7 @@ def main() -> None:
     before, held = evals[0], evals[-1]
 
     retrievers = {
-        "bm25": BM25Retriever.build(store),
+        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
         "dense_minilm": dense_retriever_for(
             store, DualEncoder.from_pretrained(None), work / "d0", progress=False
         ),

@@ -194,7 +194,7 @@ def evaluate(work: Path, pool: Path, encoders: dict[str, Path], questions: Path,
     store = DocStore(pool)
     pairs = load_qa(str(questions), store)
     rets = {
-        "bm25": BM25Retriever.build(store),
+        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
         "bm25:nb": BM25Retriever.build(store, lang="nb"),
     }
     for name, path in encoders.items():

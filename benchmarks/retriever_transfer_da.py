@@ -81,7 +81,10 @@ def main() -> None:
         "dpr-cc-norquad": work / "dpr-cc" / "encoder",
     }
     encoders = {n: p for n, p in encoders.items() if p is None or p.exists()}
-    rets = {"bm25": BM25Retriever.build(store), "bm25:da": BM25Retriever.build(store, lang="da")}
+    rets = {
+        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
+        "bm25:da": BM25Retriever.build(store, lang="da"),
+    }
     for name, path in encoders.items():
         enc = DualEncoder.from_pretrained(None if path is None else path)
         rets[name] = dense_retriever_for(store, enc, work / "emb-da" / name.replace(":", "_"), progress=False)
