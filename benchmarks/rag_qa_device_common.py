@@ -13,7 +13,7 @@ import numpy as np
 
 from ralm.rag.data import RagQuestion
 from ralm.rag.evaluate import RagConfig
-from ralm.rag.retrieved import Passage
+from ralm.retrieval.base import Hit
 
 T0 = time.perf_counter()
 
@@ -81,13 +81,14 @@ class Data:
         n = len(self.qs[split])
         return z["ids"][:n].astype(np.int64), z["scores"][:n].astype(np.float64)
 
-    def passages(self, split: str, retriever: str, depth: int = 20, lists=None) -> list[list[Passage]]:
+    def passages(self, split: str, retriever: str, depth: int = 20, lists=None) -> list[list[Hit]]:
         ids, scores = lists if lists is not None else self.lists(split, retriever)
         return [
             [
-                Passage(int(c), float(s), *self.chunks[int(c)])
-                for c, s in zip(ri[:depth], rs[:depth], strict=True)
-                if c >= 0
+                Hit(int(c), float(s), *self.chunks[int(c)], rank=r)
+                for r, (c, s) in enumerate(
+                    ((c, s) for c, s in zip(ri[:depth], rs[:depth], strict=True) if c >= 0), start=1
+                )
             ]
             for ri, rs in zip(ids, scores, strict=True)
         ]

@@ -48,7 +48,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "export_dataset": ("ralm.corpus.hf_export", "export_dataset"),
     # retrieval
     "Retriever": ("ralm.retrieval.retriever", "Retriever"),
-    "Hit": ("ralm.retrieval.retriever", "Hit"),
+    "Hit": ("ralm.retrieval.base", "Hit"),
     "SearchResult": ("ralm.retrieval.base", "SearchResult"),
     "build_index_dir": ("ralm.retrieval.search", "build_index_dir"),
     "DualEncoder": ("ralm.retrieval.encoders", "DualEncoder"),

@@ -9,11 +9,11 @@ import pytest
 from ralm.rag.ask import Asker
 from ralm.rag.data import RagQuestion
 from ralm.rag.evaluate import RagConfig, run_rag
-from ralm.rag.retrieved import Passage
+from ralm.retrieval.base import Hit
 
 PASSAGES = [
-    Passage(0, 2.5, "Oslo", "Oslo is the capital of Norway . The city lies at the end of the fjord ."),
-    Passage(3, 1.0, "Bergen", "Bergen is a city on the west coast of Norway . It rains a lot in Bergen ."),
+    Hit(0, 2.5, "Oslo", "Oslo is the capital of Norway . The city lies at the end of the fjord .", 1),
+    Hit(3, 1.0, "Bergen", "Bergen is a city on the west coast of Norway . It rains a lot in Bergen .", 2),
 ]
 
 

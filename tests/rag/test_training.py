@@ -19,7 +19,7 @@ from ralm.rag.finetune import (
 )
 from ralm.rag.lsr import lsr_loss
 from ralm.rag.prompt import PromptBuilder
-from ralm.rag.retrieved import Passage
+from ralm.retrieval.base import Hit
 
 
 def test_answer_loss_counts_only_labelled_positions():
@@ -88,8 +88,8 @@ def test_training_examples_closed_book_rag_and_gold_mixing(chat_lm):
     b = PromptBuilder(chat_lm.tokenizer, 400)
     qs = _questions()
     ps = [
-        [Passage(7, 1.0, "", "København er Danmarks hovedstad.")],
-        [Passage(8, 1.0, "", "Det bor mange mennesker der.")],
+        [Hit(7, 1.0, "", "København er Danmarks hovedstad.", 1)],
+        [Hit(8, 1.0, "", "Det bor mange mennesker der.", 1)],
         [],
     ]
     closed = training_examples(b, qs, None, 3)

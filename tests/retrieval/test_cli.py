@@ -416,6 +416,28 @@ def test_python_retriever_equals_search_json(built, capsys, kind):
     )
 
 
+def test_retriever_gives_its_encoder_and_document_vectors(built, tmp_path):
+    """What LSR and serve need from an index, through `ralm.Retriever`: the dense side's encoder
+    (dense or hybrid) and the saved document vectors, the very rows of embeddings.npy."""
+    import shutil
+
+    from ralm import RalmError, Retriever
+
+    dense, hybrid = Retriever.load(built / "index", "dense"), Retriever.load(built / "index", "hybrid")
+    assert dense.encoder is dense.backend.encoder
+    assert hybrid.encoder.fingerprint("all") == dense.encoder.fingerprint("all")
+    want = np.load(built / "index" / "embeddings.npy")
+    assert want.shape == (6, dense.encoder.dim)
+    np.testing.assert_array_equal(np.asarray(dense.doc_vectors()), want)
+    with pytest.raises(RalmError, match="no dense side"):
+        Retriever.load(built / "index", "bm25").encoder
+    copy = tmp_path / "index"
+    shutil.copytree(built / "index", copy)
+    (copy / "embeddings.npy").unlink()
+    with pytest.raises(RalmError, match="embeddings.npy: no document vectors"):
+        Retriever.load(copy, "dense").doc_vectors()
+
+
 def test_python_retriever_errors(built):
     from ralm import RalmError, Retriever
 

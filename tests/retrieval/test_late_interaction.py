@@ -11,7 +11,7 @@ import torch
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.errors import RalmError
-from ralm.retrieval.base import Retriever
+from ralm.retrieval.base import SearchBackend
 from ralm.retrieval.late_interaction import (
     LateInteractionConfig,
     LateInteractionRetriever,
@@ -133,10 +133,10 @@ def test_encoder_shapes_norms_and_masks(tiny):
 def test_exhaustive_search_contract(tiny, store):
     li = LateInteractionRetriever(tiny, store).index()
     assert li.count == len(DOCS) and li.memory_bytes() > 0
-    retriever: Retriever = li
+    backend: SearchBackend = li
     qs = ["capital of Norway", "lava and ash"]
     full = li.scores(qs)
-    res = retriever.search_text(qs, 3)
+    res = backend.search_text(qs, 3)
     for i in range(2):  # best first, ties by lower id, scores are the full matrix's
         order = sorted(range(len(DOCS)), key=lambda j: (-full[i, j], j))[:3]
         assert res.ids[i].tolist() == order

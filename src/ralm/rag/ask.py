@@ -18,7 +18,8 @@ from ralm.errors import RalmError
 from ralm.rag.evaluate import RagConfig, prompt_budget
 from ralm.rag.generate import answer_text, greedy, passage_weights, replug
 from ralm.rag.prompt import PromptBuilder, passage_text
-from ralm.rag.retrieved import Passage, retrieve
+from ralm.rag.retrieved import retrieve
+from ralm.retrieval.base import Hit
 from ralm.retrieval.retriever import Retriever
 
 __all__ = ["MAX_K", "Answer", "Asker"]
@@ -32,7 +33,7 @@ class Answer:
 
     question: str
     answer: str
-    passages: list[Passage] = field(default_factory=list)
+    passages: list[Hit] = field(default_factory=list)
     prompt: str = ""
     mode: str = "rag"
     retrieve_seconds: float = 0.0
@@ -77,7 +78,7 @@ class Asker:
         self.lm, self.retriever, self.store = lm, retriever, store if retriever is None else retriever.store
         self.builder = PromptBuilder(lm.tokenizer, prompt_budget(lm, self.cfg))
 
-    def retrieve(self, question: str, k: int | None = None) -> list[Passage]:
+    def retrieve(self, question: str, k: int | None = None) -> list[Hit]:
         """The passages `ask` gives the LM for `question`, in rank order (none in closed-book mode);
         `k` overrides the number of passages for this call. RalmError for an empty question or k
         outside 1..20."""
@@ -91,7 +92,7 @@ class Asker:
             return []
         return retrieve([_Q(question)], self.retriever, k)[0]
 
-    def answer(self, question: str, passages: list[Passage], retrieve_seconds: float = 0.0) -> Answer:
+    def answer(self, question: str, passages: list[Hit], retrieve_seconds: float = 0.0) -> Answer:
         """Generate the answer to `question` from `passages` (what `retrieve` gave for it)."""
         question = (question or "").strip()
         if not question:

@@ -95,7 +95,7 @@ def run_rag(
 ) -> RagRun:
     """Answer `questions` (RagQuestion) with `lm` (FrozenLM) in `cfg.mode` and score the answers.
 
-    passages: per question its ranked `Passage`s (needed by rag/replug; used for recall otherwise).
+    passages: per question its ranked `Hit`s (needed by rag/replug; used for recall otherwise).
     """
     from ralm.progress import tqdm
 

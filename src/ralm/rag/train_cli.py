@@ -120,8 +120,8 @@ def cmd_lsr(args: argparse.Namespace) -> int:
         save_preferences(args.out / PREFERENCES, qs, cands, logp, lm.name)
     else:
         _log(f"{args.out / PREFERENCES}: the LM preferences of a stopped run, reused")
-    vectors = np.load(args.index / "embeddings.npy", mmap_mode="r")
-    encoder = dense.backend.encoder
+    vectors = dense.doc_vectors()
+    encoder = dense.encoder
     stats = train_lsr(
         encoder,
         qs,

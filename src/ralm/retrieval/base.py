@@ -1,6 +1,7 @@
-"""The search interface every retriever in ralm implements (dense, BM25, and later LM-based).
+"""The search interface every retrieval backend in ralm implements (dense, BM25, hybrid,
+query likelihood, late interaction), and `Hit`, one retrieved chunk as every user of retrieval sees it.
 
-A retriever answers a batch of queries with the top-k chunk ids of one DocStore and their
+A backend answers a batch of queries with the top-k chunk ids of one DocStore and their
 scores, best first. `exclude_ids` removes given ids per query (REALM's "prohibit trivial
 retrievals": the chunk a masked query came from); a retriever still returns k results when
 the store has k other chunks.
@@ -32,8 +33,20 @@ ExcludeIds = Sequence[Sequence[int] | int | None] | None
 """Per query: an id, several ids, or None (nothing excluded); or None for all queries."""
 
 
-class Retriever(Protocol):
-    """Anything that searches a DocStore by text."""
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk: its DocStore chunk id (-1 for a passage given as text), score (higher is
+    better), the title of its article, its text, and its rank in the list it came in (1 = best)."""
+
+    id: int
+    score: float
+    title: str
+    text: str
+    rank: int
+
+
+class SearchBackend(Protocol):
+    """Anything that searches a DocStore by text (the public front over them is `ralm.Retriever`)."""
 
     def search_text(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
         """Top-k chunk ids and scores for each query string."""

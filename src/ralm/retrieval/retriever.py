@@ -1,7 +1,7 @@
 """`Retriever`: any retrieval index directory (dense, BM25 or hybrid) opened for text search.
 
 The Python face of `ralm search`, in pyserini's manner: `Retriever.load(INDEX).search(queries, k)`
-gives each query's top-k chunks as `Hit`s (rank, chunk id, score, title, text), best first. It
+gives each query's top-k chunks as `Hit`s (chunk id, score, title, text, rank), best first. It
 wraps `ralm.retrieval.search.load_retriever` (which checks the index against its DocStore) and the
 retrievers' common `search_text` (`ralm.retrieval.base`), which stays available as
 `search_ids` for code that wants the id and score arrays.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +20,11 @@ import numpy as np
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
+from ralm.retrieval.base import ExcludeIds, Hit, SearchResult, check_queries
 
 __all__ = ["KINDS", "Hit", "Retriever"]
 
 KINDS = ("bm25", "dense", "hybrid")  # what an index directory can be opened as
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One retrieved chunk: its rank (1 = best), DocStore chunk id, score (higher is better), the
-    title of its article and its text."""
-
-    rank: int
-    id: int
-    score: float
-    title: str
-    text: str
 
 
 class Retriever:
@@ -46,7 +33,7 @@ class Retriever:
     Example (an index that `ralm index build corpus/ --out index/ --bm25` wrote)::
 
         retriever = Retriever.load("index/", kind="bm25")
-        hits = retriever.search("Who taught Aristotle?", k=3)   # [Hit(rank=1, id=..., ...), ...]
+        hits = retriever.search("Who taught Aristotle?", k=3)   # [Hit(id=..., ..., rank=1), ...]
         batch = retriever.search(["q1", "q2"], k=3)            # one list of hits per query
 
     Attributes: `store` (the DocStore searched), `kind` ("dense", "bm25", "hybrid"), `path`.
@@ -130,6 +117,30 @@ class Retriever:
         )
         return cls(ds, backend, kind, Path(path))
 
+    @property
+    def encoder(self) -> Any:
+        """The dense side's `DualEncoder` (a dense or hybrid retriever); RalmError for BM25."""
+        backends = getattr(self.backend, "retrievers", [self.backend])
+        for b in backends:
+            if hasattr(b, "encoder"):
+                return b.encoder
+        raise RalmError(f"{self.description}: has no dense side, so no encoder; open it as dense or hybrid")
+
+    def doc_vectors(self) -> np.ndarray:
+        """(N, d) the document vectors the index directory was built from (its embeddings.npy,
+        memory-mapped), row i = chunk i; RalmError when the directory did not keep them."""
+        emb = None if self.path is None else self.path / "embeddings.npy"
+        try:
+            vectors = np.load(emb, mmap_mode="r") if emb is not None else None
+        except (OSError, ValueError):
+            vectors = None
+        if vectors is None or vectors.ndim != 2 or len(vectors) != len(self.store):
+            raise RalmError(
+                f"{emb or self.description}: no document vectors of this index (missing, unreadable or "
+                "another size); rebuild it with `ralm index build`"
+            )
+        return vectors
+
     def search_ids(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
         """The arrays behind `search`: ids (Q, k) int64 and scores (Q, k) float32, best first."""
         if not 1 <= k <= len(self.store):
@@ -159,7 +170,9 @@ class Retriever:
             for cid, score, ok in zip(q_ids, q_scores, q_keep, strict=True):
                 if ok:
                     row = next(rows)
-                    ranked.append(Hit(len(ranked) + 1, int(cid), float(score), row["title"], row["text"]))
+                    ranked.append(
+                        Hit(int(cid), float(score), row["title"], row["text"], rank=len(ranked) + 1)
+                    )
             hits.append(ranked)
         return hits[0] if one else hits
 

@@ -265,13 +265,15 @@ def _surealm(p: Path, device: str | None) -> Target:
 
 
 def _index(p: Path, device: str | None) -> Target:
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.retriever import Retriever
 
     notes: list[str] = []
-    store, dense = load_retriever(p, "dense", log=notes.append)
+    opened = Retriever.load(p, "dense", log=notes.append)
+    store, dense = opened.store, opened.backend
     manifest = _read_json(p / "retrieval.json") or {}
-    # the index's own BM25 when it has one, else one built in memory with plain analysis
-    _, bm25 = load_retriever(p, "bm25", bm25_options=None if manifest.get("bm25") else {}, log=notes.append)
+    # the index's own BM25 when it has one, else one built in memory for the DocStore's language
+    bm25_options = None if manifest.get("bm25") else {}
+    bm25 = Retriever.load(p, "bm25", store=store.root, bm25_options=bm25_options, log=notes.append).backend
     if device:
         from ralm.train.device import resolve_device
 
