@@ -85,3 +85,19 @@ def test_a_run_with_other_settings_is_refused_in_one_line(chat_lm_dir, data, tmp
     assert "holds an unfinished `ralm rag train` run with other settings (lr, training examples)" in err[0]
     assert "--overwrite" in err[0]
     assert main([*_argv(chat_lm_dir, data, out), "--overwrite", "--epochs", "1"]) == 0
+
+
+def test_rerunning_a_finished_run_does_nothing(chat_lm_dir, data, tmp_path, capsys):
+    """The command of a finished run, run again: it says so, trains nothing and leaves every file
+    as it was; --overwrite trains it again."""
+    out = tmp_path / "run"
+    argv = [*_argv(chat_lm_dir, data, out), "--epochs", "1"]
+    assert main(argv) == 0
+    files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(out.rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "finished already" in err and "--overwrite" in err
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(out.rglob("*")) if p.is_file()} == files
+    assert main([*argv, "--overwrite"]) == 0
+    assert (out / "train.json").stat().st_mtime_ns > files[out / "train.json"][0]

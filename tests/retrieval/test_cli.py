@@ -430,7 +430,7 @@ def test_retriever_gives_its_encoder_and_document_vectors(built, tmp_path):
     assert want.shape == (6, dense.encoder.dim)
     np.testing.assert_array_equal(np.asarray(dense.doc_vectors()), want)
     with pytest.raises(RalmError, match="no dense side"):
-        Retriever.load(built / "index", "bm25").encoder
+        _ = Retriever.load(built / "index", "bm25").encoder
     copy = tmp_path / "index"
     shutil.copytree(built / "index", copy)
     (copy / "embeddings.npy").unlink()

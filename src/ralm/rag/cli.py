@@ -75,7 +75,9 @@ def _run_args(p: argparse.ArgumentParser, save_every: int) -> None:
         help="checkpoint every N steps (OUT/checkpoints): a stopped run resumes when rerun; 0 = never",
     )
     p.add_argument(
-        "--overwrite", action="store_true", help="start over in an OUT that holds an unfinished run"
+        "--overwrite",
+        action="store_true",
+        help="start over in an OUT that holds a run (unfinished, or finished: a rerun without it does nothing)",
     )
 
 

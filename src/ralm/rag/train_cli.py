@@ -7,6 +7,8 @@ Both run on ralm.train's backbone (ralm.rag.train_run): metrics.jsonl, checkpoin
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
@@ -24,7 +26,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ralm.rag.prompt import PromptBuilder
     from ralm.rag.train_run import drop_checkpoints, prepare_out  # torch: loaded only when a command runs
 
-    prepare_out(args.out, args.save_every, args.overwrite, "train.json")
+    if prepare_out(args.out, args.save_every, args.overwrite, "train.json"):
+        return _finished(args.out, "train.json")
     qs = _questions(args)
     lm = _load_lm(args)
     ps = None if args.closed_book else _passages(args, qs, args.k, lm)
@@ -105,7 +108,8 @@ def cmd_lsr(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     cfg.check()
-    prepare_out(args.out, args.save_every, args.overwrite, "lsr.json", LSR_CONFIG, extra=(PREFERENCES,))
+    if prepare_out(args.out, args.save_every, args.overwrite, "lsr.json", LSR_CONFIG, extra=(PREFERENCES,)):
+        return _finished(args.out, "lsr.json")
     qs = [q for q in _questions(args) if not q.regex]
     dense = Retriever.load(args.index, "dense", log=_log)
     ps = retrieve(qs, dense, args.n)
@@ -141,6 +145,15 @@ def cmd_lsr(args: argparse.Namespace) -> int:
     print(
         f"{args.out / 'index'}: the index with the LSR-trained query tower ({stats['steps']} steps, "
         f"KL {stats['first_loss']:.4f} -> {stats['final_loss']:.4f})"
+    )
+    return 0
+
+
+def _finished(out: Path, result: str) -> int:
+    """A rerun over a finished run: nothing is trained or written."""
+    print(
+        f"{out}: finished already ({out / result}); nothing to do (--overwrite trains it again)",
+        file=sys.stderr,
     )
     return 0
 

@@ -94,18 +94,22 @@ def examples_digest(examples: Sequence[Any]) -> str:
 
 def prepare_out(
     out: Path, save_every: int, overwrite: bool, result: str, config: str = CONFIG, extra: Sequence[str] = ()
-) -> None:
-    """Before a `rag train`/`rag lsr` run loads anything: refuse a negative --save-every, and start
-    over when asked (--overwrite) or when OUT holds a finished run (its `result` file: trained again,
-    as before), removing the settings, metrics, checkpoints, `result` and `extra` files."""
+) -> bool:
+    """Before a `rag train`/`rag lsr` run loads anything: refuse a negative --save-every; with
+    --overwrite start over (the settings, metrics, checkpoints, `result` and `extra` files removed).
+
+    Returns True when OUT holds a finished run (its `result` file) and --overwrite was not given:
+    the caller says so and changes nothing."""
     from ralm.train.checkpoint import CKPT_DIR
 
     if save_every < 0:
         raise RalmError(f"--save-every {save_every}: must be >= 0")
-    if overwrite or (out / result).is_file():
+    if overwrite:
         shutil.rmtree(out / CKPT_DIR, ignore_errors=True)
         for name in (config, METRICS_FILE, result, *extra):  # the result too: this run, if stopped, resumes
             (out / name).unlink(missing_ok=True)
+        return False
+    return (out / result).is_file()
 
 
 def drop_checkpoints(out: Path) -> None:
