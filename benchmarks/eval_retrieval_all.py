@@ -24,9 +24,10 @@ def table(store, qa: str, ict: str | None, depth: int, ks: list[int], work: Path
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import evaluate_retrievers, load_qa
+    from ralm.retrieval.index.open import dense_retriever_for
     from ralm.retrieval.late_interaction import LateInteractionRetriever
     from ralm.retrieval.query_likelihood import QueryLikelihoodRetriever
-    from ralm.retrieval.search import RerankRetriever, dense_retriever_for
+    from ralm.retrieval.retriever import RerankRetriever
 
     pairs = load_qa(qa, store)
     bm25 = BM25Retriever.build(store, stopwords="none", stemmer="none")

@@ -67,8 +67,8 @@ def done(d: Path) -> bool:
 def prep(a) -> None:
     from ralm.rag.data import read_questions
     from ralm.rag.retrieved import retrieve, write_retrieved
+    from ralm.retrieval.index.open import load_retriever
     from ralm.retrieval.retriever import Retriever
-    from ralm.retrieval.search import load_retriever
 
     a.work.mkdir(parents=True, exist_ok=True)
     ret = a.work / "retrieved"
@@ -170,7 +170,7 @@ def recall_rows(a, retrievers: dict) -> dict:
 
 
 def lsr(a) -> None:
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.index.open import load_retriever
 
     out = a.work / a.lsr_name
     if not (out / "index" / "retrieval.json").is_file():
@@ -193,7 +193,7 @@ def dpr(a, tower: str) -> None:
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.hybrid import HybridRetriever
-    from ralm.retrieval.search import dense_retriever_for
+    from ralm.retrieval.index.open import dense_retriever_for
 
     run = a.work / f"dpr-{tower}"
     extra = (["--encoder", getattr(a, "gemma_tower", "gemma3"), "--bidirectional", "--pooling", "mean", "--query-instruction", QUERY_INSTRUCTION]
@@ -249,7 +249,7 @@ def transfer_da(a) -> None:
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa
     from ralm.retrieval.hybrid import HybridRetriever
-    from ralm.retrieval.search import dense_retriever_for
+    from ralm.retrieval.index.open import dense_retriever_for
 
     out = a.work / "transfer-da"
     if (out / "results.json").is_file():

@@ -89,7 +89,7 @@ def trivia_sets(work: Path, corpus: Path, seed: int = 0) -> tuple[Path, Path]:
 
 def zero_shot_recall(index: Path, kind: str, questions, lang: str, k: int = 5) -> float:
     from ralm.answers import has_answer
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.index.open import load_retriever
 
     store, ret = load_retriever(index, kind=kind)
     top = ret.search_text([q.question for q in questions], k).ids

@@ -94,7 +94,7 @@ def prep(args) -> None:
     from ralm.rag.data import RagQuestion, gold_chunks, read_questions, split_questions
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.hybrid import HybridRetriever
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.index.open import load_retriever
     from ralm.samples import trivia_qa_pairs
 
     out = args.prep

@@ -117,7 +117,7 @@ def evaluate(store, pairs, retrievers: dict, lang: str) -> tuple[dict, dict]:
 def nordic_retrievers(store, lang: str, emb_dir: Path, encoder) -> dict:
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.hybrid import HybridRetriever
-    from ralm.retrieval.search import dense_retriever_for
+    from ralm.retrieval.index.open import dense_retriever_for
 
     bm25_lang = BM25Retriever.build(store, lang=lang)
     t = time.perf_counter()
@@ -140,7 +140,7 @@ def nordic_retrievers(store, lang: str, emb_dir: Path, encoder) -> dict:
 def centred_retrievers(store, bm25_lang, emb_dir: Path, encoder) -> dict:
     """The same embeddings in a centred index (mean removed, re-normalised), alone and fused."""
     from ralm.retrieval.hybrid import HybridRetriever
-    from ralm.retrieval.search import dense_retriever_for
+    from ralm.retrieval.index.open import dense_retriever_for
 
     centred = dense_retriever_for(store, encoder, emb_dir, progress=False, center=True)
     return {
@@ -155,7 +155,7 @@ def centred_retrievers(store, bm25_lang, emb_dir: Path, encoder) -> dict:
 def english_retrievers(store, emb_dir: Path, encoder) -> dict:
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.hybrid import HybridRetriever
-    from ralm.retrieval.search import dense_retriever_for
+    from ralm.retrieval.index.open import dense_retriever_for
 
     bm25_lang = BM25Retriever.build(store, lang="en")
     t = time.perf_counter()

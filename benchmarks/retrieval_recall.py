@@ -39,7 +39,7 @@ def main() -> None:
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import evaluate_retrievers, load_qa
-    from ralm.retrieval.search import dense_retriever_for
+    from ralm.retrieval.index.open import dense_retriever_for
 
     store = DocStore(ensure_docstore(DEFAULT_DOCSTORE))
     pairs = load_qa("trivia", store)

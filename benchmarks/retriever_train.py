@@ -189,7 +189,7 @@ def evaluate(work: Path, pool: Path, encoders: dict[str, Path], questions: Path,
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa
-    from ralm.retrieval.search import dense_retriever_for
+    from ralm.retrieval.index.open import dense_retriever_for
 
     store = DocStore(pool)
     pairs = load_qa(str(questions), store)

@@ -54,7 +54,7 @@ def main() -> None:
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa
     from ralm.retrieval.hybrid import HybridRetriever
-    from ralm.retrieval.search import dense_retriever_for
+    from ralm.retrieval.index.open import dense_retriever_for
 
     work = args.work
     t0 = time.perf_counter()

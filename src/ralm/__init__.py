@@ -50,7 +50,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Retriever": ("ralm.retrieval.retriever", "Retriever"),
     "Hit": ("ralm.retrieval.base", "Hit"),
     "SearchResult": ("ralm.retrieval.base", "SearchResult"),
-    "build_index_dir": ("ralm.retrieval.search", "build_index_dir"),
+    "build_index_dir": ("ralm.retrieval.index.build", "build_index_dir"),
     "DualEncoder": ("ralm.retrieval.encoders", "DualEncoder"),
     "EncoderConfig": ("ralm.retrieval.encoders", "EncoderConfig"),
     "export_rag": ("ralm.retrieval.hf_export", "export_rag"),

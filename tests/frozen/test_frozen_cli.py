@@ -28,7 +28,7 @@ def index_dir(tmp_path_factory, corpus, tiny_dir):
     """A dense + BM25 index over the test corpus, with the tiny random BERT as encoder."""
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import EncoderConfig
-    from ralm.retrieval.search import build_index_dir
+    from ralm.retrieval.index.build import build_index_dir
 
     out = tmp_path_factory.mktemp("lm-eval-index") / "index"
     build_index_dir(

@@ -45,7 +45,7 @@ def store(tmp_path_factory):
 def index(tmp_path_factory, store, tiny_dir):
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import EncoderConfig
-    from ralm.retrieval.search import build_index_dir
+    from ralm.retrieval.index.build import build_index_dir
 
     out = tmp_path_factory.mktemp("rag-index") / "index"
     build_index_dir(DocStore(store), out, encoder=str(tiny_dir), encoder_config=EncoderConfig(max_length=32),
@@ -236,7 +236,7 @@ def test_lsr_supervised_by_a_fine_tuned_generator_lowers_the_kl(
     from ralm.rag.prompt import PromptBuilder
     from ralm.rag.retrieved import retrieve
     from ralm.retrieval.index.directory import verify_index_dir
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.index.open import load_retriever
 
     gen = tmp_path / "gen"
     code, _, err = run(capsys, "rag", "train", questions, "--lm", chat_lm_dir, "--index", index, "--retriever", "dense",

@@ -366,7 +366,7 @@ def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir
 @pytest.mark.parametrize("w", [0.2, 0.5, 0.9])
 def test_weighted_rrf_hybrid_equals_fusing_the_two_rankings(built, w):
     from ralm.retrieval.hybrid import fuse_rankings
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.index.open import load_retriever
 
     queries = ["capital of Norway", "who was a student of Plato", "sunlight reflected by snow"]
     _, bm25 = load_retriever(built / "index", "bm25")
@@ -393,7 +393,7 @@ def test_python_retriever_equals_search_json(built, capsys, kind):
     """`ralm.Retriever.load(dir, kind).search(...)` gives what `ralm search --json` prints, and the
     ids and scores of the retriever `load_retriever` opens."""
     from ralm import Hit, Retriever
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.index.open import load_retriever
 
     queries = ["capital of Norway", "Greek philosopher"]
     retriever = Retriever.load(built / "index", kind)

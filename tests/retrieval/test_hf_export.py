@@ -89,7 +89,7 @@ def test_rag_retriever_finds_what_ralm_search_finds(built, tmp_path, tiny_dir, c
 def test_centred_index_is_refused(built, tmp_path, tiny_dir):
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.hf_export import export_rag
-    from ralm.retrieval.search import build_index_dir
+    from ralm.retrieval.index.build import build_index_dir
 
     build_index_dir(
         DocStore(built / "store"),

@@ -12,7 +12,7 @@ from ralm.errors import RalmError
 from ralm.retrieval.bm25 import BM25Retriever
 from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.hybrid import HybridRetriever, fuse_rankings
-from ralm.retrieval.search import dense_retriever_for
+from ralm.retrieval.index.open import dense_retriever_for
 
 
 def test_rrf_by_hand():

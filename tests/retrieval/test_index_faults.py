@@ -175,7 +175,8 @@ def test_build_refuses_a_finished_index_without_overwrite(built, index, capsys, 
 def test_overwrite_builds_aside_and_swaps_in_at_the_end(built, index, capsys, tiny_dir):
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import EncoderConfig
-    from ralm.retrieval.search import build_index_dir, load_retriever
+    from ralm.retrieval.index.build import build_index_dir
+    from ralm.retrieval.index.open import load_retriever
 
     before = snapshot(index)
     seen = []

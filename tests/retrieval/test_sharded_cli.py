@@ -35,8 +35,8 @@ def pair(tmp_path_factory, tiny_dir):
 
 
 def test_search_over_shards_equals_the_whole_index(pair, capsys):
+    from ralm.retrieval.index.open import load_retriever
     from ralm.retrieval.index.sharded import ShardedIndex
-    from ralm.retrieval.search import load_retriever
 
     manifest = json.loads((pair / "sharded" / "retrieval.json").read_text())
     assert manifest["shards"] == 3 and "dense/shards.json" in manifest["files"]

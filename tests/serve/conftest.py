@@ -106,7 +106,7 @@ def serve_xss():
 def serve_index(serve_store, tiny_dir, tmp_path_factory):
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import EncoderConfig
-    from ralm.retrieval.search import build_index_dir
+    from ralm.retrieval.index.build import build_index_dir
 
     out = tmp_path_factory.mktemp("serve-index") / "index"
     build_index_dir(

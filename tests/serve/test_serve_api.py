@@ -98,7 +98,7 @@ def test_openapi_lists_the_endpoints_and_docs_are_served_locally(serve_clients):
 # ----------------------------------------------------------------------------- search
 @pytest.mark.parametrize("kind", ["dense", "bm25", "hybrid"])
 def test_search_equals_the_retriever_called_directly(serve_clients, serve_index, kind):
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.index.open import load_retriever
 
     store, retriever = load_retriever(serve_index, kind, log=lambda m: None)
     q = "capital of Norway"

@@ -45,7 +45,7 @@ def lm(serve_chat_lm):
 
 
 def _retriever(serve_index, kind: str):
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.index.open import load_retriever
 
     return load_retriever(serve_index, kind, log=lambda m: None)
 

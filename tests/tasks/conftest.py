@@ -25,7 +25,7 @@ def fact_store(tmp_path_factory, tiny_dir):
     from ralm.corpus.build import BuildConfig, build_docstore
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import EncoderConfig
-    from ralm.retrieval.search import build_index_dir
+    from ralm.retrieval.index.build import build_index_dir
 
     tmp = tmp_path_factory.mktemp("fact-corpus")
     rows = [

@@ -103,7 +103,7 @@ def test_finetune_open_qa_with_regex_answers(fact_store, tiny_dir, tmp_path, cap
     """BM25 (frozen) so recall@k can be checked by hand: patterns that no string would match are
     found in the retrieved chunks, give training spans, and F1 is not reported."""
     from ralm.answers import has_answer
-    from ralm.retrieval.search import load_retriever
+    from ralm.retrieval.index.open import load_retriever
     from ralm.tasks.finetune import FinetuneConfig, finetune
 
     cities = [("Oslo", "Norway"), ("Bergen", "Norway"), ("Copenhagen", "Denmark"), ("Stockholm", "Sweden"),

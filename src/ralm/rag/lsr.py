@@ -247,8 +247,8 @@ def index_with_query_tower(src: str | os.PathLike, encoder, out: str | os.PathLi
 
     The doc tower must be the index's own (same fingerprint): the stored vectors stay valid.
     """
-    from ralm.retrieval.index.directory import index_records
-    from ralm.retrieval.search import MANIFEST, open_index_dir
+    from ralm.retrieval.index.directory import MANIFEST, index_records
+    from ralm.retrieval.index.open import open_index_dir
 
     src, out = Path(src), Path(out)
     _, manifest = open_index_dir(src)

@@ -211,8 +211,7 @@ def _search(args: argparse.Namespace) -> int:
             f"--store {args.store}: no such DocStore directory; pass the directory that `ralm corpus build` wrote"
         )
     bm25_options = _bm25_opts(args)
-    from ralm.retrieval.retriever import Retriever
-    from ralm.retrieval.search import snippet
+    from ralm.retrieval.retriever import Retriever, snippet
 
     retriever = Retriever.load(
         args.index,

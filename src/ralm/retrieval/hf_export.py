@@ -39,7 +39,7 @@ def export_rag(index: str | os.PathLike, out: str | os.PathLike, *, overwrite: b
     with the index's query tower (`index/encoder`, or `DualEncoder.encode_queries`).
     """
     from ralm.retrieval.index.dense import DenseIndex
-    from ralm.retrieval.search import open_index_dir
+    from ralm.retrieval.index.open import open_index_dir
 
     datasets = _datasets()
     index, out = Path(index), Path(out)

@@ -2,11 +2,14 @@
 
 The Python face of `ralm search`, in pyserini's manner: `Retriever.load(INDEX).search(queries, k)`
 gives each query's top-k chunks as `Hit`s (chunk id, score, title, text, rank), best first. It
-wraps `ralm.retrieval.search.load_retriever` (which checks the index against its DocStore) and the
-retrievers' common `search_text` (`ralm.retrieval.base`), which stays available as
+wraps `ralm.retrieval.index.open.load_retriever` (which checks the index against its DocStore) and
+the retrievers' common `search_text` (`ralm.retrieval.base`), which stays available as
 `search_ids` for code that wants the id and score arrays.
 
-Deliberately left out: building indexes (`ralm.retrieval.search.build_index_dir`, `ralm index build`).
+Also here: `RerankRetriever` (a first stage's candidates re-scored by a reranker, e.g. ColBERT)
+and the helpers that show search results as text (`snippet`, `top_texts`).
+
+Deliberately left out: building indexes (`ralm.retrieval.index.build.build_index_dir`, `ralm index build`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, Hit, SearchResult, check_queries
 
-__all__ = ["KINDS", "Hit", "Retriever"]
+__all__ = ["KINDS", "Hit", "RerankRetriever", "Retriever", "snippet", "top_texts"]
 
 KINDS = ("bm25", "dense", "hybrid")  # what an index directory can be opened as
 
@@ -108,7 +111,7 @@ class Retriever:
         stemmer) the BM25 analysis wanted (built in memory when the index has another).
         RalmError (one line) for a missing or unfinished index, or one built from another corpus.
         """
-        from ralm.retrieval.search import load_retriever
+        from ralm.retrieval.index.open import load_retriever
 
         if not 0.0 <= dense_weight <= 1.0:
             raise RalmError(f"dense_weight {dense_weight}: must be between 0 and 1")
@@ -178,3 +181,33 @@ class Retriever:
 
     def __repr__(self) -> str:
         return f"Retriever({str(self.path)!r}, kind={self.kind!r}, chunks={len(self.store)})"
+
+
+class RerankRetriever:
+    """A first-stage retriever's top `depth` chunks, re-scored by `reranker.rerank` (e.g. ColBERT MaxSim)."""
+
+    def __init__(self, first, reranker, depth: int = 100) -> None:
+        self.first = first
+        self.reranker = reranker
+        self.depth = depth
+
+    def search_text(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
+        """Top-k after re-ranking; k <= depth."""
+        if k > self.depth:
+            raise RalmError(f"k {k} is larger than the re-ranking depth {self.depth}; raise the depth")
+        queries = check_queries(queries)
+        cand = self.first.search_text(queries, self.depth, exclude_ids)
+        res = self.reranker.rerank(queries, cand.ids)
+        return SearchResult(ids=res.ids[:, :k], scores=res.scores[:, :k])
+
+
+def snippet(text: str, width: int = 100) -> str:
+    """One line of at most `width` characters."""
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+def top_texts(store: DocStore, result: SearchResult) -> dict[int, str]:
+    """Chunk id -> text for every id in a search result."""
+    ids = sorted({int(i) for i in np.asarray(result.ids).ravel() if i >= 0})
+    return {i: store.get(i)["text"] for i in ids}

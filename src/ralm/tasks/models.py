@@ -108,7 +108,7 @@ def prepare_init(
                 f"{src}: retrieval needs an index; pass --index DIR (built with `ralm index build`) "
                 "or give a REALM run as --model"
             )
-        from ralm.retrieval.search import open_index_dir
+        from ralm.retrieval.index.open import open_index_dir
 
         ds, manifest = open_index_dir(index)
         spec.docstore = str(Path(ds.root).resolve())

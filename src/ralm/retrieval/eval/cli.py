@@ -187,7 +187,12 @@ def _eval(args: argparse.Namespace) -> int:
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa, report_json
     from ralm.retrieval.hybrid import HybridRetriever, fusion_weights
-    from ralm.retrieval.search import dense_retriever_for, index_dense_centred, load_retriever, open_index_dir
+    from ralm.retrieval.index.open import (
+        dense_retriever_for,
+        index_dense_centred,
+        load_retriever,
+        open_index_dir,
+    )
 
     _check_args(args)
     if args.index is not None:
@@ -224,7 +229,7 @@ def _eval(args: argparse.Namespace) -> int:
         retrievers["query_likelihood"] = QueryLikelihoodRetriever.build(store)
     if args.colbert_rerank:
         from ralm.retrieval.late_interaction import LateInteractionRetriever
-        from ralm.retrieval.search import RerankRetriever
+        from ralm.retrieval.retriever import RerankRetriever
 
         if args.colbert_rerank < max(args.k) or args.colbert_rerank > len(store):
             raise RalmError(
@@ -285,7 +290,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _print_table(reports, args, pairs, store) -> None:
-    from ralm.retrieval.search import snippet
+    from ralm.retrieval.retriever import snippet
 
     ks = sorted(args.k)
     kmax = ks[-1]

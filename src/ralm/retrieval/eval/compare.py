@@ -80,7 +80,7 @@ def compare_retrievers(
 
     pairs: QAPairs (regex answers are matched as patterns) or (question, answers) string pairs.
     """
-    from ralm.retrieval.search import top_texts
+    from ralm.retrieval.retriever import top_texts
 
     kmax = max(ks)
     qa = [qa_pair(p) for p in pairs]

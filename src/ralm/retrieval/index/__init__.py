@@ -6,6 +6,7 @@
     io           saving and loading index files and manifests
     directory    `ralm index build`'s folder: encoder, embeddings, index, BM25, manifest
     build        building that folder from a DocStore and an encoder
+    open         opening that folder for search (load_retriever, DenseRetriever)
     sharded      ShardedIndex: contiguous chunk ranges, one DenseIndex each
     shard_build  building shards on many hosts; shard_merge: merging their top-k lists
     dist_search  searching shards held by several processes

@@ -148,7 +148,7 @@ def _index_build(args: argparse.Namespace) -> int:
 
 def _run_build(args: argparse.Namespace, store, bm25_opts, params: dict, shards: int, dist) -> int:
     """`build_index_dir` with the command's options; `dist`: the torchrun job (None: one process)."""
-    from ralm.retrieval.search import build_index_dir
+    from ralm.retrieval.index.build import build_index_dir
 
     out = build_index_dir(
         store,

@@ -1,7 +1,7 @@
 """The files of a retrieval index directory: its state, its checksums, `ralm index verify`.
 
 No torch here (the CLI's `index verify` and argument checks import only this). The layout
-(see ralm.retrieval.search):
+(see ralm.retrieval.index.open):
 
     INDEX/
       retrieval.json       written last; `files`: size + XXH3-128 of every file under encoder/
@@ -18,7 +18,7 @@ No torch here (the CLI's `index verify` and argument checks import only this). T
 So retrieval.json vouches for the manifests and the encoder, and each manifest for its big
 files: `verify_index_dir` follows that chain and re-hashes everything (ralm.integrity), which
 loading does only for what it reads (index.faiss, the BM25 files, the encoder files: see
-DenseIndex.load, BM25Retriever.load, search.load_retriever).
+DenseIndex.load, BM25Retriever.load, open.load_retriever).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A retrieval index directory: everything `ralm search` needs to answer text queries.
+"""Opening a retrieval index directory for search: the DocStore it answers for, its dense, BM25
+or hybrid retriever, checked against that DocStore (`ralm.Retriever.load` goes through here).
 
     INDEX/
       retrieval.json     DocStore path + fingerprint, encoder fingerprints, index kind, and the
@@ -19,7 +20,8 @@ the directory's writer lock (ralm.locks): a second writer fails at once, naming 
 Files are checked on load (ralm.retrieval.index.directory: the encoder's files, index.faiss, the BM25
 files) and all of them by `ralm index verify`.
 
-Building one (`build_index_dir`, importable from here): ralm.retrieval.index.build.
+Building one (`build_index_dir`): ralm.retrieval.index.build; the files and their checks
+(`MANIFEST`, `verify_index_dir`): ralm.retrieval.index.directory.
 
 `DenseRetriever` and `BM25Retriever` answer `search_text` the same way, so every caller can
 switch between "dense" and "bm25".
@@ -40,31 +42,17 @@ from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
 from ralm.retrieval.bm25 import BM25Retriever
 from ralm.retrieval.embed import embed_docstore
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.index.build import build_index_dir
 from ralm.retrieval.index.dense import DenseIndex
-from ralm.retrieval.index.directory import (
-    INDEX_DIR_FORMAT,
-    INDEX_DIR_VERSION,
-    MANIFEST,
-    check_encoder_files,
-    verify_index_dir,
-)
+from ralm.retrieval.index.directory import INDEX_DIR_FORMAT, INDEX_DIR_VERSION, MANIFEST, check_encoder_files
 from ralm.retrieval.index.io import IndexFileError, read_manifest
 from ralm.retrieval.index.sharded import ShardedIndex, load_dense
 
 __all__ = [
-    "INDEX_DIR_FORMAT",
-    "INDEX_DIR_VERSION",
-    "MANIFEST",
     "DenseRetriever",
-    "RerankRetriever",
-    "build_index_dir",
     "dense_retriever_for",
+    "index_dense_centred",
     "load_retriever",
     "open_index_dir",
-    "snippet",
-    "top_texts",
-    "verify_index_dir",
 ]
 
 
@@ -88,24 +76,6 @@ class DenseRetriever:
         queries = check_queries(queries)
         q = self.encoder.encode_queries(queries, batch_size=self.batch_size, autocast=self.autocast)
         return self.index.search(q, k, exclude_ids=exclude_ids)
-
-
-class RerankRetriever:
-    """A first-stage retriever's top `depth` chunks, re-scored by `reranker.rerank` (e.g. ColBERT MaxSim)."""
-
-    def __init__(self, first, reranker, depth: int = 100) -> None:
-        self.first = first
-        self.reranker = reranker
-        self.depth = depth
-
-    def search_text(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
-        """Top-k after re-ranking; k <= depth."""
-        if k > self.depth:
-            raise RalmError(f"k {k} is larger than the re-ranking depth {self.depth}; raise the depth")
-        queries = check_queries(queries)
-        cand = self.first.search_text(queries, self.depth, exclude_ids)
-        res = self.reranker.rerank(queries, cand.ids)
-        return SearchResult(ids=res.ids[:, :k], scores=res.scores[:, :k])
 
 
 def dense_retriever_for(
@@ -272,15 +242,3 @@ def _index_bm25(
     built = BM25Retriever.build(ds, **options)
     log(f"{path}: built without BM25; built one with {built.describe()} in memory")
     return built
-
-
-def snippet(text: str, width: int = 100) -> str:
-    """One line of at most `width` characters."""
-    one = " ".join(text.split())
-    return one if len(one) <= width else one[: width - 1] + "…"
-
-
-def top_texts(store: DocStore, result: SearchResult) -> dict[int, str]:
-    """Chunk id -> text for every id in a search result."""
-    ids = sorted({int(i) for i in np.asarray(result.ids).ravel() if i >= 0})
-    return {i: store.get(i)["text"] for i in ids}
