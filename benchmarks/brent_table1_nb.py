@@ -114,9 +114,10 @@ def ensure_plain(work: Path) -> Path:
     GGUF de-quantisation per cell)."""
     out = work / "gemma3-plain"
     if not (out / "config.json").is_file():
-        from ralm.causal_lm import load_causal_lm_and_tokenizer, save_causal_lm
+        from ralm.models.causal import load_causal_lm
+        from ralm.models.save import save_causal_lm
 
-        lm, tok, _ = load_causal_lm_and_tokenizer("gemma3")
+        lm, tok, _ = load_causal_lm("gemma3")
         save_causal_lm(
             lm, tok, out, card="# Gemma-3-270M as installed (gemma3 GGUF, de-quantised to float32)\n"
         )

@@ -20,10 +20,16 @@ For each revision (default: 64c7299, the last commit before issue 37's work, and
 
 Imports count wherever they stand (top of the module or inside a function). The `ralm` package's own
 top-level modules count as two packages: "ralm (entry)" (the package's lazy names, `ralm.cli`, `__main__`:
-what a user calls) and "ralm (shared)" (errors, atomic, answers, causal_lm, ...).
+what a user calls) and "ralm (shared)" (errors, atomic, answers, progress, ...).
 
-Issue 48's measures beside them (`house`): modules outside `ralm.models` that call from_pretrained,
-run-folder implementations, os.replace outside `ralm.atomic`, modules holding old-path shims or
+Issue 48's measures beside them (`house`): modules outside `ralm.models` that call a transformers
+class's from_pretrained (`transformers_loads`: a call `R.from_pretrained(...)` whose receiver R is a
+name the module imports from transformers (`from transformers[.sub] import X [as Y]`), an attribute
+of the transformers module (`import transformers [as t]`: `transformers.X`, `t.X.Y`), or
+`getattr(transformers, ...)`; strings such as model cards' usage examples are not calls, and ralm's
+own classmethods (`DualEncoder.from_pretrained`, ...) receive no transformers name; a plain
+`cls = <one of these>` assignment carries it over to `cls`), run-folder
+implementations, os.replace outside `ralm.atomic`, modules holding old-path shims or
 re-exports, `# fmt: skip` in src and benchmarks, whether `make test` runs an import-linter contract,
 folders under benchmarks/ holding scripts, README lines.
 
@@ -277,6 +283,47 @@ def root_file(rev: str, name: str) -> str:
     return got.stdout if got.returncode == 0 else ""
 
 
+def transformers_loads(source: str) -> int:
+    """How many `.from_pretrained(` calls of `source` go to a transformers class (the rule in the
+    module docstring): names bound by `from transformers[.sub] import X [as Y]`, attributes of the
+    module bound by `import transformers[.sub] [as t]`, `getattr(<that module>, ...)`, and names
+    assigned one of these (`cls = getattr(transformers, name)`)."""
+    tree = ast.parse(source)
+    classes: set[str] = set()  # names bound to something imported from transformers
+    modules: set[str] = set()  # names bound to the transformers module itself
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "transformers" or node.module.startswith("transformers."):
+                classes.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "transformers" or a.name.startswith("transformers."):
+                    modules.add(a.asname or "transformers")
+
+    def from_transformers(r: ast.expr) -> bool:
+        if isinstance(r, ast.Name):
+            return r.id in classes
+        if isinstance(r, ast.Attribute):
+            while isinstance(r, ast.Attribute):
+                r = r.value
+            return isinstance(r, ast.Name) and r.id in modules
+        if isinstance(r, ast.Call) and isinstance(r.func, ast.Name) and r.func.id == "getattr" and r.args:
+            return isinstance(r.args[0], ast.Name) and r.args[0].id in modules
+        return False
+
+    for node in ast.walk(tree):  # `cls = getattr(transformers, name)` and the like
+        if isinstance(node, ast.Assign) and from_transformers(node.value):
+            classes.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return sum(
+        1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "from_pretrained"
+        and from_transformers(node.func.value)
+    )
+
+
 def house(rev: str, tree: Path) -> dict:
     """Issue 48's measures of `rev` (the tree checked out under `tree`)."""
     src = tree / "src" / "ralm"
@@ -287,7 +334,7 @@ def house(rev: str, tree: Path) -> dict:
     bench = tree / "benchmarks"
     return {
         "from_pretrained_outside_models": sorted(
-            str(f.relative_to(src)) for f in outside_models if ".from_pretrained(" in text[f]
+            str(f.relative_to(src)) for f in outside_models if transformers_loads(text[f])
         ),
         "run_folder_modules": [m for m in RUN_FOLDERS if (src / m).is_file()],
         "os_replace_outside_atomic": sum(

@@ -42,7 +42,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result  # noqa: E402
 from ralm.corpus.docstore import DocStore  # noqa: E402
-from ralm.precision import autocast_context, autocast_dtype, cpu_has_native_bf16
+from ralm.models.precision import autocast_context, autocast_dtype, cpu_has_native_bf16
 from ralm.retrieval.embed import DocInputs, embed_docstore, plan_batches  # noqa: E402
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
@@ -59,15 +59,11 @@ def sample_store(path: Path) -> DocStore:
 
 def bare_model():
     """A fresh AutoModel of the bundled MiniLM (no pooler), float32, eval mode."""
-    from transformers import AutoModel
-    from transformers.utils import logging as hf_logging
+    from ralm.models.encoder import load_auto
+    from ralm.models.names import default_backbone_path
 
-    from ralm.backbones import default_backbone_path
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    return AutoModel.from_pretrained(
-        str(default_backbone_path()), dtype=torch.float32, add_pooling_layer=False
+    return load_auto(
+        "AutoModel", default_backbone_path(), dtype=torch.float32, add_pooling_layer=False
     ).eval()
 
 

@@ -35,7 +35,7 @@ TINY_CODE = """
 import shutil, sys, torch
 from pathlib import Path
 from transformers import BertConfig, BertModel
-from ralm.backbones import default_backbone_path
+from ralm.models.names import default_backbone_path
 d = Path(sys.argv[1])
 torch.manual_seed(0)
 cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,

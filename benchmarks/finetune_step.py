@@ -60,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     from ralm.formats.types import QAExample, TaggingExample
-    from ralm.precision import autocast_context, autocast_dtype
+    from ralm.models.precision import autocast_context, autocast_dtype
     from ralm.samples import sample_path
     from ralm.tasks.adapters import make_adapter
     from ralm.tasks.datasets import read_file

@@ -97,12 +97,11 @@ def _trim(src: Path, dst: Path, top: int) -> None:
 
 
 def cmd_prep(a) -> int:
-    from transformers import AutoConfig
-
     from gpu_stages import transport
     from gpu_stages.transport import split_parts, write_manifest
     from gpu_stages.weights import convert
-    from ralm.causal_lm import resolve_lm
+    from ralm.models.encoder import load_auto
+    from ralm.models.names import resolve_lm
 
     pack = a.pack
     retrieved = a.b36 / "retrieved"
@@ -126,7 +125,7 @@ def cmd_prep(a) -> int:
         (m / src.name).symlink_to(src.resolve())  # split_parts reads through the link
         convert("tokenizer", src, m / "tokenizer")
         (m / "config").mkdir()
-        cfg = AutoConfig.from_pretrained(str(src.parent), gguf_file=src.name, local_files_only=True)
+        cfg = load_auto("AutoConfig", src.parent, gguf_file=src.name, local_files_only=True)
         cfg.to_json_file(str(m / "config" / "config.json"))
         for f in (m / "tokenizer").iterdir():  # the vocabulary files are large and compress well
             if f.stat().st_size > 2**20:

@@ -91,9 +91,9 @@ def chunk_vs_tokenizer(src: Path, repeats: int = 5) -> dict:
     """Chunker throughput vs the bare fast tokenizer on the same texts and batches (chars/s)."""
     from tokenizers import Tokenizer
 
-    from ralm.backbones import load_tokenizer
     from ralm.corpus.chunking import Chunker
     from ralm.corpus.readers import iter_articles
+    from ralm.models.tokenizers import load_tokenizer
 
     articles = list(iter_articles(src, "wiki"))
     tok = load_tokenizer(None)

@@ -107,7 +107,8 @@ def probe(args, corpus: Path, n: int = 64) -> dict[str, Any]:
 
 
 def _tokenizer():
-    from ralm.backbones import load_tokenizer, resolve_model_dir
+    from ralm.models.names import resolve_model_dir
+    from ralm.models.tokenizers import load_tokenizer
 
     return load_tokenizer(resolve_model_dir(None))
 

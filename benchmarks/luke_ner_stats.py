@@ -97,11 +97,10 @@ def span_coverage(data: Path, max_eval: int, max_span: int) -> dict[str, float]:
 
 
 def word_only_params() -> int:
-    from transformers import AutoModel
+    from ralm.models.encoder import load_auto
+    from ralm.models.names import resolve_model_dir
 
-    from ralm.backbones import resolve_model_dir
-
-    return sum(p.numel() for p in AutoModel.from_pretrained(str(resolve_model_dir(None))).parameters())
+    return sum(p.numel() for p in load_auto("AutoModel", resolve_model_dir(None)).parameters())
 
 
 def table_md(rows: dict[str, dict], ann: dict, speed: dict, args: argparse.Namespace) -> str:

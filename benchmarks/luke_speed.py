@@ -72,7 +72,7 @@ class _Stepper:
 
         from ralm.luke.data import LukeCollator, MaskSettings
         from ralm.luke.pretrain_run import prepare
-        from ralm.precision import autocast_dtype
+        from ralm.models.precision import autocast_dtype
         from ralm.train.optim import adamw, param_groups, warmup_schedule
 
         self.cfg, self.dev = cfg, torch.device("cpu")
@@ -87,11 +87,10 @@ class _Stepper:
         self.train_ids = np.flatnonzero(prep.store.lengths() > 0).astype(np.int64)
         self.model = prep.model
         if hf:
-            from transformers import BertForMaskedLM
-            from transformers.utils import logging as hf_logging
+            from ralm.models.encoder import load_auto
 
-            hf_logging.set_verbosity_error()  # the MLM head of a sentence-transformers checkpoint is new
-            self.model = BertForMaskedLM.from_pretrained(str(prep.backbone))
+            # quietly: the MLM head of a sentence-transformers checkpoint is new
+            self.model = load_auto("BertForMaskedLM", prep.backbone)
         self.hf = hf
         self.model.train()
         self.params = sum(p.numel() for p in self.model.parameters())
@@ -103,7 +102,7 @@ class _Stepper:
         import torch
 
         from ralm.luke.pretrain import train_step
-        from ralm.precision import autocast_context
+        from ralm.models.precision import autocast_context
         from ralm.realm.data import batch_positions, example_rngs
 
         t0 = time.perf_counter()

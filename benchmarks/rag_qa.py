@@ -67,7 +67,7 @@ def slim_tower(query_dir: Path, questions: list[str], out: Path) -> None:
 
     from safetensors.torch import load_file, save
 
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(query_dir)

@@ -188,7 +188,7 @@ def lsr_stage(b: Bench, lm, d: Data, args) -> None:
 
 
 def speed_stage(b: Bench, lm, d: Data, args) -> None:
-    from ralm.precision import autocast_context
+    from ralm.models.precision import autocast_context
     from ralm.rag.generate import greedy, stop_token_ids
     from ralm.rag.prompt import PromptBuilder
 

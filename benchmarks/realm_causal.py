@@ -222,7 +222,7 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
     import torch
 
     from ralm.corpus.docstore import DocStore
-    from ralm.precision import autocast_context, autocast_dtype
+    from ralm.models.precision import autocast_context, autocast_dtype
     from ralm.realm.build import build_model, make_collator, optimizer_for
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import batch_positions, example_rngs, split_ids

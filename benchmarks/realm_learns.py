@@ -254,7 +254,7 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
     import torch
 
     from ralm.corpus.docstore import DocStore
-    from ralm.precision import autocast_dtype
+    from ralm.models.precision import autocast_dtype
     from ralm.realm.build import build_model, make_collator, optimizer_for
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import split_ids

@@ -45,7 +45,7 @@ def main() -> None:
     import torch
 
     from ralm.corpus.docstore import DocStore
-    from ralm.precision import autocast_context, autocast_dtype
+    from ralm.models.precision import autocast_context, autocast_dtype
     from ralm.realm.build import build_model, optimizer_for
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import example_rngs, split_ids

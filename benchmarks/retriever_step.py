@@ -58,7 +58,7 @@ def setup(store_path: str | None):
     import torch
 
     from ralm.corpus.docstore import DocStore
-    from ralm.precision import autocast_dtype
+    from ralm.models.precision import autocast_dtype
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
     from ralm.retrieval.passages import StorePassages
 

@@ -71,7 +71,7 @@ def load_embeddings(docstore: str | Path, batch_size: int = 64) -> tuple[np.ndar
 
     from sentence_transformers import SentenceTransformer
 
-    from ralm.backbones import default_backbone_path
+    from ralm.models.names import default_backbone_path
 
     model = SentenceTransformer(str(default_backbone_path()), device="cpu")
     texts = [t for batch in store.iter_batches(1024, columns=["text"]) for t in batch["text"]]

@@ -45,7 +45,7 @@ def tiny_bert(out: Path) -> Path:
     import torch
     from transformers import BertConfig, BertModel
 
-    from ralm.backbones import default_backbone_path
+    from ralm.models.names import default_backbone_path
 
     if (out / "config.json").is_file():
         return out

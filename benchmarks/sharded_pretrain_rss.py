@@ -124,7 +124,7 @@ def reader(work: Path) -> Path:
     import torch
     from transformers import BertConfig, BertModel
 
-    from ralm.backbones import default_backbone_path
+    from ralm.models.names import default_backbone_path
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=1, num_attention_heads=6,

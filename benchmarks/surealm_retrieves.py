@@ -78,7 +78,8 @@ def step0_ratio(args, ds: Path, n: int = 400) -> dict:
     import numpy as np
     import torch
 
-    from ralm.surealm.backbone import load_causal_lm, load_lm_tokenizer
+    from ralm.models.causal import load_as_causal_lm
+    from ralm.models.tokenizers import load_lm_tokenizer
     from ralm.surealm.data import SentenceBatcher
     from ralm.surealm.datastore import Datastore
     from ralm.surealm.model import SurealmConfig, SurealmLM
@@ -93,7 +94,7 @@ def step0_ratio(args, ds: Path, n: int = 400) -> dict:
     cfg = SurealmConfig(
         lm=lm, k=args.k, mem_dim=store.dim, pathway=args.pathway, memory_bias=args.memory_bias
     )
-    sure = SurealmLM(load_causal_lm(lm), cfg).to(dev).eval()
+    sure = SurealmLM(load_as_causal_lm(lm), cfg).to(dev).eval()
     base = SurealmLM(sure.backbone, SurealmConfig(lm=lm, retrieval=False, mem_dim=store.dim)).to(dev).eval()
     ids = store.split_ids("valid")[:n]
     c_s = evaluate(sure, SentenceBatcher(store, tok, k=args.k, delta=1), ids, device=dev)

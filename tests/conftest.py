@@ -8,7 +8,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # autocast "auto" stays float32 on every CPU, so tolerances do not depend on whether this machine's
-# bf16 happens to be faster (ralm.precision.cpu_bf16_is_faster; tests of that probe unset it)
+# bf16 happens to be faster (ralm.models.precision.cpu_bf16_is_faster; tests of that probe unset it)
 os.environ.setdefault("RALM_CPU_BF16", "off")
 
 import pytest  # noqa: E402
@@ -16,14 +16,14 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def minilm_dir():
-    from ralm.backbones import default_backbone_path
+    from ralm.models.names import default_backbone_path
 
     return default_backbone_path()
 
 
 @pytest.fixture(scope="session")
 def bert_tokenizer(minilm_dir):
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
 
     return load_tokenizer(minilm_dir)
 

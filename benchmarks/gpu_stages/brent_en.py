@@ -193,8 +193,8 @@ def chunk_tokens(cfg: dict) -> tuple[np.ndarray, np.ndarray]:
     """(text tokens, title tokens) per chunk of the run's DocStore, titles in the towers' tokenizer."""
     from tokenizers import Tokenizer
 
-    from ralm.backbones import resolve_model_dir
     from ralm.corpus.docstore import DocStore
+    from ralm.models.names import resolve_model_dir
 
     store = DocStore(cfg["docstore"])
     text = store.lengths().astype(np.int64)
@@ -277,7 +277,7 @@ def tiny_backbone(out: Path, hidden: int = 32, ffn: int = 64) -> None:
     with numpy: seconds on a CPU, no torch import."""
     from safetensors.numpy import save_file
 
-    from ralm.backbones import resolve_model_dir
+    from ralm.models.names import resolve_model_dir
 
     src = resolve_model_dir(None)
     out.mkdir(parents=True, exist_ok=True)

@@ -100,15 +100,14 @@ def prep(ctx: StageContext) -> None:
     shutil.copy2(need[2], ctx.inputs / QUESTIONS)
     weights.to_fp16(need[3], ctx.inputs / TOWERS)
 
-    from transformers import AutoConfig
-
-    from ralm.causal_lm import gemma3_gguf
+    from ralm.models.encoder import load_auto
+    from ralm.models.names import gemma3_gguf
 
     gguf = gemma3_gguf()
     link = ctx.inputs / gguf.name
     link.unlink(missing_ok=True)
     link.symlink_to(gguf)  # the pack carries what it points to
-    cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+    cfg = load_auto("AutoConfig", gguf.parent, gguf_file=gguf.name, local_files_only=True)
     (ctx.inputs / READER_CONFIG).mkdir(exist_ok=True)
     cfg.to_json_file(str(ctx.inputs / READER_CONFIG / "config.json"))
     sizes = transport.sizes(ctx.inputs)

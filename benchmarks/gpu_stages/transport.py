@@ -72,7 +72,7 @@ def download_wheels(out: Path, log=print) -> list[str]:
 def save_minilm_fp16(out: Path) -> None:
     """The bundled MiniLM directory with its weights as fp16 safetensors (half the bytes)."""
     from gpu_stages.weights import to_fp16
-    from ralm.backbones import default_backbone_path
+    from ralm.models.names import default_backbone_path
 
     to_fp16(default_backbone_path(), out)
 

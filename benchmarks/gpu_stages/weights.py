@@ -55,20 +55,20 @@ def convert(part: str, src: Path, out: Path, config: Path | None = None) -> None
     config.json is the model's (skips a read of the GGUF file)."""
     import torch
     from safetensors.torch import save_model
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from ralm.causal_lm import quiet_gguf
+    from ralm.models.encoder import load_auto
+    from ralm.models.quiet import quiet_gguf
 
     d, kw = (src.parent, {"gguf_file": src.name}) if src.suffix == ".gguf" else (src, {})
     out.mkdir(parents=True, exist_ok=True)
     if part == "tokenizer":
-        AutoTokenizer.from_pretrained(str(d), local_files_only=True, **kw).save_pretrained(str(out))
+        load_auto("AutoTokenizer", d, local_files_only=True, **kw).save_pretrained(str(out))
         return
     if config is not None:
-        kw["config"] = AutoConfig.from_pretrained(str(config), local_files_only=True)
+        kw["config"] = load_auto("AutoConfig", config, local_files_only=True)
     with quiet_gguf():
-        model = AutoModelForCausalLM.from_pretrained(str(d), local_files_only=True, dtype=torch.float32, **kw)
-    cfg = model.config  # as ralm.causal_lm.save_causal_lm writes it
+        model = load_auto("AutoModelForCausalLM", d, local_files_only=True, dtype=torch.float32, **kw)
+    cfg = model.config  # as ralm.models.save.save_causal_lm writes it
     if hasattr(cfg, "gguf_file"):
         cfg.gguf_file = None
     cfg._name_or_path = ""

@@ -187,7 +187,7 @@ def test_bad_input_exits_2_with_one_line(
 
 
 def test_causal_config_rule():
-    from ralm.frozen.lm import is_causal_config
+    from ralm.models.names import is_causal_config
 
     assert is_causal_config({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     assert is_causal_config({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})

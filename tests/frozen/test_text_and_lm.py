@@ -7,8 +7,9 @@ import pytest
 from frozen_ref import eval_text
 
 from ralm.errors import RalmError
-from ralm.frozen.lm import ScoreJob, resolve_frozen_lm
+from ralm.frozen.lm import ScoreJob
 from ralm.frozen.text import read_eval_text, tokenize_eval_text
+from ralm.models.names import resolve_lm
 
 
 def test_word_level_prefix_keeps_exactly_n_words(llama):
@@ -42,12 +43,12 @@ def test_text_file_errors(tmp_path, llama):
 def test_lm_specs(tmp_path):
     g = tmp_path / "model.gguf"
     g.write_bytes(b"")
-    assert resolve_frozen_lm(g) == (tmp_path, "model.gguf")
-    assert resolve_frozen_lm(tmp_path, "model.gguf") == (tmp_path, "model.gguf")
+    assert resolve_lm(g) == (tmp_path, "model.gguf")
+    assert resolve_lm(tmp_path, "model.gguf") == (tmp_path, "model.gguf")
     with pytest.raises(RalmError, match="names another"):
-        resolve_frozen_lm(g, "other.gguf")
+        resolve_lm(g, "other.gguf")
     with pytest.raises(RalmError, match="no such GGUF file"):
-        resolve_frozen_lm(tmp_path, "other.gguf")
+        resolve_lm(tmp_path, "other.gguf")
 
 
 def test_score_returns_label_logprobs_of_each_job(llama):

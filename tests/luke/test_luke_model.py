@@ -472,7 +472,7 @@ def test_save_load_round_trip(tmp_path, tiny_luke_config, le):
 
 
 def test_saved_dir_carries_the_tokenizer(tiny_luke_dir):
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
 
     assert load_tokenizer(tiny_luke_dir)("Oslo")["input_ids"][0] == 101
 

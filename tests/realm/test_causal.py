@@ -16,9 +16,9 @@ LMS = ("llama", "gemma3")
 
 
 def _lm(d):
-    from ralm.causal_lm import load_causal_lm_and_tokenizer
+    from ralm.models.causal import load_causal_lm
 
-    lm, tok, _ = load_causal_lm_and_tokenizer(str(d))
+    lm, tok, _ = load_causal_lm(str(d))
     return lm.eval(), tok
 
 
@@ -30,7 +30,7 @@ def store(realm_store):
 
 
 def _collator(store, tiny_dir, lm_tok, **kw):
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
     from ralm.realm.causal_masking import CausalMaskingCollator
 
     return CausalMaskingCollator(store, load_tokenizer(tiny_dir), lm_tok, seed=1, **kw)
@@ -84,7 +84,7 @@ def test_lm_rows_score_span_tokens_only(causal_dirs, lm):
 def test_collator_masks_like_the_mlm_collator(store, tiny_dir, causal_dirs):
     """Same chunks, same generators: the tower's view is MaskingCollator's, and every masked span's
     text is in the target while the masked text keeps everything else."""
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
     from ralm.realm.masking import MaskingCollator, eligible_ids
 
     _, lm_tok = _lm(causal_dirs["llama"])
@@ -324,7 +324,7 @@ def test_causal_reader_trains_without_its_embeddings(causal_cfg, tmp_path):
 def test_saved_towers_with_a_reserialised_tokenizer_are_accepted(causal_cfg, tiny_dir, tmp_path):
     """A saved dual encoder's tokenizer.json may carry padding/truncation settings (another sha256) and
     still give the DocStore's ids: the closed-book run masks with it."""
-    from ralm.backbones import load_tokenizer, tokenizer_fingerprint
+    from ralm.models.tokenizers import load_tokenizer, tokenizer_fingerprint
     from ralm.realm.build import build_model
     from ralm.realm.run import open_stores
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig

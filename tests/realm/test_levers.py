@@ -78,12 +78,12 @@ def store(realm_store):
 
 
 def _model(store, tiny_dir, causal_dirs, lm_name="llama", **kw):
-    from ralm.causal_lm import load_causal_lm_and_tokenizer
+    from ralm.models.causal import load_causal_lm
     from ralm.realm.causal_reader import CausalReader
     from ralm.realm.model import ChunkDocs, RealmModel
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
-    lm, tok, _ = load_causal_lm_and_tokenizer(str(causal_dirs[lm_name]))
+    lm, tok, _ = load_causal_lm(str(causal_dirs[lm_name]))
     torch.manual_seed(0)
     enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(max_length=32, scale_by_sqrt_dim=True))
     reader = CausalReader(lm, tok, max_length=400, store=store, bucket_slack=kw.pop("bucket_slack", 1.1))
@@ -91,7 +91,7 @@ def _model(store, tiny_dir, causal_dirs, lm_name="llama", **kw):
 
 
 def _batch(store, tiny_dir, tok, n=3, **masking):
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
     from ralm.realm.causal_masking import CausalMaskingCollator
     from ralm.realm.masking import MaskingConfig, eligible_ids
 
@@ -258,7 +258,7 @@ def test_distill_run_trains_and_logs_the_kl(causal_cfg, tmp_path):
 
 # ----------------------------------------------------------------------------- masking and rows
 def test_masking_caps_spans_per_chunk(store, tiny_dir):
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
     from ralm.realm.masking import MaskingCollator, MaskingConfig, eligible_ids
 
     tok = load_tokenizer(tiny_dir)

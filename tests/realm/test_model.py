@@ -34,7 +34,7 @@ def parts(realm_store, tiny_dir):
 
 
 def reader_tok(d):
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
 
     return load_tokenizer(d)
 

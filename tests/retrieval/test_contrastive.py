@@ -111,7 +111,7 @@ def test_gradient_cache_replays_dropout_across_mini_batches(tiny_dir, one_thread
     """Dropout on, several mini-batches per tower: the gradients equal those of the same mini-batches
     (longest rows first) all run with autograd in the same order and kept, which draws the same
     masks; so each replayed mini-batch saw the dropout its vectors in the loss were made with."""
-    from ralm.precision import autocast_context
+    from ralm.models.precision import autocast_context
 
     enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(pooling="mean", normalize=True))
     enc.train()

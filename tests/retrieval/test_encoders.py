@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ralm.errors import RalmError
-from ralm.precision import autocast_dtype
+from ralm.models.precision import autocast_dtype
 from ralm.retrieval import encoders
 from ralm.retrieval.encoders import ENCODER_FILE, DualEncoder, EncoderConfig
 from ralm.retrieval.towers import InputTemplate
@@ -305,7 +305,7 @@ def test_autocast_choice():
 
 def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
     """A CPU with the bf16 flag but slower bf16 products (a Xeon here: 0.5x) stays in float32."""
-    import ralm.precision as E
+    import ralm.models.precision as E
 
     monkeypatch.delenv("RALM_CPU_BF16", raising=False)  # the suite pins "auto" to float32
     cpu = torch.device("cpu")
@@ -345,7 +345,7 @@ def test_the_bf16_speed_probe_leaves_the_global_rng_alone():
     masks whether or not that probe ran first (it made the first `retriever train` of a process differ)."""
     import torch
 
-    from ralm import precision
+    from ralm.models import precision
 
     precision._BF16_FASTER = None
     torch.manual_seed(5)

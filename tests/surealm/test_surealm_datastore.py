@@ -34,7 +34,7 @@ def test_store_has_one_entry_per_split_of_every_training_sentence(store):
 
 def test_neighbours_are_the_exact_top_k_without_the_own_sentence(store, tiny_dir):
     """Recompute every query with the embedder and search with numpy: same scores, never the own sentence."""
-    from ralm.surealm.backbone import load_lm_tokenizer
+    from ralm.models.tokenizers import load_lm_tokenizer
     from ralm.surealm.datastore_build import tokenize_sentences
     from ralm.surealm.embedder import SpanEmbedder
 
@@ -57,7 +57,7 @@ def test_neighbours_are_the_exact_top_k_without_the_own_sentence(store, tiny_dir
 
 
 def test_keys_and_values_are_prefix_and_suffix_embeddings_at_absolute_positions(store, tiny_dir):
-    from ralm.surealm.backbone import load_lm_tokenizer
+    from ralm.models.tokenizers import load_lm_tokenizer
     from ralm.surealm.datastore_build import tokenize_sentences
     from ralm.surealm.embedder import SpanEmbedder
 
@@ -125,7 +125,7 @@ def test_build_in_small_batches_equals_one_batch(tmp_path, tiny_dir, dialogue_fi
 
 def test_current_word_variant_changes_only_the_values(tmp_path, tiny_dir, dialogue_file, tiny_store):
     """include_current_word: values embed w_i..w_{i+m-1}; keys, neighbours and tokens are unchanged."""
-    from ralm.surealm.backbone import load_lm_tokenizer
+    from ralm.models.tokenizers import load_lm_tokenizer
     from ralm.surealm.datastore import Datastore
     from ralm.surealm.datastore_build import DatastoreConfig, build_datastore, tokenize_sentences
     from ralm.surealm.embedder import SpanEmbedder

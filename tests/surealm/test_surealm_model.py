@@ -67,10 +67,10 @@ def test_mask_padding_and_additive_form():
 
 
 def _bert(tiny_dir):
-    from ralm.surealm.backbone import load_causal_lm
+    from ralm.models.causal import load_as_causal_lm
 
     torch.manual_seed(0)
-    return load_causal_lm(str(tiny_dir))
+    return load_as_causal_lm(str(tiny_dir))
 
 
 def _llama():
@@ -202,7 +202,7 @@ def test_gradients_reach_memory_projections_and_backbone(model):
 
 
 def test_save_and_load_give_the_same_logits(tmp_path, tiny_dir):
-    from ralm.surealm.backbone import load_lm_tokenizer
+    from ralm.models.tokenizers import load_lm_tokenizer
     from ralm.surealm.model import SurealmConfig, SurealmLM
 
     tok, _ = load_lm_tokenizer(str(tiny_dir))

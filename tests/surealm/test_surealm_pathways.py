@@ -113,7 +113,7 @@ def test_cross_gates_and_memory_bias_learn(tiny_dir):
 
 
 def test_cross_pathway_saves_and_loads(tmp_path, tiny_dir):
-    from ralm.surealm.backbone import load_lm_tokenizer
+    from ralm.models.tokenizers import load_lm_tokenizer
     from ralm.surealm.model import SurealmLM
 
     tok, _ = load_lm_tokenizer(str(tiny_dir))
@@ -143,7 +143,7 @@ def test_memory_bias_is_for_the_self_pathway():
 def test_random_neighbours_come_from_training_entries_never_the_own_sentence(tiny_store, tiny_dir):
     import numpy as np
 
-    from ralm.surealm.backbone import load_lm_tokenizer
+    from ralm.models.tokenizers import load_lm_tokenizer
     from ralm.surealm.data import SentenceBatcher
     from ralm.surealm.datastore import Datastore
 

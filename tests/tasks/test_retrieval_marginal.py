@@ -59,7 +59,7 @@ def _retriever(fact_store, **kw):
         index=str(fact_store / "index" / "dense"),
         docstore=str(fact_store / "store"),
     )
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
 
     tok = load_tokenizer(fact_store / "index" / "encoder" / "query")
     return load_retriever_parts(spec, reader_tokenizer=tok, **kw)

@@ -34,7 +34,6 @@ import pyarrow.parquet as pq
 
 from ralm import __version__
 from ralm.atomic import write_json_atomic
-from ralm.backbones import tokenizer_fingerprint
 from ralm.corpus.build_options import ENTITY_FILE, BuildConfig, check_options, check_sources, prepare
 from ralm.corpus.chunking import Chunk, Chunker
 from ralm.corpus.docstore import (
@@ -56,6 +55,7 @@ from ralm.corpus.types import Article, Span
 from ralm.corpus.verify import record_files
 from ralm.corpus.wiki import WikiPage, iter_wiki_pages, no_articles_error
 from ralm.errors import CorpusError
+from ralm.models.tokenizers import tokenizer_fingerprint
 from ralm.progress import tqdm
 
 __all__ = ["ENTITY_FILE", "BuildConfig", "SalientTagger", "build_docstore", "file_sha256"]

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ralm.backbones import load_tokenizer
 from ralm.corpus.chunking import Chunker
 from ralm.corpus.entities import EntityVocab
 from ralm.corpus.readers import detect_format
 from ralm.corpus.salient import SpacyNER, find_dates
 from ralm.errors import CorpusError
+from ralm.models.tokenizers import load_tokenizer
 
 ENTITY_FILE = "entities.tsv"
 FORMATS = ("auto", "wiki", "jsonl", "text", "text-lines", "hf")  # text-lines: one document per line (samples)

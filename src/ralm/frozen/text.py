@@ -46,7 +46,7 @@ class EvalText:
 
 def tokenize_eval_text(text: str, tokenizer, max_tokens: int | None = None, name: str = "text") -> EvalText:
     """Tokenize `text` (see the module docstring for `max_tokens`); RalmError for an empty text."""
-    from ralm.backbones import quiet_transformers
+    from ralm.models.quiet import quiet_transformers
 
     if not text.strip():
         raise RalmError(f"{name}: empty text; nothing to evaluate")

@@ -206,7 +206,7 @@ class TrainResult:
 
 
 def _autocast_dtype(device: torch.device, mode: str) -> torch.dtype | None:
-    from ralm.precision import autocast_dtype
+    from ralm.models.precision import autocast_dtype
 
     return autocast_dtype(device, mode, torch.float32)
 

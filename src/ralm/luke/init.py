@@ -2,9 +2,9 @@
 
 Any local Hugging Face directory whose base model has BERT's layout (embeddings.word/position/
 token_type_embeddings, encoder.layer.N.attention.self.query/key/value, ...): BERT, MiniLM (the
-default, `ralm.backbones`), RoBERTa / XLM-R / CamemBERT. RoBERTa-style checkpoints number positions
-from pad_token_id + 1; their table is copied shifted by that offset, so a right-padded input gets
-the same position vectors as in the original model.
+default, `ralm.models.names`), RoBERTa / XLM-R / CamemBERT. RoBERTa-style checkpoints number
+positions from pad_token_id + 1; their table is copied shifted by that offset, so a right-padded
+input gets the same position vectors as in the original model.
 
 What is copied, what is drawn:
 - Word side, always copied: embeddings, Q/K/V, attention output, feed-forward, LayerNorms, and
@@ -34,10 +34,10 @@ import os
 
 import torch
 
-from ralm.backbones import resolve_model_dir
 from ralm.errors import RalmError
 from ralm.luke.config import ACTIVATIONS, LukeConfig
 from ralm.luke.model import LukeForPretraining
+from ralm.models.names import resolve_model_dir
 
 __all__ = ["from_bert"]
 
@@ -73,25 +73,15 @@ LAYER_KEYS = (  # copied word-side parameters of one layer, BERT names == ours
 
 def _load_hf(d):
     """(masked-LM model or base model, its config, the set of parameter names it did NOT load)."""
-    from transformers import AutoModel, AutoModelForMaskedLM
-
-    from ralm.backbones import quiet_transformers
+    from ralm.models.encoder import load_masked_lm
+    from ralm.models.quiet import quiet_transformers
 
     with quiet_transformers():
-        try:
-            model, info = AutoModelForMaskedLM.from_pretrained(
-                str(d), output_loading_info=True, local_files_only=True
-            )
-        except (ValueError, KeyError):  # no masked-LM class for this model type: the base model only
-            try:
-                model, info = AutoModel.from_pretrained(
-                    str(d), output_loading_info=True, local_files_only=True
-                )
-            except (OSError, ValueError) as exc:
-                raise RalmError(f"{d}: could not load the checkpoint ({_first_line(exc)})") from None
-        except OSError as exc:
+        try:  # no masked-LM class for this model type: the base model only
+            model, missing = load_masked_lm(d, or_base=True, local_files_only=True)
+        except (OSError, ValueError) as exc:
             raise RalmError(f"{d}: could not load the checkpoint ({_first_line(exc)})") from None
-    return model, model.config, set(info.get("missing_keys", ()))
+    return model, model.config, set(missing)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -6,7 +6,7 @@ A model directory holds
                         "extra": provenance such as the backbone directory and whatever the caller adds}
     model.safetensors  the state dict (no tensor stored twice: the decoders are tied at forward time)
     tokenizer files    copied from the backbone (vocab.txt, tokenizer.json, ...) when it is known,
-                       so `ralm.backbones.load_tokenizer(model_dir)` works on the directory alone.
+                       so `ralm.models.tokenizers.load_tokenizer(model_dir)` works on the directory alone.
 It is written into `.NAME.tmp-PID` beside the target and renamed into place; an old model
 directory at the target is replaced only after the new one is complete. Every problem a user can
 cause (missing dir, foreign or corrupt files, a config that does not validate, e.g. l > L) is a

@@ -120,7 +120,7 @@ def run_seed(
     cfg: LukeNerConfig, bb: Backbone, splits: dict[str, list], classes: list[str], seed: int, out: Path
 ) -> dict[str, Any]:
     """Fine-tune one seed into `out` (metrics.jsonl, eval.json, predictions.jsonl, model/); its record."""
-    from ralm.precision import autocast_context, autocast_dtype
+    from ralm.models.precision import autocast_context, autocast_dtype
     from ralm.progress import tqdm
     from ralm.tasks.adapters import shuffled
     from ralm.tasks.trainer import BestState, subsample, write_predictions

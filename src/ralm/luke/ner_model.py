@@ -46,7 +46,7 @@ def span_probs(
     dtype: torch.dtype | None = None,
 ) -> list[np.ndarray]:
     """Per sentence, the (S, C) class probabilities of its candidate spans (class 0 = "O")."""
-    from ralm.precision import autocast_context
+    from ralm.models.precision import autocast_context
 
     was = model.training
     model.eval()
@@ -192,7 +192,7 @@ class Backbone:
 def load_backbone(model: str, tokenizer: str | None = None) -> Backbone:
     """Resolve --model (a `ralm luke pretrain` run with model/, or a luke.io model directory) and
     its tokenizer (--tokenizer, else tokenizer files in the model directory, the run or run/tokenizer/)."""
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
 
     p = Path(model).expanduser()
     if not p.is_dir():

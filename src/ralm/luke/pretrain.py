@@ -47,7 +47,7 @@ from ralm.luke.data import LukeCollator, MaskSettings
 from ralm.luke.pretrain_config import LukePretrainConfig
 from ralm.luke.pretrain_run import MODEL_DIR, check_out, corpus_stats, open_run, prepare, read_run_config
 from ralm.luke.stages import entity_side, set_stage, staged_schedule
-from ralm.precision import autocast_context, autocast_dtype
+from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.data import batch_positions, example_rngs
 from ralm.realm.run import check_checkpoint_corpus, trim_metrics
 from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint

@@ -68,8 +68,9 @@ def prepare(cfg: LukePretrainConfig) -> Prepared:
     RalmError (one line) for a store with no entity spans for the sources, a backbone whose
     tokenizer is not the store's, a model config the backbone cannot take (l > L, ...).
     """
-    from ralm.backbones import load_tokenizer, resolve_model_dir
     from ralm.luke.init import from_bert
+    from ralm.models.names import resolve_model_dir
+    from ralm.models.tokenizers import load_tokenizer
     from ralm.realm.build import check_reader_tokenizer
 
     store = open_store(cfg.docstore)

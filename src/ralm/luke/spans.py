@@ -299,7 +299,7 @@ def _encode_with_context(tokenizer, examples, classes, context, max_length, max_
 def _encode(tokenizer, examples, classes, max_length, max_span_length, keep=None):
     """The features of `encode_sentences`; `keep` = (first word, words): only spans inside those words
     of the row are candidates, and the feature describes those words (their spans shifted to 0)."""
-    from ralm.backbones import quiet_transformers
+    from ralm.models.quiet import quiet_transformers
 
     counts = {"entities": 0, "too_long": 0, "cut": 0}
     if not examples:

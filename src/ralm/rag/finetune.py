@@ -129,10 +129,10 @@ def model_answer_loss(
     model: torch.nn.Module, x: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, int]:
     """`answer_loss` of `model` on (x, mask), with the output layer run on the labelled positions
-    only (`ralm.causal_lm.position_logits`): a 262k-token vocabulary (Gemma-3) makes full logits
+    only (`ralm.models.position_logits`): a 262k-token vocabulary (Gemma-3) makes full logits
     (B, T, V) cost gigabytes (8 rows of 550 tokens: 4.6 GB in float32) while the answers are a few
     tokens a row."""
-    from ralm.causal_lm import position_logits
+    from ralm.models.position_logits import position_logits
 
     target = labels[:, 1:]
     rows, cols = (target != -100).nonzero(as_tuple=True)  # position t predicts token t + 1
@@ -161,7 +161,7 @@ def train_generator(
     a checkpoint (weights, optimiser, schedule, RNG) every `save_every` steps, and a run stopped
     any way (kill -9 included) resumes from its newest intact checkpoint when called again with
     the same settings and examples, to the weights an uninterrupted run gives."""
-    from ralm.precision import autocast_context
+    from ralm.models.precision import autocast_context
     from ralm.progress import tqdm
 
     cfg.check()
@@ -268,6 +268,6 @@ def save_generator(
     """OUT/ with config.json, model.safetensors (tied weights once) and the tokenizer, atomically;
     `AutoModelForCausalLM.from_pretrained(OUT)` and `ralm rag eval --lm OUT` load it; `card` is
     written as its README.md model card."""
-    from ralm.causal_lm import save_causal_lm
+    from ralm.models.save import save_causal_lm
 
     return save_causal_lm(model, tokenizer, out, card)

@@ -95,7 +95,7 @@ def greedy(
     lm: a `ralm.frozen.lm.FrozenLM` (model, tokenizer, device, autocast). `progress(n)` is called
     after each batch with the number of prompts it held.
     """
-    from ralm.precision import autocast_context
+    from ralm.models.precision import autocast_context
 
     tok = lm.tokenizer
     stop, pad = _stop_and_pad(tok, stop_ids)
@@ -150,8 +150,8 @@ def replug(
     groups[q]: the prompt ids of question q, one per passage; weights[q]: their mixture weights
     (summing to 1). `batch_size` counts prompts (passages), so a batch holds whole questions.
     """
-    from ralm.backbones import quiet_transformers
-    from ralm.precision import autocast_context
+    from ralm.models.precision import autocast_context
+    from ralm.models.quiet import quiet_transformers
 
     stop, pad = _stop_and_pad(lm.tokenizer, stop_ids)
     stop_set = set(stop)

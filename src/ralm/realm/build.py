@@ -40,7 +40,8 @@ __all__ = [
 
 def load_reader(path: str | None):
     """The reader: `Reader.from_pretrained`, with one clear error when no MLM head can be had."""
-    from ralm.backbones import quiet_transformers, resolve_model_dir
+    from ralm.models.names import resolve_model_dir
+    from ralm.models.quiet import quiet_transformers
     from ralm.realm.reader import Reader
 
     d = resolve_model_dir(path)
@@ -58,7 +59,7 @@ def load_reader(path: str | None):
 def check_reader_tokenizer(store: DocStore, tokenizer, reader_dir) -> None:
     """RalmError unless `store` was built with the reader's tokenizer (same sha256): the reader reads
     the DocStore's token ids as they are."""
-    from ralm.backbones import tokenizer_fingerprint
+    from ralm.models.tokenizers import tokenizer_fingerprint
 
     want = store.manifest.get("tokenizer", {}).get("sha256")
     if want and tokenizer_fingerprint(tokenizer) != want:
@@ -70,27 +71,14 @@ def check_reader_tokenizer(store: DocStore, tokenizer, reader_dir) -> None:
 
 def is_causal_reader(cfg: PretrainConfig) -> bool:
     """Whether the run's reader is a causal LM: `reader_kind`, or for "auto" whether `reader` names
-    a decoder-only LM (gemma3, smollm2, a .gguf file or a directory whose config is a causal LM)."""
+    a decoder-only LM (`ralm.models.names.is_decoder_spec`; the default MiniLM is none)."""
     if cfg.reader_kind != "auto":
         return cfg.reader_kind == "causal"
     if cfg.reader is None or cfg.reader == "minilm":
         return False
-    from ralm.causal_lm import NAMED_LMS, is_causal_config
+    from ralm.models.names import is_decoder_spec
 
-    if cfg.reader in NAMED_LMS:
-        return True
-    p = Path(cfg.reader).expanduser()
-    if p.is_file():
-        return p.suffix == ".gguf"
-    conf = p / "config.json"
-    if conf.is_file():
-        import json
-
-        try:
-            return is_causal_config(json.loads(conf.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError):
-            return False
-    return p.is_dir() and any(p.glob("*.gguf"))
+    return is_decoder_spec(cfg.reader)
 
 
 DECODER_TOWERS = (
@@ -105,7 +93,7 @@ def _is_decoder_dir(d: Path) -> bool:
     import json
     from types import SimpleNamespace
 
-    from ralm.decoder_body import is_decoder_body
+    from ralm.models.decoder_body import is_decoder_body
 
     try:
         return is_decoder_body(SimpleNamespace(**json.loads((d / "config.json").read_text(encoding="utf-8"))))
@@ -139,8 +127,8 @@ def _towers(cfg: PretrainConfig, src: str, store: DocStore):
 def _masking_tokenizer(cfg: PretrainConfig, store: DocStore):
     """A causal run's masking tokenizer: the towers' (retriever, default MiniLM), which must be the
     DocStore's, since masks are drawn on the stored token ids."""
-    from ralm.backbones import load_tokenizer, resolve_model_dir
-    from ralm.decoder_body import is_decoder_spec
+    from ralm.models.names import is_decoder_spec, resolve_model_dir
+    from ralm.models.tokenizers import load_tokenizer
     from ralm.retrieval.encoders import ENCODER_FILE
 
     if cfg.retriever and is_decoder_spec(cfg.retriever):
@@ -184,10 +172,11 @@ def is_checkpointing(model: torch.nn.Module) -> bool:
 
 def load_causal_reader(cfg: PretrainConfig, store: DocStore | None):
     """The causal reader of `cfg`: the LM (float32), embeddings frozen unless asked, LoRA if asked."""
-    from ralm.causal_lm import add_lora, load_causal_lm_and_tokenizer
+    from ralm.models.causal import load_causal_lm
+    from ralm.models.lora import add_lora
     from ralm.realm.causal_reader import CausalReader
 
-    lm, tok, _ = load_causal_lm_and_tokenizer(cfg.reader or "minilm", what="reader")
+    lm, tok, _ = load_causal_lm(cfg.reader or "minilm", what="reader")
     if cfg.reader_embeddings != "train":
         lm.get_input_embeddings().weight.requires_grad_(
             False
@@ -218,7 +207,7 @@ def _build_causal(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any
 
 def build_model(cfg: PretrainConfig, store: DocStore) -> tuple[RealmModel, Any]:
     """The model `cfg` asks for, on CPU, in train mode; returns (model, the masking tokenizer)."""
-    from ralm.backbones import load_tokenizer
+    from ralm.models.tokenizers import load_tokenizer
 
     if is_causal_reader(cfg):
         return _build_causal(cfg, store)
@@ -305,7 +294,7 @@ def optimizer_for(model: RealmModel, cfg: PretrainConfig) -> torch.optim.AdamW:
 
 
 def resolve_reader_dir(cfg: PretrainConfig) -> Path:
-    from ralm.backbones import resolve_model_dir
+    from ralm.models.names import resolve_model_dir
 
     return resolve_model_dir(cfg.reader)
 

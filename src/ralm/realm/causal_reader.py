@@ -39,8 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ralm.causal_lm import position_logits
 from ralm.errors import RalmError
+from ralm.models.position_logits import position_logits
 
 LAYOUTS = ("doc_first", "query_first")
 

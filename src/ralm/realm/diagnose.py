@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.precision import autocast_context, autocast_dtype
+from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.evaluate import causal_span_scores, heldout_batches, paired_ratio_interval
 from ralm.realm.run import LoadedRun
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.precision import autocast_context, autocast_dtype
+from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.build import make_collator
 from ralm.realm.causal_masking import SPAN_KINDS
 from ralm.realm.masking import MaskingCollator

@@ -18,9 +18,9 @@ import shutil
 from pathlib import Path
 
 from ralm.atomic import replace_dir, temp_sibling
-from ralm.backbones import quiet_transformers
 from ralm.errors import RalmError
 from ralm.model_card import model_card, write_model_card
+from ralm.models.quiet import quiet_transformers
 from ralm.realm.run import LoadedRun
 
 __all__ = ["export_reader", "export_retriever"]
@@ -136,7 +136,8 @@ def export_reader(run: LoadedRun, out: str | os.PathLike, *, overwrite: bool = F
     out = Path(out)
     _check_out(out, overwrite)
     if run.model.causal:
-        from ralm.causal_lm import merge_lora, save_causal_lm
+        from ralm.models.lora import merge_lora
+        from ralm.models.save import save_causal_lm
 
         lm = merge_lora(run.model.reader.lm)
         with quiet_transformers():

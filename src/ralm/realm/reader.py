@@ -120,10 +120,9 @@ class Reader(nn.Module):
         """Load any ``AutoModelForMaskedLM``. A BERT encoder saved without an MLM head (like the
         bundled MiniLM) gets a decoder tied to its word embeddings and a freshly initialised
         transform: expected, and logged here."""
-        from transformers import AutoModelForMaskedLM
+        from ralm.models.encoder import load_masked_lm
 
-        mlm, info = AutoModelForMaskedLM.from_pretrained(model_dir, output_loading_info=True, **kwargs)
-        missing = list(info.get("missing_keys", []))
+        mlm, missing = load_masked_lm(model_dir, **kwargs)
         if missing:
             logger.info(
                 "Reader %s: %d weights not in the checkpoint were freshly initialised (an encoder "

@@ -30,7 +30,7 @@ import torch
 
 from ralm.atomic import replace_dir
 from ralm.errors import RalmError
-from ralm.precision import autocast_context, autocast_dtype, eval_on
+from ralm.models.precision import autocast_context, autocast_dtype, eval_on
 from ralm.realm.model import ChunkDocs
 from ralm.retrieval.embed import plan_batches
 from ralm.retrieval.encoders import DualEncoder

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.precision import autocast_context, autocast_dtype
+from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.build import (
     build_model,
     first_index,

@@ -36,7 +36,7 @@ import torch
 from ralm.atomic import write_json_atomic
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.precision import autocast_context, autocast_dtype, eval_on
+from ralm.models.precision import autocast_context, autocast_dtype, eval_on
 from ralm.retrieval.embed_files import (
     DTYPES,
     EMB_FORMAT,

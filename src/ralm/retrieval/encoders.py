@@ -38,10 +38,9 @@ import torch
 from torch import nn
 
 from ralm.atomic import replace_dir, temp_sibling
-from ralm.backbones import resolve_model_dir
-from ralm.decoder_body import is_decoder_spec
 from ralm.errors import RalmError
-from ralm.precision import autocast_context, autocast_dtype, eval_on
+from ralm.models.names import is_decoder_spec, resolve_model_dir
+from ralm.models.precision import autocast_context, autocast_dtype, eval_on
 from ralm.retrieval.towers import EncoderConfig, Tower
 
 __all__ = ["ENCODER_FILE", "DualEncoder", "EncoderConfig", "Tower"]

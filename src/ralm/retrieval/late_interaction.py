@@ -140,17 +140,17 @@ class TokenEncoder(nn.Module):
         cls, path: str | None = None, config: LateInteractionConfig | None = None
     ) -> TokenEncoder:
         """Load a local HF encoder directory (None or "minilm": the bundled MiniLM)."""
-        from ralm.backbones import load_tokenizer
-        from ralm.retrieval.towers import load_backbone
+        from ralm.models.encoder import load_encoder
+        from ralm.models.tokenizers import load_tokenizer
 
-        return cls(load_backbone(path), load_tokenizer(path), config)
+        return cls(load_encoder(path), load_tokenizer(path), config)
 
     def _device(self) -> torch.device:
         return next(self.parameters()).device
 
     def _forward(self, enc: dict[str, torch.Tensor]) -> torch.Tensor:
         """Tokenized batch -> (B, T, dim) float32 unit vectors."""
-        from ralm.precision import autocast_context, autocast_dtype
+        from ralm.models.precision import autocast_context, autocast_dtype
 
         dev = self._device()
         dtype = autocast_dtype(dev, self.config.autocast, next(self.model.parameters()).dtype)

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ralm.backbones import tokenizer_fingerprint
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
+from ralm.models.tokenizers import tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from ralm.retrieval.encoders import Tower

@@ -23,11 +23,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ralm.backbones import load_tokenizer, quiet_transformers, resolve_model_dir
-from ralm.decoder_body import is_decoder_body, is_decoder_spec, last_token, load_decoder_body, mask_positions
 from ralm.errors import RalmError
+from ralm.models.decoder_body import is_decoder_body, last_token, load_decoder_body, mask_positions
+from ralm.models.encoder import encoder_dir, load_encoder
+from ralm.models.names import is_decoder_spec
+from ralm.models.quiet import quiet_transformers
+from ralm.models.tokenizers import load_tokenizer
 
-__all__ = ["EncoderConfig", "InputTemplate", "Tower", "load_backbone", "write_sentence_transformers_modules"]
+__all__ = ["EncoderConfig", "InputTemplate", "Tower", "write_sentence_transformers_modules"]
 
 PROJECTION_FILE = "projection.safetensors"
 POOLINGS = ("mean", "cls", "last")  # last: the last real token (decoder-only LMs)
@@ -145,37 +148,6 @@ class InputTemplate:
 
 
 # ----------------------------------------------------------------------------- towers
-def _check_model_dir(path) -> Path:
-    d = resolve_model_dir(path)
-    if not (d / "config.json").is_file():
-        raise RalmError(
-            f"{d}: not a Hugging Face model directory (no config.json); pass a directory written by "
-            "save_pretrained or by DualEncoder.save"
-        )
-    return d
-
-
-def load_backbone(path) -> nn.Module:
-    """AutoModel from a local directory in float32, without BERT's pooler (unused; DDP needs grads)."""
-    from transformers import AutoModel
-
-    d = _check_model_dir(path)
-    with quiet_transformers():
-        try:
-            try:
-                model = AutoModel.from_pretrained(
-                    str(d), local_files_only=True, dtype=torch.float32, add_pooling_layer=False
-                )
-            except TypeError:  # the architecture has no pooler argument
-                model = AutoModel.from_pretrained(str(d), local_files_only=True, dtype=torch.float32)
-        except (OSError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RalmError(
-                f"{d}: could not load a model ({first}); pass a Hugging Face model directory with weights"
-            ) from None
-    return model
-
-
 class Tower(nn.Module):
     """One encoder: HF backbone -> pooling ("cls" | "mean" | "last") -> optional projection -> optional
     L2 norm. A decoder-only LM's body counts its positions from the attention mask (any padding
@@ -302,13 +274,13 @@ class Tower(nn.Module):
         if is_decoder_spec(path):
             model, tokenizer = load_decoder_body(path, bidirectional=config.bidirectional, what="encoder")
             return cls(model, tokenizer, config)
-        d = _check_model_dir(path)
+        d = encoder_dir(path)
         if not any((d / f).is_file() for f in TOKENIZER_FILES):
             raise RalmError(
                 f"{d}: could not load a tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
                 "copy the tokenizer files of the model it was trained from into it"
             )
-        model = load_backbone(d)
+        model = load_encoder(d)
         if config.bidirectional != bool(getattr(model.config, "use_bidirectional_attention", False)):
             raise RalmError(
                 f"{d}: saved with{'out' if config.bidirectional else ''} bidirectional attention; "

@@ -1,6 +1,6 @@
 """Causal-LM backbones for SUREALM and how retrieved embeddings enter their attention.
 
-Backbones (`load_causal_lm(spec)`):
+Backbones (`ralm.models.causal.load_as_causal_lm(spec)` loads them):
 
 * ``"minilm"`` (default) or any BERT-style encoder directory: run as a causal LM
   (``is_decoder=True``) with a fresh LM head, as in SUREALM's small-scale rows;
@@ -25,55 +25,14 @@ embeddings). Other layouts raise a clear error.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from ralm.causal_lm import load_lm_tokenizer, resolve_lm
 from ralm.errors import RalmError
 
-__all__ = ["MemoryAdapter", "load_causal_lm", "load_lm_tokenizer", "resolve_lm"]
-
-
-def _model_type(d: Path) -> str | None:
-    try:
-        return json.loads((d / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def load_causal_lm(spec: str | os.PathLike | None, *, config_only: bool = False) -> nn.Module:
-    """A causal LM in float32 from an LM spec (see the module docstring); a fresh LM head when the
-    checkpoint is an encoder without one. `config_only`: random weights of the same shape."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from ralm.backbones import quiet_transformers
-
-    d, gguf = resolve_lm(spec)
-    kw: dict = {"gguf_file": gguf} if gguf else {}
-    encoder_like = _model_type(d) in ("bert", "roberta", "xlm-roberta", "electra", "distilbert")
-    if encoder_like:
-        kw["is_decoder"] = True
-    try:
-        with quiet_transformers():
-            if config_only:
-                cfg = AutoConfig.from_pretrained(str(d), local_files_only=True, **kw)
-                model = AutoModelForCausalLM.from_config(cfg)
-            else:
-                model = AutoModelForCausalLM.from_pretrained(
-                    str(d), local_files_only=True, dtype=torch.float32, **kw
-                )
-    except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RalmError(
-            f"{d}: cannot be loaded as a causal LM ({first[:200]}); pass a decoder or BERT-style directory"
-        ) from None
-    MemoryAdapter(model)  # fail early on an attention layout we cannot feed
-    return model
+__all__ = ["MemoryAdapter"]
 
 
 class MemoryAdapter:

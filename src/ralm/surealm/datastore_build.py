@@ -74,7 +74,7 @@ def build_datastore(
     log=print,
 ) -> Path:
     """Build the data store of `sentences` into `out` (atomically: a temp dir renamed at the end)."""
-    from ralm.surealm.backbone import load_lm_tokenizer
+    from ralm.models.tokenizers import load_lm_tokenizer
 
     cfg = cfg or DatastoreConfig()
     cfg.check()

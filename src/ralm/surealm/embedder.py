@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.precision import autocast_context, autocast_dtype, eval_on
+from ralm.models.precision import autocast_context, autocast_dtype, eval_on
 from ralm.retrieval.embed import plan_batches
 from ralm.retrieval.encoders import EncoderConfig, Tower
 
@@ -128,7 +128,7 @@ class SpanEmbedder:
         autocast: str = "auto",
         max_length: int = 256,
     ) -> None:
-        from ralm.backbones import resolve_model_dir
+        from ralm.models.names import resolve_model_dir
 
         self.path = resolve_model_dir(path)
         pooling, normalize = sentence_transformer_pooling(self.path)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ralm.precision import autocast_context, autocast_dtype
+from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
 from ralm.surealm.model import SurealmLM
 

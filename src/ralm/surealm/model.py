@@ -39,7 +39,9 @@ import torch
 from torch import nn
 
 from ralm.errors import RalmError
-from ralm.surealm.backbone import MemoryAdapter, load_causal_lm, load_lm_tokenizer
+from ralm.models.causal import load_as_causal_lm
+from ralm.models.tokenizers import load_lm_tokenizer
+from ralm.surealm.backbone import MemoryAdapter
 
 MODEL_FILE = "surealm.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -358,7 +360,7 @@ class SurealmLM(nn.Module):
             cfg = SurealmConfig.from_dict(json.loads((d / MODEL_FILE).read_text(encoding="utf-8")))
         except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
             raise RalmError(f"{d / MODEL_FILE}: unreadable ({exc}); re-save the model") from None
-        backbone = load_causal_lm(d, config_only=True)
+        backbone = load_as_causal_lm(d, config_only=True)
         model = cls(backbone, cfg)
         try:
             load_model(model, str(d / WEIGHTS_FILE), strict=True)
@@ -371,4 +373,4 @@ class SurealmLM(nn.Module):
 
     @classmethod
     def from_backbone(cls, config: SurealmConfig) -> SurealmLM:
-        return cls(load_causal_lm(config.lm), config)
+        return cls(load_as_causal_lm(config.lm), config)

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ralm.atomic import move_into_place, write_json_atomic
 from ralm.errors import RalmError
-from ralm.precision import autocast_context, autocast_dtype
+from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
 from ralm.surealm.datastore import Datastore
 from ralm.surealm.model import SurealmConfig, SurealmLM
@@ -170,8 +170,9 @@ def _save_atomic(model: SurealmLM, tokenizer, out: Path, extra: dict) -> None:
 
 def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -> Path:
     """Train SUREALM (or the baseline with retrieval=False); returns the output directory."""
+    from ralm.models.causal import load_as_causal_lm
+    from ralm.models.tokenizers import load_lm_tokenizer
     from ralm.progress import tqdm
-    from ralm.surealm.backbone import load_causal_lm, load_lm_tokenizer
 
     cfg.check()
     store = Datastore(cfg.datastore)
@@ -211,7 +212,7 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
         raise RalmError(f"K={cfg.k} is more than the {len(store)} entries of {store.root}; lower K")
     torch.manual_seed(cfg.seed)
     dev = resolve_device(cfg.device)
-    model = SurealmLM(load_causal_lm(cfg.lm), mcfg)
+    model = SurealmLM(load_as_causal_lm(cfg.lm), mcfg)
     if cfg.init_from:
         init_backbone(model, cfg.init_from, tok_sha)
     model = model.to(dev).train()
@@ -348,7 +349,7 @@ def load_trained(path: str | os.PathLike, datastore: str | os.PathLike | None = 
     if not ds:
         raise RalmError(f"{d}: no data store recorded; pass --datastore")
     store = Datastore(ds)
-    from ralm.backbones import tokenizer_fingerprint
+    from ralm.models.tokenizers import tokenizer_fingerprint
 
     check_compatible(store, model.config, tokenizer_fingerprint(tok))
     if model.config.retrieval and model.config.datastore_fingerprint not in ("", store.fingerprint):

@@ -36,8 +36,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ralm.decoder_body import is_decoder_spec, last_token, load_decoder_body, mask_positions
 from ralm.errors import RalmError
+from ralm.models.decoder_body import last_token, load_decoder_body, mask_positions
+from ralm.models.names import is_decoder_spec
 
 __all__ = [
     "TASK_FILE",
@@ -124,8 +125,8 @@ class CausalTaskModel(nn.Module):
         from safetensors.torch import save_file, save_model
 
         from ralm.atomic import staged_dir
-        from ralm.causal_lm import merge_lora
         from ralm.model_card import write_model_card
+        from ralm.models.lora import merge_lora
 
         with staged_dir(out) as tmp:
             merge_lora(self.body)
@@ -202,7 +203,7 @@ With ralm: `ralm.tasks.causal_heads.load_saved_task_model(DIR)`, or `ralm finetu
 
 # -- loading
 def is_causal_backbone(spec: str | os.PathLike | None) -> bool:
-    """Whether --model names a decoder-only LM (`ralm.decoder_body.is_decoder_spec`) or a saved
+    """Whether --model names a decoder-only LM (`ralm.models.names.is_decoder_spec`) or a saved
     `CausalTaskModel`."""
     if spec is None:
         return False
@@ -247,7 +248,7 @@ def load_causal_task_model(
     if not train_embeddings:
         model.body.get_input_embeddings().weight.requires_grad_(False)
     if lora_r:
-        from ralm.causal_lm import add_lora
+        from ralm.models.lora import add_lora
 
         add_lora(model.body, lora_r)
     return model, tok
@@ -256,16 +257,14 @@ def load_causal_task_model(
 def load_saved_task_model(d: str | os.PathLike) -> tuple[CausalTaskModel, Any]:
     """(CausalTaskModel in eval mode, tokenizer) from a directory `CausalTaskModel.save_pretrained` wrote."""
     from safetensors.torch import load_file
-    from transformers import AutoModel, AutoTokenizer
 
-    from ralm.backbones import quiet_transformers
+    from ralm.models.encoder import load_auto
 
     d = Path(d).expanduser()
     try:
         meta = json.loads((d / TASK_FILE).read_text(encoding="utf-8"))
-        with quiet_transformers():
-            body = AutoModel.from_pretrained(str(d), local_files_only=True, dtype=torch.float32)
-            tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True)
+        body = load_auto("AutoModel", d, local_files_only=True, dtype=torch.float32)
+        tok = load_auto("AutoTokenizer", d, local_files_only=True)
         model = CausalTaskModel(body, meta["task"], int(meta["head"]["out"]), meta.get("pooling", "last"))
         model.head.load_state_dict(load_file(str(d / HEAD_FILE)))
     except (OSError, ValueError, KeyError, RuntimeError, json.JSONDecodeError) as exc:

@@ -24,9 +24,10 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ralm.backbones import load_tokenizer, quiet_transformers, resolve_model_dir
-from ralm.causal_lm import NAMED_LMS
 from ralm.errors import RalmError
+from ralm.models.encoder import load_auto
+from ralm.models.names import NAMED_LMS, resolve_model_dir
+from ralm.models.tokenizers import load_tokenizer
 from ralm.tasks.causal_heads import is_causal_backbone
 
 __all__ = ["InitSpec", "load_retriever_parts", "load_task_model", "prepare_init"]
@@ -53,7 +54,7 @@ class InitSpec:
     @property
     def label(self) -> str:
         """A short row name: the bundled backbone is "minilm", others their directory's name."""
-        from ralm.backbones import default_backbone_path
+        from ralm.models.names import default_backbone_path
 
         try:
             if Path(self.source).resolve() == default_backbone_path().resolve():
@@ -149,8 +150,6 @@ def load_task_model(
     classification; a decoder-only LM gets a `CausalTaskModel` (causal: its options,
     bidirectional/pooling/lora_r/train_embeddings). Fails with one line when the directory is not a
     usable model."""
-    import transformers
-
     if is_causal_backbone(model_dir):
         from ralm.tasks.causal_heads import load_causal_task_model
 
@@ -164,7 +163,6 @@ def load_task_model(
             f"{model_dir}: --bidirectional is for decoder-only LMs; an encoder already reads both sides"
         )
     d = resolve_model_dir(model_dir)
-    cls = getattr(transformers, HEADS[task])
     kw = {}
     if labels is not None:
         kw = {
@@ -173,8 +171,7 @@ def load_task_model(
             "label2id": {lab: i for i, lab in enumerate(labels)},
         }
     try:
-        with quiet_transformers():
-            model = cls.from_pretrained(str(d), **kw)
+        model = load_auto(HEADS[task], d, **kw)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RalmError(

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ralm.atomic import write_json_atomic
-from ralm.precision import autocast_context, autocast_dtype
+from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.tasks.adapters import Adapter, TaggingAdapter, make_adapter, shuffled
 from ralm.tasks.metrics import PRIMARY
 from ralm.tasks.models import InitSpec, load_retriever_parts, load_task_model
@@ -271,7 +271,7 @@ def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: 
     log.close()
     write_predictions(out / "predictions.jsonl", test_preds)
     if cfg.save and not cfg.eval_only:
-        from ralm.backbones import quiet_transformers
+        from ralm.models.quiet import quiet_transformers
 
         with quiet_transformers():  # no "Writing model shards" bar in the log
             parts.model.save_pretrained(str(out / "model"), safe_serialization=True)

@@ -71,8 +71,7 @@ def encoder_request(encoder: str | os.PathLike | None, config: Any | None) -> di
     """What `index build` is asked to embed with: {"encoder": source dir or None (the bundled
     MiniLM), "config": the EncoderConfig fields it will have}. A saved ralm encoder given without
     a config keeps its own."""
-    from ralm.backbones import DEFAULT_BACKBONE
-    from ralm.causal_lm import NAMED_LMS
+    from ralm.models.names import DEFAULT_BACKBONE, NAMED_LMS
 
     source = None
     if encoder is not None and str(encoder) in NAMED_LMS:

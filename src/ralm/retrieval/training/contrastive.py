@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ralm.precision import autocast_context
+from ralm.models.precision import autocast_context
 from ralm.retrieval.encoders import DualEncoder, Tower
 
 Rows = list[tuple[list, list]]  # per sequence (token ids, token type ids), specials included

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ralm.corpus.sentences import split_sentences
-from ralm.precision import autocast_context
+from ralm.models.precision import autocast_context
 from ralm.retrieval.encoders import DualEncoder
 
 __all__ = ["ict_loss", "ict_pair"]

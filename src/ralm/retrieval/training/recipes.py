@@ -47,7 +47,7 @@ import torch
 from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.model_card import write_model_card
-from ralm.precision import autocast_dtype
+from ralm.models.precision import autocast_dtype
 from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.training.batches import SupervisedBatches, UnsupervisedBatches
 from ralm.retrieval.training.contrastive import contrastive_step

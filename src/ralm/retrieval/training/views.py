@@ -74,7 +74,7 @@ class PairViews:
         self.q_tpl = encoder.query_tower.template
         self.d_tpl = encoder.doc_tower.template
         self.max_length = encoder.config.max_length
-        from ralm.backbones import tokenizer_fingerprint
+        from ralm.models.tokenizers import tokenizer_fingerprint
 
         self.same_tokenizer = tokenizer_fingerprint(encoder.query_tower.tokenizer) == tokenizer_fingerprint(
             encoder.doc_tower.tokenizer

@@ -2,10 +2,9 @@
 
 Task heads (`ralm.tasks.causal_heads`) and dual-encoder towers (`ralm.retrieval.towers`) both run
 a causal LM without its next-token layer (Gemma-3, Llama, Qwen, SmolLM2), as Qwen3-Embedding,
-EmbeddingGemma and NV-Embed do. What they share:
+EmbeddingGemma and NV-Embed do. What they share (whether a model argument names such an LM at
+all is `ralm.models.names.is_decoder_spec`):
 
-* `is_decoder_spec(spec)`: whether a model argument names a decoder-only LM (gemma3, smollm2, a
-  .gguf file, a causal LM directory);
 * `load_decoder_body(spec, bidirectional=...)`: (body, fast tokenizer), float32, GGUF markers
   dropped so the body saves with `save_pretrained`. ``bidirectional=True`` rebuilds the model
   with transformers' ``use_bidirectional_attention`` (Gemma, Gemma-2, Gemma-3); a config without
@@ -18,18 +17,17 @@ EmbeddingGemma and NV-Embed do. What they share:
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from ralm.errors import RalmError
+from ralm.models.causal import load_causal_lm
+from ralm.models.names import ENCODER_TYPES
 
 __all__ = [
     "is_decoder_body",
-    "is_decoder_spec",
     "last_token",
     "load_decoder_body",
     "mask_positions",
@@ -37,35 +35,9 @@ __all__ = [
 ]
 
 
-def is_decoder_spec(spec: str | os.PathLike | None) -> bool:
-    """Whether a model argument names a decoder-only LM: gemma3/smollm2, a .gguf file, a directory
-    holding one .gguf file, or a directory whose config.json is a causal LM."""
-    from ralm.causal_lm import NAMED_LMS, is_causal_config
-
-    if spec is None:
-        return False
-    s = str(spec)
-    if s in NAMED_LMS:
-        return True
-    p = Path(s).expanduser()
-    if p.is_file() and p.suffix == ".gguf":
-        return True
-    if not p.is_dir():
-        return False
-    if not (p / "config.json").is_file():
-        return any(p.glob("*.gguf"))
-    try:
-        cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return False
-    return is_causal_config(cfg)
-
-
 def is_decoder_body(config: Any) -> bool:
     """Whether a loaded model (its config) is a decoder-only LM's body rather than an encoder."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    from ralm.causal_lm import ENCODER_TYPES
 
     mt = getattr(config, "model_type", None)
     if getattr(config, "is_encoder_decoder", False) or mt in ENCODER_TYPES:
@@ -81,9 +53,7 @@ def supports_bidirectional(config: Any) -> bool:
 
 def load_decoder_body(spec: str | os.PathLike, *, bidirectional: bool = False, what: str = "backbone"):
     """(body of the causal LM `spec` in float32, its fast tokenizer with right padding)."""
-    from ralm.causal_lm import load_causal_lm_and_tokenizer
-
-    lm, tok, _ = load_causal_lm_and_tokenizer(spec, what=what)
+    lm, tok, _ = load_causal_lm(spec, what=what)
     cfg = lm.config
     if bidirectional:
         if not supports_bidirectional(cfg):

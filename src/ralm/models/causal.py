@@ -1,0 +1,107 @@
+"""Causal LMs from an LM spec: the decoder-only loader, and SUREALM's (encoders run as decoders).
+
+An LM spec is a short name (``"gemma3"``, ``"smollm2"``), a local directory
+`AutoModelForCausalLM` loads (Llama, Qwen2, Gemma3, GPT-2, ...), a directory holding one ``.gguf``
+file, or a ``.gguf`` file (`ralm.models.names`). Nothing here downloads.
+
+* `load_causal_lm(spec)`: (float32 decoder-only LM in train mode, its fast tokenizer, a display
+  name); encoders and encoder-decoders are refused in one line (`ralm.models.names.check_causal`).
+  The frozen LMs, RAG generators, REALM's causal reader and decoder bodies load through it;
+* `load_as_causal_lm(spec)`: any LM spec as a causal LM, a BERT-style encoder with
+  ``is_decoder=True`` and a fresh LM head (SUREALM's small-scale rows; ``"minilm"`` and None
+  give the bundled MiniLM); no tokenizer (`ralm.models.tokenizers.load_lm_tokenizer`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ralm.errors import RalmError
+from ralm.models.names import NAMED_LMS, check_causal, resolve_lm
+from ralm.models.quiet import quiet_gguf, quiet_transformers
+
+__all__ = ["load_as_causal_lm", "load_causal_lm"]
+
+ENCODERS_AS_DECODERS = ("bert", "roberta", "xlm-roberta", "electra", "distilbert")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def load_causal_lm(
+    spec: str | os.PathLike, *, gguf_file: str | None = None, what: str = "LM"
+) -> tuple[Any, Any, str]:
+    """(float32 causal LM in train mode, its fast tokenizer, a display name) of `spec`; one-line
+    RalmError for anything that is not a decoder-only LM or has no fast tokenizer. `gguf_file`
+    names the .gguf file inside a directory holding several (`ralm.models.names.resolve_lm`)."""
+    if str(spec) == "minilm" and gguf_file is None:
+        raise RalmError(f"minilm is an encoder, not a causal LM; the {what} must be a decoder-only LM")
+    d, gguf = resolve_lm(spec, gguf_file)
+    model, tok = _load_checked(d, gguf, what)
+    name = str(spec) if str(spec) in NAMED_LMS else str(d / gguf) if gguf else str(d)
+    return model, tok, name
+
+
+def _load_checked(d: Path, gguf: str | None, what: str) -> tuple[Any, Any]:
+    """(float32 causal LM, fast tokenizer) from directory `d` (and its GGUF file); one-line RalmError
+    for a model that does not load as a decoder-only causal LM or a tokenizer without offsets."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_causal(d, gguf, what)
+    kw: dict = {"gguf_file": gguf} if gguf else {}
+    try:
+        with quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, **kw)
+    except (OSError, ValueError, KeyError) as exc:
+        raise RalmError(f"{d}: could not load a tokenizer ({_first_line(exc)[:200]})") from None
+    if not getattr(tok, "is_fast", False):
+        raise RalmError(f"{d}: not a fast tokenizer (no tokenizer.json); ralm needs character offsets")
+    try:
+        with quiet_transformers(), quiet_gguf():
+            model = AutoModelForCausalLM.from_pretrained(
+                str(d), local_files_only=True, dtype=torch.float32, **kw
+            )
+    except (OSError, ValueError, KeyError) as exc:
+        raise RalmError(f"{d}: cannot be loaded as a causal LM ({_first_line(exc)[:200]})") from None
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise RalmError(f"{d}: an encoder-decoder model; the {what} must be a decoder-only LM")
+    return model, tok
+
+
+def _model_type(d: Path) -> str | None:
+    try:
+        return json.loads((d / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def load_as_causal_lm(spec: str | os.PathLike | None, *, config_only: bool = False):
+    """A causal LM in float32 from an LM spec; a fresh LM head when the checkpoint is an encoder
+    without one (see the module docstring). `config_only`: random weights of the same shape."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    d, gguf = resolve_lm(spec)
+    kw: dict = {"gguf_file": gguf} if gguf else {}
+    if _model_type(d) in ENCODERS_AS_DECODERS:
+        kw["is_decoder"] = True
+    try:
+        with quiet_transformers():
+            if config_only:
+                cfg = AutoConfig.from_pretrained(str(d), local_files_only=True, **kw)
+                model = AutoModelForCausalLM.from_config(cfg)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(
+                    str(d), local_files_only=True, dtype=torch.float32, **kw
+                )
+    except (OSError, ValueError, KeyError) as exc:
+        raise RalmError(
+            f"{d}: cannot be loaded as a causal LM ({_first_line(exc)[:200]}); pass a decoder or "
+            "BERT-style directory"
+        ) from None
+    return model
