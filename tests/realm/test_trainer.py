@@ -220,7 +220,7 @@ def test_initial_index_is_used_and_must_match_the_corpus(tiny_cfg, tmp_path):
 
 
 def test_same_setting_compares_paths_by_what_they_name(tmp_path, monkeypatch):
-    from ralm.train.checkpoint import same_setting
+    from ralm.train.run import same_setting
 
     (tmp_path / "store").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "store")

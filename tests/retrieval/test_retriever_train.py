@@ -195,7 +195,7 @@ def test_resume_after_a_crash_gives_the_uninterrupted_weights(
         _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x").write_text("")
-    with pytest.raises(RalmError, match="is not a retriever run"):
+    with pytest.raises(RalmError, match="is not a `ralm retriever train` run"):
         _dpr_run(tiny_dir, pairs, tmp_path / "other", epochs=2)
 
 
@@ -206,7 +206,7 @@ def test_changed_settings_are_refused_on_resume(
     monkeypatch.setattr(rt, "contrastive_step", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         _dpr_run(tiny_dir, pairs, tmp_path / "cut")
-    with pytest.raises(RalmError, match=r"unfinished run with other settings \(lr\)"):
+    with pytest.raises(RalmError, match=r"unfinished `ralm retriever train` run with other settings \(lr\)"):
         cfg = RetrieverTrainConfig(mode="dpr", epochs=2, batch_size=4, lr=5e-4, save_every=2, log_every=1)
         train_retriever(_enc(tiny_dir), pairs, tmp_path / "cut", cfg, negatives=[[]] * 10, progress=False)
 

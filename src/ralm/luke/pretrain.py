@@ -44,16 +44,17 @@ import torch.nn.functional as F
 from ralm.errors import RalmError
 from ralm.luke.annotations import annotation_stats
 from ralm.luke.data import LukeCollator, MaskSettings
-from ralm.luke.pretrain_config import LukePretrainConfig
-from ralm.luke.pretrain_run import MODEL_DIR, check_out, corpus_stats, open_run, prepare, read_run_config
+from ralm.luke.pretrain_config import CONFIG_FILE, LukePretrainConfig
+from ralm.luke.pretrain_run import COMMAND, MODEL_DIR, corpus_stats, open_run, prepare, read_run_config
 from ralm.luke.stages import entity_side, set_stage, staged_schedule
 from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.data import batch_positions, example_rngs
-from ralm.realm.run import check_checkpoint_corpus, trim_metrics
+from ralm.realm.run import check_checkpoint_corpus
 from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint
 from ralm.train.distributed import Dist, init_distributed, job
-from ralm.train.logging import MetricsLogger
+from ralm.train.logging import MetricsLogger, truncate_metrics
 from ralm.train.optim import adamw, param_groups, warmup_schedule
+from ralm.train.run import check_start
 
 __all__ = ["MODEL_DIR", "corpus_stats", "prepare", "pretrain", "read_run_config", "train_step"]
 
@@ -205,17 +206,11 @@ def _pretrain(
             f"batch_size={cfg.batch_size} is not divisible by the {dist.world} processes; use a multiple of {dist.world}"
         )
     run = Path(cfg.out)
-    dist.on_main(lambda: check_out(run, resume, overwrite))  # fail fast, before reading the corpus
+    # fail fast, before reading the corpus
+    dist.on_main(lambda: check_start(run, CONFIG_FILE, COMMAND, resume=resume, overwrite=overwrite))
     prep = prepare(cfg)
     model = prep.model
-    rows: list = []
-
-    def start_run():
-        ckpt, kept = open_run(run, cfg, prep, held, resume, overwrite)
-        rows.append(kept)
-        return ckpt
-
-    ckpt_name = dist.on_main(start_run)
+    ckpt_name = dist.on_main(lambda: open_run(run, cfg, prep, held, resume, overwrite))
     dist.barrier()
     ckpt = Path(ckpt_name) if ckpt_name else None
     dev = dist.device if dist.enabled else resolve_device(cfg.device)
@@ -241,7 +236,7 @@ def _pretrain(
         start = int(state["step"])
         restore_rng(state["rng"], dev, dist.world)
         if dist.is_main:
-            trim_metrics(run, rows[0], start)
+            truncate_metrics(run, start)
     if dist.world > 1:
         torch.manual_seed(cfg.seed + 1000 * dist.rank + start)  # dropout differs per rank
     ac = autocast_dtype(dev, cfg.autocast, torch.float32)

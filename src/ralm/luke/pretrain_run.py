@@ -11,7 +11,6 @@ was prepared, deletes an overwritten run only now, and writes config.toml and en
 
 from __future__ import annotations
 
-import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +23,12 @@ from ralm.luke.annotations import EntitySpans, annotation_stats, open_store
 from ralm.luke.data import WordTokens
 from ralm.luke.pretrain_config import CONFIG_FILE, RESUME_FIELDS, LukePretrainConfig
 from ralm.luke.vocab import VOCAB_FILE, EntityVocabulary
-from ralm.realm.run import read_metrics_for_resume
-from ralm.train.checkpoint import clear_leftovers, intact_checkpoint, same_setting
-from ralm.train.logging import METRICS_FILE
+from ralm.train.run import check_start, remove_run, resume_point, setting_differences
 
 __all__ = [
     "MODEL_DIR",
     "Prepared",
-    "check_out",
+    "COMMAND",
     "check_resume",
     "corpus_stats",
     "open_run",
@@ -40,6 +37,7 @@ __all__ = [
 ]
 
 MODEL_DIR = "model"  # RUN/model: the trained LukeForPretraining (ralm.luke.io)
+COMMAND = "ralm luke pretrain"
 
 
 @dataclass
@@ -113,30 +111,15 @@ def corpus_stats(cfg: LukePretrainConfig) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- one step
 
 
-def check_out(run: Path, resume: bool, overwrite: bool) -> bool:
-    """Whether --out holds a run to continue (resume); RalmError when --out may not be used."""
-    if run.exists() and not run.is_dir():
-        raise RalmError(f"{run}: exists and is not a directory; choose another --out")
-    has_files = run.is_dir() and any(run.iterdir())
-    is_run = (run / CONFIG_FILE).is_file()
-    if has_files and not resume:
-        if not overwrite:
-            raise RalmError(f"{run}: exists; pass --resume to continue it or --overwrite to start over")
-        if not is_run:
-            raise RalmError(
-                f"{run}: not a ralm run directory; refusing to overwrite it, choose another --out"
-            )
-    return resume and is_run
-
-
 def check_resume(run: Path, cfg: LukePretrainConfig, vocab: EntityVocabulary) -> None:
     saved = read_run_config(run)
-    for f in RESUME_FIELDS:
-        if not same_setting(getattr(saved, f), getattr(cfg, f)):
-            raise RalmError(
-                f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
-                "resume it with its own config.toml"
-            )
+    diff = setting_differences(saved, cfg, RESUME_FIELDS)
+    if diff:
+        f = diff[0]
+        raise RalmError(
+            f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
+            "resume it with its own config.toml"
+        )
     path = run / VOCAB_FILE
     diff = EntityVocabulary.load(path).difference(vocab)
     if diff is not None:
@@ -148,22 +131,17 @@ def check_resume(run: Path, cfg: LukePretrainConfig, vocab: EntityVocabulary) ->
 
 def open_run(
     run: Path, cfg: LukePretrainConfig, prep: Prepared, held: ExitStack, resume: bool, overwrite: bool
-):
-    """Rank 0: lock, check, clear or create --out; returns (checkpoint to resume or None, metric rows)."""
+) -> str | None:
+    """Rank 0: lock, check, clear or create --out (`ralm.train.run`); returns the checkpoint to
+    resume, or None."""
     held.enter_context(writer_lock(run))
-    cont = check_out(run, resume, overwrite)
-    ckpt = rows = None
-    if cont:
+    ckpt = None
+    if check_start(run, CONFIG_FILE, COMMAND, resume=resume, overwrite=overwrite):
         check_resume(run, cfg, prep.vocab)
-        clear_leftovers(run)
-        ckpt = intact_checkpoint(run, command="ralm luke pretrain")
-        if ckpt is None:  # it died before its first checkpoint: start again at step 1
-            (run / METRICS_FILE).unlink(missing_ok=True)
-        else:
-            rows = read_metrics_for_resume(run)
-    elif run.is_dir() and any(run.iterdir()):  # --overwrite of a run, after every check passed
-        shutil.rmtree(run)
+        ckpt = resume_point(run, COMMAND)
+    elif overwrite:  # after every check passed
+        remove_run(run, CONFIG_FILE, COMMAND)
     run.mkdir(parents=True, exist_ok=True)
     cfg.save(run)
     prep.vocab.save(run / VOCAB_FILE)
-    return (str(ckpt) if ckpt is not None else None), rows
+    return str(ckpt) if ckpt is not None else None

@@ -143,7 +143,8 @@ def open_run(
     data (default `examples_digest(examples)`); command, config, mode: the command named in
     messages, the settings file's name, the trainer's name in the checkpoints."""
     from ralm.atomic import write_json_atomic
-    from ralm.train.checkpoint import clear_leftovers, intact_checkpoint, load_checkpoint, restore_rng
+    from ralm.train.checkpoint import load_checkpoint, restore_rng
+    from ralm.train.run import refuse_other_settings, resume_point
 
     settings = {
         "config": asdict(cfg),
@@ -153,17 +154,8 @@ def open_run(
     saved = run / config
     state = RunState(run)
     if saved.is_file():
-        old = json.loads(saved.read_text(encoding="utf-8"))
-        diff = [k for k, v in settings["config"].items() if old.get("config", {}).get(k) != v]
-        diff += [k for k in ("examples", "digest") if old.get(k) != settings[k]]
-        if diff:
-            what = ", ".join("training examples" if k == "digest" else k for k in diff)
-            raise RalmError(
-                f"{run}: holds an unfinished `{command}` run with other settings ({what}); rerun it "
-                "with the same ones to resume, or pass --overwrite to start over"
-            )
-        clear_leftovers(run)
-        ckpt = intact_checkpoint(run, command=command)
+        refuse_other_settings(run, config, settings, command, labels={"digest": "training examples"})
+        ckpt = resume_point(run, command)
         if ckpt is not None:
             st = load_checkpoint(ckpt, model, opt, sched, purpose="resume")
             restore_rng(st["rng"], device, 1)
@@ -173,8 +165,6 @@ def open_run(
             if rows:
                 state.tokens, state.seconds = int(rows[-1].get("tokens", 0)), float(rows[-1]["seconds"])
             log(f"{run}: resuming at step {st['step']} ({ckpt.name})")
-        else:
-            (run / METRICS_FILE).unlink(missing_ok=True)  # stopped before its first checkpoint
     else:
         run.mkdir(parents=True, exist_ok=True)
         (run / METRICS_FILE).unlink(missing_ok=True)

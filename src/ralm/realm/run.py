@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +29,12 @@ from ralm.realm.refresh import SyncRefresher
 from ralm.train.checkpoint import (
     STATE_FILE,
     checkpoint_problems,
-    clear_leftovers,
     intact_checkpoint,
     load_checkpoint,
     read_state,
-    same_setting,
 )
 from ralm.train.device import resolve_device
-from ralm.train.logging import METRICS_FILE, read_metric_rows
+from ralm.train.run import check_start, remove_run, resume_point, setting_differences
 
 __all__ = [
     "SPLIT_FILE",
@@ -47,14 +44,13 @@ __all__ = [
     "load_run",
     "open_stores",
     "prepare_run",
-    "read_metrics_for_resume",
     "read_run_config",
     "read_split",
-    "trim_metrics",
     "write_split",
 ]
 
 SPLIT_FILE = "split.json"
+COMMAND = "ralm pretrain"
 
 
 @dataclass
@@ -129,12 +125,13 @@ RESUME_FIXED = (
 def check_resume(run: Path, cfg: PretrainConfig) -> None:
     """RalmError unless `cfg` continues the run's own config (the settings a checkpoint depends on)."""
     saved = read_run_config(run)
-    for f in RESUME_FIXED:
-        if not same_setting(getattr(saved, f), getattr(cfg, f)):
-            raise RalmError(
-                f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
-                "resume it with its own config.toml"
-            )
+    diff = setting_differences(saved, cfg, RESUME_FIXED)
+    if diff:
+        f = diff[0]
+        raise RalmError(
+            f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
+            "resume it with its own config.toml"
+        )
 
 
 def check_checkpoint_corpus(
@@ -247,27 +244,18 @@ def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedR
     )
 
 
-def prepare_run(run: Path, cfg: PretrainConfig, held: ExitStack, *, resume: bool, overwrite: bool):
-    """`pretrain`'s main process: take the run's writer lock (kept in `held`), then check, clear or create the
-    directory; returns (checkpoint to resume or None, metric rows to keep or None)."""
+def prepare_run(
+    run: Path, cfg: PretrainConfig, held: ExitStack, *, resume: bool, overwrite: bool
+) -> Path | None:
+    """`pretrain`'s main process: take the run's writer lock (kept in `held`), then check, clear or
+    create the directory (`ralm.train.run`); returns the checkpoint to resume, or None."""
     held.enter_context(writer_lock(run))
-    if run.exists() and any(run.iterdir()) and not resume:
-        if not overwrite:
-            raise RalmError(f"{run}: exists; pass --resume to continue it or --overwrite to start over")
-        if not (run / CONFIG_FILE).is_file():
-            raise RalmError(
-                f"{run}: not a ralm run directory; refusing to overwrite it, choose another --out"
-            )
-        shutil.rmtree(run)
-    if not resume or not (run / CONFIG_FILE).is_file():
-        return None, None
+    if not check_start(run, CONFIG_FILE, COMMAND, resume=resume, overwrite=overwrite):
+        if overwrite:
+            remove_run(run, CONFIG_FILE, COMMAND)
+        return None
     check_resume(run, cfg)
-    clear_leftovers(run)
-    ckpt = intact_checkpoint(run)
-    if ckpt is None:  # it died before its first checkpoint: it starts again at step 1
-        (run / METRICS_FILE).unlink(missing_ok=True)
-        return None, None
-    return ckpt, read_metrics_for_resume(run)
+    return resume_point(run, COMMAND)
 
 
 # ----------------------------------------------------------------------------- run files
@@ -290,18 +278,3 @@ def read_split(run: Path) -> tuple[np.ndarray, np.ndarray]:
             f"{p}: unreadable ({' '.join(str(exc).split())[:200]}); resume the run with `ralm pretrain --resume` "
             "to write it again"
         ) from None
-
-
-def read_metrics_for_resume(run: Path) -> list[dict[str, Any]] | None:
-    """The run's metric rows (a torn last line dropped with a warning), None when it has no metrics.jsonl."""
-    p = run / METRICS_FILE
-    return read_metric_rows(p) if p.is_file() else None
-
-
-def trim_metrics(run: Path, rows: list[dict[str, Any]] | None, last_step: int) -> None:
-    """Rewrite metrics.jsonl with the rows up to the checkpoint being resumed (the rest are logged again)."""
-    if rows is None:
-        return
-    write_text_atomic(
-        run / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in rows if r.get("step", 0) <= last_step)
-    )

@@ -67,7 +67,6 @@ from ralm.realm.run import (
     check_checkpoint_corpus,
     open_stores,
     prepare_run,
-    trim_metrics,
     write_split,
 )
 from ralm.train.checkpoint import (
@@ -78,7 +77,7 @@ from ralm.train.checkpoint import (
 )
 from ralm.train.device import resolve_device
 from ralm.train.distributed import Dist, init_distributed, job
-from ralm.train.logging import MetricsLogger
+from ralm.train.logging import MetricsLogger, truncate_metrics
 from ralm.train.optim import warmup_schedule
 
 logger = logging.getLogger(__name__)
@@ -218,11 +217,9 @@ def _pretrain(
             f"the {dist.world} processes; use a multiple of {dist.world}"
         )
     run = Path(cfg.out)
-    metric_rows: list = []
 
     def open_run() -> str | None:
-        ckpt, rows = prepare_run(run, cfg, held, resume=resume, overwrite=overwrite)
-        metric_rows.append(rows)
+        ckpt = prepare_run(run, cfg, held, resume=resume, overwrite=overwrite)
         return str(ckpt) if ckpt is not None else None
 
     value = dist.on_main(open_run)  # every rank stops with rank 0's one line
@@ -253,7 +250,7 @@ def _pretrain(
         start = int(state["step"])
         restore_rng(state["rng"], dev, dist.world)
         if dist.is_main:
-            trim_metrics(run, metric_rows[0], start)
+            truncate_metrics(run, start)
         if refresher is not None and hasattr(refresher, "last_snapshot_step"):
             refresher.last_snapshot_step = start
         logger.info("resumed %s at step %d (index version %s)", run, start, state["index_version"])

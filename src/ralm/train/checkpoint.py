@@ -46,7 +46,6 @@ __all__ = [
     "load_checkpoint",
     "read_state",
     "restore_rng",
-    "same_setting",
     "save_checkpoint",
 ]
 
@@ -59,17 +58,6 @@ _INSTEAD_ONE = {
     "resume": "resume from the previous one, or start over with --overwrite",
     "load": "use the previous one",
 }
-
-
-def same_setting(saved: Any, given: Any) -> bool:
-    """Whether a resumed run's setting `given` is the one it was started with (`saved`): equal
-    values, or two spellings of one existing path (relative vs absolute, a symlink)."""
-    if saved == given:
-        return True
-    if isinstance(saved, str) and isinstance(given, str) and saved and given:
-        a, b = Path(saved).expanduser(), Path(given).expanduser()
-        return a.exists() and b.exists() and a.resolve() == b.resolve()
-    return False
 
 
 def finished_checkpoints(run_dir: str | os.PathLike) -> list[Path]:

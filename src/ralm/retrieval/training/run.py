@@ -12,17 +12,17 @@ half-written (an encoder being saved, a checkpoint being written), with a note.
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from ralm.atomic import write_json_atomic
 from ralm.corpus.staging import remove_stale
 from ralm.errors import RalmError
+from ralm.train.run import not_a_run, out_state, refuse_other_settings, remove_run, resume_point
 
 RESULTS = "results.json"
 CONFIG = "train_config.json"
+COMMAND = "ralm retriever train"
 
 
 def prepare_run(
@@ -32,37 +32,17 @@ def prepare_run(
 
     A finished run (results.json) is kept unless `overwrite`; a run with other settings is refused.
     """
-    from ralm.train.checkpoint import clear_leftovers, finished_checkpoints
-
     remove_stale(out / "encoder", log, ("tmp",), "retriever training")
-    if out.exists() and not out.is_dir():
-        raise RalmError(f"{out}: exists and is not a directory; choose another --out")
-    if out.is_dir() and any(out.iterdir()):
-        known = (out / CONFIG).is_file()
-        if overwrite:
-            if not known:
-                raise RalmError(
-                    f"{out}: exists and is not a retriever run (no {CONFIG}); refusing to overwrite it"
-                )
-            shutil.rmtree(out)
-        elif (out / RESULTS).is_file():
-            raise RalmError(f"{out}: holds a finished run; choose another --out or pass --overwrite")
-        elif not known:
-            raise RalmError(f"{out}: exists and is not a retriever run; choose another --out")
-        else:
-            saved = json.loads((out / CONFIG).read_text(encoding="utf-8"))
-            diff = [k for k, v in settings.items() if saved.get("config", {}).get(k) != v]
-            diff += [k for k, v in data.items() if saved.get("data", {}).get(k) != v]
-            if diff:
-                raise RalmError(
-                    f"{out}: holds an unfinished run with other settings ({', '.join(sorted(diff))}); "
-                    "rerun it with the same ones to resume, or pass --overwrite to start over"
-                )
-            clear_leftovers(out)
-            if finished_checkpoints(out):
-                return True
-            (out / "metrics.jsonl").unlink(missing_ok=True)  # cut before its first checkpoint
-            return False
+    state = out_state(out, CONFIG, RESULTS)
+    if overwrite and state != "empty":
+        remove_run(out, CONFIG, COMMAND)
+    elif state == "finished":
+        raise RalmError(f"{out}: holds a finished run; choose another --out or pass --overwrite")
+    elif state == "foreign":
+        raise RalmError(not_a_run(out, CONFIG, COMMAND))
+    elif state == "unfinished":
+        refuse_other_settings(out, CONFIG, {"config": settings, "data": data}, COMMAND)
+        return resume_point(out, COMMAND) is not None
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / CONFIG, {"config": settings, "data": data})
     return False
