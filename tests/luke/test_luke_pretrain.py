@@ -381,3 +381,18 @@ def test_entity_first_stage_leaves_the_word_side_bit_identical(make_cfg, tmp_pat
     assert all(not torch.equal(four[k], start[k]) for k in word if k.endswith("query.weight"))
     assert sum(not torch.equal(two[k], start[k]) for k in ent) > len(ent) // 2
     assert [r.get("stage") for r in rows(run) if "mlm_loss" in r] == [1, 1, 2, 2]
+
+
+def test_cli_rerun_of_a_finished_run_changes_nothing(capsys, store, tiny_dir, tmp_path):
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, *_cli_args(store, tiny_dir, out))
+    assert code == 0, err
+    before = {p.relative_to(out).as_posix(): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    code, _, err = cli(capsys, *_cli_args(store, tiny_dir, out))
+    assert code == 0
+    assert err == [
+        f"{out}: finished already (step 2, {out / 'model'}); nothing to do (--overwrite trains it again)"
+    ]
+    assert {
+        p.relative_to(out).as_posix(): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()
+    } == before

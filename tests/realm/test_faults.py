@@ -428,7 +428,9 @@ def test_resume_into_a_foreign_directory_deletes_nothing(tiny_cfg, tmp_path):
     d = tmp_path / "mine"
     d.mkdir()
     (d / "notes.tmp").write_text("mine")
-    with pytest.raises(RalmError, match=r"is not a `ralm pretrain` run \(no config.toml\); refusing to write"):
+    with pytest.raises(
+        RalmError, match=r"is not a `ralm pretrain` run \(no config.toml\); refusing to write"
+    ):
         pretrain(tiny_cfg(steps=1, out=str(d)), resume=True, progress=False)
     assert [p.name for p in d.iterdir()] == ["notes.tmp"] and (d / "notes.tmp").read_text() == "mine"
 
@@ -451,3 +453,29 @@ def test_fallback_past_a_newer_index_version_keeps_the_one_it_resumes_with(tiny_
                 for s in (1, 2, 3)]  # fmt: skip
     assert versions == [0, 0, 1]  # v1 again from the final refresh
     assert sorted(p.name for p in (run / "index").iterdir()) == ["v00001"]
+
+
+def _files(d):
+    return {
+        p.relative_to(d).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in d.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_rerunning_a_finished_run_says_so_and_changes_nothing(tiny_cfg, capsys):
+    from ralm.realm.trainer import pretrain
+
+    run = pretrain(tiny_cfg(steps=2, checkpoint_every=1), progress=False)
+    before = _files(run)
+    capsys.readouterr()
+    for resume in (False, True):
+        assert pretrain(tiny_cfg(steps=2, checkpoint_every=1), resume=resume, progress=False) == run
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"{run}: finished already (step 2); nothing to do (--overwrite trains it again)"]
+        assert _files(run) == before
+    # other fixed settings are not this run: refused as before; more steps continue it with --resume
+    with pytest.raises(RalmError, match="exists; pass --resume"):
+        pretrain(tiny_cfg(steps=2, batch_size=6), progress=False)
+    pretrain(tiny_cfg(steps=3, checkpoint_every=1), resume=True, progress=False)
+    assert (run / "checkpoints" / "step-0000003" / "state.json").is_file()

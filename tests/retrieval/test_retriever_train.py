@@ -191,8 +191,19 @@ def test_resume_after_a_crash_gives_the_uninterrupted_weights(
     assert steps == [
         json.loads(x)["step"] for x in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()
     ]
-    with pytest.raises(RalmError, match="holds a finished run"):
-        _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2)
+    cut = tmp_path / "cut"
+    before = {p.relative_to(cut).as_posix(): p.stat().st_mtime_ns for p in cut.rglob("*") if p.is_file()}
+    notes.clear()
+    again = _dpr_run(tiny_dir, pairs, cut, epochs=2, log=notes.append)  # the same command: nothing to do
+    assert again == json.loads((cut / "results.json").read_text())
+    assert notes == [
+        f"{cut}: finished already ({cut / 'results.json'}); nothing to do (--overwrite trains it again)"
+    ]
+    assert {
+        p.relative_to(cut).as_posix(): p.stat().st_mtime_ns for p in cut.rglob("*") if p.is_file()
+    } == before
+    with pytest.raises(RalmError, match=r"holds a finished run with other settings \(epochs\)"):
+        _dpr_run(tiny_dir, pairs, cut, epochs=3)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x").write_text("")
     with pytest.raises(RalmError, match="is not a `ralm retriever train` run"):

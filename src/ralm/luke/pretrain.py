@@ -33,6 +33,7 @@ auto-annotation (DaLUKE: 5 from links alone), words, tokens, training chunks, pa
 from __future__ import annotations
 
 import math
+import sys
 import time
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
@@ -45,7 +46,15 @@ from ralm.errors import RalmError
 from ralm.luke.annotations import annotation_stats
 from ralm.luke.data import LukeCollator, MaskSettings
 from ralm.luke.pretrain_config import CONFIG_FILE, LukePretrainConfig
-from ralm.luke.pretrain_run import COMMAND, MODEL_DIR, corpus_stats, open_run, prepare, read_run_config
+from ralm.luke.pretrain_run import (
+    COMMAND,
+    MODEL_DIR,
+    corpus_stats,
+    is_finished,
+    open_run,
+    prepare,
+    read_run_config,
+)
 from ralm.luke.stages import entity_side, set_stage, staged_schedule
 from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.data import batch_positions, example_rngs
@@ -54,7 +63,7 @@ from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics
 from ralm.train.optim import adamw, param_groups, warmup_schedule
-from ralm.train.run import check_start
+from ralm.train.run import check_start, finished_note
 
 __all__ = ["MODEL_DIR", "corpus_stats", "prepare", "pretrain", "read_run_config", "train_step"]
 
@@ -206,6 +215,10 @@ def _pretrain(
             f"batch_size={cfg.batch_size} is not divisible by the {dist.world} processes; use a multiple of {dist.world}"
         )
     run = Path(cfg.out)
+    if not overwrite and is_finished(run, cfg):
+        if dist.is_main:
+            print(finished_note(run, f"step {cfg.steps}, {run / MODEL_DIR}"), file=sys.stderr, flush=True)
+        return run
     # fail fast, before reading the corpus
     dist.on_main(lambda: check_start(run, CONFIG_FILE, COMMAND, resume=resume, overwrite=overwrite))
     prep = prepare(cfg)

@@ -151,10 +151,9 @@ def cmd_lsr(args: argparse.Namespace) -> int:
 
 def _finished(out: Path, result: str) -> int:
     """A rerun over a finished run: nothing is trained or written."""
-    print(
-        f"{out}: finished already ({out / result}); nothing to do (--overwrite trains it again)",
-        file=sys.stderr,
-    )
+    from ralm.train.run import finished_note
+
+    print(finished_note(out, str(out / result)), file=sys.stderr)
     return 0
 
 

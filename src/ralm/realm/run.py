@@ -34,13 +34,14 @@ from ralm.train.checkpoint import (
     read_state,
 )
 from ralm.train.device import resolve_device
-from ralm.train.run import check_start, remove_run, resume_point, setting_differences
+from ralm.train.run import check_start, finished_step, remove_run, resume_point, setting_differences
 
 __all__ = [
     "SPLIT_FILE",
     "LoadedRun",
     "check_checkpoint_corpus",
     "check_resume",
+    "is_finished",
     "load_run",
     "open_stores",
     "prepare_run",
@@ -132,6 +133,19 @@ def check_resume(run: Path, cfg: PretrainConfig) -> None:
             f"{run}: was started with {f}={getattr(saved, f)!r}, not {getattr(cfg, f)!r}; "
             "resume it with its own config.toml"
         )
+
+
+def is_finished(run: Path, cfg: PretrainConfig) -> bool:
+    """Whether `run` holds this very run (its fixed settings) with a checkpoint at cfg.steps or later:
+    rerunning its command has nothing to do."""
+    done = finished_step(run, CONFIG_FILE)
+    if done is None or done < cfg.steps:
+        return False
+    try:
+        check_resume(run, cfg)
+    except RalmError:
+        return False
+    return True
 
 
 def check_checkpoint_corpus(

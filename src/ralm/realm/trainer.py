@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
@@ -65,6 +66,7 @@ from ralm.realm.masking import MaskingCollator
 from ralm.realm.model import RealmModel, RealmOutput
 from ralm.realm.run import (
     check_checkpoint_corpus,
+    is_finished,
     open_stores,
     prepare_run,
     write_split,
@@ -79,6 +81,7 @@ from ralm.train.device import resolve_device
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics
 from ralm.train.optim import warmup_schedule
+from ralm.train.run import finished_note
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +220,10 @@ def _pretrain(
             f"the {dist.world} processes; use a multiple of {dist.world}"
         )
     run = Path(cfg.out)
+    if not overwrite and is_finished(run, cfg):
+        if dist.is_main:
+            print(finished_note(run, f"step {cfg.steps}"), file=sys.stderr, flush=True)
+        return run
 
     def open_run() -> str | None:
         ckpt = prepare_run(run, cfg, held, resume=resume, overwrite=overwrite)

@@ -21,7 +21,9 @@ whenever --out holds the same run; what a finished run does) and share the mecha
 - `setting_differences` and `refuse_other_settings`: a resumed run's settings against the given
   ones, paths compared resolved (`same_setting`);
 - `resume_point(run, command)`: what a killed writer left half-written removed, the newest intact
-  checkpoint (None when the run stopped before its first one: its metrics.jsonl is removed too).
+  checkpoint (None when the run stopped before its first one: its metrics.jsonl is removed too);
+- `finished_step` and `finished_note`: a rerun of a finished run's command says so and changes
+  nothing (`--overwrite` trains it again).
 
 `ralm finetune` keeps a job folder per `--out` with one folder per seed (`ralm.tasks.job_dir`):
 a seed either finished or runs again, so it has no checkpoints to resume.
@@ -41,6 +43,8 @@ from ralm.train.logging import METRICS_FILE
 
 __all__ = [
     "check_start",
+    "finished_note",
+    "finished_step",
     "not_a_run",
     "out_state",
     "refuse_other_settings",
@@ -157,3 +161,24 @@ def resume_point(run: Path, command: str) -> Path | None:
     if ckpt is None:
         (run / METRICS_FILE).unlink(missing_ok=True)
     return ckpt
+
+
+def finished_step(run: Path, marker: str) -> int | None:
+    """The step of the newest finished checkpoint of the run in `run` (by its state.json); None
+    when `run` holds no run, no checkpoint, or one whose state cannot be read."""
+    from ralm.train.checkpoint import latest_checkpoint, read_state
+
+    if out_state(run, marker) != "unfinished":
+        return None
+    last = latest_checkpoint(run)
+    if last is None:
+        return None
+    try:
+        return int(read_state(last)["step"])
+    except (RalmError, TypeError, ValueError):
+        return None
+
+
+def finished_note(run: Path, detail: str) -> str:
+    """What a rerun over a finished run says (on stderr) before it returns without a change."""
+    return f"{run}: finished already ({detail}); nothing to do (--overwrite trains it again)"

@@ -141,12 +141,17 @@ def train_retriever(
     from ralm.progress import tqdm
     from ralm.train.checkpoint import intact_checkpoint, load_checkpoint, restore_rng, save_checkpoint
     from ralm.train.optim import adamw, param_groups, warmup_schedule
+    from ralm.train.run import finished_note
 
     out = Path(out)
     data = dict(data or {})
     device = resolve_device(cfg.device)  # before anything is written: a bad --device leaves nothing behind
     with writer_lock(out, "ralm retriever train"):
-        resume = prepare_run(out, cfg.comparable(), data, overwrite, log)
+        start = prepare_run(out, cfg.comparable(), data, overwrite, log)
+        if start == "finished":
+            log(finished_note(out, str(out / RESULTS)))
+            return json.loads((out / RESULTS).read_text(encoding="utf-8"))
+        resume = start == "resume"
         torch.manual_seed(cfg.seed)
         encoder.to(device).train()
         tau = cfg.temperature or (0.05 if encoder.config.normalize else 1.0)
