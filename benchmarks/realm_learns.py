@@ -184,12 +184,20 @@ def compute_stage(work: Path, lang: str, arm: str, steps: int) -> None:
     run = work / f"{lang}-{arm}"
     if not (run / "metrics.jsonl").is_file():
         raise SystemExit(f"{run}: train the arm first")
-    ratio = wall(run) / wall(closed)
+    speed = speed_path(work, lang, [arm, "closed"])  # `speed LANG --variants ARM,closed`
+    timed = read_json(speed) if speed.is_file() else {}
+    if f"{arm}_step_seconds" in timed and "closed_step_seconds" in timed:
+        # the two step times measured side by side in one process (same load): the wall times of
+        # the runs themselves were taken under different loads on a shared machine
+        ratio, basis = timed[f"{arm}_step_seconds"] / timed["closed_step_seconds"], str(speed)
+    else:
+        ratio, basis = wall(run) / wall(closed), "the runs' wall times"
     n = max(steps, int(round(steps * ratio / 4)) * 4)
     matched = train(work, lang, f"closed-compute-{arm}", "mlm", n, {})
     (matched / "compute_match.json").write_text(
         json.dumps({"arm": arm, "arm_seconds": wall(run), "closed_seconds_per_step": wall(closed) / steps,
-                    "steps": n}, indent=2) + "\n", encoding="utf-8"
+                    "step_time_ratio": ratio, "ratio_from": basis, "steps": n}, indent=2) + "\n",
+        encoding="utf-8"
     )  # fmt: skip
     evaluate(run, matched, out=run / "eval_mlm_compute.json")
 
@@ -248,6 +256,16 @@ def towers_stage(work: Path, name: str) -> None:
     out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
 
 
+SPEED_DEFAULT = "today,topm,query,packed,new"
+
+
+def speed_path(work: Path, lang: str, variants: list[str]) -> Path:
+    """Where `speed` keeps its medians: speed-LANG.json for the default variants, else named by them."""
+    if variants == SPEED_DEFAULT.split(","):
+        return work / f"speed-{lang}.json"
+    return work / f"speed-{lang}-{'-'.join(variants)}.json"
+
+
 def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
     """Queries per second of a REALM step: today's settings vs the speed levers at the same k, the
     variants interleaved step by step in one process (same machine, same load), medians."""
@@ -256,13 +274,14 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
     from ralm.corpus.docstore import DocStore
     from ralm.models.precision import autocast_dtype
     from ralm.realm.build import build_model, make_collator, optimizer_for
+    from ralm.realm.candidates import candidate_search
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import split_ids
     from ralm.realm.refresh import SyncRefresher
     from ralm.realm.trainer import train_step
     from ralm.train.optim import warmup_schedule
 
-    out = work / f"speed-{lang}.json"
+    out = speed_path(work, lang, variants)
     if out.is_file():
         return read_json(out)
     flags = base_flags(work, lang)
@@ -277,23 +296,37 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
         store = DocStore(cfg.docstore)
         torch.manual_seed(0)
         model, tok = build_model(cfg, store)
-        ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast, root=work / f"speed-index-{lang}")
-        if index_dir is None:
-            ref.refresh(model.encoder, 0)  # the same towers in every variant: one index
-            index_dir = ref.version_dir(0)
-        else:
-            ref.load(index_dir)
+        ref = None  # the closed-book variant retrieves nothing
+        if cfg.mode == "realm":
+            ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast, root=work / f"speed-index-{lang}")
+            if index_dir is None:
+                ref.refresh(model.encoder, 0)  # the same towers in every variant: one index
+                index_dir = ref.version_dir(0)
+            else:
+                ref.load(index_dir)
         opt = optimizer_for(model, cfg)
+        # the candidates the trainer would use (hybrid ones wrap the index's search)
+        search = candidate_search(cfg, model, ref.search) if ref is not None else None
         setups[name] = dict(
             cfg=cfg, model=model, opt=opt, sched=warmup_schedule(opt, cfg.schedule, 0, cfg.steps),
             col=make_collator(cfg, store, tok, model, return_tensors="pt"), ids=split_ids(cfg, store)[0],
-            ref=ref, ac=autocast_dtype(dev, cfg.autocast, torch.float32), t=[],
+            ref=ref, search=search, ac=autocast_dtype(dev, cfg.autocast, torch.float32), t=[],
         )  # fmt: skip
     for step in range(1, steps + 2):  # the first step of each variant is a warm-up
         for name, s in setups.items():
             t0 = time.perf_counter()
-            train_step(s["model"], s["opt"], s["sched"], s["col"], s["ids"], s["cfg"], step, s["ref"].search, dev,
-                       s["ac"])  # fmt: skip
+            train_step(
+                s["model"],
+                s["opt"],
+                s["sched"],
+                s["col"],
+                s["ids"],
+                s["cfg"],
+                step,
+                s["search"],
+                dev,
+                s["ac"],
+            )
             if step > 1:
                 s["t"].append(time.perf_counter() - t0)
             log(f"speed {name} step {step}: {time.perf_counter() - t0:.2f} s")
@@ -315,6 +348,9 @@ SPEED_VARIANTS: dict[str, dict[str, object]] = {
     "query": {"retriever_train": "query"},
     "packed": {"reader_layout": "query_first"},
     "new": {"reader_backprop_top": 1, "retriever_train": "query", "reader_layout": "query_first"},
+    # for compute matching (`compute`): the `all` arm and the closed-book run, timed side by side
+    "all": ARMS["all"],
+    "closed": {"mode": "mlm"},
 }
 
 
@@ -327,9 +363,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200, help="pre-training steps of every run (default 200)")
     ap.add_argument("--curves", action="store_true", help="arm: also score the intermediate checkpoints")
     ap.add_argument("--speed-steps", type=int, default=4)
-    ap.add_argument(
-        "--variants", default="today,topm,query,new", help="speed: variants (the first is the base)"
-    )
+    ap.add_argument("--variants", default=SPEED_DEFAULT, help="speed: variants (the first is the base)")
     ap.add_argument("--store", help="the DocStore (default: LANG's under --work)")
     ap.add_argument("--reader", help="the reader (default: the LANG config's)")
     ap.add_argument("--batch-size", type=int, help="queries a step (default: the LANG config's)")

@@ -56,10 +56,31 @@ def train_config(args, ds: Path, work: Path, name: str):
                        **common)  # fmt: skip
 
 
+def finished_seconds(cfg) -> float | None:
+    """Training seconds of a run in cfg.out that finished with these very settings, else None (so a
+    rerun after an interruption trains only what is missing)."""
+    from dataclasses import asdict
+
+    out = Path(cfg.out)
+    info, metrics = out / "train.json", out / "metrics.jsonl"
+    if not (info.is_file() and metrics.is_file()):
+        return None
+    if json.loads(info.read_text())["config"] != json.loads(json.dumps(asdict(cfg))):
+        return None
+    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    if not rows or rows[-1].get("step") != cfg.steps:
+        return None
+    return float(sum(r.get("step_seconds", 0.0) for r in rows))
+
+
 def timed_train(cfg) -> float:
-    """Seconds `train(cfg)` took (top level: --parallel runs it in a process of its own)."""
+    """Seconds `train(cfg)` took (top level: --parallel runs it in a process of its own); a run
+    already finished with the same settings is kept and its recorded step time returned."""
     from ralm.surealm.train import train
 
+    done = finished_seconds(cfg)
+    if done is not None:
+        return done
     t = time.perf_counter()
     train(cfg, overwrite=True, progress=False)
     return time.perf_counter() - t
