@@ -29,7 +29,8 @@ of the transformers module (`import transformers [as t]`: `transformers.X`, `t.X
 `getattr(transformers, ...)`; strings such as model cards' usage examples are not calls, and ralm's
 own classmethods (`DualEncoder.from_pretrained`, ...) receive no transformers name; a plain
 `cls = <one of these>` assignment carries it over to `cls`), run-folder
-implementations, os.replace outside `ralm.atomic`, modules holding old-path shims or
+implementations (modules that clear a killed run's leftovers before resuming it: see
+`run_folder_modules`), os.replace outside `ralm.atomic`, modules holding old-path shims or
 re-exports, `# fmt: skip` in src and benchmarks, whether `make test` runs an import-linter contract,
 folders under benchmarks/ holding scripts, README lines.
 
@@ -268,10 +269,15 @@ def rag_trace(tree: Path, work: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------- issue 48's measures
-# the run-folder modules issue 48 counted (settings digest, refusal, --overwrite, metrics.jsonl,
-# checkpoints and resume, each written once more)
-RUN_FOLDERS = ("realm/run.py", "luke/pretrain_run.py", "retrieval/training/run.py", "rag/train_run.py",
-               "tasks/job_dir.py")  # fmt: skip
+# a training run folder's rules (may --out be used, resume from which checkpoint) are implemented
+# where leftovers of a killed writer are cleared before a resume: modules calling clear_leftovers,
+# outside ralm.train.checkpoint (which defines it) and the index builder (an index directory, not a
+# training run). Issue 48 counted five: realm/run, luke/pretrain_run, retrieval/training/run,
+# rag/train_run and tasks/job_dir (finetune's folder of seeds, which has no checkpoints to resume).
+def run_folder_modules(src: Path, text: dict[Path, str]) -> list[str]:
+    skip = {"train/checkpoint.py", "retrieval/index/build.py", "retrieval/index_build.py"}
+    names = (str(f.relative_to(src)) for f, t in text.items() if "clear_leftovers(" in t)
+    return sorted(n for n in names if n not in skip)
 
 
 def root_file(rev: str, name: str) -> str:
@@ -336,7 +342,7 @@ def house(rev: str, tree: Path) -> dict:
         "from_pretrained_outside_models": sorted(
             str(f.relative_to(src)) for f in outside_models if transformers_loads(text[f])
         ),
-        "run_folder_modules": [m for m in RUN_FOLDERS if (src / m).is_file()],
+        "run_folder_modules": run_folder_modules(src, text),
         "os_replace_outside_atomic": sum(
             t.count("os.replace(") for f, t in text.items() if f.name != "atomic.py" or f.parent != src
         ),
