@@ -75,13 +75,13 @@ docs: setup
 	$(BIN)/mkdocs build --strict
 
 bench: setup
-	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/corpus/ingest.py
 
 # The README's screenshots of `ralm serve` (docs/serve-*.png; not part of `make test`): the REALM run of
 # `make demo` (a small one is built when there is none) and a tiny SUREALM run trained on the spot;
 # needs the system's Chromium (Debian: apt-get install chromium).
 screenshots: setup
-	$(BIN)/python benchmarks/serve_screenshots.py
+	$(BIN)/python benchmarks/serve/serve_screenshots.py
 
 clean:
 	rm -rf runs site .pytest_cache

@@ -1,7 +1,10 @@
-"""Shared by the benchmark scripts: the machine description and the result-file writer.
+"""Shared by the benchmark scripts: paths, the machine description, the rerun command and the result
+file writer.
 
-Every benchmark writes benchmarks/results/NAME.json with `command` (how to rerun it), `machine`,
-`date`, `metrics` (plain numbers) and `targets` (the issue's bar for each metric).
+The scripts live in one folder per area (benchmarks/AREA/NAME.py); each puts benchmarks/ first on
+sys.path, imports this module as `common` and another script as `AREA.NAME`. Every benchmark writes
+benchmarks/results/NAME.json with `command` (how to rerun it: `script_command`), `machine`, `date`,
+`metrics` (plain numbers) and `targets` (the issue's bar for each metric).
 """
 
 from __future__ import annotations
@@ -10,10 +13,14 @@ import datetime as dt
 import json
 import os
 import platform
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+BENCH = Path(__file__).resolve().parent  # benchmarks/
+ROOT = BENCH.parent  # the repository
 # RALM_RESULTS_DIR: write elsewhere (gpu_pack.py's stages keep their scripts' files in scratch folders)
-RESULTS = Path(os.environ.get("RALM_RESULTS_DIR") or Path(__file__).resolve().parent / "results")
+RESULTS = Path(os.environ.get("RALM_RESULTS_DIR") or BENCH / "results")
 
 
 def machine() -> str:
@@ -28,6 +35,26 @@ def machine() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
+def script_path(file: str | os.PathLike) -> str:
+    """A script's path from the repository root, e.g. 'benchmarks/realm/realm_step.py' for its __file__."""
+    path = Path(file).resolve()
+    try:
+        return path.relative_to(ROOT).as_posix()
+    except ValueError:  # not under the repository
+        return str(path)
+
+
+def script_command(
+    file: str | os.PathLike, args: str | Sequence[str] | None = None, python: str = "python"
+) -> str:
+    """The command that reruns a script: 'python benchmarks/AREA/NAME.py ARGS' (default args: this
+    process's sys.argv[1:]; a string is taken as written)."""
+    if args is None:
+        args = sys.argv[1:]
+    rest = (args if isinstance(args, str) else " ".join(args)).strip()
+    return " ".join(x for x in (python, script_path(file), rest) if x)
 
 
 def write_result(name: str, command: str, metrics: dict, targets: dict, **extra) -> dict:

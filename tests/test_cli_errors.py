@@ -1,4 +1,4 @@
-"""Errors found by fuzzing (benchmarks/faults.py): full disks and lone surrogate escapes are one line."""
+"""Errors found by fuzzing (benchmarks/faults/faults.py): full disks and lone surrogate escapes are one line."""
 
 from __future__ import annotations
 

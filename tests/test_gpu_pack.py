@@ -1,4 +1,4 @@
-"""benchmarks/gpu_pack.py: the stage budget, failure isolation, merging partial runs, transport parts,
+"""benchmarks/gpu/gpu_pack.py: the stage budget, failure isolation, merging partial runs, transport parts,
 and every stage end to end at toy scale (--tiny) on the CPU."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-import gpu_pack  # noqa: E402
-from gpu_stages import ORDER, transport  # noqa: E402
-from gpu_stages.context import StageContext  # noqa: E402
+from gpu import gpu_pack  # noqa: E402
+from gpu.stages import ORDER, transport  # noqa: E402
+from gpu.stages.context import StageContext  # noqa: E402
 
 
 class Clock:
@@ -178,7 +178,7 @@ def test_parts_split_and_stash_back(tmp_path: Path, monkeypatch) -> None:
 def test_context_stops_a_command_at_the_deadline(tmp_path: Path) -> None:
     import time
 
-    from gpu_stages.context import StageTimeout
+    from gpu.stages.context import StageTimeout
 
     ctx = StageContext("x", tmp_path, tmp_path / "w", True, "cpu", time.monotonic() + 1.5)
     script = tmp_path / "sleep.py"  # a command that starts a child of its own, as a server would
@@ -207,7 +207,7 @@ def test_tiny_pack_end_to_end(tmp_path: Path) -> None:
     """prep --tiny and run --tiny: every stage runs on the CPU and writes the metrics its targets name."""
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     pack, out, work = tmp_path / "pack", tmp_path / "out", tmp_path / "work"
-    py = [sys.executable, str(BENCH / "gpu_pack.py")]
+    py = [sys.executable, str(BENCH / "gpu" / "gpu_pack.py")]
     subprocess.run([*py, "prep", "--tiny", "--pack", str(pack)], check=True, env=env)
     subprocess.run([*py, "run", "--tiny", "--pack", str(pack), "--out", str(out), "--work", str(work)],
                    check=True, env=env)  # fmt: skip

@@ -164,7 +164,7 @@ def filter_excluded(
 
 
 # ufunc methods called directly: ndarray.all()/.min() go through Python wrappers that cost more than
-# the reduction itself on a single query (benchmarks/search.py, batch size 1)
+# the reduction itself on a single query (benchmarks/retrieval/search.py, batch size 1)
 _ALL = np.logical_and.reduce
 _MIN = np.minimum.reduce
 _ROW0 = np.zeros((1, 1), dtype=np.intp)  # the row index of a single query, for fancy indexing
@@ -175,7 +175,7 @@ def select_single(
     ids: np.ndarray, scores: np.ndarray, excl: np.ndarray | None, k: int
 ) -> tuple[np.ndarray, np.ndarray, None] | None:
     """`select_candidates`' fast path for a single query, on Python lists: a dozen values, where
-    each numpy call would cost more than the work (benchmarks/search.py, batch size 1). None when
+    each numpy call would cost more than the work (benchmarks/retrieval/search.py, batch size 1). None when
     the row needs the general path: a missing candidate, a tie, or too few candidates.
 
     Example: ids [[7, 3, 9, 4]], scores [[.9, .8, .7, .6]], excl [[3]], k=2 -> ([[7, 9]], [[.9, .7]]).

@@ -6,7 +6,7 @@ takes the oldest request, gathers the waiting requests of the same kind (`key`: 
 parameters such as k) up to `max_batch`, waiting at most `max_wait_ms` after the oldest arrived
 for more, and runs the batch function once in a worker thread; each request gets its own answer.
 While a batch runs, new requests queue up, so under load batches fill by themselves and a lone
-request waits for nothing (`max_wait_ms` 0, the default; see benchmarks/serve_load.py).
+request waits for nothing (`max_wait_ms` 0, the default; see benchmarks/serve/serve_load.py).
 
     queue = ModelQueue("model", BatchConfig())
     answer = await queue.submit(("search", 10), run_searches, "fjords", gone=lambda: disconnect(request))
@@ -48,10 +48,10 @@ BatchFn = Callable[[Sequence[Any]], Sequence[Any]]  # payloads -> one answer (or
 class BatchConfig:
     """How requests are batched per model (`ralm serve --max-batch/--max-wait-ms/--max-queue`)."""
 
-    max_batch: int = 32  # requests per batch; 1 = no batching (benchmarks/serve_load.py: 32 clients)
+    max_batch: int = 32  # requests per batch; 1 = no batching (benchmarks/serve/serve_load.py: 32 clients)
     # fills per batch; None: 4 on a CPU (a fill is compute-bound there: a batch of 2-4 costs the
     # same per fill as one alone, of 16 9% more, and every fill of a batch waits for the last;
-    # benchmarks/serve_batch_cost.py; under load 4 and 1 measure alike), max_batch on a GPU
+    # benchmarks/serve/serve_batch_cost.py; under load 4 and 1 measure alike), max_batch on a GPU
     max_fill_batch: int | None = None
     max_wait_ms: float = 0.0  # wait after the oldest request for more; 0: take what is queued
     max_queue: int = 256  # waiting requests per model; beyond it: 503 with Retry-After

@@ -8,7 +8,7 @@ order, so a plain `faiss.read_index` of the saved file returns chunk ids too). B
     hnsw      graph search (inner-product metric): M, ef_construction, ef_search
     sq8       8-bit scalar quantiser, exhaustive scan: about 4x smaller than flat
     sq6, sq4  6- and 4-bit scalar quantisers: about 5.3x and 8x smaller (sq6 keeps recall@10
-              >= 0.95 on MiniLM embeddings, see benchmarks/compressed_index.py)
+              >= 0.95 on MiniLM embeddings, see benchmarks/retrieval/compressed_index.py)
     ivf-pq    inverted lists of product-quantised codes (m bytes per vector at nbits=8): for
               corpora whose raw vectors do not fit in memory; `load(..., mmap=True)` leaves
               the file on disk, memory-mapped
@@ -124,7 +124,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # ufunc methods called directly: ndarray.all()/.min() go through Python wrappers that cost more than
-# the reduction itself on a single query (benchmarks/search.py, batch size 1)
+# the reduction itself on a single query (benchmarks/retrieval/search.py, batch size 1)
 
 
 class DenseIndex:

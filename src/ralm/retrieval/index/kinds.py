@@ -11,7 +11,7 @@ is subtracted from every doc vector and every query vector, and both are re-norm
 score is the cosine of the centred vectors. Chunks near the corpus mean ("hubs": short,
 generic chunks that a mean-pooled encoder puts near every query) lose their pull. On the
 bundled English MiniLM it lifts Danish recall@20 from 0.175 to 0.325 and English from 0.42
-to 0.46 (benchmarks/retrieval_nordic.py). mu is stored in index.json and applied to queries
+to 0.46 (benchmarks/retrieval/retrieval_nordic.py). mu is stored in index.json and applied to queries
 by `search`, so callers pass raw query vectors either way.
 """
 
@@ -225,7 +225,7 @@ def check_queries(query_vectors: Any, dim: int) -> np.ndarray:
         q = np.ascontiguousarray(q, dtype=np.float32)
     # NaN and inf in one BLAS call: NaN or inf in q makes q.q NaN or inf (quietly: no warning);
     # a finite q whose q.q overflows float32 (values over ~1e19, numpy warns) is told apart by
-    # the exact check after it. Cheaper than isfinite(q).all() on one query (benchmarks/search.py).
+    # the exact check after it. Cheaper than isfinite(q).all() on one query (benchmarks/retrieval/search.py).
     flat = q.reshape(-1)
     if not math.isfinite(flat.dot(flat)) and not _ALL(np.isfinite(flat)):
         raise RalmError("query vectors contain NaN or inf")

@@ -45,7 +45,7 @@ def _default_nlist(n: int) -> int:
 def _default_m(d: int) -> int:
     """PQ sub-quantisers: the largest divisor of d up to d/2, i.e. 2 dims per sub-quantiser.
 
-    Measured on MiniLM (d=384, 5,409 enwiki chunks) in benchmarks/compressed_index.py, recall@10
+    Measured on MiniLM (d=384, 5,409 enwiki chunks) in benchmarks/retrieval/compressed_index.py, recall@10
     vs exact for trivia questions / chunk queries: m=192 0.85 / 0.96 at nprobe 16, 0.94 / 0.97
     probing every list (the quantisation, not the probing, is the limit); m=96 at most 0.82 / 0.90.
     4.9x smaller than flat at that size (codes + 8-byte ids + centroids + codebooks), ~7.7x on

@@ -9,7 +9,7 @@ trivial retrievals) and returns global ids; `merge_topk` merges the shards' list
 global top k, best first, ties broken by the lower id — what `DenseIndex.search` returns on
 the whole corpus. For an exact (flat) index the merged ids and scores equal the unsharded
 search exactly: FAISS computes each inner product on its own, wherever the row sits (tested
-against brute force, benchmarks/sharded_index.py on 1M chunks).
+against brute force, benchmarks/retrieval/sharded_index.py on 1M chunks).
 
 Why it is exact: every shard returns its own exact top k_s (ties by lower id), with
 k_s >= k + the query's exclusions inside the shard whenever the shard has that many chunks

@@ -1,0 +1,1 @@
+"""Corpus ingestion: `ralm corpus build` throughput, memory and chunking speed."""

@@ -1,0 +1,1 @@
+"""Data preparation, not measurements: the Danish/Norwegian Debian corpora (`nordic_corpus.py`)."""

@@ -1,0 +1,1 @@
+"""Fault injection and fuzzing of the `ralm` CLI (`faults.py` and its parts)."""

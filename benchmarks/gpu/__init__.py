@@ -1,0 +1,1 @@
+"""The GPU evidence pack (issue 38): `gpu_pack.py` and its stages (`stages/`)."""

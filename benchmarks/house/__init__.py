@@ -1,0 +1,1 @@
+"""The code's own shape, measured from the code (`code_layout.py`)."""

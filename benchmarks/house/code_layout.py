@@ -1,0 +1,497 @@
+"""The shape of ralm's code, before and after a change, measured from the code (issue 37's report).
+
+For each revision (default: 64c7299, the last commit before issue 37's work, and the working tree):
+
+  packages         ralm's subpackages, in layers (a package's layer is one more than the highest
+                   layer it imports from; packages that import each other share a circle and no layer)
+  package imports  the import arrows between packages, and those running back up: against the
+                   layers of the last revision given (the target layout), an arrow from a package
+                   to one in its own layer or above
+  circles          module-level import circles (strongly connected modules), each named
+  long modules     src and benchmark modules over 400 lines
+  duplicates       the pairs of blocks of six or more lines that repeat elsewhere in src (the
+                   `duplicates` tool of this workplace, when it is installed)
+  src lines        lines of src/ralm
+  rag trace        the ralm modules one `ralm rag retrieve QUESTIONS --index INDEX --retriever dense`
+                   passes through once its command runs (function calls from `cmd_retrieve` in, traced
+                   with sys.setprofile; the CLI's parser set-up left out) on a 20-article corpus and an
+                   index built by that revision's own code: the modules in the order first entered,
+                   the module-to-module steps, and the steps back into a module entered before
+
+Imports count wherever they stand (top of the module or inside a function). The `ralm` package's own
+top-level modules count as two packages: "ralm (entry)" (the package's lazy names, `ralm.cli`, `__main__`:
+what a user calls) and "ralm (shared)" (errors, atomic, answers, progress, ...).
+
+Issue 48's measures beside them (`house`): modules outside `ralm.models` that call a transformers
+class's from_pretrained (`transformers_loads`: a call `R.from_pretrained(...)` whose receiver R is a
+name the module imports from transformers (`from transformers[.sub] import X [as Y]`), an attribute
+of the transformers module (`import transformers [as t]`: `transformers.X`, `t.X.Y`), or
+`getattr(transformers, ...)`; strings such as model cards' usage examples are not calls, and ralm's
+own classmethods (`DualEncoder.from_pretrained`, ...) receive no transformers name; a plain
+`cls = <one of these>` assignment carries it over to `cls`), run-folder
+implementations (modules that clear a killed run's leftovers before resuming it: see
+`run_folder_modules`), os.replace outside `ralm.atomic`, modules holding old-path shims or
+re-exports, `# fmt: skip` in src and benchmarks, whether `make test` runs an import-linter contract,
+folders under benchmarks/ holding scripts, README lines.
+
+Run: python benchmarks/house/code_layout.py [--rev 64c7299] [--rev WORKTREE] [--no-trace]
+Writes benchmarks/results/code_layout.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+from common import RESULTS, script_command, write_result  # noqa: E402
+
+BEFORE = "64c7299"
+WORKTREE = "WORKTREE"
+LIMIT = 400
+
+
+def checkout(rev: str, dest: Path) -> Path:
+    """src/, benchmarks/ and tests/ of `rev` (WORKTREE: the files as they are now) under dest."""
+    if rev == WORKTREE:
+        for d in ("src", "benchmarks"):
+            shutil.copytree(
+                ROOT / d, dest / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "results")
+            )
+        return dest
+    tar = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "src", "benchmarks"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar.stdout, check=True)
+    return dest
+
+
+# ----------------------------------------------------------------------------- static
+def modules(src: Path) -> dict[str, Path]:
+    out = {}
+    for f in sorted((src / "ralm").rglob("*.py")):
+        name = ".".join(f.relative_to(src).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = f
+    return out
+
+
+def import_edges(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the ralm modules it imports (a `from P import x` counts P.x when that is a module)."""
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            for t in names:
+                if t in mods and t != m and not m.startswith(t + "."):
+                    edges[m].add(t)
+    return edges
+
+
+def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components with more than one member (or a self-loop), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in edges.get(v, ()):
+                out.append(sorted(comp))
+
+    for v in list(edges):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+ENTRY = {"ralm", "ralm.cli", "ralm.__main__"}  # what a user calls: the package's lazy names, the CLI
+
+
+def package_of(mod: str, mods: dict[str, Path]) -> str:
+    parts = mod.split(".")
+    if len(parts) >= 2 and f"ralm.{parts[1]}" in mods and mods[f"ralm.{parts[1]}"].name == "__init__.py":
+        return parts[1]
+    return "ralm (entry)" if mod in ENTRY else "ralm (shared)"
+
+
+def packages(mods: dict[str, Path], edges: dict[str, set[str]]) -> dict:
+    pe: dict[str, set[str]] = defaultdict(set)
+    for m, ts in edges.items():
+        for t in ts:
+            a, b = package_of(m, mods), package_of(t, mods)
+            if a != b:
+                pe[a].add(b)
+    names = sorted({package_of(m, mods) for m in mods})
+    circles = strongly_connected({p: pe.get(p, set()) for p in names})
+    in_circle = {p for c in circles for p in c}
+    back = sorted(f"{a} -> {b}" for a in pe for b in pe[a] if any(a in c and b in c for c in circles))
+    layer: dict[str, int] = {}
+    for _ in names:  # longest path from the bottom; packages on a circle get none
+        for p in names:
+            if p in in_circle:
+                continue
+            deps = [d for d in pe.get(p, ()) if d not in in_circle]
+            layer[p] = 1 + max((layer.get(d, 0) for d in deps), default=0)
+    layers: dict[int, list[str]] = defaultdict(list)
+    for p, n in layer.items():
+        layers[n].append(p)
+    return {
+        "layers": {str(k): sorted(v) for k, v in sorted(layers.items())},
+        "on_a_circle": sorted(in_circle),
+        "imports": sorted(f"{a} -> {b}" for a in pe for b in pe[a]),
+        "imports_on_a_circle": back,
+    }
+
+
+def back_up(imports: list[str], layers: dict[str, list[str]]) -> list[str]:
+    """The arrows that do not point to a lower layer of `layers` (the reference revision's): a
+    package importing one at its own layer or above; packages the reference lacks are left out."""
+    layer = {p: int(k) for k, ps in layers.items() for p in ps}
+    out = []
+    for e in imports:
+        a, b = e.split(" -> ")
+        if a in layer and b in layer and layer[b] >= layer[a]:
+            out.append(e)
+    return out
+
+
+def long_modules(tree: Path) -> list[str]:
+    out = []
+    for d in ("src", "benchmarks"):
+        for f in sorted((tree / d).rglob("*.py")):
+            n = len(f.read_text(encoding="utf-8").splitlines())
+            if n > LIMIT:
+                out.append(f"{f.relative_to(tree)} {n}")
+    return out
+
+
+def duplicate_pairs(tree: Path) -> int | None:
+    """Pairs of 6+ repeated lines in src (`duplicates`), or None without the tool."""
+    tool = shutil.which("duplicates")
+    if tool is None:
+        return None
+    out = subprocess.run(
+        [tool, "--repo", str(tree / "src"), "--seconds", "120"], capture_output=True, text=True
+    )
+    first = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+    words = first.split()
+    return 0 if first.startswith("no duplicates") else int(words[0]) if words and words[0].isdigit() else None
+
+
+# ----------------------------------------------------------------------------- the rag trace
+TRACE = r"""
+import sys, json
+calls, depth = [], [0]
+def prof(frame, event, arg):
+    code = frame.f_code
+    if event == "call" and code.co_name == "cmd_retrieve" and frame.f_globals.get("__name__") == "ralm.rag.cli":
+        depth[0] += 1
+    if not depth[0]:
+        return
+    if event == "return" and code.co_name == "cmd_retrieve" and frame.f_globals.get("__name__") == "ralm.rag.cli":
+        depth[0] -= 1
+    # function calls; modules' own import-time code and the import system's finders aside
+    if event == "call" and code.co_name not in ("<module>", "find_spec"):
+        m = frame.f_globals.get("__name__", "")
+        if m.startswith("ralm") and (not calls or calls[-1] != m):
+            calls.append(m)
+from ralm.cli import main
+sys.setprofile(prof)
+try:
+    code = main(sys.argv[1:])
+finally:
+    sys.setprofile(None)
+print("TRACE " + json.dumps(calls))
+"""
+
+
+def rag_trace(tree: Path, work: Path) -> dict:
+    """Build a 20-article corpus and a dense index with `tree`'s code, then trace `ralm rag retrieve`."""
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONWARNINGS": "ignore"}  # fmt: skip
+
+    def ralm(*args: str) -> str:
+        cmd = [sys.executable, "-m", "ralm", *args]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=work).stdout
+
+    ralm("corpus", "build", "--sample", "lee", "--max-articles", "20", "--out", str(work / "store"))
+    ralm("index", "build", str(work / "store"), "--out", str(work / "index"), "--quiet")
+    q = work / "q.jsonl"
+    q.write_text(json.dumps({"question": "Who is the prime minister?", "answer": ["Howard"]}) + "\n")
+    argv = ["rag", "retrieve", str(q), "--index", str(work / "index"), "--retriever", "dense", "-k", "3",
+            "--out", str(work / "ret.jsonl")]  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", TRACE, *argv], env=env, capture_output=True, text=True, check=True,
+                         cwd=work).stdout  # fmt: skip
+    calls = json.loads(next(line for line in out.splitlines() if line.startswith("TRACE "))[6:])
+    first, seen, back = [], set(), 0
+    for m in calls:
+        if m in seen:
+            back += 1
+        else:
+            seen.add(m)
+            first.append(m)
+    return {"modules": first, "steps": len(calls) - 1, "steps_back_into_a_module": back}
+
+
+# ----------------------------------------------------------------------------- issue 48's measures
+# a training run folder's rules (may --out be used, resume from which checkpoint) are implemented
+# where leftovers of a killed writer are cleared before a resume: modules calling clear_leftovers,
+# outside ralm.train.checkpoint (which defines it) and the index builder (an index directory, not a
+# training run). Issue 48 counted five: realm/run, luke/pretrain_run, retrieval/training/run,
+# rag/train_run and tasks/job_dir (finetune's folder of seeds, which has no checkpoints to resume).
+def run_folder_modules(src: Path, text: dict[Path, str]) -> list[str]:
+    skip = {"train/checkpoint.py", "retrieval/index/build.py", "retrieval/index_build.py"}
+    names = (str(f.relative_to(src)) for f, t in text.items() if "clear_leftovers(" in t)
+    return sorted(n for n in names if n not in skip)
+
+
+def root_file(rev: str, name: str) -> str:
+    """A top-level file of the repository at `rev` (WORKTREE: as it is now); "" when absent."""
+    if rev == WORKTREE:
+        p = ROOT / name
+        return p.read_text(encoding="utf-8") if p.is_file() else ""
+    got = subprocess.run(["git", "show", f"{rev}:{name}"], cwd=ROOT, capture_output=True, text=True)
+    return got.stdout if got.returncode == 0 else ""
+
+
+def transformers_loads(source: str) -> int:
+    """How many `.from_pretrained(` calls of `source` go to a transformers class (the rule in the
+    module docstring): names bound by `from transformers[.sub] import X [as Y]`, attributes of the
+    module bound by `import transformers[.sub] [as t]`, `getattr(<that module>, ...)`, and names
+    assigned one of these (`cls = getattr(transformers, name)`)."""
+    tree = ast.parse(source)
+    classes: set[str] = set()  # names bound to something imported from transformers
+    modules: set[str] = set()  # names bound to the transformers module itself
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "transformers" or node.module.startswith("transformers."):
+                classes.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "transformers" or a.name.startswith("transformers."):
+                    modules.add(a.asname or "transformers")
+
+    def from_transformers(r: ast.expr) -> bool:
+        if isinstance(r, ast.Name):
+            return r.id in classes
+        if isinstance(r, ast.Attribute):
+            while isinstance(r, ast.Attribute):
+                r = r.value
+            return isinstance(r, ast.Name) and r.id in modules
+        if isinstance(r, ast.Call) and isinstance(r.func, ast.Name) and r.func.id == "getattr" and r.args:
+            return isinstance(r.args[0], ast.Name) and r.args[0].id in modules
+        return False
+
+    for node in ast.walk(tree):  # `cls = getattr(transformers, name)` and the like
+        if isinstance(node, ast.Assign) and from_transformers(node.value):
+            classes.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return sum(
+        1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "from_pretrained"
+        and from_transformers(node.func.value)
+    )
+
+
+def house(rev: str, tree: Path) -> dict:
+    """Issue 48's measures of `rev` (the tree checked out under `tree`)."""
+    src = tree / "src" / "ralm"
+    files = sorted(src.rglob("*.py"))
+    text = {f: f.read_text(encoding="utf-8") for f in files}
+    outside_models = [f for f in files if "models" not in f.relative_to(src).parts[:1]]
+    shim_markers = ("DeprecationWarning", "re-exported", "MetaPathFinder")
+    bench = tree / "benchmarks"
+    return {
+        "from_pretrained_outside_models": sorted(
+            str(f.relative_to(src)) for f in outside_models if transformers_loads(text[f])
+        ),
+        "run_folder_modules": run_folder_modules(src, text),
+        "os_replace_outside_atomic": sum(
+            t.count("os.replace(") for f, t in text.items() if f.name != "atomic.py" or f.parent != src
+        ),
+        "shims_and_reexports": sorted(
+            str(f.relative_to(src)) for f, t in text.items() if any(m in t for m in shim_markers)
+        ),
+        "fmt_skip_src": sum(t.count("# fmt: skip") for t in text.values()),
+        "fmt_skip_benchmarks": sum(
+            f.read_text(encoding="utf-8").count("# fmt: skip") for f in bench.rglob("*.py")
+        ),
+        "import_linter_in_make_test": "[tool.importlinter]" in root_file(rev, "pyproject.toml")
+        and "lint-imports" in root_file(rev, "Makefile"),
+        "benchmark_folders_with_scripts": len({p.parent for p in bench.rglob("*.py")}),
+        "readme_lines": len(root_file(rev, "README.md").splitlines()),
+    }
+
+
+# ----------------------------------------------------------------------------- report
+def measure(rev: str, trace: bool) -> dict:
+    with tempfile.TemporaryDirectory(prefix="ralm-layout-") as d:
+        tree = checkout(rev, Path(d))
+        mods = modules(tree / "src")
+        edges = import_edges(mods)
+        circles = strongly_connected(edges)
+        res = {
+            "modules": len(mods),
+            "src_lines": sum(len(f.read_text(encoding="utf-8").splitlines()) for f in mods.values()),
+            "retrieval_top_level_modules": sum(
+                1 for m in mods if m.count(".") == 2 and m.startswith("ralm.retrieval.")
+            ),
+            "packages": packages(mods, edges),
+            "circles": circles,
+            "long_modules": long_modules(tree),
+            "duplicate_pairs": duplicate_pairs(tree),
+            "house": house(rev, tree),
+        }
+        if trace:
+            (Path(d) / "trace").mkdir()
+            res["rag_trace"] = rag_trace(tree, Path(d) / "trace")
+        return res
+
+
+def markdown(runs: dict[str, dict]) -> str:
+    revs = list(runs)
+    out = ["# ralm's code layout, " + " vs ".join(revs), "", "| measure | " + " | ".join(revs) + " |",
+           "| --- | " + " | ".join("---" for _ in revs) + " |"]  # fmt: skip
+
+    def row(label: str, f) -> None:
+        out.append(f"| {label} | " + " | ".join(str(f(runs[r])) for r in revs) + " |")
+
+    row("modules in src", lambda r: r["modules"])
+    row("lines of src", lambda r: r["src_lines"])
+    row("modules directly in retrieval/", lambda r: r["retrieval_top_level_modules"])
+    row("package imports", lambda r: len(r["packages"]["imports"]))
+    row(
+        "package imports running back up (against the last column's layers)",
+        lambda r: len(r["packages"]["running_back_up"]),
+    )
+    row("package imports on a package circle", lambda r: len(r["packages"]["imports_on_a_circle"]))
+    row("module circles", lambda r: len(r["circles"]))
+    row("modules over 400 lines", lambda r: len(r["long_modules"]))
+    row("repeated 6+ line blocks (pairs)", lambda r: r["duplicate_pairs"])
+    h = lambda key: lambda r: r["house"][key] if "house" in r else "-"  # noqa: E731
+    row(
+        "modules outside ralm.models calling from_pretrained",
+        lambda r: len(h("from_pretrained_outside_models")(r)),
+    )
+    row("run-folder implementations", lambda r: len(h("run_folder_modules")(r)))
+    row("os.replace outside ralm.atomic", h("os_replace_outside_atomic"))
+    row("modules with old-path shims or re-exports", lambda r: len(h("shims_and_reexports")(r)))
+    row(
+        "`# fmt: skip` in src / benchmarks",
+        lambda r: f"{h('fmt_skip_src')(r)} / {h('fmt_skip_benchmarks')(r)}",
+    )
+    row("import-linter contract run by make test", h("import_linter_in_make_test"))
+    row("folders under benchmarks/ holding scripts", h("benchmark_folders_with_scripts"))
+    row("README lines", h("readme_lines"))
+    if all("rag_trace" in r for r in runs.values()):
+        row("`rag retrieve --index`: modules", lambda r: len(r["rag_trace"]["modules"]))
+        row("`rag retrieve --index`: module steps", lambda r: r["rag_trace"]["steps"])
+        row(
+            "`rag retrieve --index`: steps back into a module",
+            lambda r: r["rag_trace"]["steps_back_into_a_module"],
+        )
+    for r in revs:
+        p = runs[r]["packages"]
+        out += ["", f"## {r}", "", "Layers (bottom first): " + "; ".join(
+            f"{k}: {', '.join(v)}" for k, v in p["layers"].items()) + (f"; on a circle: {', '.join(p['on_a_circle'])}"
+                                                                      if p["on_a_circle"] else "")]  # fmt: skip
+        out.append("Running back up: " + (", ".join(p["running_back_up"]) or "none"))
+        out.append("Circles: " + ("; ".join(" <-> ".join(c) for c in runs[r]["circles"]) or "none"))
+        out.append("Over 400 lines: " + (", ".join(runs[r]["long_modules"]) or "none"))
+        if "rag_trace" in runs[r]:
+            out.append(
+                "`rag retrieve --index` passes through: " + " -> ".join(runs[r]["rag_trace"]["modules"])
+            )
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--rev", action="append", help=f"a git revision, or {WORKTREE} (default: {BEFORE} and {WORKTREE})"
+    )
+    ap.add_argument(
+        "--no-trace", action="store_true", help="leave out the rag trace (it builds an index per revision)"
+    )
+    a = ap.parse_args()
+    revs = a.rev or [BEFORE, WORKTREE]
+    runs = {r: measure(r, not a.no_trace) for r in revs}
+    ref = runs[revs[-1]]["packages"]
+    if ref["on_a_circle"]:
+        raise SystemExit(
+            f"{revs[-1]}: its packages are not layered (circle: {ref['on_a_circle']}); put it first"
+        )
+    for m in runs.values():
+        m["packages"]["running_back_up"] = back_up(m["packages"]["imports"], ref["layers"])
+    metrics = {}
+    for r, m in runs.items():
+        tag = "before" if r == BEFORE else "after" if r == WORKTREE else r
+        metrics.update({f"{tag}_modules": m["modules"], f"{tag}_src_lines": m["src_lines"],
+                        f"{tag}_package_imports_back_up": len(m["packages"]["running_back_up"]),
+                        f"{tag}_circles": len(m["circles"]), f"{tag}_modules_over_400_lines": len(m["long_modules"])})  # fmt: skip
+        if m["duplicate_pairs"] is not None:
+            metrics[f"{tag}_duplicate_pairs"] = m["duplicate_pairs"]
+        if "rag_trace" in m:
+            metrics[f"{tag}_rag_trace_modules"] = len(m["rag_trace"]["modules"])
+            metrics[f"{tag}_rag_trace_steps_back"] = m["rag_trace"]["steps_back_into_a_module"]
+        hs = m["house"]
+        metrics.update({
+            f"{tag}_from_pretrained_outside_models": len(hs["from_pretrained_outside_models"]),
+            f"{tag}_run_folder_implementations": len(hs["run_folder_modules"]),
+            f"{tag}_os_replace_outside_atomic": hs["os_replace_outside_atomic"],
+            f"{tag}_shims_and_reexports": len(hs["shims_and_reexports"]),
+            f"{tag}_fmt_skip_src": hs["fmt_skip_src"],
+            f"{tag}_import_linter_in_make_test": int(hs["import_linter_in_make_test"]),
+            f"{tag}_benchmark_folders_with_scripts": hs["benchmark_folders_with_scripts"],
+            f"{tag}_readme_lines": hs["readme_lines"],
+        })  # fmt: skip
+    targets = {"after_circles": "<= 2", "after_package_imports_back_up": "<= 1", "after_modules_over_400_lines": "0",
+               "after_from_pretrained_outside_models": "0", "after_run_folder_implementations": "1",
+               "after_os_replace_outside_atomic": "0", "after_shims_and_reexports": "0", "after_fmt_skip_src": "<= 10",
+               "after_import_linter_in_make_test": "1", "after_benchmark_folders_with_scripts": ">= 6",
+               "after_readme_lines": "<= 300"}  # fmt: skip
+    write_result("code_layout", script_command(__file__), metrics, targets,
+                 revisions=runs)  # fmt: skip
+    (RESULTS / "code_layout.md").write_text(markdown(runs), encoding="utf-8")
+    print(markdown(runs))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Language models: n-gram speed against nltk.lm and KenLM, the LM ladder, frozen causal LMs with retrieval."""

@@ -1,0 +1,358 @@
+"""REALM/BRENT with a causal-LM reader (issue 35): Norwegian with Gemma-3-270M, English with SmolLM2-135M.
+
+Stages (each skipped when its output exists in --work; training runs resume after an interruption):
+
+  towers      the NorQuAD pool and the unsupervised Norwegian DocStore (NorQuAD passages + Norwegian
+              Debian text, 128 MiniLM tokens a chunk, as `retriever_train.py` builds them) and the best
+              NorQuAD DPR encoder of `retriever_train.py` (dpr-cc: `ralm retriever train contrastive` on
+              the unsupervised text, then `dpr` on NorQuAD train from it, batch 64 through gradient caching)
+  corpus      the REALM corpus: the same Norwegian text with names, numbers and dates as salient spans
+              (`--names --numbers`), the English demo corpus, and how often each kind of span recurs
+              elsewhere in its corpus (what retrieval can find at all)
+  nb          BRENT Fig. 2 in Norwegian: `ralm pretrain` with the Gemma-3 reader and the dpr-cc towers,
+              and the closed-book baseline (the same LM generating the spans without a chunk), same steps
+              and data; held-out span perplexity at step 0 (`evaluate-mlm --initial`) and at the end, per
+              span kind; curves (`ralm plot`)
+  table2      REALM Table 2 in Norwegian: NorQuAD-open answer recall@1/5/20 (472 test questions, the
+              5,859-chunk pool) of the towers after REALM pre-training against the dpr-cc towers they
+              started from
+  en          the same in English: SmolLM2-135M reader on the demo's Wikipedia sample, MiniLM towers
+  downstream  BRENT Table 1's question: `ralm rag train` on NorQuAD-open twice with the same budget (the
+              first --rag-limit train questions, 1 epoch, batch 8, LoRA r=16, dense top 3 of each arm's own
+              towers), from the REALM reader + towers and from plain Gemma-3 + the dpr-cc towers; test EM/F1
+              of RAG k=3 and closed-book on the first --test-limit of the 472 test questions (default all)
+  speed       a causal REALM step (`train_step`) against the bare passes of the same models over the same
+              (z, x, y) rows: towers forward, LM forward with the output layer on the span positions,
+              backward and the AdamW step, interleaved, medians
+  report      benchmarks/results/realm_causal.json and .md (realm_causal_report.py)
+
+Run: python benchmarks/realm/realm_causal.py all [--work runs/b35] [--steps 300]   (or one stage at a time)
+The committed results (2-core CPU, one core a job, OMP_NUM_THREADS=1): towers, corpus; `en --steps 300`;
+`nb --steps 100`; table2; `downstream --rag-limit 200` (one arm per core with --arms; all 472 test questions);
+speed; report. 300 Norwegian steps would take ~3 h a run on one core of this machine (~35 s a step, the other core busy).
+Reads ../shared/data/norquad by path. Environment: OMP_NUM_THREADS (default 2) torch threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
+sys.path.insert(0, str(BENCH))
+from common import RESULTS  # noqa: E402
+from realm.realm_causal_spans import span_recurrence  # noqa: E402
+
+ROOT = BENCH.parent
+NB_CONFIG = BENCH / "data" / "realm_causal_nb.toml"
+EN_CONFIG = BENCH / "data" / "realm_causal_en.toml"
+KS = (1, 5, 20)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def ralm(*args) -> None:
+    log("ralm " + " ".join(str(a) for a in args))
+    subprocess.run([sys.executable, "-m", "ralm", *[str(a) for a in args]], check=True)
+
+
+def read_json(p: Path) -> dict:
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+# ----------------------------------------------------------------------------- towers
+def towers(work: Path) -> Path:
+    """The dpr-cc encoder of retriever_train.py (same corpus, settings and order); returns its directory."""
+    from retrieval.retriever_train import NORQUAD, build_stores
+
+    pool, unsup = build_stores(work)
+    contrastive = work / "contrastive"
+    if not (contrastive / "results.json").is_file():
+        ralm(
+            "retriever", "train", "contrastive", unsup, "--out", contrastive, "--lang", "nb",
+            "--steps", 600, "--batch-size", 64, "--lr", 5e-5, "--quiet",
+        )  # fmt: skip
+    out = work / "dpr-cc"
+    if not (out / "results.json").is_file():
+        ralm(
+            "retriever", "train", "dpr", NORQUAD / "training_dataset_flattened.reconstructed.json",
+            "--corpus", pool, "--dev", NORQUAD / "validation_dataset_flattened.json", "--lang", "nb",
+            "--quiet", "--encoder", contrastive / "encoder", "--epochs", 4, "--batch-size", 64,
+            "--grad-cache", 32, "--lr", 3e-5, "--out", out,
+        )  # fmt: skip
+    return out / "encoder"
+
+
+# ----------------------------------------------------------------------------- corpora
+def corpora(work: Path) -> tuple[Path, Path]:
+    """(Norwegian REALM corpus with names/numbers/dates, English demo corpus)."""
+    from retrieval.retriever_train import build_stores
+
+    build_stores(work)
+    nb = work / "unsup-nb-spans"
+    if not (nb / "manifest.json").is_file():
+        ralm(
+            "corpus", "build", work / "pool.jsonl", work / "nordic_nb.jsonl", "--out", nb, "--chunk-size", 128,
+            "--lang", "nb", "--names", "--numbers", "--quiet",
+        )  # fmt: skip
+    en = work / "enwiki-64"
+    if not (en / "manifest.json").is_file():
+        ralm("corpus", "build", "--sample", "enwiki", "--out", en, "--chunk-size", 64, "--quiet")
+    for name, store in (("nb", nb), ("en", en)):
+        out = work / f"recurrence-{name}.json"
+        if not out.is_file():
+            out.write_text(json.dumps(span_recurrence(store), indent=2) + "\n", encoding="utf-8")
+    return nb, en
+
+
+# ----------------------------------------------------------------------------- pre-training runs
+def pretrain_pair(
+    work: Path, tag: str, config: Path, store: Path, steps: int, extra: list, eval_n: int | None = None
+) -> tuple[Path, Path]:
+    """The REALM run and its closed-book baseline (resumed when interrupted), evaluated at step 0 and at the end."""
+    runs = {}
+    for mode, name in (("mlm", "closed"), ("realm", "realm")):
+        run = work / f"{tag}-{name}"
+        runs[name] = run
+        done = (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file()
+        if not done:
+            resume = ["--resume"] if (run / "config.toml").is_file() else []
+            ralm("pretrain", config, "--docstore", store, "--out", run, "--mode", mode, "--steps", steps, "--quiet",
+                 *extra, *resume)  # fmt: skip
+    realm, closed = runs["realm"], runs["closed"]
+    n = [] if eval_n is None else ["--n", eval_n]
+    if not (realm / "eval_mlm_initial.json").is_file():
+        ralm("evaluate-mlm", realm, "--baseline", closed, "--initial", *n)
+    if not (realm / "eval_mlm.json").is_file():
+        ralm("evaluate-mlm", realm, "--baseline", closed, *n)
+    curves = RESULTS / f"realm_causal_{tag}_curves.png"
+    if not curves.is_file():
+        ralm("plot", realm, closed, "--out", curves)
+    return realm, closed
+
+
+def nb_stage(work: Path, steps: int, eval_n: int | None = None) -> None:
+    enc = work / "dpr-cc" / "encoder"
+    if not (enc / "ralm_encoder.json").is_file():
+        raise SystemExit(f"{enc}: missing; run the towers stage first")
+    nb, _ = corpora(work)
+    pretrain_pair(work, "nb", NB_CONFIG, nb, steps, ["--retriever", enc], eval_n)
+
+
+def en_stage(work: Path, steps: int, eval_n: int | None = None) -> None:
+    _, en = corpora(work)
+    pretrain_pair(work, "en", EN_CONFIG, en, steps, [], eval_n)
+
+
+# ----------------------------------------------------------------------------- REALM Table 2
+def table2_stage(work: Path) -> None:
+    from retrieval.retriever_train import evaluate, qa_jsonl
+
+    out = work / "table2.json"
+    if out.is_file():
+        return
+    realm = work / "nb-realm"
+    if not (work / "nb-realm-towers" / "ralm_encoder.json").is_file():
+        ralm("export-reader", realm, work / "nb-realm-reader", "--retriever-out", work / "nb-realm-towers",
+             "--overwrite")  # fmt: skip
+    ev = evaluate(
+        work,
+        work / "pool",
+        {"before": work / "dpr-cc" / "encoder", "after": work / "nb-realm-towers"},
+        qa_jsonl("test", work / "test.jsonl"),
+        "test",
+    )
+    rows = {
+        name: {f"recall@{k}": round(rep.recall[k], 4) for k in KS}
+        | {"hub@20": round(rep.hubness["hub_share"], 4)}
+        for name, rep in ev["reports"].items()
+    }
+    out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- downstream
+def downstream_stage(
+    work: Path, limit: int, epochs: float, which: list[str], test_limit: int | None = None
+) -> None:
+    """`ralm rag train` + `rag eval` twice: REALM reader + towers, plain Gemma-3 + dpr-cc towers."""
+    from retrieval.retriever_train import qa_jsonl
+
+    train_q = qa_jsonl("train", work / "train.jsonl")
+    test_q = qa_jsonl("test", work / "test.jsonl")
+    if "realm" in which and not (work / "nb-realm-towers" / "ralm_encoder.json").is_file():
+        table2_stage(work)
+    arms = {
+        "realm": (work / "nb-realm-reader", work / "nb-realm-towers"),
+        "plain": ("gemma3", work / "dpr-cc" / "encoder"),
+    }
+    for arm, (lm, enc) in arms.items():
+        if arm not in which:
+            continue
+        index = work / f"index-{arm}"
+        if not (index / "retrieval.json").is_file():
+            ralm("index", "build", work / "pool", "--encoder", enc, "--out", index, "--overwrite", "--quiet")
+        gen = work / f"rag-{arm}"
+        if not (gen / "model" / "config.json").is_file():
+            ralm("rag", "train", train_q, "--lm", lm, "--index", index, "--retriever", "dense", "-k", 3,
+                 "--lang", "nb", "--epochs", epochs, "--limit", limit, "--batch-size", 8, "--lora-r", 16,
+                 "--no-chat", "--out", gen, "--no-progress")  # fmt: skip
+        ev = work / f"rag-eval-{arm}"
+        if not (ev / "rag-k3" / "results.json").is_file():
+            ralm("rag", "eval", test_q, "--lm", gen / "model", "--index", index, "--retriever", "dense",
+                 "--mode", "rag", "closed-book", "-k", 3, "--lang", "nb", "--no-chat", "--batch-size", 16,
+                 "--name", arm, "--out", ev, "--no-progress",
+                 *([] if test_limit is None else ["--limit", test_limit]))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- speed
+def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
+    """A causal REALM step vs the bare passes of its models over the same rows (see the module
+    docstring); `cfg` (a PretrainConfig) defaults to the Norwegian run's."""
+    import torch
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.models.precision import autocast_context, autocast_dtype
+    from ralm.realm.build import build_model, make_collator, optimizer_for
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.data import batch_positions, example_rngs, split_ids
+    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.trainer import train_step
+    from ralm.train.optim import warmup_schedule
+
+    out = work / "speed.json"
+    if out.is_file():
+        return read_json(out)
+    if cfg is None:
+        nb, _ = corpora(work)
+        cfg = PretrainConfig.from_toml(
+            NB_CONFIG, docstore=str(nb), out="-", retriever=str(work / "dpr-cc" / "encoder"), warmup_steps=0,
+            grad_accum=1,  # one micro-batch a step: the bare passes below run one batch's rows
+        )  # fmt: skip
+    store = DocStore(cfg.docstore)
+    torch.manual_seed(0)
+    model, tok = build_model(cfg, store)
+    dev = torch.device("cpu")
+    ac = autocast_dtype(dev, cfg.autocast, torch.float32)
+    train_ids, _ = split_ids(cfg, store)
+    col = make_collator(cfg, store, tok, model, return_tensors="pt")
+    opt = optimizer_for(model, cfg)
+    sched = warmup_schedule(opt, cfg.schedule, 0, cfg.steps)
+    ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast)
+    ref.refresh(model.encoder, 0)
+
+    def inputs(step: int):
+        ids = batch_positions(train_ids, cfg.seed, (step - 1) * cfg.batch_size, cfg.batch_size)
+        batch = col(ids, rngs=example_rngs(cfg.seed, step, 0, range(len(ids))))
+        with torch.no_grad():
+            q = model.embed_queries(batch)
+        doc_ids = ref.search(q.numpy(), batch["source_ids"].numpy(), model.n_retrieved)
+        rows = model.reader.build_rows(batch, [[*map(int, r), -1] for r in doc_ids])
+        return batch, model.docs.tower_batch(doc_ids.ravel()), rows
+
+    def bare(batch, dbatch, rows, head_only: bool) -> float:
+        model.zero_grad(set_to_none=True)
+        lm = model.reader.lm
+        t0 = time.perf_counter()
+        with autocast_context(dev, ac):
+            q = model.encoder.query_tower(batch["input_ids"], batch["attention_mask"])
+            d = model.encoder.doc_tower(**dbatch)
+            if head_only:
+                h = lm.base_model(
+                    input_ids=rows.input_ids, attention_mask=rows.attention_mask
+                ).last_hidden_state
+                logits = lm.get_output_embeddings()(h[rows.rows, rows.cols - 1])
+            else:
+                logits = lm(input_ids=rows.input_ids, attention_mask=rows.attention_mask).logits
+                logits = logits[rows.rows, rows.cols - 1]
+            loss = q.float().mean() + d.float().mean() + logits.float().logsumexp(-1).mean()
+        loss.backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    full_t, bare_t, hf_t = [], [], []
+    for step in range(1, warmup + steps + 1):
+        x = inputs(step)
+        t0 = time.perf_counter()
+        train_step(model, opt, sched, col, train_ids, cfg, step, ref.search, dev, ac)
+        tf = time.perf_counter() - t0
+        tb = bare(*x, head_only=True)
+        th = bare(*x, head_only=False)
+        tokens = int(x[2].attention_mask.sum())
+        log(
+            f"speed step {step}: full {tf:.2f}s  bare {tb:.2f}s  bare (full logits) {th:.2f}s  ({tokens} reader tokens)"
+        )
+        if step > warmup:
+            full_t.append(tf)
+            bare_t.append(tb)
+            hf_t.append(th)
+    full, b, h = statistics.median(full_t), statistics.median(bare_t), statistics.median(hf_t)
+    res = {
+        "step_seconds_median": full,
+        "bare_seconds_median": b,
+        "step_vs_bare": full / b,
+        "bare_full_logits_seconds_median": h,
+        "step_vs_bare_full_logits": full / h,
+        "reader_tokens_per_step": tokens,
+        "steps_measured": steps,
+        "autocast": str(ac),
+    }
+    out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    stages = ["towers", "corpus", "nb", "table2", "en", "downstream", "speed", "report", "all"]
+    ap.add_argument("stage", choices=stages)
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b35")
+    ap.add_argument("--steps", type=int, default=300, help="pre-training steps of every run (default 300)")
+    ap.add_argument("--rag-limit", type=int, default=500, help="NorQuAD train questions for rag train")
+    ap.add_argument("--rag-epochs", type=float, default=1.0)
+    ap.add_argument("--arms", default="realm,plain", help="downstream arms to run (default: both)")
+    ap.add_argument("--speed-steps", type=int, default=6)
+    ap.add_argument(
+        "--eval-n", type=int, default=None, help="held-out chunks per evaluate-mlm (default: all)"
+    )
+    ap.add_argument("--test-limit", type=int, default=None, help="NorQuAD-open test questions for rag eval")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    todo = stages[:-1] if args.stage == "all" else [args.stage]
+    for stage in todo:
+        log(f"stage {stage}")
+        if stage == "towers":
+            towers(work)
+        elif stage == "corpus":
+            corpora(work)
+        elif stage == "nb":
+            nb_stage(work, args.steps, args.eval_n)
+        elif stage == "table2":
+            table2_stage(work)
+        elif stage == "en":
+            en_stage(work, args.steps, args.eval_n)
+        elif stage == "downstream":
+            downstream_stage(work, args.rag_limit, args.rag_epochs, args.arms.split(","), args.test_limit)
+        elif stage == "speed":
+            speed_stage(work, args.speed_steps, 1)
+        elif stage == "report":
+            from realm.realm_causal_report import report
+
+            report(work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,400 @@
+"""REALM that learns (issue 45): the diagnosis, the ablation of each lever, the final pair, the speed.
+
+Stages (each skipped when its output exists in --work; training runs resume after an interruption):
+
+  diag0 LANG        eval-only diagnosis of today's configuration at step 0 (`ralm evaluate-mlm --initial
+                    --diagnose`): answers in dense/BM25/hybrid candidates at depth 3/8/20, and the span
+                    ratio to closed-book under p(z|x), uniform, the scale x0.5/2/4/8, best-of-K
+  arm LANG NAME     one arm of the ablation (ARMS): `ralm pretrain` for --steps, checkpoints every
+                    --steps/4; then evaluate-mlm at step 0 and at each checkpoint (the curves) against
+                    the closed-book run of the same steps, and the diagnosis at the end
+  compute LANG NAME the compute-matched closed-book baseline of an arm (as many closed-book steps as
+                    the arm's training wall time buys) and the arm's evaluation against it (the
+                    data-matched one, the arms' own steps, is trained by every arm)
+  speed             queries per second of one REALM step, today's settings against the new defaults at
+                    the same k (and each speed lever alone), interleaved in one process, medians
+  towers            NorQuAD-open recall@1/5/20 of the towers before and after (LANG nb)
+  report            benchmarks/results/realm_learns.json and .md (realm_learns_report.py)
+
+LANG is en (SmolLM2-135M reader, MiniLM towers, the demo's English Wikipedia in 64-token chunks) or nb
+(Gemma-3-270M reader, the NorQuAD DPR towers of realm_causal.py, NorQuAD passages + Norwegian Debian
+text in 128-token chunks); both corpora and the towers come from realm_causal.py's stages, in the same
+--work folder. Run: python benchmarks/realm/realm_learns.py STAGE [LANG] [NAME] [--work runs/b45] [--steps N]
+Environment: OMP_NUM_THREADS (default 1) torch threads a job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(ROOT / "src"))
+from realm.realm_causal import log, ralm, read_json  # noqa: E402
+
+CONFIGS = {"en": BENCH / "data" / "realm_causal_en.toml", "nb": BENCH / "data" / "realm_causal_nb.toml"}
+STORES = {"en": "enwiki-64", "nb": "unsup-nb-spans"}
+EVAL_N = 200  # held-out spans scored at the end and at step 0
+CURVE_N = 100  # held-out spans scored at the intermediate checkpoints
+
+# the ablation: today's configuration, each lever alone, and all together (settings over the LANG's TOML)
+ARMS: dict[str, dict[str, object]] = {
+    "today": {},
+    "scale": {"score_scale": "learned"},
+    "null": {"null_doc": "logit"},
+    "span": {"marginal": "span", "masking.max_spans": 2},
+    "cands": {"candidates": "hybrid", "candidate_depth": 32, "k": 8, "reader_backprop_top": 2},
+    "topm": {"reader_backprop_top": 1},
+    "query": {"retriever_train": "query"},
+    "lr": {"lr_retriever": 1e-4},
+    "distill": {"retriever_loss": "distill"},
+    "all": {
+        "score_scale": "learned", "null_doc": "logit", "marginal": "span", "masking.max_spans": 2,
+        "candidates": "hybrid", "candidate_depth": 32, "k": 8, "reader_backprop_top": 2,
+        "retriever_train": "query", "lr_retriever": 1e-4,
+    },
+}  # fmt: skip
+# the levers together with the packed query-first reader rows (the speed lever: the same model
+# reading the query before each chunk, the query's tokens computed once for its k chunks): the
+# Norwegian pair, where a Gemma-3 step is the budget
+ARMS["all_packed"] = {**ARMS["all"], "reader_layout": "query_first"}
+LANG_EXTRA = {"nb": {"bm25_lang": "nb"}, "en": {"bm25_lang": "en"}}
+
+
+def sets(settings: dict[str, object]) -> list[str]:
+    """--set NAME=VALUE flags for `ralm pretrain`."""
+    out = []
+    for k, v in settings.items():
+        out += ["--set", f"{k}={json.dumps(v) if isinstance(v, str) else v}"]
+    return out
+
+
+# set by main(): --store, --reader, --batch-size, --device (the GPU stage points them at its inputs)
+OVERRIDES: dict[str, object] = {}
+
+
+def store_of(work: Path, lang: str) -> Path:
+    p = Path(OVERRIDES["store"]) if OVERRIDES.get("store") else work / STORES[lang]
+    if not (p / "manifest.json").is_file():
+        raise SystemExit(
+            f"{p}: missing; run `python benchmarks/realm/realm_causal.py corpus --work {work}` first"
+        )
+    return p
+
+
+def base_flags(work: Path, lang: str) -> list:
+    flags = [CONFIGS[lang], "--docstore", store_of(work, lang)]
+    for key in ("reader", "batch_size", "device", "heldout"):
+        if OVERRIDES.get(key) is not None:
+            flags += [f"--{key.replace('_', '-')}", OVERRIDES[key]]
+    if lang == "nb":
+        enc = work / "dpr-cc" / "encoder"
+        if not (enc / "ralm_encoder.json").is_file():
+            raise SystemExit(
+                f"{enc}: missing; run `python benchmarks/realm/realm_causal.py towers --work {work}` first"
+            )
+        flags += ["--retriever", enc]
+    return flags
+
+
+def train(work: Path, lang: str, name: str, mode: str, steps: int, settings: dict) -> Path:
+    """`ralm pretrain` of one run, resumed when a checkpoint exists, skipped when finished."""
+    run = work / f"{lang}-{name}"
+    if (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file():
+        return run
+    resume = ["--resume"] if (run / "config.toml").is_file() else []
+    every = max(1, steps // 4)
+    ralm("pretrain", *base_flags(work, lang), "--out", run, "--mode", mode, "--steps", steps, "--quiet",
+         "--checkpoint-every", every, "--keep-checkpoints", 8,
+         *sets({**LANG_EXTRA[lang], **settings}), *resume)  # fmt: skip
+    return run
+
+
+def evaluate(
+    run: Path, closed: Path, *, initial: bool = False, n: int | None = None, out: Path | None = None
+) -> Path:
+    """evaluate-mlm of `run` against the closed-book run (the JSON path)."""
+    n = n or int(OVERRIDES.get("eval_n") or EVAL_N)
+    out = out or run / ("eval_mlm_initial.json" if initial else "eval_mlm.json")
+    if not out.is_file():
+        extra = ["--initial"] if initial else []
+        ralm("evaluate-mlm", run, "--baseline", closed, "--n", n, "--json-out", out, *extra)
+    return out
+
+
+def diagnose(run: Path, closed: Path | None, *, initial: bool, n: int | None = None) -> Path:
+    n = n or int(OVERRIDES.get("eval_n") or EVAL_N)
+    out = run / ("diagnose_initial.json" if initial else "diagnose.json")
+    if not out.is_file() and not OVERRIDES.get("no_diagnose"):
+        base = ["--baseline", closed] if closed is not None else []
+        ralm("evaluate-mlm", run, *base, "--diagnose", "--n", n, "--json-out", out,
+             *(["--initial"] if initial else []))  # fmt: skip
+    return out
+
+
+def init_run(work: Path, lang: str, name: str, settings: dict, steps: int) -> Path:
+    """A run folder with its config and held-out split, nothing trained (what --initial reads)."""
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.data import split_ids
+    from ralm.realm.run import write_split
+
+    run = work / f"{lang}-{name}"
+    if (run / "split.json").is_file():
+        return run
+    flags = base_flags(work, lang)
+    over = {"docstore": str(flags[2]), "out": str(run), "steps": steps}
+    over.update(
+        {
+            k: v
+            for k, v in OVERRIDES.items()
+            if k in ("reader", "batch_size", "device", "heldout") and v is not None
+        }
+    )
+    if lang == "nb":
+        over["retriever"] = str(flags[flags.index("--retriever") + 1])
+    merged = {**LANG_EXTRA[lang], **settings}
+    masking = {k.removeprefix("masking."): v for k, v in merged.items() if k.startswith("masking.")}
+    over.update({k: v for k, v in merged.items() if not k.startswith("masking.")})
+    cfg = PretrainConfig.from_toml(flags[0], **over, masking=masking)
+    run.mkdir(parents=True, exist_ok=True)
+    cfg.save(run)
+    write_split(run, *split_ids(cfg, DocStore(cfg.docstore)))
+    return run
+
+
+# ----------------------------------------------------------------------------- stages
+def diag0_stage(work: Path, lang: str, steps: int) -> None:
+    run = init_run(work, lang, "diag0", ARMS["today"], steps)
+    diagnose(run, None, initial=True)
+
+
+def compute_stage(work: Path, lang: str, arm: str, steps: int) -> None:
+    """The compute-matched closed-book baseline of `arm`: as many closed-book steps as the arm's
+    training wall time buys (the data-matched one's step time), then the arm evaluated against it."""
+    closed = train(work, lang, "closed", "mlm", steps, {})
+    run = work / f"{lang}-{arm}"
+    if not (run / "metrics.jsonl").is_file():
+        raise SystemExit(f"{run}: train the arm first")
+    speed = speed_path(work, lang, [arm, "closed"])  # `speed LANG --variants ARM,closed`
+    timed = read_json(speed) if speed.is_file() else {}
+    if f"{arm}_step_seconds" in timed and "closed_step_seconds" in timed:
+        # the two step times measured side by side in one process (same load): the wall times of
+        # the runs themselves were taken under different loads on a shared machine
+        ratio, basis = timed[f"{arm}_step_seconds"] / timed["closed_step_seconds"], str(speed)
+    else:
+        ratio, basis = wall(run) / wall(closed), "the runs' wall times"
+    n = max(steps, int(round(steps * ratio / 4)) * 4)
+    matched = train(work, lang, f"closed-compute-{arm}", "mlm", n, {})
+    (matched / "compute_match.json").write_text(
+        json.dumps({"arm": arm, "arm_seconds": wall(run), "closed_seconds_per_step": wall(closed) / steps,
+                    "step_time_ratio": ratio, "ratio_from": basis, "steps": n}, indent=2) + "\n",
+        encoding="utf-8"
+    )  # fmt: skip
+    evaluate(run, matched, out=run / "eval_mlm_compute.json")
+
+
+def wall(run: Path) -> float:
+    """Seconds a run spent in its training steps (sum of step_seconds and refresh_seconds)."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return sum(r.get("step_seconds", 0.0) + r.get("refresh_seconds", 0.0) for r in rows)
+
+
+def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> None:
+    closed = train(work, lang, "closed", "mlm", steps, {})
+    run = train(work, lang, name, "realm", steps, ARMS[name])
+    evaluate(run, closed, initial=True)
+    evaluate(run, closed)
+    diagnose(run, closed, initial=False)
+    if curves:
+        for ck in sorted((run / "checkpoints").glob("step-*")):
+            step = int(ck.name.split("-")[1])
+            if step == steps:
+                continue
+            cclosed = closed / "checkpoints" / ck.name
+            out = run / f"eval_mlm_step{step}.json"
+            if cclosed.is_dir() and not out.is_file():
+                evaluate_pair_at(run, closed, ck, cclosed, out)
+
+
+def evaluate_pair_at(run: Path, closed: Path, ck: Path, cclosed: Path, out: Path) -> None:
+    """evaluate-mlm of a REALM checkpoint against the closed-book run's checkpoint of the same step."""
+    from ralm.realm.evaluate import evaluate_mlm, ratios
+    from ralm.realm.run import load_run
+
+    r, c = load_run(run, ck), load_run(closed, cclosed)
+    rows = evaluate_mlm(r, c, n=min(CURVE_N, int(OVERRIDES.get("eval_n") or CURVE_N)))
+    payload = {"step": int(r.state["step"]), "rows": [x.as_dict() for x in rows], "ratios": ratios(rows)}
+    out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def towers_stage(work: Path, name: str) -> None:
+    """NorQuAD-open recall of the nb arm's towers, before (the dpr-cc encoder) and after."""
+    from retrieval.retriever_train import evaluate as eval_retrieval
+    from retrieval.retriever_train import qa_jsonl
+
+    out = work / f"nb-{name}" / "towers.json"
+    if out.is_file():
+        return
+    run = work / f"nb-{name}"
+    towers = work / f"nb-{name}-towers"
+    if not (towers / "ralm_encoder.json").is_file():
+        ralm("export-reader", run, work / f"nb-{name}-reader", "--retriever-out", towers, "--overwrite")
+    ev = eval_retrieval(work, work / "pool", {"before": work / "dpr-cc" / "encoder", "after": towers},
+                        qa_jsonl("test", work / "test.jsonl"), "test")  # fmt: skip
+    rows = {
+        k: {f"recall@{n}": round(rep.recall[n], 4) for n in (1, 5, 20)} for k, rep in ev["reports"].items()
+    }
+    out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+
+
+SPEED_DEFAULT = "today,topm,query,packed,new"
+
+
+def speed_path(work: Path, lang: str, variants: list[str]) -> Path:
+    """Where `speed` keeps its medians: speed-LANG.json for the default variants, else named by them."""
+    if variants == SPEED_DEFAULT.split(","):
+        return work / f"speed-{lang}.json"
+    return work / f"speed-{lang}-{'-'.join(variants)}.json"
+
+
+def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
+    """Queries per second of a REALM step: today's settings vs the speed levers at the same k, the
+    variants interleaved step by step in one process (same machine, same load), medians."""
+    import torch
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.models.precision import autocast_dtype
+    from ralm.realm.build import build_model, make_collator, optimizer_for
+    from ralm.realm.candidates import candidate_search
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.data import split_ids
+    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.trainer import train_step
+    from ralm.train.optim import warmup_schedule
+
+    out = speed_path(work, lang, variants)
+    if out.is_file():
+        return read_json(out)
+    flags = base_flags(work, lang)
+    over = {"docstore": str(flags[2]), "out": "-", "warmup_steps": 0, "grad_accum": 1, **LANG_EXTRA[lang]}
+    if lang == "nb":
+        over["retriever"] = str(flags[flags.index("--retriever") + 1])
+    dev = torch.device("cpu")
+    setups = {}
+    index_dir = None
+    for name in variants:
+        cfg = PretrainConfig.from_toml(flags[0], **over, **SPEED_VARIANTS[name])
+        store = DocStore(cfg.docstore)
+        torch.manual_seed(0)
+        model, tok = build_model(cfg, store)
+        ref = None  # the closed-book variant retrieves nothing
+        if cfg.mode == "realm":
+            ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast, root=work / f"speed-index-{lang}")
+            if index_dir is None:
+                ref.refresh(model.encoder, 0)  # the same towers in every variant: one index
+                index_dir = ref.version_dir(0)
+            else:
+                ref.load(index_dir)
+        opt = optimizer_for(model, cfg)
+        # the candidates the trainer would use (hybrid ones wrap the index's search)
+        search = candidate_search(cfg, model, ref.search) if ref is not None else None
+        setups[name] = dict(
+            cfg=cfg, model=model, opt=opt, sched=warmup_schedule(opt, cfg.schedule, 0, cfg.steps),
+            col=make_collator(cfg, store, tok, model, return_tensors="pt"), ids=split_ids(cfg, store)[0],
+            ref=ref, search=search, ac=autocast_dtype(dev, cfg.autocast, torch.float32), t=[],
+        )  # fmt: skip
+    for step in range(1, steps + 2):  # the first step of each variant is a warm-up
+        for name, s in setups.items():
+            t0 = time.perf_counter()
+            train_step(
+                s["model"],
+                s["opt"],
+                s["sched"],
+                s["col"],
+                s["ids"],
+                s["cfg"],
+                step,
+                s["search"],
+                dev,
+                s["ac"],
+            )
+            if step > 1:
+                s["t"].append(time.perf_counter() - t0)
+            log(f"speed {name} step {step}: {time.perf_counter() - t0:.2f} s")
+    res = {"steps_measured": steps, "queries_per_step": setups[variants[0]]["cfg"].batch_size}
+    for name, s in setups.items():
+        med = statistics.median(s["t"])
+        res[f"{name}_step_seconds"] = med
+        res[f"{name}_queries_per_s"] = s["cfg"].batch_size / med
+    base = res[f"{variants[0]}_queries_per_s"]
+    for name in variants[1:]:
+        res[f"{name}_over_{variants[0]}"] = res[f"{name}_queries_per_s"] / base
+    out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    return res
+
+
+SPEED_VARIANTS: dict[str, dict[str, object]] = {
+    "today": {},
+    "topm": {"reader_backprop_top": 1},
+    "query": {"retriever_train": "query"},
+    "packed": {"reader_layout": "query_first"},
+    "new": {"reader_backprop_top": 1, "retriever_train": "query", "reader_layout": "query_first"},
+    # for compute matching (`compute`): the `all` arm and the closed-book run, timed side by side
+    "all": ARMS["all"],
+    "closed": {"mode": "mlm"},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("stage", choices=["diag0", "arm", "compute", "speed", "towers", "report"])
+    ap.add_argument("lang", nargs="?", choices=["en", "nb"], default="en")
+    ap.add_argument("name", nargs="?", default="today", help="arm: one of " + ", ".join(ARMS))
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b45")
+    ap.add_argument("--steps", type=int, default=200, help="pre-training steps of every run (default 200)")
+    ap.add_argument("--curves", action="store_true", help="arm: also score the intermediate checkpoints")
+    ap.add_argument("--speed-steps", type=int, default=4)
+    ap.add_argument("--variants", default=SPEED_DEFAULT, help="speed: variants (the first is the base)")
+    ap.add_argument("--store", help="the DocStore (default: LANG's under --work)")
+    ap.add_argument("--reader", help="the reader (default: the LANG config's)")
+    ap.add_argument("--batch-size", type=int, help="queries a step (default: the LANG config's)")
+    ap.add_argument("--device", help="auto, cpu, cuda (default: the config's)")
+    ap.add_argument("--heldout", type=int, help="chunks held out (default: the config's)")
+    ap.add_argument("--eval-n", type=int, help=f"held-out spans scored (default {EVAL_N})")
+    ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
+    args = ap.parse_args()
+    OVERRIDES.update(store=args.store, reader=args.reader, batch_size=args.batch_size, device=args.device,
+                     heldout=args.heldout, eval_n=args.eval_n, no_diagnose=args.no_diagnose)  # fmt: skip
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.stage == "diag0":
+        diag0_stage(args.work, args.lang, args.steps)
+    elif args.stage == "arm":
+        arm_stage(args.work, args.lang, args.name, args.steps, args.curves)
+    elif args.stage == "compute":
+        compute_stage(args.work, args.lang, args.name, args.steps)
+    elif args.stage == "speed":
+        speed_stage(args.work, args.lang, args.speed_steps, args.variants.split(","))
+    elif args.stage == "towers":
+        towers_stage(args.work, args.name)
+    elif args.stage == "report":
+        from realm.realm_learns_report import report
+
+        report(args.work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""The report stage of realm_learns.py: benchmarks/results/realm_learns.json and .md from the work folder.
+
+Reads, where they exist: the step-0 diagnoses (LANG-diag0/diagnose_initial.json), each arm's
+evaluations at step 0, at the intermediate checkpoints and at the end (LANG-ARM/eval_mlm*.json, with
+bootstrap intervals), its diagnosis at the end, its metrics.jsonl (entropy, null mass, answers in
+documents, score scale over steps), the compute-matched closed-book run, the towers' NorQuAD-open
+recall, the speed stage and the GPU pack's REALM stages. Missing parts are listed under "not_run".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+from common import RESULTS, ROOT, write_result  # noqa: E402
+
+ARMS = ("today", "scale", "null", "span", "cands", "topm", "query", "lr", "distill", "all")
+TARGETS = {
+    "nb_ratio_content_end": "<= 0.5",
+    "nb_ratio_content_end_compute_matched": "<= 0.6",
+    "nb_ratio_gain_from_training": ">= 0.10",
+    "nb_towers_recall@5_after": ">= nb_towers_recall@5_before + 0.02",
+    "nb_answers_in_candidates_gain": ">= 0.05",
+    "nb_null_mass_end": "between 0.02 and 0.5",
+    "nb_entropy_ratio_end": "<= 0.7",
+    "en_ratio_content_end": "<= 0.6",
+    "en_ratio_gain_from_training": ">= 0.05",
+    "step_queries_per_s_over_before": ">= 2",
+    "nb_downstream_f1_realm_minus_plain": ">= 0",
+}
+
+
+def _read(p: Path) -> dict | None:
+    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+
+
+def _ratio(ev: dict, row: str, content: bool) -> tuple[float, float, float] | None:
+    """(ratio, low, high) of `row` over the closed-book row in an evaluate-mlm JSON."""
+    for d in ev.get("ratios", []):
+        if d["row"] == row:
+            key = "content_ratio" if content else "ratio"
+            if key in d:
+                return d[key], d[f"{key}_low"], d[f"{key}_high"]
+    return None
+
+
+def _metrics_rows(run: Path) -> list[dict]:
+    f = run / "metrics.jsonl"
+    if not f.is_file():
+        return []
+    rows = []
+    for line in f.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def _tail_mean(rows: list[dict], key: str, n: int = 20) -> float | None:
+    vals = [r[key] for r in rows if key in r and isinstance(r[key], int | float) and math.isfinite(r[key])]
+    return sum(vals[-n:]) / len(vals[-n:]) if vals else None
+
+
+def arm_record(work: Path, lang: str, arm: str) -> dict | None:
+    """Everything measured of one arm: ratios at step 0 and at the end (all and content tokens, with
+    intervals), the curves, the end-of-training diagnosis and the last steps' retrieval numbers."""
+    run = work / f"{lang}-{arm}"
+    end, start = _read(run / "eval_mlm.json"), _read(run / "eval_mlm_initial.json")
+    if end is None:
+        return None
+    rec: dict = {"steps": end.get("step")}
+    for when, ev in (("end", end), ("step0", start)):
+        if ev is None:
+            continue
+        for part, content in (("all", False), ("content", True)):
+            r = _ratio(ev, "realm (retrieval)", content)
+            if r is not None:
+                (
+                    rec[f"ratio_{part}_{when}"],
+                    rec[f"ratio_{part}_{when}_low"],
+                    rec[f"ratio_{part}_{when}_high"],
+                ) = r
+    comp = _read(run / "eval_mlm_compute.json")
+    if comp is not None:
+        r = _ratio(comp, "realm (retrieval)", True)
+        if r is not None:
+            rec["ratio_content_end_compute_matched"], rec["ratio_content_end_compute_matched_low"], rec[
+                "ratio_content_end_compute_matched_high"] = r  # fmt: skip
+    if "ratio_content_step0" in rec and "ratio_content_end" in rec:
+        rec["gain_from_training"] = rec["ratio_content_step0"] - rec["ratio_content_end"]
+    realm_row = next((r for r in end["rows"] if r["name"] == "realm (retrieval)"), None)
+    if realm_row and realm_row.get("answers_in_docs") is not None:
+        rec["answers_in_docs_end"] = realm_row["answers_in_docs"]
+    start_row = next((r for r in (start or {}).get("rows", []) if r["name"] == "realm (retrieval)"), None)
+    if start_row and start_row.get("answers_in_docs") is not None:
+        rec["answers_in_docs_step0"] = start_row["answers_in_docs"]
+    diag = _read(run / "diagnose.json")
+    if diag is not None:
+        rec["diagnosis_end"] = {
+            "answers_in_candidates": diag["answers_in_candidates"],
+            "entropy_ratio": diag["entropy_ratio"],
+            "null_mass": diag.get("null_mass"),
+            "null_posterior": diag.get("null_posterior"),
+            "content_ratios_run_k": {k: v["ratio"] for k, v in diag["ratios"]["content"]["run_k"].items()},
+        }
+    rows = _metrics_rows(run)
+    for key in ("entropy", "null_mass", "answers_in_docs", "score_scale", "null_logit", "step_seconds"):
+        v = _tail_mean(rows, key)
+        if v is not None:
+            rec[f"train_{key}_last20"] = v
+    curve = []
+    for p in sorted(run.glob("eval_mlm_step*.json"), key=lambda q: int(q.stem.removeprefix("eval_mlm_step"))):
+        ev = _read(p)
+        r = _ratio(ev, "realm (retrieval)", True)
+        if r is not None:
+            curve.append({"step": ev["step"], "ratio_content": r[0]})
+    if curve:
+        rec["curve"] = curve
+    return rec
+
+
+def report(work: Path) -> dict:
+    metrics: dict[str, float] = {}
+    extra: dict = {"arms": {}, "diag0": {}, "not_run": []}
+    for lang in ("en", "nb"):
+        d0 = _read(work / f"{lang}-diag0" / "diagnose_initial.json")
+        if d0 is not None:
+            extra["diag0"][lang] = d0
+            for src, row in d0["answers_in_candidates"].items():
+                for depth, v in row.items():
+                    metrics[f"{lang}_step0_answers_in_{src}@{depth}"] = v
+            for part in ("all", "content"):
+                for block, rows in d0["ratios"][part].items():
+                    if block == "closed_book_ppl":
+                        continue
+                    tag = "k" if block == "run_k" else block.replace("=", "")
+                    for name, v in rows.items():
+                        metrics[f"{lang}_step0_{part}_ratio_{tag}_{name}"] = v["ratio"]
+        else:
+            extra["not_run"].append(f"{lang}: step-0 diagnosis")
+        arms = {}
+        for arm in ARMS:
+            rec = arm_record(work, lang, arm)
+            if rec is not None:
+                arms[arm] = rec
+        extra["arms"][lang] = arms
+        name = next((a for a in ("all_packed", "all", "today") if a in arms), None)
+        best = arms.get(name) if name else None
+        if best is not None:
+            extra.setdefault("headline_arm", {})[lang] = name
+            diag = best.get("diagnosis_end") or {}
+            if diag:
+                metrics[f"{lang}_null_mass_end"] = diag.get("null_mass", math.nan)
+                metrics[f"{lang}_entropy_ratio_end"] = diag.get("entropy_ratio", math.nan)
+                d0 = extra["diag0"].get(lang)
+                src = "hybrid" if name != "today" else "dense"
+                if d0 is not None:
+                    for depth in ("3", "8"):
+                        gain = (
+                            diag["answers_in_candidates"][src][depth]
+                            - d0["answers_in_candidates"][src][depth]
+                        )
+                        metrics[f"{lang}_answers_in_candidates_gain@{depth}"] = gain
+                    metrics[f"{lang}_answers_in_candidates_gain"] = metrics[
+                        f"{lang}_answers_in_candidates_gain@8"
+                    ]
+        towers = _read(work / f"{lang}-{name}" / "towers.json") if name else None
+        if towers is not None:
+            for when in ("before", "after"):
+                for k, v in towers[when].items():
+                    metrics[f"{lang}_towers_{k}_{when}"] = v
+        if best is not None and "ratio_content_end" in best:
+            metrics[f"{lang}_ratio_content_end"] = best["ratio_content_end"]
+            metrics[f"{lang}_ratio_all_end"] = best.get("ratio_all_end", math.nan)
+            if "gain_from_training" in best:
+                metrics[f"{lang}_ratio_gain_from_training"] = best["gain_from_training"]
+            if "ratio_content_end_compute_matched" in best:
+                metrics[f"{lang}_ratio_content_end_compute_matched"] = best[
+                    "ratio_content_end_compute_matched"
+                ]
+    speed = _read(work / "speed-en.json")
+    if speed is not None:
+        extra["speed"] = speed
+        if "new_over_today" in speed:
+            metrics["step_queries_per_s_over_before"] = speed["new_over_today"]
+        for k, v in speed.items():
+            if k.endswith("_over_today"):
+                metrics[f"speed_{k}"] = v
+    write_result(
+        "realm_learns",
+        "python benchmarks/realm/realm_learns.py diag0 en; ... arm en NAME --steps N (each arm); ... closed en; "
+        "... speed; ... report",
+        metrics,
+        TARGETS,
+        **extra,
+    )
+    (RESULTS / "realm_learns.md").write_text(markdown(metrics, extra), encoding="utf-8")
+    return metrics
+
+
+def markdown(metrics: dict, extra: dict) -> str:
+    lines = ["# REALM that learns (issue 45)", ""]
+    for lang, d0 in extra["diag0"].items():
+        lines += [f"## {lang}: diagnosis at step 0 ({d0['queries']} held-out spans, k = {d0['k']})", ""]
+        lines += ["| candidates | @3 | @8 | @20 |", "|---|---|---|---|"]
+        for src, row in d0["answers_in_candidates"].items():
+            lines.append(
+                f"| {src} | " + " | ".join(f"{row.get(d, math.nan):.3f}" for d in ("3", "8", "20")) + " |"
+            )
+        lines += ["", "| span ratio to closed-book (95% interval) | " + " | ".join(
+            k for k in d0["ratios"]["content"] if k != "closed_book_ppl") + " |"]  # fmt: skip
+        blocks = [k for k in d0["ratios"]["content"] if k != "closed_book_ppl"]
+        lines.append("|---|" + "---|" * len(blocks))
+        names = list(d0["ratios"]["content"][blocks[0]])
+        for part in ("content", "all"):
+            for name in names:
+                cells = []
+                for b in blocks:
+                    v = d0["ratios"][part][b][name]
+                    cells.append(f"{v['ratio']:.3f} [{v['low']:.3f}, {v['high']:.3f}]")
+                lines.append(f"| {part} tokens: {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    for lang, arms in extra["arms"].items():
+        if not arms:
+            continue
+        lines += [f"## {lang}: ablation", "", "| arm | steps | content ratio step 0 | content ratio end [95%] | "
+                  "gain | all-token ratio end | entropy (last 20 steps) | null mass | answers in docs |",
+                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for arm, r in arms.items():
+
+            def f(k, r=r):
+                v = r.get(k)
+                return "–" if v is None else f"{v:.3f}"
+
+            end = (f"{r['ratio_content_end']:.3f} [{r['ratio_content_end_low']:.3f}, {r['ratio_content_end_high']:.3f}]"
+                   if "ratio_content_end" in r else "–")  # fmt: skip
+            lines.append(
+                f"| {arm} | {r.get('steps')} | {f('ratio_content_step0')} | {end} | {f('gain_from_training')} | "
+                f"{f('ratio_all_end')} | {f('train_entropy_last20')} | {f('train_null_mass_last20')} | "
+                f"{f('answers_in_docs_end')} |"
+            )
+        lines.append("")
+    if extra["not_run"]:
+        lines += ["Not run: " + "; ".join(extra["not_run"]), ""]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    report(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "runs" / "b45")

@@ -1,0 +1,144 @@
+"""Speed: a REALM training step's wall time vs its bare model passes, measured in one run.
+
+Full step: `ralm.realm.trainer.train_step` as `ralm pretrain` runs it: masking and batching, query
+tower, MIPS search with the source chunk excluded, doc tower on the k-1 retrieved chunks (plus the
+null document's pass), reader inputs, reader, marginal loss, backward, clipping, AdamW, schedule.
+
+Bare passes, on the very same tensors prepared beforehand (outside the timer): the query tower
+on the masked queries, the doc tower on the k-1 retrieved chunks, the reader on the k joined
+sequences, forward and backward of a loss touching all three. Two variants of the reader pass:
+"head at masked positions" (what ralm's reader does: the vocabulary projection only where
+labels are) and "HF full logits" (``mlm(**inputs).logits`` at every position, the plain call).
+The issue's bar (<= 1.15x) is judged against the first: same arithmetic, so the ratio is
+ralm's overhead (masking, batching, search, null document, bookkeeping, optimiser).
+
+Full steps and bare passes alternate, so load on the machine hits both alike; medians reported.
+
+Run: python benchmarks/realm/realm_step.py [--steps 12] [--batch-size 4] [--k 4] [--chunk-size 64]
+Writes benchmarks/results/realm_step.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+from common import script_command, write_result  # noqa: E402
+from realm.realm_quality import ensure_store  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--chunk-size", type=int, default=64)
+    ap.add_argument("--autocast", default="auto")
+    ap.add_argument("--work", default="/tmp/ralm-bench-realm")
+    args = ap.parse_args()
+
+    import torch
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.models.precision import autocast_context, autocast_dtype
+    from ralm.realm.build import build_model, optimizer_for
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.data import example_rngs, split_ids
+    from ralm.realm.masking import MaskingCollator
+    from ralm.realm.reader import build_reader_inputs
+    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.trainer import train_step
+    from ralm.train.optim import warmup_schedule
+
+    store_dir = ensure_store(Path(args.work) / f"enwiki-{args.chunk_size}", args.chunk_size)
+    cfg = PretrainConfig(
+        docstore=str(store_dir), out="-", batch_size=args.batch_size, k=args.k, steps=1000,
+        encoder_max_length=args.chunk_size, reader_max_length=2 * args.chunk_size + 32,
+        autocast=args.autocast, warmup_steps=0,
+    )  # fmt: skip
+    store = DocStore(store_dir)
+    torch.manual_seed(0)
+    model, tok = build_model(cfg, store)
+    dev = torch.device("cpu")
+    ac = autocast_dtype(dev, cfg.autocast, torch.float32)
+    train_ids, _ = split_ids(cfg, store)
+    col = MaskingCollator(store, tok, cfg.masking, return_tensors="pt")
+    opt = optimizer_for(model, cfg)
+    sched = warmup_schedule(opt, cfg.schedule, 0, cfg.steps)
+    ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast)
+    t_refresh = ref.refresh(model.encoder, 0)
+
+    def bare_inputs(step: int):
+        """The step's tensors, built exactly as the trainer builds them (outside any timer)."""
+        from ralm.realm.data import batch_positions
+
+        ids = batch_positions(train_ids, cfg.seed, (step - 1) * cfg.batch_size, cfg.batch_size)
+        batch = col(ids, rngs=example_rngs(cfg.seed, step, 0, range(len(ids))))
+        with torch.no_grad():
+            q = model.embed_queries(batch)
+        doc_ids = ref.search(q.numpy(), batch["source_ids"].numpy(), model.n_retrieved)
+        docs = [[model.docs.reader_doc(i) for i in row] + [([], [])] for row in doc_ids]
+        rin = build_reader_inputs(
+            batch["input_ids"], batch["labels"], docs, model.sep_id, model.pad_id, cfg.reader_max_length
+        )
+        return batch, model.docs.tower_batch(doc_ids.ravel()), rin
+
+    def bare(batch, dbatch, rin, head_only: bool) -> float:
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        with autocast_context(dev, ac):
+            q = model.encoder.query_tower(batch["input_ids"], batch["attention_mask"])
+            d = model.encoder.doc_tower(**dbatch)
+            inputs = {k: v for k, v in rin.items() if k != "labels"}
+            rows, cols = (rin["labels"] != -100).nonzero(as_tuple=True)
+            if head_only:
+                logits = model.reader.masked_logits(inputs, rows, cols)
+            else:
+                logits = model.reader.mlm(**inputs).logits[rows, cols]
+            loss = q.float().mean() + d.float().mean() + logits.float().logsumexp(-1).mean()
+        loss.backward()
+        return time.perf_counter() - t0
+
+    full_t, bare_t, hf_t = [], [], []
+    for step in range(1, args.warmup + args.steps + 1):
+        inputs = bare_inputs(step)
+        t0 = time.perf_counter()
+        train_step(model, opt, sched, col, train_ids, cfg, step, ref.search, dev, ac)
+        tf = time.perf_counter() - t0
+        tb = bare(*inputs, head_only=True)
+        th = bare(*inputs, head_only=False)
+        if step > args.warmup:
+            full_t.append(tf)
+            bare_t.append(tb)
+            hf_t.append(th)
+        print(f"step {step}: full {tf:.3f}s  bare {tb:.3f}s  bare(HF full logits) {th:.3f}s", flush=True)
+    full, b, h = statistics.median(full_t), statistics.median(bare_t), statistics.median(hf_t)
+    ratio = full / b
+    print(f"median full {full:.3f}s, bare {b:.3f}s -> {ratio:.3f}x; vs HF full-logits passes {full / h:.3f}x")
+    write_result(
+        "realm_step",
+        script_command(__file__),
+        {
+            "step_seconds_median": full,
+            "bare_passes_seconds_median": b,
+            "step_vs_bare_passes": ratio,
+            "bare_passes_hf_full_logits_seconds_median": h,
+            "step_vs_bare_hf_full_logits": full / h,
+            "refresh_seconds": t_refresh,
+            "chunks": len(store),
+            "batch_size": args.batch_size,
+            "k": args.k,
+            "autocast": str(ac),
+            "steps_measured": args.steps,
+        },
+        {"step_vs_bare_passes": "<= 1.15"},
+    )
+
+
+if __name__ == "__main__":
+    main()
