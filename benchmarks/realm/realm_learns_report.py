@@ -190,6 +190,16 @@ def report(work: Path) -> dict:
         for k, v in speed.items():
             if k.endswith("_over_today"):
                 metrics[f"speed_{k}"] = v
+    for lang in ("en", "nb"):
+        # the cost of a REALM step of the headline arm in closed-book steps, timed side by side:
+        # what the compute-matched closed-book baseline must be given
+        arm = extra.get("headline_arm", {}).get(lang)
+        pair = _read(work / f"speed-{lang}-{arm}-closed.json") if arm else None
+        if pair and f"{arm}_step_seconds" in pair and "closed_step_seconds" in pair:
+            metrics[f"{lang}_{arm}_step_over_closed_book_step"] = (
+                pair[f"{arm}_step_seconds"] / pair["closed_step_seconds"]
+            )
+            extra.setdefault("step_cost", {})[lang] = pair
     write_result(
         "realm_learns",
         "python benchmarks/realm/realm_learns.py diag0 en; ... arm en NAME --steps N (each arm); ... closed en; "
@@ -228,8 +238,8 @@ def markdown(metrics: dict, extra: dict) -> str:
         if not arms:
             continue
         lines += [f"## {lang}: ablation", "", "| arm | steps | content ratio step 0 | content ratio end [95%] | "
-                  "gain | all-token ratio end | entropy (last 20 steps) | null mass | answers in docs |",
-                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "gain | all-token ratio end | entropy (last 20 steps) | null mass | score scale | "
+                  "answers in docs |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for arm, r in arms.items():
 
             def f(k, r=r):
@@ -241,9 +251,34 @@ def markdown(metrics: dict, extra: dict) -> str:
             lines.append(
                 f"| {arm} | {r.get('steps')} | {f('ratio_content_step0')} | {end} | {f('gain_from_training')} | "
                 f"{f('ratio_all_end')} | {f('train_entropy_last20')} | {f('train_null_mass_last20')} | "
-                f"{f('answers_in_docs_end')} |"
+                f"{f('train_score_scale_last20')} | {f('answers_in_docs_end')} |"
             )
         lines.append("")
+    speed = extra.get("speed")
+    if speed:
+        names = [k.removesuffix("_queries_per_s") for k in speed if k.endswith("_queries_per_s")]
+        lines += [
+            f"## en: speed of a REALM step (CPU, {speed['queries_per_step']} queries a step, median of "
+            f"{speed['steps_measured']} interleaved steps)",
+            "",
+            "| variant | seconds a step | queries/s | over today |",
+            "|---|---|---|---|",
+        ]
+        for n in names:
+            over = speed.get(f"{n}_over_today", 1.0 if n == "today" else math.nan)
+            lines.append(
+                f"| {n} | {speed[f'{n}_step_seconds']:.2f} | {speed[f'{n}_queries_per_s']:.3f} | {over:.2f} |"
+            )
+        lines.append("")
+    for lang, pair in extra.get("step_cost", {}).items():
+        arm = extra["headline_arm"][lang]
+        ratio = pair[f"{arm}_step_seconds"] / pair["closed_step_seconds"]
+        lines += [
+            f"{lang}: a step of the `{arm}` arm costs {ratio:.1f} closed-book steps "
+            f"({pair[f'{arm}_step_seconds']:.2f} s against {pair['closed_step_seconds']:.2f} s, timed "
+            "side by side).",
+            "",
+        ]
     if extra["not_run"]:
         lines += ["Not run: " + "; ".join(extra["not_run"]), ""]
     return "\n".join(lines) + "\n"
