@@ -182,7 +182,8 @@ def report(work: Path) -> dict:
                 metrics[f"{lang}_ratio_content_end_compute_matched"] = best[
                     "ratio_content_end_compute_matched"
                 ]
-    speed = _read(work / "speed-en.json")
+    # the five variants (speed-en.json), or today's settings against the new ones alone
+    speed = _read(work / "speed-en.json") or _read(work / "speed-en-today-new.json")
     if speed is not None:
         extra["speed"] = speed
         if "new_over_today" in speed:
