@@ -65,7 +65,10 @@ def finished_seconds(cfg) -> float | None:
     info, metrics = out / "train.json", out / "metrics.jsonl"
     if not (info.is_file() and metrics.is_file()):
         return None
-    if json.loads(info.read_text())["config"] != json.loads(json.dumps(asdict(cfg))):
+    saved = json.loads(info.read_text())["config"]
+    given = json.loads(json.dumps(asdict(cfg)))
+    # settings left unset (None) are filled in by training (the LM from the data store's manifest)
+    if any(saved.get(k) != v for k, v in given.items() if v is not None):
         return None
     rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
     if not rows or rows[-1].get("step") != cfg.steps:
