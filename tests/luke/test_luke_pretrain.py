@@ -389,6 +389,12 @@ def test_cli_rerun_of_a_finished_run_changes_nothing(capsys, store, tiny_dir, tm
     assert code == 0, err
     before = {p.relative_to(out).as_posix(): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     code, _, err = cli(capsys, *_cli_args(store, tiny_dir, out))
+    assert code == 2
+    assert err == [
+        f"ralm: error: {out}: finished already (step 2, {out / 'model'}); nothing to do. --resume with more "
+        "steps continues it, --overwrite trains it again"
+    ]
+    code, _, err = cli(capsys, *_cli_args(store, tiny_dir, out, "--resume"))
     assert code == 0
     assert err == [
         f"{out}: finished already (step 2, {out / 'model'}); nothing to do (--overwrite trains it again)"

@@ -469,11 +469,16 @@ def test_rerunning_a_finished_run_says_so_and_changes_nothing(tiny_cfg, capsys):
     run = pretrain(tiny_cfg(steps=2, checkpoint_every=1), progress=False)
     before = _files(run)
     capsys.readouterr()
-    for resume in (False, True):
-        assert pretrain(tiny_cfg(steps=2, checkpoint_every=1), resume=resume, progress=False) == run
-        err = capsys.readouterr().err.strip().splitlines()
-        assert err == [f"{run}: finished already (step 2); nothing to do (--overwrite trains it again)"]
-        assert _files(run) == before
+    with pytest.raises(RalmError) as err:  # without --resume: one line, as for any existing run
+        pretrain(tiny_cfg(steps=2, checkpoint_every=1), progress=False)
+    assert str(err.value) == (
+        f"{run}: finished already (step 2); nothing to do. --resume with more steps continues it, "
+        "--overwrite trains it again"
+    )
+    assert pretrain(tiny_cfg(steps=2, checkpoint_every=1), resume=True, progress=False) == run
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{run}: finished already (step 2); nothing to do (--overwrite trains it again)"]
+    assert _files(run) == before
     # other fixed settings are not this run: refused as before; more steps continue it with --resume
     with pytest.raises(RalmError, match="exists; pass --resume"):
         pretrain(tiny_cfg(steps=2, batch_size=6), progress=False)

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from ralm.errors import RalmError
+from ralm.locks import writer_lock
 from ralm.luke.annotations import annotation_stats
 from ralm.luke.data import LukeCollator, MaskSettings
 from ralm.luke.pretrain_config import CONFIG_FILE, LukePretrainConfig
@@ -63,7 +64,7 @@ from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics
 from ralm.train.optim import adamw, param_groups, warmup_schedule
-from ralm.train.run import check_start, finished_note
+from ralm.train.run import check_start, finished_error, finished_note, out_state
 
 __all__ = ["MODEL_DIR", "corpus_stats", "prepare", "pretrain", "read_run_config", "train_step"]
 
@@ -215,11 +216,21 @@ def _pretrain(
             f"batch_size={cfg.batch_size} is not divisible by the {dist.world} processes; use a multiple of {dist.world}"
         )
     run = Path(cfg.out)
-    if not overwrite and is_finished(run, cfg):
+
+    def finished() -> bool:  # a run in --out: looked at under its writer lock, kept from here on
+        if overwrite or out_state(run, CONFIG_FILE) != "unfinished":
+            return False
+        held.enter_context(writer_lock(run))
+        if not is_finished(run, cfg):
+            return False
+        if not resume:
+            raise finished_error(run, f"step {cfg.steps}, {run / MODEL_DIR}")
+        return True
+
+    if dist.on_main(finished):
         if dist.is_main:
             print(finished_note(run, f"step {cfg.steps}, {run / MODEL_DIR}"), file=sys.stderr, flush=True)
         return run
-    # fail fast, before reading the corpus
     dist.on_main(lambda: check_start(run, CONFIG_FILE, COMMAND, resume=resume, overwrite=overwrite))
     prep = prepare(cfg)
     model = prep.model

@@ -34,9 +34,17 @@ from ralm.train.checkpoint import (
     read_state,
 )
 from ralm.train.device import resolve_device
-from ralm.train.run import check_start, finished_step, remove_run, resume_point, setting_differences
+from ralm.train.run import (
+    check_start,
+    finished_error,
+    finished_step,
+    remove_run,
+    resume_point,
+    setting_differences,
+)
 
 __all__ = [
+    "FINISHED",
     "SPLIT_FILE",
     "LoadedRun",
     "check_checkpoint_corpus",
@@ -52,6 +60,7 @@ __all__ = [
 
 SPLIT_FILE = "split.json"
 COMMAND = "ralm pretrain"
+FINISHED = "finished"  # what prepare_run returns for a finished run resumed: nothing to do
 
 
 @dataclass
@@ -136,8 +145,8 @@ def check_resume(run: Path, cfg: PretrainConfig) -> None:
 
 
 def is_finished(run: Path, cfg: PretrainConfig) -> bool:
-    """Whether `run` holds this very run (its fixed settings) with a checkpoint at cfg.steps or later:
-    rerunning its command has nothing to do."""
+    """Whether `run` holds this very run (its fixed settings) with an intact checkpoint at cfg.steps
+    or later: rerunning its command has nothing to do."""
     done = finished_step(run, CONFIG_FILE)
     if done is None or done < cfg.steps:
         return False
@@ -260,10 +269,15 @@ def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedR
 
 def prepare_run(
     run: Path, cfg: PretrainConfig, held: ExitStack, *, resume: bool, overwrite: bool
-) -> Path | None:
+) -> Path | str | None:
     """`pretrain`'s main process: take the run's writer lock (kept in `held`), then check, clear or
-    create the directory (`ralm.train.run`); returns the checkpoint to resume, or None."""
+    create the directory (`ralm.train.run`); returns the checkpoint to resume, None for a new run,
+    or FINISHED when --resume finds the run finished (without --resume: a RalmError)."""
     held.enter_context(writer_lock(run))
+    if not overwrite and is_finished(run, cfg):
+        if not resume:
+            raise finished_error(run, f"step {cfg.steps}")
+        return FINISHED
     if not check_start(run, CONFIG_FILE, COMMAND, resume=resume, overwrite=overwrite):
         if overwrite:
             remove_run(run, CONFIG_FILE, COMMAND)

@@ -65,8 +65,8 @@ from ralm.realm.data import batch_positions, example_rngs, split_ids
 from ralm.realm.masking import MaskingCollator
 from ralm.realm.model import RealmModel, RealmOutput
 from ralm.realm.run import (
+    FINISHED,
     check_checkpoint_corpus,
-    is_finished,
     open_stores,
     prepare_run,
     write_split,
@@ -220,16 +220,16 @@ def _pretrain(
             f"the {dist.world} processes; use a multiple of {dist.world}"
         )
     run = Path(cfg.out)
-    if not overwrite and is_finished(run, cfg):
-        if dist.is_main:
-            print(finished_note(run, f"step {cfg.steps}"), file=sys.stderr, flush=True)
-        return run
 
     def open_run() -> str | None:
         ckpt = prepare_run(run, cfg, held, resume=resume, overwrite=overwrite)
         return str(ckpt) if ckpt is not None else None
 
     value = dist.on_main(open_run)  # every rank stops with rank 0's one line
+    if value == FINISHED:
+        if dist.is_main:
+            print(finished_note(run, f"step {cfg.steps}"), file=sys.stderr, flush=True)
+        return run
     ckpt = Path(value) if value else None
     store, qstore = open_stores(cfg)
     state = read_state(ckpt) if ckpt is not None else None

@@ -22,8 +22,8 @@ whenever --out holds the same run; what a finished run does) and share the mecha
   ones, paths compared resolved (`same_setting`);
 - `resume_point(run, command)`: what a killed writer left half-written removed, the newest intact
   checkpoint (None when the run stopped before its first one: its metrics.jsonl is removed too);
-- `finished_step` and `finished_note`: a rerun of a finished run's command says so and changes
-  nothing (`--overwrite` trains it again).
+- `finished_step`, `finished_note` and `finished_error`: a rerun of a finished run's command says
+  so and changes nothing (`--overwrite` trains it again).
 
 `ralm finetune` keeps a job folder per `--out` with one folder per seed (`ralm.tasks.job_dir`):
 a seed either finished or runs again, so it has no checkpoints to resume.
@@ -43,6 +43,7 @@ from ralm.train.logging import METRICS_FILE
 
 __all__ = [
     "check_start",
+    "finished_error",
     "finished_note",
     "finished_step",
     "not_a_run",
@@ -164,19 +165,29 @@ def resume_point(run: Path, command: str) -> Path | None:
 
 
 def finished_step(run: Path, marker: str) -> int | None:
-    """The step of the newest finished checkpoint of the run in `run` (by its state.json); None
-    when `run` holds no run, no checkpoint, or one whose state cannot be read."""
-    from ralm.train.checkpoint import latest_checkpoint, read_state
+    """The step of the run's newest checkpoint when that checkpoint is intact (sizes and digests);
+    None when `run` holds no run, no checkpoint, or a newest one that is damaged or unreadable (the
+    resume path then says what is wrong). Call it under the run's writer lock."""
+    from ralm.train.checkpoint import checkpoint_problems, latest_checkpoint, read_state
 
     if out_state(run, marker) != "unfinished":
         return None
     last = latest_checkpoint(run)
-    if last is None:
+    if last is None or checkpoint_problems(last):
         return None
     try:
         return int(read_state(last)["step"])
     except (RalmError, TypeError, ValueError):
         return None
+
+
+def finished_error(run: Path, detail: str) -> RalmError:
+    """The one line for a rerun of a finished run without --resume (the commands that continue
+    only when asked): nothing is changed."""
+    return RalmError(
+        f"{run}: finished already ({detail}); nothing to do. --resume with more steps continues it, "
+        "--overwrite trains it again"
+    )
 
 
 def finished_note(run: Path, detail: str) -> str:
