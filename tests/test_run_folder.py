@@ -50,13 +50,16 @@ def test_check_start_continues_only_when_asked(tmp_path):
     assert check_start(tmp_path / "new", "cfg.json", "ralm x", resume=True, overwrite=False) is False
     assert (run / "cfg.json").is_file()  # nothing removed
     foreign = _run(tmp_path / "f", "notes.txt")
-    for resume, overwrite in ((False, False), (True, False), (False, True), (True, True)):
-        with pytest.raises(RalmError) as err:
-            check_start(foreign, "cfg.json", "ralm x", resume=resume, overwrite=overwrite)
-        assert str(err.value) == (
-            f"{foreign}: exists and is not a `ralm x` run (no cfg.json); refusing to write into it, "
-            "choose another --out"
-        )
+    with pytest.raises(RalmError) as err:
+        check_start(foreign, "cfg.json", "ralm x", resume=False, overwrite=True)
+    assert str(err.value) == (
+        f"{foreign}: exists and is not a `ralm x` run (no cfg.json); refusing to overwrite it, choose another --out"
+    )
+    with pytest.raises(RalmError, match="exists; pass --resume"):
+        check_start(foreign, "cfg.json", "ralm x", resume=False, overwrite=False)
+    # --resume into it starts a new run beside its files
+    assert check_start(foreign, "cfg.json", "ralm x", resume=True, overwrite=False) is False
+    assert check_start(foreign, "cfg.json", "ralm x", resume=True, overwrite=True) is False
     assert (foreign / "notes.txt").read_text() == "{}"
 
 

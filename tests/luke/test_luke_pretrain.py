@@ -239,16 +239,19 @@ def test_cli_run_and_resume(capsys, store, tiny_dir, tmp_path):
     assert code == 2 and len(err) == 1 and "--resume" in err[0] and "--overwrite" in err[0]
 
 
-@pytest.mark.parametrize("flag", ["--resume", "--overwrite"])
-def test_cli_refuses_a_folder_that_is_not_a_run(capsys, store, tiny_dir, tmp_path, flag):
-    """--resume into a folder of other files used to delete it; now both flags leave it alone."""
+def test_cli_leaves_a_folder_that_is_not_a_run_alone(capsys, store, tiny_dir, tmp_path):
+    """--resume into a folder of other files used to delete it: now it starts the run beside them,
+    as `ralm pretrain` does; --overwrite refuses it."""
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    code, _, err = cli(capsys, *_cli_args(store, tiny_dir, out, flag))
+    code, _, err = cli(capsys, *_cli_args(store, tiny_dir, out, "--overwrite"))
     assert code == 2 and len(err) == 1
-    assert "is not a `ralm luke pretrain` run (no config.toml); refusing to write into it" in err[0]
-    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+    assert "is not a `ralm luke pretrain` run (no config.toml); refusing to overwrite it" in err[0]
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    code, _, err = cli(capsys, *_cli_args(store, tiny_dir, out, "--resume"))
+    assert code == 0, err
+    assert (out / "notes.txt").read_text() == "mine" and (out / "model" / "config.json").is_file()
 
 
 def _snapshot(d):

@@ -84,15 +84,15 @@ def out_state(run: str | os.PathLike, marker: str, result: str | None = None) ->
 
 def check_start(run: Path, marker: str, command: str, *, resume: bool, overwrite: bool) -> bool:
     """The rule of the commands that continue a run only when asked (`--resume`): True when --out
-    holds a run to continue. A run there needs --resume or --overwrite; a folder with files but no
-    settings file `marker` is refused whatever the flags (it is not a run of `command`). Nothing
-    is removed here."""
+    holds a run to continue. A folder with files needs --resume or --overwrite; --overwrite is
+    refused for one that holds no settings file `marker` (it is not a run of `command`), and
+    --resume into such a folder starts a new run beside its files. Nothing is removed here."""
     state = out_state(run, marker)
-    if state == "foreign":
+    if state == "foreign" and overwrite and not resume:
         raise RalmError(not_a_run(run, marker, command))
     if state != "empty" and not resume and not overwrite:
         raise RalmError(f"{run}: exists; pass --resume to continue it or --overwrite to start over")
-    return resume and state != "empty"
+    return resume and state == "unfinished"
 
 
 def remove_run(run: Path, marker: str, command: str) -> None:
@@ -105,9 +105,9 @@ def remove_run(run: Path, marker: str, command: str) -> None:
 
 
 def not_a_run(run: Path, marker: str, command: str) -> str:
-    """The one line that refuses a --out holding files but no settings file `marker`."""
+    """The one line that refuses to overwrite a --out holding files but no settings file `marker`."""
     return (
-        f"{run}: exists and is not a `{command}` run (no {marker}); refusing to write into it, "
+        f"{run}: exists and is not a `{command}` run (no {marker}); refusing to overwrite it, "
         "choose another --out"
     )
 
