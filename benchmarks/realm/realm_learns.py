@@ -294,7 +294,10 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
     setups = {}
     index_dir = None
     for name in variants:
-        cfg = PretrainConfig.from_toml(flags[0], **over, **SPEED_VARIANTS[name])
+        settings = SPEED_VARIANTS[name]
+        masking = {k.removeprefix("masking."): v for k, v in settings.items() if k.startswith("masking.")}
+        plain = {k: v for k, v in settings.items() if not k.startswith("masking.")}
+        cfg = PretrainConfig.from_toml(flags[0], **over, **plain, masking=masking)
         store = DocStore(cfg.docstore)
         torch.manual_seed(0)
         model, tok = build_model(cfg, store)
