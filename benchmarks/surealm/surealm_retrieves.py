@@ -61,8 +61,11 @@ def finished_seconds(cfg) -> float | None:
     rerun after an interruption trains only what is missing)."""
     from dataclasses import asdict
 
+    from ralm.surealm.train import TRAIN_FILE
+    from ralm.train.logging import METRICS_FILE, read_metric_rows
+
     out = Path(cfg.out)
-    info, metrics = out / "train.json", out / "metrics.jsonl"
+    info, metrics = out / TRAIN_FILE, out / METRICS_FILE
     if not (info.is_file() and metrics.is_file()):
         return None
     saved = json.loads(info.read_text())["config"]
@@ -70,7 +73,7 @@ def finished_seconds(cfg) -> float | None:
     # settings left unset (None) are filled in by training (the LM from the data store's manifest)
     if any(saved.get(k) != v for k, v in given.items() if v is not None):
         return None
-    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    rows = read_metric_rows(metrics)
     if not rows or rows[-1].get("step") != cfg.steps:
         return None
     return float(sum(r.get("step_seconds", 0.0) for r in rows))
@@ -186,9 +189,11 @@ def attention_share(run: Path, n: int = 64) -> list[float]:
 
 
 def curves(work: Path, names: list[str]) -> dict[str, list[list[float]]]:
+    from ralm.train.logging import METRICS_FILE, read_metric_rows
+
     out = {}
     for name in names:
-        rows = [json.loads(x) for x in (work / name / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        rows = read_metric_rows(work / name / METRICS_FILE)
         out[name] = [[r["step"], r["valid_token_ppl"]] for r in rows if "valid_token_ppl" in r]
     return out
 

@@ -64,7 +64,7 @@ from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics
 from ralm.train.optim import adamw, param_groups, warmup_schedule
-from ralm.train.run import check_start, finished_error, finished_note, out_state
+from ralm.train.run import check_start, finished_note, out_state, rerun_of_finished
 
 __all__ = ["MODEL_DIR", "corpus_stats", "prepare", "pretrain", "read_run_config", "train_step"]
 
@@ -221,11 +221,9 @@ def _pretrain(
         if overwrite or out_state(run, CONFIG_FILE) != "unfinished":
             return False
         held.enter_context(writer_lock(run))
-        if not is_finished(run, cfg):
-            return False
-        if not resume:
-            raise finished_error(run, f"step {cfg.steps}, {run / MODEL_DIR}")
-        return True
+        return rerun_of_finished(
+            run, is_finished(run, cfg), f"step {cfg.steps}, {run / MODEL_DIR}", resume=resume
+        )
 
     if dist.on_main(finished):
         if dist.is_main:

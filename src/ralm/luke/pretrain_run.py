@@ -23,7 +23,7 @@ from ralm.luke.annotations import EntitySpans, annotation_stats, open_store
 from ralm.luke.data import WordTokens
 from ralm.luke.pretrain_config import CONFIG_FILE, RESUME_FIELDS, LukePretrainConfig
 from ralm.luke.vocab import VOCAB_FILE, EntityVocabulary
-from ralm.train.run import check_start, finished_step, remove_run, resume_point, setting_differences
+from ralm.train.run import check_start, reached_steps, remove_run, resume_point, setting_differences
 
 __all__ = [
     "MODEL_DIR",
@@ -133,8 +133,7 @@ def check_resume(run: Path, cfg: LukePretrainConfig, vocab: EntityVocabulary) ->
 def is_finished(run: Path, cfg: LukePretrainConfig) -> bool:
     """Whether `run` holds this very run (its fixed settings), trained to cfg.steps or further and
     its model saved: rerunning its command has nothing to do."""
-    done = finished_step(run, CONFIG_FILE)
-    if done is None or done < cfg.steps or not (run / MODEL_DIR / "config.json").is_file():
+    if not (run / MODEL_DIR / "config.json").is_file() or not reached_steps(run, CONFIG_FILE, cfg.steps):
         return False
     return not setting_differences(read_run_config(run), cfg, RESUME_FIELDS)
 

@@ -36,9 +36,9 @@ from ralm.train.checkpoint import (
 from ralm.train.device import resolve_device
 from ralm.train.run import (
     check_start,
-    finished_error,
-    finished_step,
+    reached_steps,
     remove_run,
+    rerun_of_finished,
     resume_point,
     setting_differences,
 )
@@ -147,14 +147,13 @@ def check_resume(run: Path, cfg: PretrainConfig) -> None:
 def is_finished(run: Path, cfg: PretrainConfig) -> bool:
     """Whether `run` holds this very run (its fixed settings) with an intact checkpoint at cfg.steps
     or later: rerunning its command has nothing to do."""
-    done = finished_step(run, CONFIG_FILE)
-    if done is None or done < cfg.steps:
+    if not reached_steps(run, CONFIG_FILE, cfg.steps):
         return False
     try:
-        check_resume(run, cfg)
-    except RalmError:
+        saved = read_run_config(run)
+    except RalmError:  # not readable, so not this run: the resume path names what is wrong
         return False
-    return True
+    return not setting_differences(saved, cfg, RESUME_FIXED)
 
 
 def check_checkpoint_corpus(
@@ -274,9 +273,7 @@ def prepare_run(
     create the directory (`ralm.train.run`); returns the checkpoint to resume, None for a new run,
     or FINISHED when --resume finds the run finished (without --resume: a RalmError)."""
     held.enter_context(writer_lock(run))
-    if not overwrite and is_finished(run, cfg):
-        if not resume:
-            raise finished_error(run, f"step {cfg.steps}")
+    if rerun_of_finished(run, not overwrite and is_finished(run, cfg), f"step {cfg.steps}", resume=resume):
         return FINISHED
     if not check_start(run, CONFIG_FILE, COMMAND, resume=resume, overwrite=overwrite):
         if overwrite:

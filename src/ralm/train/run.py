@@ -22,8 +22,8 @@ whenever --out holds the same run; what a finished run does) and share the mecha
   ones, paths compared resolved (`same_setting`);
 - `resume_point(run, command)`: what a killed writer left half-written removed, the newest intact
   checkpoint (None when the run stopped before its first one: its metrics.jsonl is removed too);
-- `finished_step`, `finished_note` and `finished_error`: a rerun of a finished run's command says
-  so and changes nothing (`--overwrite` trains it again).
+- `reached_steps`, `rerun_of_finished` and `finished_note`: a rerun of a finished run's command
+  says so and changes nothing (`--overwrite` trains it again).
 
 `ralm finetune` keeps a job folder per `--out` with one folder per seed (`ralm.tasks.job_dir`):
 a seed either finished or runs again, so it has no checkpoints to resume.
@@ -43,13 +43,13 @@ from ralm.train.logging import METRICS_FILE
 
 __all__ = [
     "check_start",
-    "finished_error",
     "finished_note",
-    "finished_step",
     "not_a_run",
     "out_state",
+    "reached_steps",
     "refuse_other_settings",
     "remove_run",
+    "rerun_of_finished",
     "resume_point",
     "same_setting",
     "setting_differences",
@@ -164,30 +164,37 @@ def resume_point(run: Path, command: str) -> Path | None:
     return ckpt
 
 
-def finished_step(run: Path, marker: str) -> int | None:
-    """The step of the run's newest checkpoint when that checkpoint is intact (sizes and digests);
-    None when `run` holds no run, no checkpoint, or a newest one that is damaged or unreadable (the
-    resume path then says what is wrong). Call it under the run's writer lock."""
+def reached_steps(run: Path, marker: str, steps: int) -> bool:
+    """Whether the run in `run` has a newest checkpoint at `steps` or later that is intact (sizes
+    and digests, checked only once the step count is reached, so a run still to resume is hashed
+    once, by `resume_point`). False when `run` holds no run, no checkpoint, or a newest one that is
+    damaged or unreadable (the resume path then says what is wrong). Call it under the writer lock."""
     from ralm.train.checkpoint import checkpoint_problems, latest_checkpoint, read_state
 
     if out_state(run, marker) != "unfinished":
-        return None
+        return False
     last = latest_checkpoint(run)
-    if last is None or checkpoint_problems(last):
-        return None
+    if last is None:
+        return False
     try:
-        return int(read_state(last)["step"])
+        step = int(read_state(last)["step"])
     except (RalmError, TypeError, ValueError):
-        return None
+        return False
+    return step >= steps and not checkpoint_problems(last)
 
 
-def finished_error(run: Path, detail: str) -> RalmError:
-    """The one line for a rerun of a finished run without --resume (the commands that continue
-    only when asked): nothing is changed."""
-    return RalmError(
-        f"{run}: finished already ({detail}); nothing to do. --resume with more steps continues it, "
-        "--overwrite trains it again"
-    )
+def rerun_of_finished(run: Path, finished: bool, detail: str, *, resume: bool) -> bool:
+    """The rule of the commands that continue a run only when asked, for a run that is `finished`:
+    True with --resume (the caller prints `finished_note` and returns), a one-line RalmError
+    without it; False for a run that is not finished. Nothing is changed either way."""
+    if not finished:
+        return False
+    if not resume:
+        raise RalmError(
+            f"{run}: finished already ({detail}); nothing to do. --resume with more steps continues it, "
+            "--overwrite trains it again"
+        )
+    return True
 
 
 def finished_note(run: Path, detail: str) -> str:
