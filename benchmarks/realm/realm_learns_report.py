@@ -238,9 +238,14 @@ def markdown(metrics: dict, extra: dict) -> str:
     for lang, arms in extra["arms"].items():
         if not arms:
             continue
-        lines += [f"## {lang}: ablation", "", "| arm | steps | content ratio step 0 | content ratio end [95%] | "
-                  "gain | all-token ratio end | entropy (last 20 steps) | null mass | score scale | "
-                  "answers in docs |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"## {lang}: ablation",
+            "",
+            "| arm | steps | content ratio step 0 | content ratio end [95%] | "
+            "gain | all-token ratio end | entropy (last 20 steps) | null mass | score scale | "
+            "answers in docs |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for arm, r in arms.items():
 
             def f(k, r=r):

@@ -315,8 +315,24 @@ def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"question": "who taught aristotle", "answers": ["Plato"]}) + "\n")
     out_json = tmp_path / "c.json"
-    code, _, _ = run(capsys, "eval-retrieval", built / "store", "--qa", qa, "--dense", tiny_dir, "--center",
-                     "--hybrid", "rrf", "-k", "1", "3", "--json-out", out_json, "--quiet")  # fmt: skip
+    code, _, _ = run(
+        capsys,
+        "eval-retrieval",
+        built / "store",
+        "--qa",
+        qa,
+        "--dense",
+        tiny_dir,
+        "--center",
+        "--hybrid",
+        "rrf",
+        "-k",
+        "1",
+        "3",
+        "--json-out",
+        out_json,
+        "--quiet",
+    )
     assert code == 0
     store_rows = json.loads(out_json.read_text())["recall"]
     assert list(store_rows) == [
@@ -328,8 +344,23 @@ def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir
     # --center over an index: its saved embeddings centred, the same row as over the DocStore
     # (the index was built with the same encoder)
     out_index = tmp_path / "ci.json"
-    code, _, _ = run(capsys, "eval-retrieval", "--index", built / "index", "--qa", qa, "--center",
-                     "--hybrid", "rrf", "-k", "1", "3", "--json-out", out_index, "--quiet")  # fmt: skip
+    code, _, _ = run(
+        capsys,
+        "eval-retrieval",
+        "--index",
+        built / "index",
+        "--qa",
+        qa,
+        "--center",
+        "--hybrid",
+        "rrf",
+        "-k",
+        "1",
+        "3",
+        "--json-out",
+        out_index,
+        "--quiet",
+    )
     assert code == 0
     index_rows = json.loads(out_index.read_text())["recall"]
     assert list(index_rows) == [
@@ -340,16 +371,41 @@ def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir
     ]
     assert index_rows["dense:index:centred"] == store_rows[f"dense:{tiny_dir}:centred"]
     assert index_rows["dense:index"] == store_rows[f"dense:{tiny_dir}"]
-    code = main(["index", "build", str(built / "store"), "--out", str(tmp_path / "c"), "--encoder", str(tiny_dir),
-                 "--center", "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "index",
+            "build",
+            str(built / "store"),
+            "--out",
+            str(tmp_path / "c"),
+            "--encoder",
+            str(tiny_dir),
+            "--center",
+            "--quiet",
+        ]
+    )
     assert code == 0
     assert json.loads((tmp_path / "c" / "retrieval.json").read_text())["center"] is True
     assert len(json.loads((tmp_path / "c" / "dense" / "index.json").read_text())["center"]) == 64
     code, out, _ = run(capsys, "search", tmp_path / "c", "capital of Norway", "-k", "6", "--json")
     assert code == 0 and sorted(json.loads(x)["id"] for x in out.splitlines()) == list(range(6))
     # an index built --center is centred already: --center evaluates it as it is
-    code, _, _ = run(capsys, "eval-retrieval", "--index", tmp_path / "c", "--qa", qa, "--center", "--no-bm25",
-                     "-k", "1", "3", "--json-out", out_index, "--quiet")  # fmt: skip
+    code, _, _ = run(
+        capsys,
+        "eval-retrieval",
+        "--index",
+        tmp_path / "c",
+        "--qa",
+        qa,
+        "--center",
+        "--no-bm25",
+        "-k",
+        "1",
+        "3",
+        "--json-out",
+        out_index,
+        "--quiet",
+    )
     rows = json.loads(out_index.read_text())["recall"]
     assert (
         code == 0 and rows["dense:index"] == rows["dense:index:centred"] == index_rows["dense:index:centred"]
