@@ -10,6 +10,9 @@ Runs, the same backbone (MiniLM as a causal LM), batches, steps, learning rates 
   random      the same, K random training entries per retrieval (never the sentence's own)
   null        the same, the slots there but zeroed: the baseline with null slots
   baseline    no retrieval
+  dropout     retrieved, with memory slot dropout --memory-dropout in training (each slot nulled anew
+              at every read, so the fixed offline neighbours are no code to memorise a sentence by);
+              not in the default --runs
 Validation perplexity every --eval-every steps (the curves); the model of lowest validation
 perplexity is kept per run and scored on test. Also: the step-0 ratio (a fresh SUREALM model against
 its fresh backbone on the validation sentences: the memory must be inert), the memory ablation of the
@@ -51,9 +54,15 @@ def train_config(args, ds: Path, work: Path, name: str):
     )  # fmt: skip
     if name == "baseline":
         return TrainConfig(retrieval=False, **common)
-    neighbours = {"retrieved": "retrieved", "random": "random", "null": "null"}[name]
-    return TrainConfig(retrieval=True, pathway=args.pathway, neighbours=neighbours, memory_bias=args.memory_bias,
-                       **common)  # fmt: skip
+    neighbours = {"retrieved": "retrieved", "random": "random", "null": "null", "dropout": "retrieved"}[name]
+    return TrainConfig(
+        retrieval=True,
+        pathway=args.pathway,
+        neighbours=neighbours,
+        memory_bias=args.memory_bias,
+        memory_dropout=args.memory_dropout if name == "dropout" else 0.0,
+        **common,
+    )
 
 
 def finished_seconds(cfg) -> float | None:
@@ -70,8 +79,9 @@ def finished_seconds(cfg) -> float | None:
         return None
     saved = json.loads(info.read_text())["config"]
     given = json.loads(json.dumps(asdict(cfg)))
-    # settings left unset (None) are filled in by training (the LM from the data store's manifest)
-    if any(saved.get(k) != v for k, v in given.items() if v is not None):
+    # settings left unset (None) are filled in by training (the LM from the data store's manifest); a
+    # setting newer than the run (not in its train.json) has a default that keeps the old behaviour
+    if any(k in saved and saved[k] != v for k, v in given.items() if v is not None):
         return None
     rows = read_metric_rows(metrics)
     if not rows or rows[-1].get("step") != cfg.steps:
@@ -213,6 +223,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--pathway", default="cross", choices=("cross", "self"))
     ap.add_argument("--memory-bias", type=float, default=None)
+    ap.add_argument("--memory-dropout", type=float, default=0.5, help="the dropout run's slot dropout")
     ap.add_argument("--suffix", default="truncate", choices=("truncate", "whole"))
     ap.add_argument("--knn-k", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
@@ -241,6 +252,11 @@ def main() -> None:
     s0 = step0_ratio(args, ds)
     log(f"step 0: {s0}")
     names = [n for n in args.runs.split(",") if n]
+    unknown = [n for n in names if n not in (*RUNS, "dropout")]
+    if unknown:
+        raise SystemExit(
+            f"--runs: unknown run {', '.join(unknown)}; choose from {', '.join((*RUNS, 'dropout'))}"
+        )
     cfgs = {n: train_config(args, ds, work, n) for n in names}
     seconds: dict[str, float] = {}
     if args.parallel and len(cfgs) > 1:
@@ -272,6 +288,12 @@ def main() -> None:
     if "retrieved" in test and "random" in test:
         m[f"{p}surealm_retrieved_vs_random_reduction"] = (
             1 - test["retrieved"]["token_ppl"] / test["random"]["token_ppl"]
+        )
+    if "dropout" in test and "baseline" in test:
+        m[f"{p}dropout_ppl_reduction"] = 1 - test["dropout"]["token_ppl"] / test["baseline"]["token_ppl"]
+    if "dropout" in test and "retrieved" in test:
+        m[f"{p}dropout_vs_retrieved_reduction"] = (
+            1 - test["dropout"]["token_ppl"] / test["retrieved"]["token_ppl"]
         )
     if "null" in test and "baseline" in test:
         m[f"{p}null_slots_vs_baseline_reduction"] = (

@@ -237,3 +237,40 @@ def test_exact_topk_torch_equals_the_faiss_search_with_exclusions():
     want = index.search(q, 7, exclude_ids=ex).ids
     got = exact_topk_torch(torch.from_numpy(keys), q, 7, ex, chunk=16)
     assert np.array_equal(got, want)
+
+
+def test_slot_dropout_nulls_training_slots_anew_at_each_read_and_never_evaluation_ones(tiny_store, tiny_dir):
+    import numpy as np
+
+    from ralm.errors import RalmError
+    from ralm.models.tokenizers import load_lm_tokenizer
+    from ralm.surealm.data import SentenceBatcher
+    from ralm.surealm.datastore import Datastore
+    from ralm.surealm.train import TrainConfig
+
+    store = Datastore(tiny_store)
+    tok, _ = load_lm_tokenizer(str(tiny_dir))
+    sids = store.split_ids("train").tolist()
+    plain = SentenceBatcher(store, tok, k=3, delta=1)
+    drop = SentenceBatcher(store, tok, k=3, delta=1, slot_dropout=0.5)
+    ref = plain.batch(sids)
+    for key in ("mem_keys", "mem_values", "mem_entries", "mem_block"):  # evaluation batches: untouched
+        assert torch.equal(drop.batch(sids)[key], ref[key])
+    real = ref["mem_entries"] >= 0
+    a, b = drop.batch(sids, train=True), drop.batch(sids, train=True)
+    for got in (a, b):
+        gone = got["mem_entries"] == -2
+        assert not (gone & ~real).any()  # padding slots stay padding
+        assert torch.equal(got["mem_entries"][real & ~gone], ref["mem_entries"][real & ~gone])
+        assert not got["mem_keys"][gone].any() and not got["mem_values"][gone].any()
+        assert torch.equal(got["mem_keys"][~gone], ref["mem_keys"][~gone])
+        assert torch.equal(got["mem_block"], ref["mem_block"])  # a dropped slot keeps its block
+        share = float(gone.sum() / real.sum())
+        n = int(real.sum())
+        assert abs(share - 0.5) < 4 * np.sqrt(0.25 / n), (share, n)
+    assert not torch.equal(a["mem_entries"], b["mem_entries"])  # drawn anew at every read
+    assert torch.equal(plain.batch(sids, train=True)["mem_entries"], ref["mem_entries"])  # p = 0
+    with pytest.raises(RalmError, match="must be in"):
+        SentenceBatcher(store, tok, k=3, delta=1, slot_dropout=1.0)
+    with pytest.raises(RalmError, match="memory_dropout=-0.1"):
+        TrainConfig(memory_dropout=-0.1).check()

@@ -83,6 +83,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         pathway=args.pathway,
         memory_bias=args.memory_bias,
         neighbours=args.neighbours,
+        memory_dropout=args.memory_dropout,
         init_from=args.init_from,
         warmup_steps=args.warmup_steps,
         schedule=args.schedule,
@@ -314,6 +315,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         help="peak learning rate of the memory projections (default: 10 x --lr; they start from scratch)",
+    )
+    p.add_argument(
+        "--memory-dropout",
+        type=float,
+        default=0.0,
+        help="training only: probability that a memory slot is nulled, drawn anew at every read, so the "
+        "fixed offline neighbours are no code to memorise a sentence by (default: %(default)s)",
     )
     p.add_argument(
         "--memory-init",

@@ -9,7 +9,10 @@ embedding as value, and block number j (see `ralm.surealm.model.memory_mask`). T
 (`neighbours`): "random" puts K random training entries in each block instead, never one of the
 sentence's own entries, the same ones every time the sentence is read (drawn from a generator seeded
 by the sentence id and the block); "null" keeps the slots and their blocks but zeroes their
-embeddings.
+embeddings. Slot dropout (`slot_dropout`, training batches only) turns each real slot into a null
+slot with that probability, drawn anew at every read: a sentence's memory is then no fixed code the
+LM can learn the sentence by (the neighbours are computed offline, so without it a training sentence
+meets the very same K x J embeddings in every epoch).
 
 Perplexities (`PerplexityCounts`): token level exp(NLL / predicted tokens), and word level
 exp(NLL / words) where words are the sentence's whitespace-separated words plus one for its
@@ -91,9 +94,12 @@ class SentenceBatcher:
         retrieval: bool = True,
         neighbours: str = "retrieved",
         seed: int = 0,
+        slot_dropout: float = 0.0,
     ) -> None:
         if neighbours not in ("retrieved", "random", "null"):
             raise RalmError(f"neighbours={neighbours!r}: use retrieved, random or null")
+        if not 0.0 <= slot_dropout < 1.0:
+            raise RalmError(f"memory slot dropout {slot_dropout}: must be in [0, 1)")
         if retrieval and neighbours == "random" and len(store) <= k:
             raise RalmError(f"{store.root}: {len(store)} entries are too few to draw {k} random ones")
         if retrieval and k > store.k:
@@ -106,6 +112,8 @@ class SentenceBatcher:
         self.retrieval = retrieval
         self.neighbours = neighbours
         self.seed = seed
+        self.slot_dropout = slot_dropout
+        self._drop_rng = np.random.default_rng([seed, 31])
         self.bos, self.eos, self.pad = lm_special_ids(tokenizer)
         self._words: dict[int, int] = {}
 
@@ -115,9 +123,10 @@ class SentenceBatcher:
             self._words[sid] = len(self.store.text(sid).split()) + 1
         return self._words[sid]
 
-    def batch(self, sids: np.ndarray | list[int]) -> dict[str, torch.Tensor]:
+    def batch(self, sids: np.ndarray | list[int], *, train: bool = False) -> dict[str, torch.Tensor]:
         """input_ids/attention_mask/labels (B, T); with retrieval mem_keys/mem_values (B, J, d) float32
-        and mem_block (B, J) long (0 = padding slot)."""
+        and mem_block (B, J) long (0 = padding slot). `train`: a training batch, the one kind that
+        gets slot dropout (its dropped slots are -2 in mem_entries)."""
         toks = [self.store.tokens(int(s)) for s in sids]
         B = len(toks)
         T = max(len(t) for t in toks) + 1
@@ -134,10 +143,10 @@ class SentenceBatcher:
             mask[b, : n + 1] = 1
         out = {"input_ids": ids, "attention_mask": mask, "labels": labels}
         if self.retrieval:
-            out.update(self.memory(sids, toks))
+            out.update(self.memory(sids, toks, train=train))
         return out
 
-    def memory(self, sids, toks) -> dict[str, torch.Tensor]:
+    def memory(self, sids, toks, *, train: bool = False) -> dict[str, torch.Tensor]:
         K, delta = self.k, self.delta
         entries, blocks = [], []
         for s, t in zip(sids, toks, strict=True):
@@ -160,6 +169,11 @@ class SentenceBatcher:
         if self.neighbours == "null":
             keys[:] = 0.0
             values[:] = 0.0
+        if train and self.slot_dropout > 0.0:
+            drop = (ent >= 0) & (self._drop_rng.random(ent.shape) < self.slot_dropout)
+            keys[drop] = 0.0
+            values[drop] = 0.0
+            ent[drop] = -2
         return {
             "mem_keys": torch.from_numpy(keys),
             "mem_values": torch.from_numpy(values),

@@ -71,6 +71,9 @@ class TrainConfig:
     memory_bias: float | None = None  # self pathway: learned memory-logit offset, starting here
     # retrieved | random (the control for retrieval itself) | null (the control for extra slots)
     neighbours: str = "retrieved"
+    # training only: each memory slot becomes a null slot with this probability, drawn anew at every
+    # read, so that the fixed offline neighbours are no code to memorise a training sentence by
+    memory_dropout: float = 0.0
     weight_decay: float = 0.01
     warmup_steps: int = 100  # SUREALM: 500
     schedule: str = "linear"  # linear (SUREALM) | cosine | constant
@@ -90,6 +93,8 @@ class TrainConfig:
         ):
             if v < 1:
                 raise RalmError(f"{name}={v}: must be >= 1")
+        if not 0.0 <= self.memory_dropout < 1.0:
+            raise RalmError(f"memory_dropout={self.memory_dropout}: must be in [0, 1)")
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
@@ -217,7 +222,13 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
         init_backbone(model, cfg.init_from, tok_sha)
     model = model.to(dev).train()
     batcher = SentenceBatcher(
-        store, tokenizer, k=cfg.k, delta=cfg.delta, retrieval=cfg.retrieval, neighbours=cfg.neighbours
+        store,
+        tokenizer,
+        k=cfg.k,
+        delta=cfg.delta,
+        retrieval=cfg.retrieval,
+        neighbours=cfg.neighbours,
+        slot_dropout=cfg.memory_dropout,
     )
     train_ids, valid_ids = store.split_ids("train"), store.split_ids("valid")
     if not len(train_ids):
@@ -254,7 +265,7 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
             if len(idx) < cfg.batch_size:  # wrap into the next epoch's order
                 nxt = np.random.default_rng([cfg.seed, 11, epoch + 1]).permutation(n)
                 idx = np.concatenate([idx, nxt[: cfg.batch_size - len(idx)]])
-            batch = batcher.batch(train_ids[idx])
+            batch = batcher.batch(train_ids[idx], train=True)
             with autocast_context(dev, ac):
                 logits = model(**_inputs(batch, dev))
             labels = batch["labels"].to(dev)
