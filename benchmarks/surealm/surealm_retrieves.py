@@ -20,7 +20,10 @@ retrieved run on test (its memory retrieved, random, null, and masked out), the 
 on memory per layer and the gates at the end (cross pathway), and kNN-LM over the same data store on
 top of the baseline.
 
-Writes benchmarks/results/surealm_retrieves.json (--name). Run:
+Writes benchmarks/results/surealm_retrieves.json (--name). `--fold-gpu GPU.json` trains nothing: it
+makes the GPU stage's run (gpu_surealm_retrieves.json, metrics prefixed gpu_) the file's headline,
+under the issue's names, and keeps the CPU run beside it with every metric suffixed _cpu
+(surealm_ppl_reduction_cpu, ...) and its record under "cpu_run". Run:
   python benchmarks/surealm/surealm_retrieves.py [--groups 500] [--steps 2000] [--runs retrieved,random,baseline,null]
   [--parallel] [--device cuda]   (gpu/stages/surealm.py runs it with 8,000 steps)
 """
@@ -208,6 +211,24 @@ def curves(work: Path, names: list[str]) -> dict[str, list[list[float]]]:
     return out
 
 
+def fold_gpu(cpu: dict, gpu: dict, prefix: str = "gpu_") -> tuple[dict, dict, dict]:
+    """(metrics, targets, extra) of a results file whose headline is the GPU run `gpu` (its metrics
+    named with `prefix`) and which keeps the CPU run `cpu` beside it: its metrics suffixed _cpu, its
+    record under "cpu_run". `cpu` may be such a folded file already (its cpu_run is used)."""
+    cpu = cpu.get("cpu_run", cpu)
+    metrics = {k[len(prefix) :]: v for k, v in gpu["metrics"].items() if k.startswith(prefix)}
+    metrics.update({f"{k}_cpu": v for k, v in cpu["metrics"].items()})
+    targets = {k[len(prefix) :]: v for k, v in gpu["targets"].items() if k.startswith(prefix)}
+    targets.update({f"{k}_cpu": "reported" for k in cpu["targets"] if k != "surealm_step0_ppl_ratio"})
+    targets["surealm_step0_ppl_ratio_cpu"] = cpu["targets"].get("surealm_step0_ppl_ratio", "reported")
+    keep = ("command", "machine", "date", "curves", "step0", "settings", "memory_ablation_test",
+            "attention_share_on_memory", "gates_end")  # fmt: skip
+    extra = {k: gpu[k] for k in keep[3:] if k in gpu}
+    extra["gpu_run"] = {k: gpu[k] for k in keep[:3]}
+    extra["cpu_run"] = cpu
+    return metrics, targets, extra
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=500, help="chitchat conversations used")
@@ -232,7 +253,26 @@ def main() -> None:
     ap.add_argument(
         "--metric-prefix", default="", help="prepended to every metric name (gpu_: the GPU stage)"
     )
+    ap.add_argument("--fold-gpu", default=None, help="GPU.json: make that run the headline (see above)")
     args = ap.parse_args()
+    if args.fold_gpu:
+        from common import RESULTS
+
+        cpu = json.loads((RESULTS / f"{args.name}.json").read_text(encoding="utf-8"))
+        gpu = json.loads(Path(args.fold_gpu).read_text(encoding="utf-8"))
+        metrics, targets, extra = fold_gpu(cpu, gpu)
+        pack = RESULTS / "gpu_pack.json"  # the card the stage ran on, as the pack recorded it
+        card = (
+            json.loads(pack.read_text())["stages"].get("surealm", {}).get("device")
+            if pack.is_file()
+            else None
+        )
+        extra["machine"] = (
+            f"{gpu['machine']}, {card or 'a GPU'} (the headline); CPU run: {extra['cpu_run']['machine']}"
+        )
+        write_result(args.name, script_command(__file__), metrics, targets, **extra)
+        log(f"{args.name}: the GPU run ({gpu['command']}) is the headline, the CPU run is kept under _cpu")
+        return
 
     from ralm.surealm.datastore import Datastore
     from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
