@@ -219,3 +219,26 @@ def test_tiny_pack_end_to_end(tmp_path: Path) -> None:
         assert r["status"] == "ok", (r["stage"], r.get("reason"), r.get("traceback"))
         assert set(st.TARGETS) <= set(r["metrics"]), r["stage"]
         assert r["tiny"] is True and r["torch"] and r["transformers"] and r["precision"] == "fp32"
+
+
+def test_a_stopped_block_says_how_far_each_run_got(tmp_path: Path) -> None:
+    from gpu.stages.context import StageTimeout, progress_on_stop
+
+    (tmp_path / "a").mkdir()
+    rows = [
+        {"step": 1, "step_seconds": 0.5},
+        {"step": 2, "step_seconds": 0.25},
+        {"step": 2, "valid_ppl": 3.0},
+    ]
+    (tmp_path / "a" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(StageTimeout) as got, progress_on_stop(lambda: [tmp_path / "a", tmp_path / "b"]):
+        raise StageTimeout("x: stopped after 9 s (its budget)")
+    assert (
+        str(got.value)
+        == "x: stopped after 9 s (its budget) (a: step 2, median 500.0 ms/step; b: not started)"
+    )
+    with pytest.raises(StageTimeout, match=r"^y \(no run started\)$"), progress_on_stop(list):
+        raise StageTimeout("y")
+    # other errors pass through untouched
+    with pytest.raises(ValueError, match="other"), progress_on_stop(list):
+        raise ValueError("other")

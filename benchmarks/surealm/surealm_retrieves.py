@@ -41,6 +41,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from common import script_command, write_result  # noqa: E402
 
 RUNS = ("retrieved", "random", "null", "baseline")
+# the neighbours each retrieval run reads (the baseline reads none); "dropout" is not in the default --runs
+NEIGHBOURS = {"retrieved": "retrieved", "random": "random", "null": "null", "dropout": "retrieved"}
+# 1 - A / B on test, when both runs are in --runs: (metric, A, B)
+REDUCTIONS = (
+    ("surealm_ppl_reduction", "retrieved", "baseline"),
+    ("surealm_retrieved_vs_random_reduction", "retrieved", "random"),
+    ("dropout_ppl_reduction", "dropout", "baseline"),
+    ("dropout_vs_retrieved_reduction", "dropout", "retrieved"),
+    ("null_slots_vs_baseline_reduction", "null", "baseline"),
+)
+# what --fold-gpu takes over from the GPU run besides its metrics
+GPU_TABLES = ("curves", "step0", "settings", "memory_ablation_test", "attention_share_on_memory", "gates_end")
 ALL_CONVERSATIONS = 7168
 
 
@@ -57,11 +69,10 @@ def train_config(args, ds: Path, work: Path, name: str):
     )  # fmt: skip
     if name == "baseline":
         return TrainConfig(retrieval=False, **common)
-    neighbours = {"retrieved": "retrieved", "random": "random", "null": "null", "dropout": "retrieved"}[name]
     return TrainConfig(
         retrieval=True,
         pathway=args.pathway,
-        neighbours=neighbours,
+        neighbours=NEIGHBOURS[name],
         memory_bias=args.memory_bias,
         memory_dropout=args.memory_dropout if name == "dropout" else 0.0,
         **common,
@@ -221,10 +232,8 @@ def fold_gpu(cpu: dict, gpu: dict, prefix: str = "gpu_") -> tuple[dict, dict, di
     targets = {k[len(prefix) :]: v for k, v in gpu["targets"].items() if k.startswith(prefix)}
     targets.update({f"{k}_cpu": "reported" for k in cpu["targets"] if k != "surealm_step0_ppl_ratio"})
     targets["surealm_step0_ppl_ratio_cpu"] = cpu["targets"].get("surealm_step0_ppl_ratio", "reported")
-    keep = ("command", "machine", "date", "curves", "step0", "settings", "memory_ablation_test",
-            "attention_share_on_memory", "gates_end")  # fmt: skip
-    extra = {k: gpu[k] for k in keep[3:] if k in gpu}
-    extra["gpu_run"] = {k: gpu[k] for k in keep[:3]}
+    extra = {k: gpu[k] for k in GPU_TABLES if k in gpu}
+    extra["gpu_run"] = {k: gpu[k] for k in ("command", "machine", "date")}
     extra["cpu_run"] = cpu
     return metrics, targets, extra
 
@@ -292,11 +301,10 @@ def main() -> None:
     s0 = step0_ratio(args, ds)
     log(f"step 0: {s0}")
     names = [n for n in args.runs.split(",") if n]
-    unknown = [n for n in names if n not in (*RUNS, "dropout")]
+    known = [*NEIGHBOURS, "baseline"]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(
-            f"--runs: unknown run {', '.join(unknown)}; choose from {', '.join((*RUNS, 'dropout'))}"
-        )
+        raise SystemExit(f"--runs: unknown run {', '.join(unknown)}; choose from {', '.join(known)}")
     cfgs = {n: train_config(args, ds, work, n) for n in names}
     seconds: dict[str, float] = {}
     if args.parallel and len(cfgs) > 1:
@@ -323,22 +331,9 @@ def main() -> None:
         m[f"{p}valid_token_ppl_{n}"] = info["valid"]["token_ppl"]
         m[f"{p}best_step_{n}"] = info["best_step"]
         m[f"{p}train_seconds_{n}"] = seconds[n]
-    if "retrieved" in test and "baseline" in test:
-        m[f"{p}surealm_ppl_reduction"] = 1 - test["retrieved"]["token_ppl"] / test["baseline"]["token_ppl"]
-    if "retrieved" in test and "random" in test:
-        m[f"{p}surealm_retrieved_vs_random_reduction"] = (
-            1 - test["retrieved"]["token_ppl"] / test["random"]["token_ppl"]
-        )
-    if "dropout" in test and "baseline" in test:
-        m[f"{p}dropout_ppl_reduction"] = 1 - test["dropout"]["token_ppl"] / test["baseline"]["token_ppl"]
-    if "dropout" in test and "retrieved" in test:
-        m[f"{p}dropout_vs_retrieved_reduction"] = (
-            1 - test["dropout"]["token_ppl"] / test["retrieved"]["token_ppl"]
-        )
-    if "null" in test and "baseline" in test:
-        m[f"{p}null_slots_vs_baseline_reduction"] = (
-            1 - test["null"]["token_ppl"] / test["baseline"]["token_ppl"]
-        )
+    for metric, a, b in REDUCTIONS:
+        if a in test and b in test:
+            m[f"{p}{metric}"] = 1 - test[a]["token_ppl"] / test[b]["token_ppl"]
     if len(rows) > len(names):
         knn = rows[-1]
         m[f"{p}knnlm_ppl_reduction"] = 1 - knn["token_ppl"] / test["baseline"]["token_ppl"]

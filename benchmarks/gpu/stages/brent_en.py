@@ -71,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu.stages.context import StageContext, StageTimeout, run_progress
+from gpu.stages.context import StageContext, progress_on_stop
 
 NAME = "brent_en"
 TITLE = "BRENT Fig. 2 (English): REALM with issue 45's levers vs MLM-only held-out perplexity, 1,000 x 160 queries (20x CPU)"
@@ -141,13 +141,8 @@ def run(ctx: StageContext) -> dict:
         args += ["--backbone", ctx.inputs / BACKBONE]
     ctx.log(f"{NAME}: {p['steps']} steps x {p['batch']} queries ({ctx.left():.0f} s left)")
     t0 = time.monotonic()
-    try:
+    with progress_on_stop(lambda: [d.parent for d in sorted(work.rglob("metrics.jsonl"))]):
         ctx.python("realm/realm_quality.py", *args)
-    except StageTimeout as exc:  # say how far each run got, for the next time model
-        runs = (
-            "; ".join(run_progress(d.parent) for d in sorted(work.rglob("metrics.jsonl"))) or "no run started"
-        )
-        raise StageTimeout(f"{exc} ({runs})") from None
     seconds = time.monotonic() - t0
     m = ctx.read_result(NAME)["metrics"]
     flops = realm_flops(work / "realm")

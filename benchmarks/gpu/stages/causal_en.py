@@ -25,7 +25,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
-from gpu.stages.context import StageContext, StageTimeout, run_progress
+from gpu.stages.context import StageContext, progress_on_stop
 
 NAME = "causal_en"
 TITLE = "REALM, causal SmolLM2 reader (English): today's settings vs the levers together, 300 x 16 queries"
@@ -55,12 +55,9 @@ def run(ctx: StageContext) -> dict:
     work = ctx.work / "runs"
     common = ["--work", work, "--store", store, "--reader", ctx.inputs / GGUF, "--steps", s["steps"],
               "--batch-size", s["batch"], "--device", ctx.device, *s["extra"]]  # fmt: skip
-    try:
+    with progress_on_stop(lambda: [work / f"en-{n}" for n in ("closed", *s["arms"])]):
         for arm in s["arms"]:
             ctx.python("realm/realm_learns.py", "arm", "en", arm, *common)
-    except StageTimeout as exc:
-        runs = "; ".join(run_progress(work / f"en-{n}") for n in ("closed", *s["arms"]))
-        raise StageTimeout(f"{exc} ({runs})") from None
     import json
 
     from realm.realm_learns_report import arm_record

@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +114,17 @@ def _kill_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+@contextlib.contextmanager
+def progress_on_stop(runs: Callable[[], Iterable[Path]]):
+    """Re-raise a StageTimeout of the block with how far each of `runs()` (run folders, listed when
+    the stop comes) got, for the next time model."""
+    try:
+        yield
+    except StageTimeout as exc:
+        got = "; ".join(run_progress(r) for r in runs()) or "no run started"
+        raise StageTimeout(f"{exc} ({got})") from None
 
 
 def run_progress(run: Path) -> str:

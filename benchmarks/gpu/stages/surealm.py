@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 
-from gpu.stages.context import StageContext, StageTimeout, run_progress
+from gpu.stages.context import StageContext, progress_on_stop
 
 NAME = "surealm"
 TITLE = "SUREALM (cross pathway), with slot dropout, vs random neighbours and no retrieval, 8,000 steps x 32, 500 conversations"
@@ -94,17 +94,22 @@ def prep(ctx: StageContext) -> None:
 def run(ctx: StageContext) -> dict:
     s = _settings(ctx)
     work = ctx.work / "surealm"
-    try:
-        ctx.python(
-            "surealm/surealm_retrieves.py",
-            "--sentences", ctx.inputs / SENTENCES, "--groups", s["groups"], "--steps", s["steps"],
-            "--batch-size", s["batch"], "--eval-every", s["eval_every"], "--knn-k", s["knn_k"],
-            "--device", ctx.device, *([] if ctx.tiny else ["--parallel"]), "--work", work,
-            "--name", "gpu_surealm_retrieves", "--metric-prefix", "gpu_", "--runs", s["runs"],
-        )  # fmt: skip
-    except StageTimeout as exc:  # say how far it got, for the next budget
-        runs = "; ".join(run_progress(work / n) for n in s["runs"].split(","))
-        raise StageTimeout(f"{exc} ({runs})") from None
+    flags = {
+        "--sentences": ctx.inputs / SENTENCES,
+        "--groups": s["groups"],
+        "--steps": s["steps"],
+        "--batch-size": s["batch"],
+        "--eval-every": s["eval_every"],
+        "--knn-k": s["knn_k"],
+        "--device": ctx.device,
+        "--work": work,
+        "--name": "gpu_surealm_retrieves",
+        "--metric-prefix": "gpu_",
+        "--runs": s["runs"],
+    }
+    parallel = [] if ctx.tiny else ["--parallel"]
+    with progress_on_stop(lambda: [work / n for n in s["runs"].split(",")]):
+        ctx.python("surealm/surealm_retrieves.py", *[x for kv in flags.items() for x in kv], *parallel)
     m = ctx.read_result("gpu_surealm_retrieves")["metrics"]
     out = {k: v for k, v in m.items() if isinstance(v, int | float)}
     out.update(
