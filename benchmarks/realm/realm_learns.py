@@ -40,6 +40,7 @@ BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT / "src"))
+from common import machine  # noqa: E402
 from realm.realm_causal import log, ralm, read_json  # noqa: E402
 
 CONFIGS = {"en": BENCH / "data" / "realm_causal_en.toml", "nb": BENCH / "data" / "realm_causal_nb.toml"}
@@ -258,7 +259,7 @@ def towers_stage(work: Path, name: str) -> None:
     out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
 
 
-SPEED_DEFAULT = "today,topm,query,packed,new"
+SPEED_DEFAULT = "today,topm,query,packed,new,new_one_group"
 
 
 def speed_path(work: Path, lang: str, variants: list[str]) -> Path:
@@ -335,7 +336,12 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
             if step > 1:
                 s["t"].append(time.perf_counter() - t0)
             log(f"speed {name} step {step}: {time.perf_counter() - t0:.2f} s")
-    res = {"steps_measured": steps, "queries_per_step": setups[variants[0]]["cfg"].batch_size}
+    res = {
+        "steps_measured": steps,
+        "queries_per_step": setups[variants[0]]["cfg"].batch_size,
+        "machine": machine(),
+        "autocast": str(setups[variants[0]]["ac"]),
+    }
     for name, s in setups.items():
         med = statistics.median(s["t"])
         res[f"{name}_step_seconds"] = med
@@ -353,6 +359,13 @@ SPEED_VARIANTS: dict[str, dict[str, object]] = {
     "query": {"retriever_train": "query"},
     "packed": {"reader_layout": "query_first"},
     "new": {"reader_backprop_top": 1, "retriever_train": "query", "reader_layout": "query_first"},
+    # the new settings with every packed row in one padded batch (no length groups)
+    "new_one_group": {
+        "reader_backprop_top": 1,
+        "retriever_train": "query",
+        "reader_layout": "query_first",
+        "reader_bucket_slack": float("inf"),
+    },
     # for compute matching (`compute`): the `all` arm and the closed-book run, timed side by side
     "all": ARMS["all"],
     "closed": {"mode": "mlm"},

@@ -267,6 +267,8 @@ def markdown(metrics: dict, extra: dict) -> str:
             f"## en: speed of a REALM step (CPU, {speed['queries_per_step']} queries a step, median of "
             f"{speed['steps_measured']} interleaved steps)",
             "",
+            f"Machine: {speed.get('machine', 'not recorded')}; autocast {speed.get('autocast', 'not recorded')}.",
+            "",
             "| variant | seconds a step | queries/s | over today |",
             "|---|---|---|---|",
         ]

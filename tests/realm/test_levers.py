@@ -86,7 +86,14 @@ def _model(store, tiny_dir, causal_dirs, lm_name="llama", **kw):
     lm, tok, _ = load_causal_lm(str(causal_dirs[lm_name]))
     torch.manual_seed(0)
     enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(max_length=32, scale_by_sqrt_dim=True))
-    reader = CausalReader(lm, tok, max_length=400, store=store, bucket_slack=kw.pop("bucket_slack", 1.1))
+    reader = CausalReader(
+        lm,
+        tok,
+        max_length=400,
+        store=store,
+        bucket_slack=kw.pop("bucket_slack", 1.1),
+        layout=kw.pop("layout", "doc_first"),
+    )
     return RealmModel(reader, enc, ChunkDocs(store, enc), **kw).eval(), tok
 
 
@@ -275,21 +282,34 @@ def test_masking_caps_spans_per_chunk(store, tiny_dir):
         MaskingConfig(max_spans=0)
 
 
-def test_length_groups_give_the_same_scores(store, tiny_dir, causal_dirs):
+@pytest.mark.parametrize("layout", ["doc_first", "query_first"])
+def test_length_groups_give_the_same_scores(store, tiny_dir, causal_dirs, layout):
+    """Rows (packed sequences in the query_first layout) run in length groups score every span token
+    as one padded batch does, per span too, and with the same gradient."""
     from ralm.realm.causal_reader import length_buckets
 
     assert [g.tolist() for g in length_buckets(np.array([100, 40, 98, 41]), 1.25)] == [[0, 2], [3, 1]]
     assert [g.tolist() for g in length_buckets(np.array([100, 40]), math.inf)] == [[0, 1]]
-    one, tok = _model(store, tiny_dir, causal_dirs, lm_name="gemma3", k=4, bucket_slack=math.inf)
-    many, _ = _model(store, tiny_dir, causal_dirs, lm_name="gemma3", k=4, bucket_slack=1.0)
-    batch = _batch(store, tiny_dir, tok)
+    one, tok = _model(
+        store, tiny_dir, causal_dirs, lm_name="gemma3", k=4, bucket_slack=math.inf, layout=layout
+    )
+    many, _ = _model(store, tiny_dir, causal_dirs, lm_name="gemma3", k=4, bucket_slack=1.0, layout=layout)
+    batch = _batch(store, tiny_dir, tok, salient_rate=0.4)
     rows = [[5, 9, 2, -1], [0, 2, 7, -1], [11, 3, 1, -1]]
     rr = many.reader.build_rows(batch, rows)
+    assert rr.input_ids.shape[0] == (12 if layout == "doc_first" else 3)
     assert len(length_buckets(rr.attention_mask.sum(1).numpy(), 1.0)) > 1
     with torch.no_grad():
-        a = one.reader.log_p_y_given_docs(batch, rows)
-        b = many.reader.log_p_y_given_docs(batch, rows)
-    torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+        a = one.reader.log_p_y_given_docs(batch, rows, per_span=True)
+    b = many.reader.log_p_y_given_docs(batch, rows, per_span=True)
+    torch.testing.assert_close(a, b.detach(), rtol=0, atol=1e-4)
+    # the two readers load the same weights: their gradients through both ways of running the rows agree
+    name = next(n for n, p in many.reader.lm.named_parameters() if p.dim() == 2 and "layers" in n)
+    (g_many,) = torch.autograd.grad(b.sum(), many.reader.lm.get_parameter(name))
+    a = one.reader.log_p_y_given_docs(batch, rows, per_span=True)
+    (g_one,) = torch.autograd.grad(a.sum(), one.reader.lm.get_parameter(name))
+    assert float(g_one.abs().sum()) > 0
+    torch.testing.assert_close(g_many, g_one, rtol=1e-4, atol=1e-5)
 
 
 def test_content_token_perplexity_equals_a_hand_count(store, tiny_dir, causal_dirs):

@@ -287,19 +287,19 @@ class CausalReader(nn.Module):
     def token_log_probs(self, rr: ReaderRows) -> torch.Tensor:
         """(M,) log p of each scored token given everything before it in its row.
 
-        Rows are run in groups of similar length (`length_buckets`), each cut to its own longest
-        row, so a short row (the null document's, a short chunk's) is not padded to the longest of
-        the batch: right padding never changes a real token's logits under causal attention.
+        Rows (packed sequences in the query_first layout) are run in groups of similar length
+        (`length_buckets`), each cut to its own longest row, so a short row (the null document's, a
+        short chunk's, a query with few spans) is not padded to the longest of the batch: right
+        padding never changes a real token's logits under causal attention.
         """
         dev = next(self.lm.parameters()).device
-        if rr.seq is not None:
-            return self._packed_log_probs(rr, dev)
+        packed = rr.seq is not None
+        row_of = (rr.seq if packed else rr.rows).numpy()  # the (packed) row of each scored token
         lengths = rr.attention_mask.sum(1).numpy()
         groups = length_buckets(lengths, self.bucket_slack)
         if len(groups) <= 1:
-            return self._token_log_probs(rr.input_ids, rr.attention_mask, rr.rows, rr.cols, rr.targets, dev)
+            return self._group_log_probs(rr, slice(None), torch.from_numpy(row_of), slice(None), dev)
         out: torch.Tensor | None = None
-        row_of = rr.rows.numpy()
         for g in groups:
             where = torch.from_numpy(np.flatnonzero(np.isin(row_of, g)))
             if not len(where):
@@ -308,19 +308,24 @@ class CausalReader(nn.Module):
             gi = torch.from_numpy(g)
             local[gi] = torch.arange(len(g))
             L = int(lengths[g].max())
-            lp = self._token_log_probs(
-                rr.input_ids[gi, :L],
-                rr.attention_mask[gi, :L],
-                local[rr.rows[where]],
-                rr.cols[where],
-                rr.targets[where],
-                dev,
+            lp = self._group_log_probs(
+                rr, (gi, slice(0, L)), local[torch.from_numpy(row_of)[where]], where, dev
             )
             if out is None:
                 out = torch.zeros(len(row_of), dtype=lp.dtype, device=lp.device)
             out = out.index_put((where.to(lp.device),), lp)
         assert out is not None
         return out
+
+    def _group_log_probs(self, rr: ReaderRows, cut, rows: torch.Tensor, where, dev) -> torch.Tensor:
+        """Log-probabilities of the scored tokens `where` of rows `cut` (an index into the padded rows
+        and columns), `rows` their row within the cut."""
+        ids, am, cols, y = rr.input_ids[cut], rr.attention_mask[cut], rr.cols[where], rr.targets[where]
+        if rr.seq is None:
+            return self._token_log_probs(ids, am, rows, cols, y, dev)
+        assert rr.segments is not None and rr.position_ids is not None
+        attn = self._packed_mask(rr.segments[cut], rr.position_ids[cut])
+        return self._token_log_probs(ids, attn, rows, cols, y, dev, position_ids=rr.position_ids[cut])
 
     def _token_log_probs(self, ids, am, rows, cols, y, dev, **kw) -> torch.Tensor:
         ids, rows, cols, y = ids.to(dev), rows.to(dev), cols.to(dev), y.to(dev)
@@ -331,11 +336,11 @@ class CausalReader(nn.Module):
         )  # (M, V), never (N, L, V) where it can
         return torch.log_softmax(logits, dim=-1).gather(1, y[:, None])[:, 0]
 
-    def _packed_log_probs(self, rr: ReaderRows, dev) -> torch.Tensor:
-        """(M,) scored-token log-probabilities of packed rows: a 4D mask lets a token see the shared
-        prefix and its own segment, causally; positions restart after the prefix in every segment."""
-        assert rr.segments is not None and rr.position_ids is not None and rr.seq is not None
-        seg = rr.segments
+    def _packed_mask(self, seg: torch.Tensor, pos: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The 4D attention mask (N, 1, L, L) of packed rows with segments `seg` (N, L) (-1: the shared
+        prefix, -2: padding) and position ids `pos` (N, L): a token sees the shared prefix and its own
+        segment, causally; positions restart after the prefix in every segment. A model with
+        sliding-window layers gets a second mask for them, keyed by layer type."""
         real = seg > -2
         causal = torch.ones(seg.shape[1], seg.shape[1], dtype=torch.bool).tril()
         same = (seg[:, None, :] == -1) | (seg[:, None, :] == seg[:, :, None])  # key j: prefix, or i's segment
@@ -345,12 +350,9 @@ class CausalReader(nn.Module):
         window = getattr(self.lm.config, "sliding_window", None)
         if window and "sliding_attention" in (getattr(self.lm.config, "layer_types", None) or []):
             # sliding-window layers see the last `window` positions of the virtual row (position ids)
-            pos = rr.position_ids
             near = (pos[:, :, None] - pos[:, None, :]) < int(window)
             attn = {"full_attention": attn, "sliding_attention": ((mask & near) | eye)[:, None]}
-        return self._token_log_probs(
-            rr.input_ids, attn, rr.seq, rr.cols, rr.targets, dev, position_ids=rr.position_ids
-        )
+        return attn
 
     def log_p_y_given_docs(
         self,
