@@ -11,6 +11,9 @@ Stages (each skipped when its output exists in --work; training runs resume afte
   compute LANG NAME the compute-matched closed-book baseline of an arm (as many closed-book steps as
                     the arm's training wall time buys) and the arm's evaluation against it (the
                     data-matched one, the arms' own steps, is trained by every arm)
+  warm LANG         the retriever alone trained from a frozen reader's scores (WARM, --steps), then the
+                    end diagnosis against the same reader closed-book: how far more queries move the
+                    ranking toward what the reader can use (diag0 is its step 0)
   speed             queries per second of one REALM step, today's settings against the new defaults at
                     the same k (and each speed lever alone), interleaved in one process, medians
   towers            NorQuAD-open recall@1/5/20 of the towers before and after (LANG nb)
@@ -69,6 +72,13 @@ ARMS: dict[str, dict[str, object]] = {
 # reading the query before each chunk, the query's tokens computed once for its k chunks): the
 # Norwegian pair, where a Gemma-3 step is the budget
 ARMS["all_packed"] = {**ARMS["all"], "reader_layout": "query_first"}
+# the retriever alone learning from a frozen reader (`warm`): the query tower at the `all` arm's
+# learning rate, Atlas's perplexity distillation, a learned scale, today's dense top 3 + the empty
+# null document; its end diagnosis is on the same basis as diag0's (the same reader, closed-book)
+WARM = {
+    "reader_train": "freeze", "retriever_train": "query", "retriever_loss": "distill",
+    "score_scale": "learned", "lr_retriever": 1e-4, "reader_layout": "query_first",
+}  # fmt: skip
 LANG_EXTRA = {"nb": {"bm25_lang": "nb"}, "en": {"bm25_lang": "en"}}
 
 
@@ -228,6 +238,11 @@ def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> Non
                 evaluate_pair_at(run, closed, ck, cclosed, out)
 
 
+def warm_stage(work: Path, lang: str, steps: int) -> None:
+    run = train(work, lang, "warm", "realm", steps, WARM)
+    diagnose(run, None, initial=False)
+
+
 def evaluate_pair_at(run: Path, closed: Path, ck: Path, cclosed: Path, out: Path) -> None:
     """evaluate-mlm of a REALM checkpoint against the closed-book run's checkpoint of the same step."""
     from ralm.realm.evaluate import evaluate_mlm, ratios
@@ -374,7 +389,7 @@ SPEED_VARIANTS: dict[str, dict[str, object]] = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("stage", choices=["diag0", "arm", "compute", "speed", "towers", "report"])
+    ap.add_argument("stage", choices=["diag0", "arm", "compute", "warm", "speed", "towers", "report"])
     ap.add_argument("lang", nargs="?", choices=["en", "nb"], default="en")
     ap.add_argument("name", nargs="?", default="today", help="arm: one of " + ", ".join(ARMS))
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b45")
@@ -402,6 +417,8 @@ def main() -> None:
         arm_stage(args.work, args.lang, args.name, args.steps, args.curves)
     elif args.stage == "compute":
         compute_stage(args.work, args.lang, args.name, args.steps)
+    elif args.stage == "warm":
+        warm_stage(args.work, args.lang, args.steps)
     elif args.stage == "speed":
         speed_stage(args.work, args.lang, args.speed_steps, args.variants.split(","))
     elif args.stage == "towers":

@@ -33,6 +33,16 @@ TARGETS = {
 }
 
 
+# the warm stage's figures that go into the metrics, at step 0 and at the end
+WARM_METRICS = (
+    "content_ratio_k_run",
+    "content_ratio_K9_run",
+    "answers_in_dense@3",
+    "answers_in_dense@8",
+    "entropy_ratio",
+)
+
+
 def _read(p: Path) -> dict | None:
     return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
 
@@ -123,6 +133,37 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
     return rec
 
 
+def warm_record(work: Path, lang: str) -> dict | None:
+    """The `warm` stage: the retriever trained alone from a frozen reader, diagnosed at its end on the
+    step-0 diagnosis's basis (the same reader, held-out spans and closed-book); None until it ran."""
+    d0 = _read(work / f"{lang}-diag0" / "diagnose_initial.json")
+    end = _read(work / f"{lang}-warm" / "diagnose.json")
+    if d0 is None or end is None:
+        return None
+    rows = _metrics_rows(work / f"{lang}-warm")
+    seen = [r["examples_seen"] for r in rows if "examples_seen" in r]
+    rec: dict = {"steps": end.get("step"), "queries": seen[-1] if seen else None}
+    for when, d in (("step0", d0), ("end", end)):
+        for src, row in d["answers_in_candidates"].items():
+            for depth, v in row.items():
+                rec[f"answers_in_{src}@{depth}_{when}"] = v
+        for block in ("run_k", "K=9"):
+            for name in ("run", "uniform", "oracle"):
+                r = d["ratios"]["content"].get(block, {}).get(name)
+                if r is not None:
+                    tag = "k" if block == "run_k" else "K9"
+                    rec[f"content_ratio_{tag}_{name}_{when}"] = r["ratio"]
+                    rec[f"content_ratio_{tag}_{name}_{when}_low"] = r["low"]
+                    rec[f"content_ratio_{tag}_{name}_{when}_high"] = r["high"]
+        rec[f"entropy_ratio_{when}"] = d["entropy_ratio"]
+        rec[f"null_mass_{when}"] = d.get("null_mass")
+    for key in ("score_scale", "distill_kl", "step_seconds"):
+        v = _tail_mean(rows, key)
+        if v is not None:
+            rec[f"train_{key}_last20"] = v
+    return rec
+
+
 def report(work: Path) -> dict:
     metrics: dict[str, float] = {}
     extra: dict = {"arms": {}, "diag0": {}, "not_run": []}
@@ -148,6 +189,13 @@ def report(work: Path) -> dict:
             if rec is not None:
                 arms[arm] = rec
         extra["arms"][lang] = arms
+        warm = warm_record(work, lang)
+        if warm is not None:
+            extra.setdefault("warm", {})[lang] = warm
+            for key in WARM_METRICS:
+                for when in ("step0", "end"):
+                    if f"{key}_{when}" in warm:
+                        metrics[f"{lang}_warm_{key}_{when}"] = warm[f"{key}_{when}"]
         name = next((a for a in ("all_packed", "all", "today") if a in arms), None)
         best = arms.get(name) if name else None
         if best is not None:
@@ -259,6 +307,38 @@ def markdown(metrics: dict, extra: dict) -> str:
                 f"{f('ratio_all_end')} | {f('train_entropy_last20')} | {f('train_null_mass_last20')} | "
                 f"{f('train_score_scale_last20')} | {f('answers_in_docs_end')} |"
             )
+        lines.append("")
+    for lang, w in extra.get("warm", {}).items():
+        lines += [
+            f"## {lang}: the retriever alone, from a frozen reader (`warm`, {w['steps']} steps, "
+            f"{w['queries']} queries)",
+            "",
+            "Query tower only, Atlas's perplexity distillation, learned scale; the reader frozen, so the "
+            "diagnosis at the end has the step-0 basis (same reader, spans and closed-book run).",
+            "",
+            "| | step 0 | end |",
+            "|---|---|---|",
+        ]
+        for key, label in (
+            ("content_ratio_k_run", "content ratio, p(z|x) over the top 3 + null"),
+            ("content_ratio_k_uniform", "the same, uniform p(z|x)"),
+            ("content_ratio_k_oracle", "the same, best of k (oracle)"),
+            ("content_ratio_K9_run", "content ratio, p(z|x) over the top 8 + null"),
+            ("content_ratio_K9_oracle", "the same, oracle"),
+            ("answers_in_dense@3", "answers in the dense top 3"),
+            ("answers_in_dense@8", "answers in the dense top 8"),
+            ("answers_in_dense@20", "answers in the dense top 20"),
+            ("entropy_ratio", "entropy of p(z|x) / ln K"),
+        ):
+            a, b = w.get(f"{key}_step0"), w.get(f"{key}_end")
+            if a is None or b is None:
+                continue
+            if f"{key}_end_low" in w:
+                lines.append(
+                    f"| {label} | {a:.3f} | {b:.3f} [{w[key + '_end_low']:.3f}, {w[key + '_end_high']:.3f}] |"
+                )
+            else:
+                lines.append(f"| {label} | {a:.3f} | {b:.3f} |")
         lines.append("")
     speed = extra.get("speed")
     if speed:

@@ -195,6 +195,72 @@ def test_top_m_backprop_gives_the_same_loss_and_retriever_gradient(store, tiny_d
     assert not torch.allclose(grads[0]["reader"], grads[1]["reader"])
 
 
+@pytest.mark.parametrize("retriever_loss", ["marginal", "distill"])
+def test_frozen_reader_gives_the_same_loss_and_retriever_gradient(
+    store, tiny_dir, causal_dirs, retriever_loss
+):
+    """reader_train = freeze: the same loss and the same gradient for the towers, the score scale and the
+    null logit as a trained reader's, and no reader gradient at all (one pass over the rows)."""
+    batch = None
+    grads, losses = [], []
+    for reader_train in ("train", "freeze"):
+        model, tok = _model(
+            store, tiny_dir, causal_dirs, k=4, reader_backprop_top=1, score_scale="learned", null_doc="logit",
+            reader_train=reader_train, retriever_loss=retriever_loss,
+        )  # fmt: skip
+        model.train()
+        if batch is None:
+            batch = _batch(store, tiny_dir, tok, salient_rate=0.4)
+            ref = _search(model)
+        calls = []
+        score = model._causal_scores
+        model._causal_scores = lambda b, docs: calls.append(len(docs[0])) or score(b, docs)
+        out = model(batch, ref.search)
+        objective = -out.log_p_y.sum() + (out.aux.sum() if out.aux is not None else 0)
+        objective.backward()
+        losses.append(float(objective.detach()))
+        grads.append(
+            {
+                "query": model.encoder.query_tower.model.embeddings.word_embeddings.weight.grad.clone(),
+                "doc": model.encoder.doc_tower.model.encoder.layer[0].output.dense.weight.grad.clone(),
+                "scale": model.prior.log_scale.grad.clone(),
+                "null": model.prior.null_logit.grad.clone(),
+            }
+        )
+        if reader_train == "freeze":
+            assert calls == [4]  # every row once; the top-m rows are not scored again
+            assert all(p.grad is None and not p.requires_grad for p in model.reader.parameters())
+            assert not model.reader.training
+        else:
+            assert calls == [4, 2]  # all rows without gradient, then the top 1 and the null with it
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+    for part in ("query", "doc", "scale", "null"):
+        torch.testing.assert_close(grads[0][part], grads[1][part], rtol=1e-4, atol=1e-7, msg=part)
+
+
+def test_frozen_reader_run_keeps_the_reader_and_trains_the_towers(causal_cfg, tmp_path):
+    from safetensors.torch import load_file
+
+    from ralm.errors import RalmError
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.trainer import pretrain
+
+    cfg = dict(reader_train="freeze", retriever_train="query", steps=2, checkpoint_every=1, warmup_steps=0)
+    run = pretrain(causal_cfg(out=str(tmp_path / "f"), lr_retriever=1e-3, **cfg), progress=False)
+    first = load_file(str(run / "checkpoints" / "step-0000001" / "model.safetensors"))
+    end = load_file(str(run / "checkpoints" / "step-0000002" / "model.safetensors"))
+    start = pretrain(causal_cfg(out=str(tmp_path / "s"), lr_retriever=0.0, **cfg), progress=False)
+    init = load_file(str(start / "checkpoints" / "step-0000002" / "model.safetensors"))
+    reader = [k for k in end if k.startswith("reader.")]
+    query = [k for k in end if k.startswith("encoder.query_tower.")]
+    assert reader and query
+    for k in reader:
+        assert torch.equal(end[k], init[k]), k
+    assert any(not torch.equal(end[k], first[k]) for k in query)
+    with pytest.raises(RalmError, match="reader_train = freeze"):
+        PretrainConfig(docstore="x", out="y", mode="mlm", reader_train="freeze")
+
+
 def test_query_side_only_leaves_doc_tower_and_index_bit_identical(causal_cfg, tmp_path):
     from safetensors.torch import load_file
 

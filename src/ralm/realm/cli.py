@@ -39,6 +39,7 @@ FLAGS = {
     "reader_backprop_top": int,
     "retriever_train": str,
     "retriever_loss": str,
+    "reader_train": str,
     "distill_tau": float,
     "query_masks": str,
     "lr_reader": float,

@@ -69,6 +69,7 @@ class PretrainConfig:
     reader_backprop_top: int = 0  # reader gradient from the top m documents by posterior + null; 0 = all
     retriever_train: str = "both"  # both towers | query: doc tower and index frozen | none
     retriever_loss: str = "marginal"  # marginal (REALM) | distill (Atlas's perplexity distillation)
+    reader_train: str = "train"  # train | freeze: the reader only scores, the retriever learns from it
     distill_tau: float = 1.0  # distill: temperature of the target softmax(log p(y|z,x) / tau)
     reader_bucket_slack: float = 1.1  # causal reader: padding allowed per length group (inf: one group)
     # causal reader: doc_first ([bos] z x y, one row a document) | query_first ([bos] x, then every z y
@@ -126,10 +127,21 @@ class PretrainConfig:
             (self.null_doc in NULL_DOCS, f"null_doc {self.null_doc!r}: choose {', '.join(NULL_DOCS)}"),
             *[
                 (getattr(self, f) in CHOICES[f], f"{f} {getattr(self, f)!r}: choose {', '.join(CHOICES[f])}")
-                for f in ("score_scale", "marginal", "retriever_train", "retriever_loss", "reader_layout")
+                for f in (
+                    "score_scale",
+                    "marginal",
+                    "retriever_train",
+                    "retriever_loss",
+                    "reader_train",
+                    "reader_layout",
+                )
             ],
             (self.reader_backprop_top >= 0, f"reader_backprop_top={self.reader_backprop_top}: must be >= 0"),
             (self.distill_tau > 0, f"distill_tau={self.distill_tau}: must be > 0"),
+            (
+                self.reader_train == "train" or self.mode == "realm",
+                "reader_train = freeze: only a retrieval run (mode realm) has a retriever to train",
+            ),
             (self.lr_scale >= 0, f"lr_scale={self.lr_scale}: must be >= 0"),
             (self.reader_bucket_slack >= 1, f"reader_bucket_slack={self.reader_bucket_slack}: must be >= 1"),
             (

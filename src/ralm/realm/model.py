@@ -44,6 +44,9 @@ How p(z|x) is made and trained (issue 45's levers, each a `PretrainConfig` setti
 * `retriever_loss = "distill"`: the retriever learns from Atlas's perplexity distillation,
   KL(softmax(log p(y|z,x) / tau) || p(z|x)), instead of the marginal's gradient; the reader still
   learns from the marginal (with p(z|x) held fixed).
+* `reader_train = "freeze"`: the reader only scores the candidates, once, without gradient, and the
+  retriever (with the score scale and null logit) learns from those scores: a warm start of the
+  towers from what the reader can use, at the cost of a forward pass a step.
 
 The reader's view of the null document is always the empty document: ``[CLS] x [SEP] [SEP]``.
 
@@ -74,7 +77,14 @@ from ralm.realm.marginal import (
     span_marginal_log_likelihood,
 )
 from ralm.realm.masking import IGNORE_INDEX
-from ralm.realm.options import MARGINALS, NULL_DOCS, QUERY_MASKS, RETRIEVER_LOSSES, RETRIEVER_TRAIN
+from ralm.realm.options import (
+    MARGINALS,
+    NULL_DOCS,
+    QUERY_MASKS,
+    READER_TRAIN,
+    RETRIEVER_LOSSES,
+    RETRIEVER_TRAIN,
+)
 from ralm.realm.prior import RetrievalPrior
 from ralm.realm.reader import Reader, build_reader_inputs
 from ralm.retrieval.embed import DocInputs
@@ -169,6 +179,7 @@ class RealmModel(nn.Module):
         retriever_train: str = "both",
         retriever_loss: str = "marginal",
         distill_tau: float = 1.0,
+        reader_train: str = "train",
     ) -> None:
         super().__init__()
         for name, value, allowed in (
@@ -176,6 +187,7 @@ class RealmModel(nn.Module):
             ("marginal", marginal, MARGINALS),
             ("retriever_train", retriever_train, RETRIEVER_TRAIN),
             ("retriever_loss", retriever_loss, RETRIEVER_LOSSES),
+            ("reader_train", reader_train, READER_TRAIN),
         ):
             if value not in allowed:
                 raise RalmError(f"{name} {value!r}: choose one of {', '.join(allowed)}")
@@ -192,6 +204,11 @@ class RealmModel(nn.Module):
         self.retriever_train = retriever_train
         self.retriever_loss = retriever_loss
         self.distill_tau = float(distill_tau)
+        self.reader_train = reader_train
+        if reader_train == "freeze":
+            if encoder is None:
+                raise RalmError("reader_train = freeze needs retrieval (mode realm): nothing else would learn")
+            self._freeze_reader()
         if encoder is not None:
             if docs is None:
                 raise ValueError("a retrieval model needs `docs` (ChunkDocs of the knowledge corpus)")
@@ -233,10 +250,17 @@ class RealmModel(nn.Module):
             tower.requires_grad_(False)
             tower.eval()
 
+    def _freeze_reader(self) -> None:
+        """`reader_train = "freeze"`: no reader weight learns and the reader stays in eval mode."""
+        self.reader.requires_grad_(False)
+        self.reader.eval()
+
     def train(self, mode: bool = True) -> RealmModel:
         super().train(mode)
         if self.encoder is not None and self.retriever_train != "both":
             self._freeze_towers()  # frozen towers stay in eval mode
+        if self.reader_train == "freeze":
+            self._freeze_reader()
         return self
 
     @property
@@ -382,8 +406,8 @@ class RealmModel(nn.Module):
         m = self.reader_backprop_top
         K = len(rows[0])
         has_null = self.null_doc != "none"
-        if not m or not torch.is_grad_enabled() or m >= K - int(has_null):
-            return score(rows)
+        if not m or not torch.is_grad_enabled() or m >= K - int(has_null) or self.reader_train == "freeze":
+            return score(rows)  # a frozen reader builds no graph: one pass, the retriever's gradient kept
         with torch.no_grad():
             lp_all = score(rows)
             if lp_all.dim() == 3:  # per span / token: the expected number of spans each document explains

@@ -10,6 +10,7 @@ MODES = ("realm", "mlm")
 NULL_DOCS = ("empty", "zeros", "logit", "none")
 MARGINALS = ("joint", "span")
 RETRIEVER_TRAIN = ("both", "query", "none")
+READER_TRAIN = ("train", "freeze")
 RETRIEVER_LOSSES = ("marginal", "distill")
 SCORE_SCALES = ("fixed", "learned")
 QUERY_MASKS = ("hide", "keep")
@@ -30,6 +31,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "score_scale": SCORE_SCALES,
     "marginal": MARGINALS,
     "retriever_train": RETRIEVER_TRAIN,
+    "reader_train": READER_TRAIN,
     "retriever_loss": RETRIEVER_LOSSES,
     "reader_layout": ("doc_first", "query_first"),
     "query_masks": QUERY_MASKS,
@@ -81,6 +83,9 @@ HELP: dict[str, str] = {
     "posterior plus the null document (the retriever's gradient is unchanged); 0 = every document",
     "retriever_train": "both towers; query: the document tower and the index stay frozen (no re-embedding); "
     "none: both towers frozen",
+    "reader_train": "train: the reader learns from the marginal likelihood; freeze: it only scores the "
+    "candidates (no reader gradient, one pass over the rows) and the retriever learns from its scores, "
+    "a warm start of the towers from what the reader can use",
     "retriever_loss": "marginal: the retriever learns from the marginal likelihood (REALM); distill: from "
     "KL(softmax(log p(y|z,x) / tau) || p(z|x)) (Atlas's perplexity distillation)",
     "distill_tau": "retriever_loss = distill: the temperature tau of the target",
