@@ -195,6 +195,19 @@ def test_top_m_backprop_gives_the_same_loss_and_retriever_gradient(store, tiny_d
     assert not torch.allclose(grads[0]["reader"], grads[1]["reader"])
 
 
+def _count_reader_passes(model) -> list[int]:
+    """Wrap `model`'s causal scoring: the returned list gets the documents a query of each pass."""
+    calls: list[int] = []
+    score = model._causal_scores
+
+    def counted(batch, docs):
+        calls.append(len(docs[0]))
+        return score(batch, docs)
+
+    model._causal_scores = counted
+    return calls
+
+
 @pytest.mark.parametrize("retriever_loss", ["marginal", "distill"])
 def test_frozen_reader_gives_the_same_loss_and_retriever_gradient(
     store, tiny_dir, causal_dirs, retriever_loss
@@ -212,9 +225,7 @@ def test_frozen_reader_gives_the_same_loss_and_retriever_gradient(
         if batch is None:
             batch = _batch(store, tiny_dir, tok, salient_rate=0.4)
             ref = _search(model)
-        calls = []
-        score = model._causal_scores
-        model._causal_scores = lambda b, docs: calls.append(len(docs[0])) or score(b, docs)
+        calls = _count_reader_passes(model)
         out = model(batch, ref.search)
         objective = -out.log_p_y.sum() + (out.aux.sum() if out.aux is not None else 0)
         objective.backward()

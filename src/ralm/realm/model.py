@@ -207,7 +207,9 @@ class RealmModel(nn.Module):
         self.reader_train = reader_train
         if reader_train == "freeze":
             if encoder is None:
-                raise RalmError("reader_train = freeze needs retrieval (mode realm): nothing else would learn")
+                raise RalmError(
+                    "reader_train = freeze needs retrieval (mode realm): nothing else would learn"
+                )
             self._freeze_reader()
         if encoder is not None:
             if docs is None:
