@@ -133,6 +133,54 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
     return rec
 
 
+def _span_records(p: Path) -> list[dict]:
+    return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def paired_ratio_change(before: list[dict], after: list[dict], how: str, reps: int = 2000) -> dict:
+    """The content-token span ratio to closed-book of two diagnoses of the same held-out spans (the
+    per-span records of `evaluate-mlm --diagnose`, same reader and closed-book), and the change with a
+    paired bootstrap 95% interval over the spans. how: "run" (p(z|x) over the run's k documents,
+    the top k - 1 + the null document) or "oracle" (the best of those k)."""
+    import numpy as np
+    from scipy.special import logsumexp
+
+    if [(r["chunk"], r["span"]) for r in before] != [(r["chunk"], r["span"]) for r in after]:
+        raise ValueError("the two diagnoses score different spans")
+    n = np.array([r["n_content"] for r in before], dtype=np.float64)
+    closed = np.array([r["closed_content"] for r in before])
+
+    def span_lp(rows: list[dict]) -> np.ndarray:
+        out = []
+        for r in rows:
+            lp = np.asarray(r["lp_content"])
+            k = len(r["log_p_z_k"])
+            lpk = np.concatenate([lp[: k - 1], lp[-1:]])  # the top k - 1 and the null document (last)
+            out.append(logsumexp(np.asarray(r["log_p_z_k"]) + lpk) if how == "run" else lpk.max())
+        return np.asarray(out)
+
+    x, y = span_lp(before), span_lp(after)
+
+    def ratio(v: np.ndarray, idx: np.ndarray) -> float:
+        return float(np.exp((closed[idx].sum() - v[idx].sum()) / n[idx].sum()))
+
+    every = np.arange(len(n))
+    rng = np.random.default_rng(0)
+    diffs = []
+    for _ in range(reps):
+        i = rng.integers(0, len(n), len(n))
+        diffs.append(ratio(y, i) - ratio(x, i))
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    before, after = ratio(x, every), ratio(y, every)
+    return {
+        "before": before,
+        "after": after,
+        "change": after - before,
+        "change_low": float(low),
+        "change_high": float(high),
+    }
+
+
 def warm_record(work: Path, lang: str) -> dict | None:
     """The `warm` stage: the retriever trained alone from a frozen reader, diagnosed at its end on the
     step-0 diagnosis's basis (the same reader, held-out spans and closed-book); None until it ran."""
@@ -161,6 +209,11 @@ def warm_record(work: Path, lang: str) -> dict | None:
         v = _tail_mean(rows, key)
         if v is not None:
             rec[f"train_{key}_last20"] = v
+    q0 = work / f"{lang}-diag0" / "diagnose_initial_queries.jsonl"
+    q1 = work / f"{lang}-warm" / "diagnose_queries.jsonl"
+    if q0.is_file() and q1.is_file():
+        for how in ("run", "oracle"):
+            rec[f"paired_{how}"] = paired_ratio_change(_span_records(q0), _span_records(q1), how)
     return rec
 
 
@@ -196,6 +249,10 @@ def report(work: Path) -> dict:
                 for when in ("step0", "end"):
                     if f"{key}_{when}" in warm:
                         metrics[f"{lang}_warm_{key}_{when}"] = warm[f"{key}_{when}"]
+            for how in ("run", "oracle"):
+                for key, v in warm.get(f"paired_{how}", {}).items():
+                    if key.startswith("change"):
+                        metrics[f"{lang}_warm_content_ratio_{how}_{key}"] = v
         name = next((a for a in ("all_packed", "all", "today") if a in arms), None)
         best = arms.get(name) if name else None
         if best is not None:
@@ -320,15 +377,15 @@ def markdown(metrics: dict, extra: dict) -> str:
             "|---|---|---|",
         ]
         for key, label in (
-            ("content_ratio_k_run", "content ratio, p(z|x) over the top 3 + null"),
-            ("content_ratio_k_uniform", "the same, uniform p(z|x)"),
+            ("content_ratio_k_run", "content ratio, p(z\\|x) over the top 3 + null"),
+            ("content_ratio_k_uniform", "the same, uniform p(z\\|x)"),
             ("content_ratio_k_oracle", "the same, best of k (oracle)"),
-            ("content_ratio_K9_run", "content ratio, p(z|x) over the top 8 + null"),
+            ("content_ratio_K9_run", "content ratio, p(z\\|x) over the top 8 + null"),
             ("content_ratio_K9_oracle", "the same, oracle"),
             ("answers_in_dense@3", "answers in the dense top 3"),
             ("answers_in_dense@8", "answers in the dense top 8"),
             ("answers_in_dense@20", "answers in the dense top 20"),
-            ("entropy_ratio", "entropy of p(z|x) / ln K"),
+            ("entropy_ratio", "entropy of p(z\\|x) / ln K"),
         ):
             a, b = w.get(f"{key}_step0"), w.get(f"{key}_end")
             if a is None or b is None:
@@ -339,6 +396,14 @@ def markdown(metrics: dict, extra: dict) -> str:
                 )
             else:
                 lines.append(f"| {label} | {a:.3f} | {b:.3f} |")
+        lines.append("")
+        for how in ("run", "oracle"):
+            c = w.get(f"paired_{how}")
+            if c:
+                lines.append(
+                    f"Content ratio ({how}) change, paired bootstrap over the spans: {c['change']:+.3f} "
+                    f"[{c['change_low']:+.3f}, {c['change_high']:+.3f}]."
+                )
         lines.append("")
     speed = extra.get("speed")
     if speed:
