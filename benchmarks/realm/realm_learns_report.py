@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from common import RESULTS, ROOT, write_result  # noqa: E402
 
 ARMS = ("today", "scale", "null", "span", "cands", "topm", "query", "lr", "distill", "all")
@@ -137,47 +138,39 @@ def _span_records(p: Path) -> list[dict]:
     return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
-def paired_ratio_change(before: list[dict], after: list[dict], how: str, reps: int = 2000) -> dict:
-    """The content-token span ratio to closed-book of two diagnoses of the same held-out spans (the
-    per-span records of `evaluate-mlm --diagnose`, same reader and closed-book), and the change with a
-    paired bootstrap 95% interval over the spans. how: "run" (p(z|x) over the run's k documents,
-    the top k - 1 + the null document) or "oracle" (the best of those k)."""
+def paired_ratio_change(before: list[dict], after: list[dict], how: str) -> dict:
+    """Two diagnoses of the same held-out spans (the per-span records of `evaluate-mlm --diagnose`,
+    same reader and closed-book): each one's content-token span ratio to closed-book, and the
+    perplexity ratio of after over before with its paired bootstrap 95% interval over the spans
+    (`paired_ratio_interval`). how: "run" (p(z|x) over the run's k documents, the top k - 1 + the
+    null document) or "oracle" (the best of those k)."""
     import numpy as np
     from scipy.special import logsumexp
+
+    from ralm.realm.evaluate import paired_ratio_interval
 
     if [(r["chunk"], r["span"]) for r in before] != [(r["chunk"], r["span"]) for r in after]:
         raise ValueError("the two diagnoses score different spans")
     n = np.array([r["n_content"] for r in before], dtype=np.float64)
-    closed = np.array([r["closed_content"] for r in before])
+    closed = -np.array([r["closed_content"] for r in before])
 
-    def span_lp(rows: list[dict]) -> np.ndarray:
+    def span_nll(rows: list[dict]) -> np.ndarray:
         out = []
         for r in rows:
             lp = np.asarray(r["lp_content"])
             k = len(r["log_p_z_k"])
             lpk = np.concatenate([lp[: k - 1], lp[-1:]])  # the top k - 1 and the null document (last)
-            out.append(logsumexp(np.asarray(r["log_p_z_k"]) + lpk) if how == "run" else lpk.max())
+            out.append(-(logsumexp(np.asarray(r["log_p_z_k"]) + lpk) if how == "run" else lpk.max()))
         return np.asarray(out)
 
-    x, y = span_lp(before), span_lp(after)
-
-    def ratio(v: np.ndarray, idx: np.ndarray) -> float:
-        return float(np.exp((closed[idx].sum() - v[idx].sum()) / n[idx].sum()))
-
-    every = np.arange(len(n))
-    rng = np.random.default_rng(0)
-    diffs = []
-    for _ in range(reps):
-        i = rng.integers(0, len(n), len(n))
-        diffs.append(ratio(y, i) - ratio(x, i))
-    low, high = np.percentile(diffs, [2.5, 97.5])
-    before, after = ratio(x, every), ratio(y, every)
+    x, y = span_nll(before), span_nll(after)
+    ratio, low, high = paired_ratio_interval(y, x, n)
     return {
-        "before": before,
-        "after": after,
-        "change": after - before,
-        "change_low": float(low),
-        "change_high": float(high),
+        "before": paired_ratio_interval(x, closed, n)[0],
+        "after": paired_ratio_interval(y, closed, n)[0],
+        "after_over_before": ratio,
+        "after_over_before_low": low,
+        "after_over_before_high": high,
     }
 
 
@@ -251,7 +244,7 @@ def report(work: Path) -> dict:
                         metrics[f"{lang}_warm_{key}_{when}"] = warm[f"{key}_{when}"]
             for how in ("run", "oracle"):
                 for key, v in warm.get(f"paired_{how}", {}).items():
-                    if key.startswith("change"):
+                    if key.startswith("after_over_before"):
                         metrics[f"{lang}_warm_content_ratio_{how}_{key}"] = v
         name = next((a for a in ("all_packed", "all", "today") if a in arms), None)
         best = arms.get(name) if name else None
@@ -401,8 +394,9 @@ def markdown(metrics: dict, extra: dict) -> str:
             c = w.get(f"paired_{how}")
             if c:
                 lines.append(
-                    f"Content ratio ({how}) change, paired bootstrap over the spans: {c['change']:+.3f} "
-                    f"[{c['change_low']:+.3f}, {c['change_high']:+.3f}]."
+                    f"Content-token perplexity ({how}), end over step 0, paired bootstrap over the spans: "
+                    f"{c['after_over_before']:.3f} [{c['after_over_before_low']:.3f}, "
+                    f"{c['after_over_before_high']:.3f}]."
                 )
         lines.append("")
     speed = extra.get("speed")
