@@ -76,9 +76,13 @@ ARMS["all_packed"] = {**ARMS["all"], "reader_layout": "query_first"}
 # learning rate, Atlas's perplexity distillation, a learned scale, today's dense top 3 + the empty
 # null document; its end diagnosis is on the same basis as diag0's (the same reader, closed-book)
 WARM = {
-    "reader_train": "freeze", "retriever_train": "query", "retriever_loss": "distill",
-    "score_scale": "learned", "lr_retriever": 1e-4, "reader_layout": "query_first",
-}  # fmt: skip
+    "reader_train": "freeze",
+    "retriever_train": "query",
+    "retriever_loss": "distill",
+    "score_scale": "learned",
+    "lr_retriever": 1e-4,
+    "reader_layout": "query_first",
+}
 LANG_EXTRA = {"nb": {"bm25_lang": "nb"}, "en": {"bm25_lang": "en"}}
 
 

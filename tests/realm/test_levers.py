@@ -195,6 +195,13 @@ def test_top_m_backprop_gives_the_same_loss_and_retriever_gradient(store, tiny_d
     assert not torch.allclose(grads[0]["reader"], grads[1]["reader"])
 
 
+def _weights(run, step: int) -> dict[str, torch.Tensor]:
+    """The model weights a run saved at checkpoint `step`."""
+    from safetensors.torch import load_file
+
+    return load_file(str(run / "checkpoints" / f"step-{step:07d}" / "model.safetensors"))
+
+
 def _count_reader_passes(model) -> list[int]:
     """Wrap `model`'s causal scoring: the returned list gets the documents a query of each pass."""
     calls: list[int] = []
@@ -218,9 +225,16 @@ def test_frozen_reader_gives_the_same_loss_and_retriever_gradient(
     grads, losses = [], []
     for reader_train in ("train", "freeze"):
         model, tok = _model(
-            store, tiny_dir, causal_dirs, k=4, reader_backprop_top=1, score_scale="learned", null_doc="logit",
-            reader_train=reader_train, retriever_loss=retriever_loss,
-        )  # fmt: skip
+            store,
+            tiny_dir,
+            causal_dirs,
+            k=4,
+            reader_backprop_top=1,
+            score_scale="learned",
+            null_doc="logit",
+            reader_train=reader_train,
+            retriever_loss=retriever_loss,
+        )
         model.train()
         if batch is None:
             batch = _batch(store, tiny_dir, tok, salient_rate=0.4)
@@ -250,18 +264,15 @@ def test_frozen_reader_gives_the_same_loss_and_retriever_gradient(
 
 
 def test_frozen_reader_run_keeps_the_reader_and_trains_the_towers(causal_cfg, tmp_path):
-    from safetensors.torch import load_file
-
     from ralm.errors import RalmError
     from ralm.realm.config import PretrainConfig
     from ralm.realm.trainer import pretrain
 
     cfg = dict(reader_train="freeze", retriever_train="query", steps=2, checkpoint_every=1, warmup_steps=0)
     run = pretrain(causal_cfg(out=str(tmp_path / "f"), lr_retriever=1e-3, **cfg), progress=False)
-    first = load_file(str(run / "checkpoints" / "step-0000001" / "model.safetensors"))
-    end = load_file(str(run / "checkpoints" / "step-0000002" / "model.safetensors"))
+    first, end = _weights(run, 1), _weights(run, 2)
     start = pretrain(causal_cfg(out=str(tmp_path / "s"), lr_retriever=0.0, **cfg), progress=False)
-    init = load_file(str(start / "checkpoints" / "step-0000002" / "model.safetensors"))
+    init = _weights(start, 2)
     reader = [k for k in end if k.startswith("reader.")]
     query = [k for k in end if k.startswith("encoder.query_tower.")]
     assert reader and query
@@ -273,8 +284,6 @@ def test_frozen_reader_run_keeps_the_reader_and_trains_the_towers(causal_cfg, tm
 
 
 def test_query_side_only_leaves_doc_tower_and_index_bit_identical(causal_cfg, tmp_path):
-    from safetensors.torch import load_file
-
     from ralm.realm.trainer import pretrain
 
     run = pretrain(
@@ -288,8 +297,7 @@ def test_query_side_only_leaves_doc_tower_and_index_bit_identical(causal_cfg, tm
                    lr_reader=0.0, checkpoint_every=1),
         progress=False,
     )  # fmt: skip
-    end = load_file(str(run / "checkpoints" / "step-0000003" / "model.safetensors"))
-    first = load_file(str(start / "checkpoints" / "step-0000001" / "model.safetensors"))
+    end, first = _weights(run, 3), _weights(start, 1)
     doc = [k for k in end if k.startswith("encoder.doc_tower.")]
     query = [k for k in end if k.startswith("encoder.query_tower.")]
     assert doc and query
@@ -460,8 +468,6 @@ def test_query_first_packed_rows_equal_separate_rows(store, tiny_dir, causal_dir
 
 
 def test_query_first_training_runs_and_resumes_identically(causal_cfg, tmp_path):
-    from safetensors.torch import load_file
-
     from ralm.realm.trainer import pretrain
 
     kw = dict(
@@ -471,8 +477,7 @@ def test_query_first_training_runs_and_resumes_identically(causal_cfg, tmp_path)
     part = causal_cfg(out=str(tmp_path / "part"), **kw)
     pretrain(part, progress=False, stop_after=2)
     pretrain(part, resume=True, progress=False)
-    a = load_file(str(full / "checkpoints" / "step-0000003" / "model.safetensors"))
-    b = load_file(str(tmp_path / "part" / "checkpoints" / "step-0000003" / "model.safetensors"))
+    a, b = _weights(full, 3), _weights(tmp_path / "part", 3)
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)

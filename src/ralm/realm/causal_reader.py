@@ -293,12 +293,12 @@ class CausalReader(nn.Module):
         padding never changes a real token's logits under causal attention.
         """
         dev = next(self.lm.parameters()).device
-        packed = rr.seq is not None
-        row_of = (rr.seq if packed else rr.rows).numpy()  # the (packed) row of each scored token
+        row_t = rr.seq if rr.seq is not None else rr.rows  # the (packed) row of each scored token
+        row_of = row_t.numpy()
         lengths = rr.attention_mask.sum(1).numpy()
         groups = length_buckets(lengths, self.bucket_slack)
         if len(groups) <= 1:
-            return self._group_log_probs(rr, slice(None), torch.from_numpy(row_of), slice(None), dev)
+            return self._group_log_probs(rr, slice(None), row_t, slice(None), dev)
         out: torch.Tensor | None = None
         for g in groups:
             where = torch.from_numpy(np.flatnonzero(np.isin(row_of, g)))
@@ -308,9 +308,7 @@ class CausalReader(nn.Module):
             gi = torch.from_numpy(g)
             local[gi] = torch.arange(len(g))
             L = int(lengths[g].max())
-            lp = self._group_log_probs(
-                rr, (gi, slice(0, L)), local[torch.from_numpy(row_of)[where]], where, dev
-            )
+            lp = self._group_log_probs(rr, (gi, slice(0, L)), local[row_t[where]], where, dev)
             if out is None:
                 out = torch.zeros(len(row_of), dtype=lp.dtype, device=lp.device)
             out = out.index_put((where.to(lp.device),), lp)
