@@ -436,7 +436,7 @@ def test_evaluate_content_rows_and_ratio_intervals(causal_runs):
 
 def test_diagnose_agrees_with_evaluate(causal_runs, capsys):
     from ralm.cli import main
-    from ralm.realm.diagnose import diagnose
+    from ralm.realm.diagnose import diagnose, score_utility_agreement
     from ralm.realm.evaluate import evaluate_mlm
     from ralm.realm.run import load_run
 
@@ -467,9 +467,18 @@ def test_diagnose_agrees_with_evaluate(causal_runs, capsys):
         assert list(s["answers_in_candidates"][src]) == ["3", "8"] and vals == sorted(vals)
     assert all(len(rec["candidates"]["dense"]) == 10 for rec in diag.records)
     assert 0 < s["entropy_ratio"] <= 1 and 0 < s["null_mass"] < 1
+    # the ranking agreement is over the 4 reader chunks' prior and content log-likelihood, null left out
+    by_hand = score_utility_agreement(
+        np.array([rec["log_p_z_r"][:4] for rec in diag.records]),
+        np.array([rec["lp_content"][:4] for rec in diag.records]),
+    )
+    assert s["score_utility"] == by_hand and s["score_utility"]["top_chance"] == 0.25
     assert main(["evaluate-mlm", str(causal_runs["realm"]), "--baseline", str(causal_runs["mlm"]), "--diagnose",
                  "--depth", "10", "--reader-depth", "4", "--device", "cpu"]) == 0  # fmt: skip
-    assert "answers in candidates" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert (
+        "answers in candidates" in printed and "scores vs the reader's log p(y|x,z) over 4 chunks" in printed
+    )
     saved = json.loads((causal_runs["realm"] / "diagnose.json").read_text())
     assert saved["ratios"]["all"]["run_k"]["run"]["ratio"] == pytest.approx(
         s["ratios"]["all"]["run_k"]["run"]["ratio"]

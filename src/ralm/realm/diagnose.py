@@ -16,8 +16,11 @@ From those it reports (`summarize`), for all and for content tokens, the span pe
 closed-book, with a paired bootstrap 95% interval, under: the run's p(z|x) over its k documents;
 a uniform p(z|x); the score scale multiplied by 0.5, 2, 4 and 8; and best-of-K (the oracle: the
 one document the reader likes best). Each at K = the run's k and at K = reader_depth + 1 (more
-candidates). Also answers-in-candidates at depths 3, 8 and 20 per source, and the entropy of
-p(z|x) over ln K, the prior and posterior mass of the null document.
+candidates). Also answers-in-candidates at depths 3, 8 and 20 per source, the entropy of
+p(z|x) over ln K, the prior and posterior mass of the null document, and whether the retriever
+ranks the chunks as the reader values them (`score_utility_agreement`: the per-span Spearman
+correlation of log p(z|x) with the reader's log p(y|x,z) over the top `reader_depth` chunks, and
+how often the highest-scored chunk is the reader's best).
 
 Left out: masked-LM readers (their "span" is a set of word pieces; `evaluate-mlm` scores them).
 """
@@ -196,6 +199,49 @@ def _ratio(nll: np.ndarray, closed: np.ndarray, tokens: np.ndarray) -> dict[str,
     return {"ratio": r, "low": lo, "high": hi}
 
 
+def score_utility_agreement(
+    log_p_z: np.ndarray, log_p_y: np.ndarray, *, resamples: int = 2000, seed: int = 0
+) -> dict[str, float]:
+    """Does the retriever rank a span's chunks as the reader values them? From (N, R) log p(z|x) and
+    the reader's (N, R) log p(y|x,z) over the same R chunks (the null document left out):
+
+    * `spearman`: the mean over spans of the Spearman rank correlation of the two rows, with a
+      percentile bootstrap 95% interval (`spearman_low`, `spearman_high`) over the spans; a span
+      whose scores or log-likelihoods are all equal has no ranking and is left out (`spans` counts
+      the rest). 1 means the scores order the chunks exactly by their use to the reader; 0, no
+      relation: no score scale can then make p(z|x) better than uniform.
+    * `top_agreement`: the share of spans whose highest-scored chunk is the reader's best one, beside
+      `top_chance` = 1 / R.
+
+    Example: scores [0, -1, -2] twice, log p(y|x,z) [-1, -2, -3] and [-3, -2, -1] -> spearman 0 (the
+    mean of 1 and -1), top_agreement 0.5, top_chance 1/3.
+    """
+    from scipy.stats import bootstrap, rankdata
+
+    s, u = np.asarray(log_p_z, dtype=np.float64), np.asarray(log_p_y, dtype=np.float64)
+    if s.shape != u.shape or s.ndim != 2 or s.shape[1] < 2:
+        raise RalmError(f"score_utility_agreement: need two (N, R>=2) arrays, got {s.shape} and {u.shape}")
+    rs, ru = rankdata(s, axis=1), rankdata(u, axis=1)
+    rs, ru = rs - rs.mean(1, keepdims=True), ru - ru.mean(1, keepdims=True)
+    den = np.sqrt((rs**2).sum(1) * (ru**2).sum(1))
+    live = den > 0
+    rho = (rs * ru).sum(1)[live] / den[live]
+    out = {
+        "top_agreement": float((s.argmax(1) == u.argmax(1)).mean()),
+        "top_chance": 1.0 / s.shape[1],
+        "spans": int(live.sum()),
+    }
+    if len(rho) == 0:
+        return {**out, "spearman": float("nan"), "spearman_low": float("nan"), "spearman_high": float("nan")}
+    mean = float(rho.mean())
+    if len(rho) < 2 or np.all(rho == rho[0]):
+        return {**out, "spearman": mean, "spearman_low": mean, "spearman_high": mean}
+    ci = bootstrap(
+        (rho,), np.mean, n_resamples=resamples, method="percentile", rng=np.random.default_rng(seed)
+    ).confidence_interval
+    return {**out, "spearman": mean, "spearman_low": float(ci.low), "spearman_high": float(ci.high)}
+
+
 def summarize(records: Sequence[dict[str, Any]], *, k: int, has_null: bool = True) -> dict[str, Any]:
     """The report of `diagnose` from its per-query records (see the module docstring); `k` retrieved
     chunks a query in the run (its k minus the null document)."""
@@ -231,6 +277,10 @@ def summarize(records: Sequence[dict[str, Any]], *, k: int, has_null: bool = Tru
             block[f"K={K}" if name == "R" else "run_k"] = rows
         ratios[part] = block
     out["ratios"] = ratios
+    chunks = list(range(R))  # the reader_depth chunks, the null document left out
+    out["score_utility"] = score_utility_agreement(
+        lpz_r[:, chunks], np.array([r["lp_content"] for r in records])[:, chunks]
+    )
     p = np.exp(lpz_k)
     out["entropy_ratio"] = float((-(p * lpz_k).sum(1) / math.log(lpz_k.shape[1])).mean())
     if has_null:
@@ -264,4 +314,11 @@ def format_diagnosis(summary: dict[str, Any]) -> str:
     if "null_mass" in summary:
         extra += [f"null mass {summary['null_mass']:.4f}", f"null posterior {summary['null_posterior']:.4f}"]
     lines.append("  ".join(extra))
+    su = summary.get("score_utility")
+    if su:
+        lines.append(
+            f"scores vs the reader's log p(y|x,z) over {summary.get('reader_depth', '?')} chunks: Spearman "
+            f"{su['spearman']:.3f} [{su['spearman_low']:.3f}, {su['spearman_high']:.3f}] ({su['spans']} spans); "
+            f"top chunk is the reader's best {su['top_agreement']:.3f} (chance {su['top_chance']:.3f})"
+        )
     return "\n".join(lines)
