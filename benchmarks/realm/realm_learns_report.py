@@ -41,6 +41,7 @@ WARM_METRICS = (
     "answers_in_dense@3",
     "answers_in_dense@8",
     "entropy_ratio",
+    "score_utility_spearman",
 )
 
 
@@ -74,6 +75,26 @@ def _metrics_rows(run: Path) -> list[dict]:
 def _tail_mean(rows: list[dict], key: str, n: int = 20) -> float | None:
     vals = [r[key] for r in rows if key in r and isinstance(r[key], int | float) and math.isfinite(r[key])]
     return sum(vals[-n:]) / len(vals[-n:]) if vals else None
+
+
+def score_utility(diag: dict, queries: Path) -> dict | None:
+    """The diagnosis's agreement of the retriever's ranking with the reader's (Spearman of log p(z|x)
+    and log p(y|x,z) over the reader's chunks, `ralm.realm.diagnose.score_utility_agreement`): from
+    the summary when it has it, else computed from its per-span records (diagnoses written before
+    the summary carried it)."""
+    if "score_utility" in diag:
+        return diag["score_utility"]
+    if not queries.is_file():
+        return None
+    import numpy as np
+
+    from ralm.realm.diagnose import score_utility_agreement
+
+    recs = _span_records(queries)
+    R = len(recs[0]["lp_content"]) - int(recs[0]["reader_docs"][-1] == -1)  # the null document is last
+    return score_utility_agreement(
+        np.array([r["log_p_z_r"][:R] for r in recs]), np.array([r["lp_content"][:R] for r in recs])
+    )
 
 
 def arm_record(work: Path, lang: str, arm: str) -> dict | None:
@@ -117,6 +138,7 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
             "null_mass": diag.get("null_mass"),
             "null_posterior": diag.get("null_posterior"),
             "content_ratios_run_k": {k: v["ratio"] for k, v in diag["ratios"]["content"]["run_k"].items()},
+            "score_utility": score_utility(diag, run / "diagnose_queries.jsonl"),
         }
     rows = _metrics_rows(run)
     for key in ("entropy", "null_mass", "answers_in_docs", "score_scale", "null_logit", "step_seconds"):
@@ -198,6 +220,16 @@ def warm_record(work: Path, lang: str) -> dict | None:
                     rec[f"content_ratio_{tag}_{name}_{when}_high"] = r["high"]
         rec[f"entropy_ratio_{when}"] = d["entropy_ratio"]
         rec[f"null_mass_{when}"] = d.get("null_mass")
+        queries = (
+            work
+            / f"{lang}-{'diag0' if when == 'step0' else 'warm'}"
+            / ("diagnose_initial_queries.jsonl" if when == "step0" else "diagnose_queries.jsonl")
+        )
+        su = score_utility(d, queries)
+        if su is not None:
+            rec[f"score_utility_spearman_{when}"] = su["spearman"]
+            rec[f"score_utility_spearman_{when}_low"] = su["spearman_low"]
+            rec[f"score_utility_spearman_{when}_high"] = su["spearman_high"]
     for key in ("score_scale", "distill_kl", "step_seconds"):
         v = _tail_mean(rows, key)
         if v is not None:
@@ -227,6 +259,10 @@ def report(work: Path) -> dict:
                     tag = "k" if block == "run_k" else block.replace("=", "")
                     for name, v in rows.items():
                         metrics[f"{lang}_step0_{part}_ratio_{tag}_{name}"] = v["ratio"]
+            su = score_utility(d0, work / f"{lang}-diag0" / "diagnose_initial_queries.jsonl")
+            if su is not None:
+                d0["score_utility"] = su
+                metrics[f"{lang}_step0_score_utility_spearman"] = su["spearman"]
         else:
             extra["not_run"].append(f"{lang}: step-0 diagnosis")
         arms = {}
@@ -254,6 +290,8 @@ def report(work: Path) -> dict:
             if diag:
                 metrics[f"{lang}_null_mass_end"] = diag.get("null_mass", math.nan)
                 metrics[f"{lang}_entropy_ratio_end"] = diag.get("entropy_ratio", math.nan)
+                if diag.get("score_utility"):
+                    metrics[f"{lang}_score_utility_spearman_end"] = diag["score_utility"]["spearman"]
                 d0 = extra["diag0"].get(lang)
                 src = "hybrid" if name != "today" else "dense"
                 if d0 is not None:
@@ -311,6 +349,13 @@ def report(work: Path) -> dict:
     return metrics
 
 
+def _spearman(arm: dict) -> str:
+    su = (arm.get("diagnosis_end") or {}).get("score_utility")
+    if not su:
+        return "–"
+    return f"{su['spearman']:.3f} [{su['spearman_low']:.3f}, {su['spearman_high']:.3f}]"
+
+
 def markdown(metrics: dict, extra: dict) -> str:
     lines = ["# REALM that learns (issue 45)", ""]
     for lang, d0 in extra["diag0"].items():
@@ -332,6 +377,16 @@ def markdown(metrics: dict, extra: dict) -> str:
                     v = d0["ratios"][part][b][name]
                     cells.append(f"{v['ratio']:.3f} [{v['low']:.3f}, {v['high']:.3f}]")
                 lines.append(f"| {part} tokens: {name} | " + " | ".join(cells) + " |")
+        su = d0.get("score_utility")
+        if su:
+            lines += [
+                "",
+                f"Does the retriever rank the chunks as the reader values them? Spearman of log p(z\\|x) "
+                f"against log p(y\\|x,z) over the top {d0.get('reader_depth', '?')} chunks, mean over "
+                f"{su['spans']} spans: {su['spearman']:.3f} [{su['spearman_low']:.3f}, {su['spearman_high']:.3f}]; "
+                f"the top-scored chunk is the reader's best for {su['top_agreement']:.3f} of them "
+                f"(chance {su['top_chance']:.3f}).",
+            ]
         lines.append("")
     for lang, arms in extra["arms"].items():
         if not arms:
@@ -341,8 +396,8 @@ def markdown(metrics: dict, extra: dict) -> str:
             "",
             "| arm | steps | content ratio step 0 | content ratio end [95%] | "
             "gain | all-token ratio end | entropy (last 20 steps) | null mass | score scale | "
-            "answers in docs |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "answers in docs | scores vs reader, Spearman (end) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for arm, r in arms.items():
 
@@ -355,7 +410,7 @@ def markdown(metrics: dict, extra: dict) -> str:
             lines.append(
                 f"| {arm} | {r.get('steps')} | {f('ratio_content_step0')} | {end} | {f('gain_from_training')} | "
                 f"{f('ratio_all_end')} | {f('train_entropy_last20')} | {f('train_null_mass_last20')} | "
-                f"{f('train_score_scale_last20')} | {f('answers_in_docs_end')} |"
+                f"{f('train_score_scale_last20')} | {f('answers_in_docs_end')} | {_spearman(r)} |"
             )
         lines.append("")
     for lang, w in extra.get("warm", {}).items():
@@ -379,6 +434,7 @@ def markdown(metrics: dict, extra: dict) -> str:
             ("answers_in_dense@8", "answers in the dense top 8"),
             ("answers_in_dense@20", "answers in the dense top 20"),
             ("entropy_ratio", "entropy of p(z\\|x) / ln K"),
+            ("score_utility_spearman", "scores vs the reader's log p(y\\|x,z) over the top 8, Spearman"),
         ):
             a, b = w.get(f"{key}_step0"), w.get(f"{key}_end")
             if a is None or b is None:
