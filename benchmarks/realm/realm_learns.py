@@ -11,6 +11,11 @@ Stages (each skipped when its output exists in --work; training runs resume afte
   compute LANG NAME the compute-matched closed-book baseline of an arm (as many closed-book steps as
                     the arm's training wall time buys) and the arm's evaluation against it (the
                     data-matched one, the arms' own steps, is trained by every arm)
+  formatted LANG NAME  the arm NAME and its closed-book run both started from the reader of the
+                    closed-book run (LANG-closed, --steps): a reader that already knows the span-infill
+                    format, as REALM's BERT and BRENT's checkpoint know their masked-LM objective, so that
+                    step 0 and the gain from training are not dominated by learning the format; in the
+                    sibling folder WORK-fmt
   warm LANG         the retriever alone trained from a frozen reader's scores (WARM, --steps), then the
                     end diagnosis against the same reader closed-book: how far more queries move the
                     ranking toward what the reader can use (diag0 is its step 0)
@@ -242,6 +247,29 @@ def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> Non
                 evaluate_pair_at(run, closed, ck, cclosed, out)
 
 
+def formatted_work(work: Path) -> Path:
+    """Where `formatted` keeps its runs: the sibling folder WORK-fmt."""
+    return work.with_name(work.name + "-fmt")
+
+
+def formatted_stage(work: Path, lang: str, name: str, steps: int) -> None:
+    """The arm `name` and its data-matched closed-book run, both from the closed-book run's reader:
+    a reader that has learnt the span-infill format in `steps` steps (REALM starts from BERT, BRENT
+    from a Norwegian BERT: readers that already know their objective's format). The held-out split,
+    store and towers are the same as the arm's in `work`."""
+    closed = train(work, lang, "closed", "mlm", steps, {})
+    reader = work / f"{lang}-closed-reader"
+    if not (reader / "ralm_export.json").is_file():
+        ralm("export-reader", closed, reader, "--overwrite")
+    OVERRIDES["store"] = str(store_of(work, lang).resolve())
+    OVERRIDES["reader"] = str(reader)
+    fmt = formatted_work(work)
+    fmt.mkdir(parents=True, exist_ok=True)
+    if lang == "nb" and not (fmt / "dpr-cc").exists():
+        (fmt / "dpr-cc").symlink_to((work / "dpr-cc").resolve(), target_is_directory=True)
+    arm_stage(fmt, lang, name, steps, curves=False)
+
+
 def warm_stage(work: Path, lang: str, steps: int) -> None:
     run = train(work, lang, "warm", "realm", steps, WARM)
     diagnose(run, None, initial=False)
@@ -388,7 +416,9 @@ SPEED_VARIANTS["new_one_group"] = {**SPEED_VARIANTS["new"], "reader_bucket_slack
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("stage", choices=["diag0", "arm", "compute", "warm", "speed", "towers", "report"])
+    ap.add_argument(
+        "stage", choices=["diag0", "arm", "compute", "formatted", "warm", "speed", "towers", "report"]
+    )
     ap.add_argument("lang", nargs="?", choices=["en", "nb"], default="en")
     ap.add_argument("name", nargs="?", default="today", help="arm: one of " + ", ".join(ARMS))
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b45")
@@ -416,6 +446,8 @@ def main() -> None:
         arm_stage(args.work, args.lang, args.name, args.steps, args.curves)
     elif args.stage == "compute":
         compute_stage(args.work, args.lang, args.name, args.steps)
+    elif args.stage == "formatted":
+        formatted_stage(args.work, args.lang, args.name, args.steps)
     elif args.stage == "warm":
         warm_stage(args.work, args.lang, args.steps)
     elif args.stage == "speed":

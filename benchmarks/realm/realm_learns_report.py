@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from common import RESULTS, ROOT, write_result  # noqa: E402
 
-ARMS = ("today", "scale", "null", "span", "cands", "topm", "query", "lr", "distill", "all")
+ARMS = ("today", "scale", "null", "span", "cands", "topm", "query", "lr", "distill", "all", "all_packed")
 TARGETS = {
     "nb_ratio_content_end": "<= 0.5",
     "nb_ratio_content_end_compute_matched": "<= 0.6",
@@ -271,6 +271,16 @@ def report(work: Path) -> dict:
             if rec is not None:
                 arms[arm] = rec
         extra["arms"][lang] = arms
+        # `formatted`: the arms from a reader that already knows the span-infill format (WORK-fmt)
+        fmt = {
+            a: r for a in ARMS if (r := arm_record(work.with_name(work.name + "-fmt"), lang, a)) is not None
+        }
+        if fmt:
+            extra.setdefault("formatted", {})[lang] = fmt
+            for arm, r in fmt.items():
+                for key in ("ratio_content_step0", "ratio_content_end", "gain_from_training"):
+                    if key in r:
+                        metrics[f"{lang}_formatted_{arm}_{key}"] = r[key]
         warm = warm_record(work, lang)
         if warm is not None:
             extra.setdefault("warm", {})[lang] = warm
@@ -356,6 +366,35 @@ def _spearman(arm: dict) -> str:
     return f"{su['spearman']:.3f} [{su['spearman_low']:.3f}, {su['spearman_high']:.3f}]"
 
 
+def ablation_table(arms: dict[str, dict]) -> list[str]:
+    """The markdown rows of an ablation: one line an arm (`arm_record`)."""
+
+    def f(r: dict, k: str) -> str:
+        v = r.get(k)
+        return "–" if v is None else f"{v:.3f}"
+
+    lines = [
+        "| arm | steps | content ratio step 0 | content ratio end [95%] | gain | all-token ratio end | "
+        "entropy (last 20 steps) | null mass | score scale | answers in docs | "
+        "scores vs reader, Spearman (end) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, r in arms.items():
+        end = "–"
+        if "ratio_content_end" in r:
+            end = (
+                f"{r['ratio_content_end']:.3f} "
+                f"[{r['ratio_content_end_low']:.3f}, {r['ratio_content_end_high']:.3f}]"
+            )
+        lines.append(
+            f"| {arm} | {r.get('steps')} | {f(r, 'ratio_content_step0')} | {end} | "
+            f"{f(r, 'gain_from_training')} | {f(r, 'ratio_all_end')} | {f(r, 'train_entropy_last20')} | "
+            f"{f(r, 'train_null_mass_last20')} | {f(r, 'train_score_scale_last20')} | "
+            f"{f(r, 'answers_in_docs_end')} | {_spearman(r)} |"
+        )
+    return lines
+
+
 def markdown(metrics: dict, extra: dict) -> str:
     lines = ["# REALM that learns (issue 45)", ""]
     for lang, d0 in extra["diag0"].items():
@@ -389,30 +428,18 @@ def markdown(metrics: dict, extra: dict) -> str:
             ]
         lines.append("")
     for lang, arms in extra["arms"].items():
-        if not arms:
-            continue
+        if arms:
+            lines += [f"## {lang}: ablation", "", *ablation_table(arms), ""]
+    for lang, arms in extra.get("formatted", {}).items():
         lines += [
-            f"## {lang}: ablation",
+            f"## {lang}: from a reader that knows the span format (`formatted`)",
             "",
-            "| arm | steps | content ratio step 0 | content ratio end [95%] | "
-            "gain | all-token ratio end | entropy (last 20 steps) | null mass | score scale | "
-            "answers in docs | scores vs reader, Spearman (end) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "Both the REALM arm and its closed-book run start from the closed-book run's reader after its "
+            "steps (the format learnt), and train the same steps again on the same queries.",
+            "",
+            *ablation_table(arms),
+            "",
         ]
-        for arm, r in arms.items():
-
-            def f(k, r=r):
-                v = r.get(k)
-                return "–" if v is None else f"{v:.3f}"
-
-            end = (f"{r['ratio_content_end']:.3f} [{r['ratio_content_end_low']:.3f}, {r['ratio_content_end_high']:.3f}]"
-                   if "ratio_content_end" in r else "–")  # fmt: skip
-            lines.append(
-                f"| {arm} | {r.get('steps')} | {f('ratio_content_step0')} | {end} | {f('gain_from_training')} | "
-                f"{f('ratio_all_end')} | {f('train_entropy_last20')} | {f('train_null_mass_last20')} | "
-                f"{f('train_score_scale_last20')} | {f('answers_in_docs_end')} | {_spearman(r)} |"
-            )
-        lines.append("")
     for lang, w in extra.get("warm", {}).items():
         lines += [
             f"## {lang}: the retriever alone, from a frozen reader (`warm`, {w['steps']} steps, "
