@@ -50,6 +50,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT / "src"))
 from common import machine  # noqa: E402
 from realm.realm_causal import log, ralm, read_json  # noqa: E402
+from realm.realm_learns_report import formatted_work  # noqa: E402
 
 CONFIGS = {"en": BENCH / "data" / "realm_causal_en.toml", "nb": BENCH / "data" / "realm_causal_nb.toml"}
 STORES = {"en": "enwiki-64", "nb": "unsup-nb-spans"}
@@ -245,11 +246,6 @@ def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> Non
             out = run / f"eval_mlm_step{step}.json"
             if cclosed.is_dir() and not out.is_file():
                 evaluate_pair_at(run, closed, ck, cclosed, out)
-
-
-def formatted_work(work: Path) -> Path:
-    """Where `formatted` keeps its runs: the sibling folder WORK-fmt."""
-    return work.with_name(work.name + "-fmt")
 
 
 def formatted_stage(work: Path, lang: str, name: str, steps: int) -> None:

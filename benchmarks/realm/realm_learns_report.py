@@ -45,6 +45,11 @@ WARM_METRICS = (
 )
 
 
+def formatted_work(work: Path) -> Path:
+    """Where realm_learns.py's `formatted` stage keeps its runs: the sibling folder WORK-fmt."""
+    return work.with_name(work.name + "-fmt")
+
+
 def _read(p: Path) -> dict | None:
     return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
 
@@ -86,15 +91,10 @@ def score_utility(diag: dict, queries: Path) -> dict | None:
         return diag["score_utility"]
     if not queries.is_file():
         return None
-    import numpy as np
-
-    from ralm.realm.diagnose import score_utility_agreement
+    from ralm.realm.diagnose import records_score_utility
 
     recs = _span_records(queries)
-    R = len(recs[0]["lp_content"]) - int(recs[0]["reader_docs"][-1] == -1)  # the null document is last
-    return score_utility_agreement(
-        np.array([r["log_p_z_r"][:R] for r in recs]), np.array([r["lp_content"][:R] for r in recs])
-    )
+    return records_score_utility(recs, has_null=recs[0]["reader_docs"][-1] == -1)  # the null document is last
 
 
 def arm_record(work: Path, lang: str, arm: str) -> dict | None:
@@ -206,6 +206,10 @@ def warm_record(work: Path, lang: str) -> dict | None:
     rows = _metrics_rows(work / f"{lang}-warm")
     seen = [r["examples_seen"] for r in rows if "examples_seen" in r]
     rec: dict = {"steps": end.get("step"), "queries": seen[-1] if seen else None}
+    spans = {
+        "step0": work / f"{lang}-diag0" / "diagnose_initial_queries.jsonl",
+        "end": work / f"{lang}-warm" / "diagnose_queries.jsonl",
+    }
     for when, d in (("step0", d0), ("end", end)):
         for src, row in d["answers_in_candidates"].items():
             for depth, v in row.items():
@@ -220,12 +224,7 @@ def warm_record(work: Path, lang: str) -> dict | None:
                     rec[f"content_ratio_{tag}_{name}_{when}_high"] = r["high"]
         rec[f"entropy_ratio_{when}"] = d["entropy_ratio"]
         rec[f"null_mass_{when}"] = d.get("null_mass")
-        queries = (
-            work
-            / f"{lang}-{'diag0' if when == 'step0' else 'warm'}"
-            / ("diagnose_initial_queries.jsonl" if when == "step0" else "diagnose_queries.jsonl")
-        )
-        su = score_utility(d, queries)
+        su = score_utility(d, spans[when])
         if su is not None:
             rec[f"score_utility_spearman_{when}"] = su["spearman"]
             rec[f"score_utility_spearman_{when}_low"] = su["spearman_low"]
@@ -234,11 +233,10 @@ def warm_record(work: Path, lang: str) -> dict | None:
         v = _tail_mean(rows, key)
         if v is not None:
             rec[f"train_{key}_last20"] = v
-    q0 = work / f"{lang}-diag0" / "diagnose_initial_queries.jsonl"
-    q1 = work / f"{lang}-warm" / "diagnose_queries.jsonl"
-    if q0.is_file() and q1.is_file():
+    if spans["step0"].is_file() and spans["end"].is_file():
+        before, after = _span_records(spans["step0"]), _span_records(spans["end"])
         for how in ("run", "oracle"):
-            rec[f"paired_{how}"] = paired_ratio_change(_span_records(q0), _span_records(q1), how)
+            rec[f"paired_{how}"] = paired_ratio_change(before, after, how)
     return rec
 
 
@@ -272,9 +270,7 @@ def report(work: Path) -> dict:
                 arms[arm] = rec
         extra["arms"][lang] = arms
         # `formatted`: the arms from a reader that already knows the span-infill format (WORK-fmt)
-        fmt = {
-            a: r for a in ARMS if (r := arm_record(work.with_name(work.name + "-fmt"), lang, a)) is not None
-        }
+        fmt = {a: r for a in ARMS if (r := arm_record(formatted_work(work), lang, a)) is not None}
         if fmt:
             extra.setdefault("formatted", {})[lang] = fmt
             for arm, r in fmt.items():

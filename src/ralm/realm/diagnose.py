@@ -242,6 +242,16 @@ def score_utility_agreement(
     return {**out, "spearman": mean, "spearman_low": float(ci.low), "spearman_high": float(ci.high)}
 
 
+def records_score_utility(records: Sequence[dict[str, Any]], *, has_null: bool) -> dict[str, float]:
+    """`score_utility_agreement` of per-span diagnosis records: the prior and the content-token
+    log-likelihood of the reader's chunks (each record's `log_p_z_r` and `lp_content`, the null
+    document, last when `has_null`, left out)."""
+    R = len(records[0]["lp_all"]) - int(has_null)  # reader_depth
+    return score_utility_agreement(
+        np.array([r["log_p_z_r"][:R] for r in records]), np.array([r["lp_content"][:R] for r in records])
+    )
+
+
 def summarize(records: Sequence[dict[str, Any]], *, k: int, has_null: bool = True) -> dict[str, Any]:
     """The report of `diagnose` from its per-query records (see the module docstring); `k` retrieved
     chunks a query in the run (its k minus the null document)."""
@@ -277,10 +287,7 @@ def summarize(records: Sequence[dict[str, Any]], *, k: int, has_null: bool = Tru
             block[f"K={K}" if name == "R" else "run_k"] = rows
         ratios[part] = block
     out["ratios"] = ratios
-    chunks = list(range(R))  # the reader_depth chunks, the null document left out
-    out["score_utility"] = score_utility_agreement(
-        lpz_r[:, chunks], np.array([r["lp_content"] for r in records])[:, chunks]
-    )
+    out["score_utility"] = records_score_utility(records, has_null=has_null)
     p = np.exp(lpz_k)
     out["entropy_ratio"] = float((-(p * lpz_k).sum(1) / math.log(lpz_k.shape[1])).mean())
     if has_null:
