@@ -11,11 +11,12 @@ Stages (each skipped when its output exists in --work; training runs resume afte
   compute LANG NAME the compute-matched closed-book baseline of an arm (as many closed-book steps as
                     the arm's training wall time buys) and the arm's evaluation against it (the
                     data-matched one, the arms' own steps, is trained by every arm)
-  formatted LANG NAME  the arm NAME and its closed-book run both started from the reader of the
+  formatted LANG NAME  [--fresh] the arm NAME and its closed-book run both started from the reader of the
                     closed-book run (LANG-closed, --steps): a reader that already knows the span-infill
                     format, as REALM's BERT and BRENT's checkpoint know their masked-LM objective, so that
                     step 0 and the gain from training are not dominated by learning the format; in the
-                    sibling folder WORK-fmt
+                    sibling folder WORK-fmt. --fresh: both read the data order after the queries the
+                    closed-book run saw (WORK-fmt-fresh); NAME closed trains only that closed-book run
   warm LANG         the retriever alone trained from a frozen reader's scores (WARM, --steps), then the
                     end diagnosis against the same reader closed-book: how far more queries move the
                     ranking toward what the reader can use (diag0 is its step 0)
@@ -135,6 +136,8 @@ def train(work: Path, lang: str, name: str, mode: str, steps: int, settings: dic
         return run
     resume = ["--resume"] if (run / "config.toml").is_file() else []
     every = max(1, steps // 4)
+    if OVERRIDES.get("data_offset"):
+        settings = {**settings, "data_offset": OVERRIDES["data_offset"]}
     ralm("pretrain", *base_flags(work, lang), "--out", run, "--mode", mode, "--steps", steps, "--quiet",
          "--checkpoint-every", every, "--keep-checkpoints", 8,
          *sets({**LANG_EXTRA[lang], **settings}), *resume)  # fmt: skip
@@ -232,8 +235,8 @@ def wall(run: Path) -> float:
 
 
 def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> None:
-    closed = train(work, lang, "closed", "mlm", steps, {})
     run = train(work, lang, name, "realm", steps, ARMS[name])
+    closed = train(work, lang, "closed", "mlm", steps, {})
     evaluate(run, closed, initial=True)
     evaluate(run, closed)
     diagnose(run, closed, initial=False)
@@ -248,21 +251,29 @@ def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> Non
                 evaluate_pair_at(run, closed, ck, cclosed, out)
 
 
-def formatted_stage(work: Path, lang: str, name: str, steps: int) -> None:
+def formatted_stage(work: Path, lang: str, name: str, steps: int, fresh: bool) -> None:
     """The arm `name` and its data-matched closed-book run, both from the closed-book run's reader:
     a reader that has learnt the span-infill format in `steps` steps (REALM starts from BERT, BRENT
     from a Norwegian BERT: readers that already know their objective's format). The held-out split,
-    store and towers are the same as the arm's in `work`."""
+    store and towers are the same as the arm's in `work`. `fresh`: both read the data order from
+    where the format run stopped (queries it did not see), in WORK-fmt-fresh. NAME `closed` trains
+    only the closed-book continuation (to run it beside the arm's training)."""
     closed = train(work, lang, "closed", "mlm", steps, {})
     reader = work / f"{lang}-closed-reader"
     if not (reader / "ralm_export.json").is_file():
         ralm("export-reader", closed, reader, "--overwrite")
     OVERRIDES["store"] = str(store_of(work, lang).resolve())
     OVERRIDES["reader"] = str(reader)
-    fmt = formatted_work(work)
+    if fresh:
+        rows = [json.loads(x) for x in (closed / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        OVERRIDES["data_offset"] = max(int(r.get("examples_seen", 0)) for r in rows)
+    fmt = formatted_work(work, fresh)
     fmt.mkdir(parents=True, exist_ok=True)
     if lang == "nb" and not (fmt / "dpr-cc").exists():
         (fmt / "dpr-cc").symlink_to((work / "dpr-cc").resolve(), target_is_directory=True)
+    if name == "closed":
+        train(fmt, lang, "closed", "mlm", steps, {})
+        return
     arm_stage(fmt, lang, name, steps, curves=False)
 
 
@@ -428,6 +439,9 @@ def main() -> None:
     ap.add_argument("--device", help="auto, cpu, cuda (default: the config's)")
     ap.add_argument("--heldout", type=int, help="chunks held out (default: the config's)")
     ap.add_argument("--eval-n", type=int, help=f"held-out spans scored (default {EVAL_N})")
+    ap.add_argument(
+        "--fresh", action="store_true", help="formatted: read the queries after those the format run saw"
+    )
     ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
     args = ap.parse_args()
     OVERRIDES.update(store=args.store, reader=args.reader, batch_size=args.batch_size, device=args.device,
@@ -443,7 +457,7 @@ def main() -> None:
     elif args.stage == "compute":
         compute_stage(args.work, args.lang, args.name, args.steps)
     elif args.stage == "formatted":
-        formatted_stage(args.work, args.lang, args.name, args.steps)
+        formatted_stage(args.work, args.lang, args.name, args.steps, args.fresh)
     elif args.stage == "warm":
         warm_stage(args.work, args.lang, args.steps)
     elif args.stage == "speed":

@@ -45,9 +45,10 @@ WARM_METRICS = (
 )
 
 
-def formatted_work(work: Path) -> Path:
-    """Where realm_learns.py's `formatted` stage keeps its runs: the sibling folder WORK-fmt."""
-    return work.with_name(work.name + "-fmt")
+def formatted_work(work: Path, fresh: bool = False) -> Path:
+    """Where realm_learns.py's `formatted` stage keeps its runs: the sibling folder WORK-fmt, or
+    WORK-fmt-fresh for the runs that read the queries after those the format run saw."""
+    return work.with_name(work.name + ("-fmt-fresh" if fresh else "-fmt"))
 
 
 def _read(p: Path) -> dict | None:

@@ -233,3 +233,25 @@ def test_same_setting_compares_paths_by_what_they_name(tmp_path, monkeypatch):
     assert not same_setting("gone", str(tmp_path / "gone"))  # names nothing: compared as text
     (tmp_path / "other").mkdir()
     assert not same_setting("store", "other")
+
+
+def test_data_offset_starts_the_data_order_later(tiny_cfg, realm_store):
+    """data_offset = 2 steps of examples: step 1 reads what step 3 reads without it; bad values refused."""
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.data import batch_positions, micro_batch_ids, split_ids
+
+    plain = tiny_cfg(grad_accum=2)
+    per_step = plain.batch_size * plain.grad_accum
+    shifted = tiny_cfg(grad_accum=2, data_offset=2 * per_step)
+    train_ids, _ = split_ids(plain, DocStore(realm_store))
+    assert split_ids(shifted, DocStore(realm_store))[0].tolist() == train_ids.tolist()  # same split
+    for m in range(2):
+        got = micro_batch_ids(train_ids, shifted, 1, m).tolist()
+        assert got == micro_batch_ids(train_ids, plain, 3, m).tolist()
+        start = 2 * per_step + m * plain.batch_size
+        assert got == batch_positions(train_ids, plain.seed, start, plain.batch_size).tolist()
+    assert (
+        micro_batch_ids(train_ids, shifted, 1, 0).tolist() != micro_batch_ids(train_ids, plain, 1, 0).tolist()
+    )
+    with pytest.raises(RalmError, match="data_offset=-1: must be >= 0"):
+        tiny_cfg(data_offset=-1)

@@ -59,6 +59,7 @@ FLAGS = {
     "keep_checkpoints": int,
     "heldout": int,
     "seed": int,
+    "data_offset": int,
     "device": str,
     "autocast": str,
 }

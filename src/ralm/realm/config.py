@@ -87,6 +87,7 @@ class PretrainConfig:
     min_lr_ratio: float = 0.1  # BRENT: 2e-5 -> 2e-6
     max_grad_norm: float = 1.0  # 0 = no clipping
     seed: int = 42
+    data_offset: int = 0  # training examples skipped at the start of the seeded data order
     device: str = "auto"  # auto (cuda if available) | cpu | cuda | cuda:N
     autocast: str = "auto"  # auto (bf16 where the hardware has it) | bf16 | off
     refresh_every: int = 100  # BRENT: 100; 0 = never re-index
@@ -188,6 +189,7 @@ class PretrainConfig:
                 'index_sharding = "rank" needs refresh_mode = "sync" (the async builder holds the whole index)',
             ),
             (self.heldout >= 0, f"heldout={self.heldout}: must be >= 0"),
+            (self.data_offset >= 0, f"data_offset={self.data_offset}: must be >= 0"),
             (
                 self.candidates in ("dense", "hybrid"),
                 f"candidates {self.candidates!r}: choose dense (the index's top k) or hybrid (BM25 + index)",

@@ -12,7 +12,7 @@ from ralm.errors import RalmError
 from ralm.realm.config import PretrainConfig
 from ralm.realm.masking import eligible_ids
 
-__all__ = ["batch_positions", "example_rngs", "split_ids"]
+__all__ = ["batch_positions", "example_rngs", "micro_batch_ids", "split_ids"]
 
 
 def split_ids(cfg: PretrainConfig, qstore: DocStore) -> tuple[np.ndarray, np.ndarray]:
@@ -57,6 +57,13 @@ def batch_positions(train_ids: np.ndarray, seed: int, start: int, size: int) -> 
         out[filled : filled + take] = train_ids[order[off : off + take]]
         filled += take
     return out
+
+
+def micro_batch_ids(train_ids: np.ndarray, cfg: PretrainConfig, step: int, micro: int) -> np.ndarray:
+    """Chunk ids of micro-batch `micro` of optimiser step `step` (1-based), shape (cfg.batch_size,):
+    the data order read from position `cfg.data_offset`, `batch_size * grad_accum` examples a step."""
+    start = cfg.data_offset + (step - 1) * cfg.batch_size * cfg.grad_accum + micro * cfg.batch_size
+    return batch_positions(train_ids, cfg.seed, start, cfg.batch_size)
 
 
 def example_rngs(seed: int, step: int, micro: int, positions: range) -> list[np.random.Generator]:

@@ -105,6 +105,8 @@ HELP: dict[str, str] = {
     "min_lr_ratio": "final learning rate as a fraction of the peak (BRENT: 0.1)",
     "max_grad_norm": "clip the gradient norm to this; 0 = no clipping",
     "seed": "seed of the held-out split, data order, masks and dropout",
+    "data_offset": "training examples skipped at the start of the data order (a run that continues "
+    "from another run's reader reads queries that run did not see)",
     "device": "auto (cuda if available), cpu, cuda or cuda:N",
     "autocast": "mixed precision: auto (bf16 where the hardware has it), bf16 or off",
     "refresh_every": "re-embed the corpus and rebuild the index every N steps (BRENT: 100); 0 = never",

@@ -61,7 +61,7 @@ from ralm.realm.build import (
     optimizer_for,
 )
 from ralm.realm.config import PretrainConfig
-from ralm.realm.data import batch_positions, example_rngs, split_ids
+from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
 from ralm.realm.masking import MaskingCollator
 from ralm.realm.model import RealmModel, RealmOutput
 from ralm.realm.run import (
@@ -142,11 +142,10 @@ def train_step(
     dist = dist or Dist()
     opt.zero_grad(set_to_none=True)
     outs: list[RealmOutput] = []
-    per_step = cfg.batch_size * cfg.grad_accum
     lo, hi = dist.share(cfg.batch_size)
     nll_sum, n_sum = 0.0, 0
     for m in range(cfg.grad_accum):
-        ids = batch_positions(train_ids, cfg.seed, (step - 1) * per_step + m * cfg.batch_size, cfg.batch_size)
+        ids = micro_batch_ids(train_ids, cfg, step, m)
         batch = collator(ids[lo:hi], rngs=example_rngs(cfg.seed, step, m, range(lo, hi)))
         batch = {k: v.to(dev) for k, v in batch.items()}
         last = m == cfg.grad_accum - 1
