@@ -416,6 +416,12 @@ def test_evaluate_cli_initial(causal_runs, capsys):
     saved = json.loads((causal_runs["realm"] / "eval_mlm_initial.json").read_text())
     assert (saved["checkpoint"], saved["step"]) == ("initial", 0) and len(saved["rows"]) == 3
     assert all("by_kind" in r for r in saved["rows"])
+    for r in saved["rows"]:  # the per-span scores a paired interval across evaluations needs
+        per = r["per_example"]
+        assert {len(v) for v in per.values()} == {r["examples"]}
+        assert sum(per["n_content"]) == r["content_tokens"] and sum(per["n"]) == r["tokens"]
+        assert sum(per["nll"]) / r["tokens"] == pytest.approx(r["nll"])
+    assert len({tuple(r["per_example"]["n_content"]) for r in saved["rows"]}) == 1  # the same spans
 
 
 def test_evaluate_content_rows_and_ratio_intervals(causal_runs):

@@ -18,12 +18,15 @@ the perplexity per span kind (link, auto, ner, date, name, number: where the spa
 the ratio to the closed-book row can be read per kind. A causal run also gets the content-token
 perplexity: the span's own tokens only, leaving out the line break that ends it (which the reader
 predicts almost for free, pulling every ratio toward 1); `ratio_interval` gives a paired bootstrap
-95% interval (scipy.stats.bootstrap over the held-out spans) of the perplexity ratio of two rows.
+95% interval (scipy.stats.bootstrap over the held-out spans) of the perplexity ratio of two rows,
+`ratio_gain_interval` one of how much a ratio fell between two evaluations (step 0 and the end).
+The JSON of `ralm evaluate-mlm` keeps each row's per-span scores (`per_example`) for that.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -42,6 +45,7 @@ __all__ = [
     "evaluate_mlm",
     "format_table",
     "paired_ratio_interval",
+    "ratio_gain_interval",
     "ratio_interval",
     "ratios",
 ]
@@ -78,6 +82,8 @@ class EvalRow:
         if self.content_ppl is not None:
             d["content_ppl"] = self.content_ppl
             d["content_tokens"] = self.content_tokens
+        if self.per_example:
+            d["per_example"] = {k: v.tolist() for k, v in self.per_example.items()}
         return d
 
 
@@ -232,6 +238,53 @@ def paired_ratio_interval(
         rng=np.random.default_rng(seed),
     )
     return ratio, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def ratio_gain_interval(
+    before: tuple[np.ndarray, np.ndarray],
+    after: tuple[np.ndarray, np.ndarray],
+    tokens: np.ndarray,
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """(gain, low, high): how much a perplexity ratio fell between two evaluations of the same held-out
+    examples, ratio(before) - ratio(after), each ratio exp((Σ nll_a - Σ nll_b) / Σ tokens) as in
+    `paired_ratio_interval`; `before` and `after` are (nll_a, nll_b) pairs of (N,) arrays (summed NLL
+    per example of the model and of its baseline), `tokens` the examples' (N,) token counts. The 95%
+    interval is a percentile bootstrap over the examples, the four scores resampled together.
+
+    Example: before ([2, 2], [3, 3]), after ([2, 2], [2, 2]), tokens [1, 1] -> gain exp(-1) - 1 = -0.632.
+    """
+    from scipy.stats import bootstrap
+
+    cols = [np.asarray(x, dtype=np.float64) for x in (*before, *after, tokens)]
+    if len({c.shape for c in cols}) != 1:
+        raise RalmError("ratio_gain_interval: the evaluations were not scored on the same examples")
+
+    def stat(b_a, b_b, a_a, a_b, n, axis=-1):
+        t = np.maximum(n.sum(axis), 1)
+        return np.exp((b_a.sum(axis) - b_b.sum(axis)) / t) - np.exp((a_a.sum(axis) - a_b.sum(axis)) / t)
+
+    gain = float(stat(*cols))
+    if len(cols[-1]) < 2:
+        return gain, gain, gain
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns, and returns nan, when every resample is equal
+        res = bootstrap(
+            tuple(cols),
+            stat,
+            paired=True,
+            vectorized=True,
+            n_resamples=resamples,
+            method="percentile",
+            confidence_level=0.95,
+            rng=np.random.default_rng(seed),
+        )
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (math.isfinite(low) and math.isfinite(high)):  # no spread to resample
+        return gain, gain, gain
+    return gain, low, high
 
 
 def evaluate_mlm(
