@@ -98,6 +98,38 @@ def score_utility(diag: dict, queries: Path) -> dict | None:
     return records_score_utility(recs, has_null=recs[0]["reader_docs"][-1] == -1)  # the null document is last
 
 
+FORMATTED_METRICS = (
+    "ratio_content_step0",
+    "ratio_content_end",
+    "ratio_content_end_low",
+    "ratio_content_end_high",
+    "gain_from_training",
+    "gain_from_training_low",
+    "gain_from_training_high",
+    "answers_in_docs_step0",
+    "answers_in_docs_end",
+)
+
+
+def gain_interval(start: dict, end: dict) -> tuple[float, float, float] | None:
+    """(gain, low, high) of the content-token ratio to closed-book from step 0 to the end, paired over
+    the held-out spans (`ralm.realm.evaluate.ratio_gain_interval`); None when either evaluation was
+    written without per-span scores."""
+    from ralm.realm.evaluate import ratio_gain_interval
+
+    def cols(ev: dict) -> tuple | None:
+        by = {r["name"]: r.get("per_example") for r in ev.get("rows", [])}
+        realm, closed = by.get("realm (retrieval)"), by.get("closed-book baseline")
+        if not realm or not closed:
+            return None
+        return realm["nll_content"], closed["nll_content"], realm["n_content"]
+
+    a, b = cols(start), cols(end)
+    if a is None or b is None or a[2] != b[2]:
+        return None
+    return ratio_gain_interval(a[:2], b[:2], a[2])
+
+
 def arm_record(work: Path, lang: str, arm: str) -> dict | None:
     """Everything measured of one arm: ratios at step 0 and at the end (all and content tokens, with
     intervals), the curves, the end-of-training diagnosis and the last steps' retrieval numbers."""
@@ -125,6 +157,9 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
                 "ratio_content_end_compute_matched_high"] = r  # fmt: skip
     if "ratio_content_step0" in rec and "ratio_content_end" in rec:
         rec["gain_from_training"] = rec["ratio_content_step0"] - rec["ratio_content_end"]
+        interval = gain_interval(start, end)
+        if interval is not None:
+            _, rec["gain_from_training_low"], rec["gain_from_training_high"] = interval
     realm_row = next((r for r in end["rows"] if r["name"] == "realm (retrieval)"), None)
     if realm_row and realm_row.get("answers_in_docs") is not None:
         rec["answers_in_docs_end"] = realm_row["answers_in_docs"]
@@ -271,13 +306,16 @@ def report(work: Path) -> dict:
                 arms[arm] = rec
         extra["arms"][lang] = arms
         # `formatted`: the arms from a reader that already knows the span-infill format (WORK-fmt)
-        fmt = {a: r for a in ARMS if (r := arm_record(formatted_work(work), lang, a)) is not None}
-        if fmt:
-            extra.setdefault("formatted", {})[lang] = fmt
+        # (`--fresh`: WORK-fmt-fresh, on the queries after those the format run saw)
+        for fresh, tag in ((False, "formatted"), (True, "formatted_fresh")):
+            fmt = {a: r for a in ARMS if (r := arm_record(formatted_work(work, fresh), lang, a)) is not None}
+            if not fmt:
+                continue
+            extra.setdefault(tag, {})[lang] = fmt
             for arm, r in fmt.items():
-                for key in ("ratio_content_step0", "ratio_content_end", "gain_from_training"):
+                for key in FORMATTED_METRICS:
                     if key in r:
-                        metrics[f"{lang}_formatted_{arm}_{key}"] = r[key]
+                        metrics[f"{lang}_{tag}_{arm}_{key}"] = r[key]
         warm = warm_record(work, lang)
         if warm is not None:
             extra.setdefault("warm", {})[lang] = warm
@@ -371,7 +409,7 @@ def ablation_table(arms: dict[str, dict]) -> list[str]:
         return "–" if v is None else f"{v:.3f}"
 
     lines = [
-        "| arm | steps | content ratio step 0 | content ratio end [95%] | gain | all-token ratio end | "
+        "| arm | steps | content ratio step 0 | content ratio end [95%] | gain [95%] | all-token ratio end | "
         "entropy (last 20 steps) | null mass | score scale | answers in docs | "
         "scores vs reader, Spearman (end) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -383,9 +421,12 @@ def ablation_table(arms: dict[str, dict]) -> list[str]:
                 f"{r['ratio_content_end']:.3f} "
                 f"[{r['ratio_content_end_low']:.3f}, {r['ratio_content_end_high']:.3f}]"
             )
+        gain = f(r, "gain_from_training")
+        if "gain_from_training_low" in r:
+            gain += f" [{r['gain_from_training_low']:.3f}, {r['gain_from_training_high']:.3f}]"
         lines.append(
             f"| {arm} | {r.get('steps')} | {f(r, 'ratio_content_step0')} | {end} | "
-            f"{f(r, 'gain_from_training')} | {f(r, 'ratio_all_end')} | {f(r, 'train_entropy_last20')} | "
+            f"{gain} | {f(r, 'ratio_all_end')} | {f(r, 'train_entropy_last20')} | "
             f"{f(r, 'train_null_mass_last20')} | {f(r, 'train_score_scale_last20')} | "
             f"{f(r, 'answers_in_docs_end')} | {_spearman(r)} |"
         )
@@ -427,16 +468,20 @@ def markdown(metrics: dict, extra: dict) -> str:
     for lang, arms in extra["arms"].items():
         if arms:
             lines += [f"## {lang}: ablation", "", *ablation_table(arms), ""]
-    for lang, arms in extra.get("formatted", {}).items():
-        lines += [
-            f"## {lang}: from a reader that knows the span format (`formatted`)",
-            "",
-            "Both the REALM arm and its closed-book run start from the closed-book run's reader after its "
-            "steps (the format learnt), and train the same steps again on the same queries.",
-            "",
-            *ablation_table(arms),
-            "",
-        ]
+    for tag, how in (
+        ("formatted", "on the same queries"),
+        ("formatted_fresh", "on the queries after those (`--fresh`: none seen before)"),
+    ):
+        for lang, arms in extra.get(tag, {}).items():
+            lines += [
+                f"## {lang}: from a reader that knows the span format (`{tag}`)",
+                "",
+                "Both the REALM arm and its closed-book run start from the closed-book run's reader after "
+                f"its steps (the format learnt), and train the same steps again {how}.",
+                "",
+                *ablation_table(arms),
+                "",
+            ]
     for lang, w in extra.get("warm", {}).items():
         lines += [
             f"## {lang}: the retriever alone, from a frozen reader (`warm`, {w['steps']} steps, "
