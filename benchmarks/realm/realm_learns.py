@@ -22,7 +22,8 @@ Stages (each skipped when its output exists in --work; training runs resume afte
                     ranking toward what the reader can use (diag0 is its step 0)
   speed             queries per second of one REALM step, today's settings against the new defaults at
                     the same k (and each speed lever alone), interleaved in one process, medians
-  towers            NorQuAD-open recall@1/5/20 of the towers before and after (LANG nb)
+  towers nb NAME    NorQuAD-open recall@1/5/20 of the arm's towers before and after (--formatted
+                    [--fresh]: the arm of that `formatted` stage)
   report            benchmarks/results/realm_learns.json and .md (realm_learns_report.py)
 
 LANG is en (SmolLM2-135M reader, MiniLM towers, the demo's English Wikipedia in 64-token chunks) or nb
@@ -293,19 +294,21 @@ def evaluate_pair_at(run: Path, closed: Path, ck: Path, cclosed: Path, out: Path
     out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
-def towers_stage(work: Path, name: str) -> None:
-    """NorQuAD-open recall of the nb arm's towers, before (the dpr-cc encoder) and after."""
+def towers_stage(work: Path, name: str, run_work: Path) -> None:
+    """NorQuAD-open recall of the nb arm's towers, before (the dpr-cc encoder) and after. The arm's run
+    is in `run_work` (`work`, or a `formatted` folder); the pool and the questions are `work`'s."""
     from retrieval.retriever_train import evaluate as eval_retrieval
     from retrieval.retriever_train import qa_jsonl
 
-    out = work / f"nb-{name}" / "towers.json"
+    run = run_work / f"nb-{name}"
+    out = run / "towers.json"
     if out.is_file():
         return
-    run = work / f"nb-{name}"
-    towers = work / f"nb-{name}-towers"
+    towers = run_work / f"nb-{name}-towers"
     if not (towers / "ralm_encoder.json").is_file():
-        ralm("export-reader", run, work / f"nb-{name}-reader", "--retriever-out", towers, "--overwrite")
-    ev = eval_retrieval(work, work / "pool", {"before": work / "dpr-cc" / "encoder", "after": towers},
+        ralm("export-reader", run, run_work / f"nb-{name}-reader", "--retriever-out", towers, "--overwrite")
+    # the pool's embeddings are cached under the run, so that two runs' "after" towers never share them
+    ev = eval_retrieval(run, work / "pool", {"before": work / "dpr-cc" / "encoder", "after": towers},
                         qa_jsonl("test", work / "test.jsonl"), "test")  # fmt: skip
     rows = {
         k: {f"recall@{n}": round(rep.recall[n], 4) for n in (1, 5, 20)} for k, rep in ev["reports"].items()
@@ -442,6 +445,7 @@ def main() -> None:
     ap.add_argument(
         "--fresh", action="store_true", help="formatted: read the queries after those the format run saw"
     )
+    ap.add_argument("--formatted", action="store_true", help="towers: the arm of the `formatted` stage")
     ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
     args = ap.parse_args()
     OVERRIDES.update(store=args.store, reader=args.reader, batch_size=args.batch_size, device=args.device,
@@ -463,7 +467,8 @@ def main() -> None:
     elif args.stage == "speed":
         speed_stage(args.work, args.lang, args.speed_steps, args.variants.split(","))
     elif args.stage == "towers":
-        towers_stage(args.work, args.name)
+        run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
+        towers_stage(args.work, args.name, run_work)
     elif args.stage == "report":
         from realm.realm_learns_report import report
 

@@ -111,6 +111,32 @@ FORMATTED_METRICS = (
 )
 
 
+def end_metrics(rec: dict, d0: dict | None, arm: str, run: Path) -> dict[str, float]:
+    """The end-of-training measures of an arm (`arm_record`): null mass, entropy ratio and score-utility
+    Spearman of its end diagnosis, answers in its candidates against the step-0 diagnosis `d0` (the
+    same towers and spans; hybrid candidates except for `today`), the towers' NorQuAD-open recall."""
+    out: dict[str, float] = {}
+    diag = rec.get("diagnosis_end") or {}
+    if diag:
+        out["null_mass_end"] = diag.get("null_mass", math.nan)
+        out["entropy_ratio_end"] = diag.get("entropy_ratio", math.nan)
+        if diag.get("score_utility"):
+            out["score_utility_spearman_end"] = diag["score_utility"]["spearman"]
+        src = "hybrid" if arm != "today" else "dense"
+        if d0 is not None:
+            for depth in ("3", "8"):
+                out[f"answers_in_candidates_gain@{depth}"] = (
+                    diag["answers_in_candidates"][src][depth] - d0["answers_in_candidates"][src][depth]
+                )
+            out["answers_in_candidates_gain"] = out["answers_in_candidates_gain@8"]
+    towers = _read(run / "towers.json")
+    if towers is not None:
+        for when in ("before", "after"):
+            for k, v in towers[when].items():
+                out[f"towers_{k}_{when}"] = v
+    return out
+
+
 def gain_interval(start: dict, end: dict) -> tuple[float, float, float] | None:
     """(gain, low, high) of the content-token ratio to closed-book from step 0 to the end, paired over
     the held-out spans (`ralm.realm.evaluate.ratio_gain_interval`); None when either evaluation was
@@ -331,29 +357,13 @@ def report(work: Path) -> dict:
         best = arms.get(name) if name else None
         if best is not None:
             extra.setdefault("headline_arm", {})[lang] = name
-            diag = best.get("diagnosis_end") or {}
-            if diag:
-                metrics[f"{lang}_null_mass_end"] = diag.get("null_mass", math.nan)
-                metrics[f"{lang}_entropy_ratio_end"] = diag.get("entropy_ratio", math.nan)
-                if diag.get("score_utility"):
-                    metrics[f"{lang}_score_utility_spearman_end"] = diag["score_utility"]["spearman"]
-                d0 = extra["diag0"].get(lang)
-                src = "hybrid" if name != "today" else "dense"
-                if d0 is not None:
-                    for depth in ("3", "8"):
-                        gain = (
-                            diag["answers_in_candidates"][src][depth]
-                            - d0["answers_in_candidates"][src][depth]
-                        )
-                        metrics[f"{lang}_answers_in_candidates_gain@{depth}"] = gain
-                    metrics[f"{lang}_answers_in_candidates_gain"] = metrics[
-                        f"{lang}_answers_in_candidates_gain@8"
-                    ]
-        towers = _read(work / f"{lang}-{name}" / "towers.json") if name else None
-        if towers is not None:
-            for when in ("before", "after"):
-                for k, v in towers[when].items():
-                    metrics[f"{lang}_towers_{k}_{when}"] = v
+            end = end_metrics(best, extra["diag0"].get(lang), name, work / f"{lang}-{name}")
+            metrics.update({f"{lang}_{k}": v for k, v in end.items()})
+        for tag in ("formatted", "formatted_fresh"):
+            for arm, r in extra.get(tag, {}).get(lang, {}).items():
+                run = formatted_work(work, tag == "formatted_fresh") / f"{lang}-{arm}"
+                end = end_metrics(r, extra["diag0"].get(lang), arm, run)
+                metrics.update({f"{lang}_{tag}_{arm}_{k}": v for k, v in end.items()})
         if best is not None and "ratio_content_end" in best:
             metrics[f"{lang}_ratio_content_end"] = best["ratio_content_end"]
             metrics[f"{lang}_ratio_all_end"] = best.get("ratio_all_end", math.nan)
