@@ -225,7 +225,7 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
     from ralm.models.precision import autocast_context, autocast_dtype
     from ralm.realm.build import build_model, make_collator, optimizer_for
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.data import batch_positions, example_rngs, split_ids
+    from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
     from ralm.realm.refresh import SyncRefresher
     from ralm.realm.trainer import train_step
     from ralm.train.optim import warmup_schedule
@@ -252,7 +252,7 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
     ref.refresh(model.encoder, 0)
 
     def inputs(step: int):
-        ids = batch_positions(train_ids, cfg.seed, (step - 1) * cfg.batch_size, cfg.batch_size)
+        ids = micro_batch_ids(train_ids, cfg, step, 0)
         batch = col(ids, rngs=example_rngs(cfg.seed, step, 0, range(len(ids))))
         with torch.no_grad():
             q = model.embed_queries(batch)

@@ -75,9 +75,9 @@ def main() -> None:
 
     def bare_inputs(step: int):
         """The step's tensors, built exactly as the trainer builds them (outside any timer)."""
-        from ralm.realm.data import batch_positions
+        from ralm.realm.data import micro_batch_ids
 
-        ids = batch_positions(train_ids, cfg.seed, (step - 1) * cfg.batch_size, cfg.batch_size)
+        ids = micro_batch_ids(train_ids, cfg, step, 0)
         batch = col(ids, rngs=example_rngs(cfg.seed, step, 0, range(len(ids))))
         with torch.no_grad():
             q = model.embed_queries(batch)

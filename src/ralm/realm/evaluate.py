@@ -216,8 +216,6 @@ def paired_ratio_interval(
     Example: nll_a [2, 2], nll_b [3, 3], tokens [1, 1] -> ratio exp(-1) = 0.368 (and an interval of
     that one value: every resample has the same difference).
     """
-    from scipy.stats import bootstrap
-
     xa, xb = np.asarray(nll_a, dtype=np.float64), np.asarray(nll_b, dtype=np.float64)
     t = np.asarray(tokens, dtype=np.float64)
 
@@ -227,8 +225,16 @@ def paired_ratio_interval(
     ratio = float(stat(xa, xb, t))
     if len(t) < 2 or np.allclose(xa - xb, (xa - xb)[0] * t / max(t[0], 1)):
         return ratio, ratio, ratio  # no spread to resample (or a single example)
+    return (ratio, *_paired_bootstrap((xa, xb, t), stat, resamples, seed))
+
+
+def _paired_bootstrap(cols: tuple[np.ndarray, ...], stat, resamples: int, seed: int) -> tuple[float, float]:
+    """(low, high): the percentile bootstrap 95% interval of `stat` over examples, the (N,) columns
+    `cols` resampled together (scipy.stats.bootstrap; `stat(*cols, axis)` vectorised)."""
+    from scipy.stats import bootstrap
+
     res = bootstrap(
-        (xa, xb, t),
+        cols,
         stat,
         paired=True,
         vectorized=True,
@@ -237,7 +243,7 @@ def paired_ratio_interval(
         confidence_level=0.95,
         rng=np.random.default_rng(seed),
     )
-    return ratio, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def ratio_gain_interval(
@@ -256,8 +262,6 @@ def ratio_gain_interval(
 
     Example: before ([2, 2], [3, 3]), after ([2, 2], [2, 2]), tokens [1, 1] -> gain exp(-1) - 1 = -0.632.
     """
-    from scipy.stats import bootstrap
-
     cols = [np.asarray(x, dtype=np.float64) for x in (*before, *after, tokens)]
     if len({c.shape for c in cols}) != 1:
         raise RalmError("ratio_gain_interval: the evaluations were not scored on the same examples")
@@ -271,17 +275,7 @@ def ratio_gain_interval(
         return gain, gain, gain
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy warns, and returns nan, when every resample is equal
-        res = bootstrap(
-            tuple(cols),
-            stat,
-            paired=True,
-            vectorized=True,
-            n_resamples=resamples,
-            method="percentile",
-            confidence_level=0.95,
-            rng=np.random.default_rng(seed),
-        )
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        low, high = _paired_bootstrap(tuple(cols), stat, resamples, seed)
     if not (math.isfinite(low) and math.isfinite(high)):  # no spread to resample
         return gain, gain, gain
     return gain, low, high
