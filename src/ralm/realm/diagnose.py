@@ -87,8 +87,12 @@ def diagnose(
     depth: int = 20,
     reader_depth: int = 8,
     batch_size: int = 4,
+    ids: Sequence[int] | None = None,
 ) -> Diagnosis:
-    """The diagnosis of `run` on its held-out chunks (the first `n`), see the module docstring."""
+    """The diagnosis of `run` on its held-out chunks (the first `n`), see the module docstring.
+
+    `ids`: score these chunk ids instead (masked as the held-out ones are, one seeded mask per chunk
+    id), e.g. training chunks whose records `ralm.realm.cached_distill` learns from."""
     model = run.model
     if not model.causal or not model.retrieval:
         raise RalmError(f"{run.cfg.out}: --diagnose is for a REALM run with a causal reader")
@@ -101,7 +105,8 @@ def diagnose(
     if n_chunks := len(run.store):
         depth = min(depth, n_chunks - 1)
         reader_depth = min(reader_depth, depth)
-    ids = run.heldout_ids if n is None else run.heldout_ids[:n]
+    ids = np.asarray(run.heldout_ids if ids is None else ids, dtype=np.int64)
+    ids = ids if n is None else ids[:n]
     dev = run.device
     ac = autocast_dtype(dev, run.cfg.autocast, torch.float32)
     bm25, hybrid = _sources(run, depth)

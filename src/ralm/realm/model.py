@@ -322,13 +322,19 @@ class RealmModel(nn.Module):
         doc_ids = np.asarray(found, dtype=np.int64)
         return self.prior_over(q, doc_ids), doc_ids
 
-    def prior_over(self, q: torch.Tensor, doc_ids: np.ndarray) -> torch.Tensor:
+    def prior_over(
+        self, q: torch.Tensor, doc_ids: np.ndarray, doc_vecs: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """log p(z|x) (B, k_r [+1]) over chunks `doc_ids` (B, k_r) for query vectors q (B, d): the doc
-        tower, the towers' score scale, the prior's learned scale and the null document (last)."""
+        tower, the towers' score scale, the prior's learned scale and the null document (last).
+        `doc_vecs` (B, k_r, d): those chunks' vectors computed before (a frozen doc tower's), so the
+        doc tower is not run again."""
         assert self.encoder is not None and self.docs is not None
         B, kr = doc_ids.shape
-        d = self.doc_vectors(self.docs.tower_batch(np.asarray(doc_ids).ravel()), q.device)
-        scores = self.prior.scaled(self._scale(torch.einsum("bd,bkd->bk", q, d.view(B, kr, -1))))
+        if doc_vecs is None:
+            doc_vecs = self.doc_vectors(self.docs.tower_batch(np.asarray(doc_ids).ravel()), q.device)
+        d = doc_vecs.to(q.device, q.dtype).reshape(B, kr, -1)
+        scores = self.prior.scaled(self._scale(torch.einsum("bd,bkd->bk", q, d)))
         null = self.null_score(q)
         return self.prior.log_probs(scores, None if null is None else self.prior.scaled(null))
 

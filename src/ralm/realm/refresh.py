@@ -287,6 +287,16 @@ class SyncRefresher:
         assert self.root is not None
         return self.root / f"v{version:05d}"
 
+    def save_under(self, root: str | os.PathLike) -> Path:
+        """Save the current index version under `root`, the refresher's root from then on (e.g. an
+        index held in memory for evaluation, written into another run directory); returns its
+        version directory."""
+        if self.index is None:
+            raise RuntimeError("no index yet: call refresh() (or load()) before saving")
+        self.root = Path(root)
+        self._save()
+        return self.version_dir(self.version)
+
     def _save(self) -> None:
         assert self.index is not None and self.root is not None
         if self.dist.is_main and isinstance(self.index, ShardedIndex):  # a sharded version, opened whole

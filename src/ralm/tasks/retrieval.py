@@ -32,7 +32,7 @@ from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.realm.marginal import doc_log_probs
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.index.dense import DenseIndex
+from ralm.retrieval.index.dense import DenseIndex, stored_vectors
 
 __all__ = ["Retrieved", "TaskRetriever", "doc_vectors", "join_docs", "marginalize", "pad_rows"]
 
@@ -51,18 +51,8 @@ def marginalize(log_p_z: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
 
 
 def doc_vectors(index: DenseIndex, ids: np.ndarray) -> np.ndarray:
-    """(N, d) float32 stored vectors of chunk `ids` (N,) (exact for flat indexes; decoded codes otherwise)."""
-    flat = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).ravel())
-    if hasattr(index, "reconstruct_batch"):  # a ShardedIndex (a sharded REALM run's index version)
-        return index.reconstruct_batch(flat)
-    try:
-        return np.asarray(index.index.reconstruct_batch(flat), dtype=np.float32)
-    except RuntimeError:
-        import faiss
-
-        ivf = faiss.extract_index_ivf(index.index)
-        ivf.make_direct_map()
-        return np.asarray(index.index.reconstruct_batch(flat), dtype=np.float32)
+    """(N, d) float32 stored vectors of chunk `ids` (N,): `ralm.retrieval.index.dense.stored_vectors`."""
+    return stored_vectors(index, ids)
 
 
 @dataclass

@@ -119,6 +119,7 @@ __all__ = [
     "prepare_exclude",
     "read_manifest",
     "resolve_params",
+    "stored_vectors",
 ]
 
 log = logging.getLogger(__name__)
@@ -387,3 +388,19 @@ class DenseIndex:
             mmap=mmap,
         )
         return cls(index, manifest, device=device)
+
+
+def stored_vectors(index: Any, ids: np.ndarray) -> np.ndarray:
+    """(N, d) float32 stored vectors of chunk `ids` (N,) of a DenseIndex or a ShardedIndex (exact for
+    flat indexes; decoded codes otherwise): the vectors its searches score, without an encoder."""
+    flat = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).ravel())
+    if hasattr(index, "reconstruct_batch"):  # a ShardedIndex (a sharded REALM run's index version)
+        return index.reconstruct_batch(flat)
+    try:
+        return np.asarray(index.index.reconstruct_batch(flat), dtype=np.float32)
+    except RuntimeError:
+        import faiss
+
+        ivf = faiss.extract_index_ivf(index.index)
+        ivf.make_direct_map()
+        return np.asarray(index.index.reconstruct_batch(flat), dtype=np.float32)

@@ -1,0 +1,173 @@
+"""The query tower trained offline from cached reader scores (`ralm.realm.cached_distill`): the loss is
+Atlas's distillation over the cached rows as the model scores them, only the query side learns,
+rescoring keeps the reader's scores with their chunks, and the result loads as a checkpoint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FROZEN = dict(
+    reader_train="freeze", retriever_train="query", score_scale="learned", steps=1, checkpoint_every=1
+)
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
+    """A frozen-reader, query-side REALM run (tiny Llama reader, tiny BERT towers) and the diagnosis
+    records of 6 of its training chunks (4 chunks a record + the null document)."""
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.diagnose import diagnose
+    from ralm.realm.run import load_run
+    from ralm.realm.trainer import pretrain
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cfg = PretrainConfig(
+        docstore=str(realm_store), out=str(tmp_path_factory.mktemp("cached") / "run"), reader=str(causal_dirs["llama"]),
+        retriever=str(tiny_dir), batch_size=3, k=3, encoder_max_length=32, reader_max_length=200, heldout=3,
+        refresh_every=0, warmup_steps=0, lr_retriever=1e-3, lr_scale=1e-2, device="cpu", autocast="off",
+        tensorboard=False, **FROZEN,
+    )  # fmt: skip
+    run_dir = pretrain(cfg, progress=False)
+    run = load_run(run_dir)
+    records = diagnose(run, None, depth=8, reader_depth=4, ids=run.train_ids[:6]).records
+    torch.set_num_threads(n)
+    return run_dir, records
+
+
+def _state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _kl(run, records, tau=1.0) -> float:
+    """Mean distillation KL over `records`, by the model's own scoring (doc tower run afresh)."""
+    from ralm.realm.evaluate import heldout_batches
+    from ralm.realm.marginal import distillation_loss
+
+    by = {r["chunk"]: r for r in records}
+    out = []
+    with torch.no_grad():
+        for batch in heldout_batches(run, np.array([r["chunk"] for r in records]), 8):
+            recs = [by[int(c)] for c in batch["source_ids"].tolist()]
+            rows = np.array([r["reader_docs"][:4] for r in recs])
+            lpz = run.model.prior_over(run.model.embed_queries(batch), rows)
+            out += distillation_loss(lpz, torch.tensor([r["lp_content"] for r in recs]), tau).tolist()
+    return float(np.mean(out))
+
+
+def test_records_of_training_chunks(frozen):
+    from ralm.realm.run import load_run
+
+    run_dir, records = frozen
+    run = load_run(run_dir)
+    assert [r["chunk"] for r in records] == run.train_ids[:6].tolist()
+    assert all(len(r["reader_docs"]) == 5 and r["reader_docs"][-1] == -1 for r in records)
+    assert all(r["chunk"] not in r["reader_docs"] for r in records)  # the source chunk is left out
+
+
+def test_first_step_loss_is_the_distillation_kl_and_only_the_query_side_learns(frozen):
+    from ralm.realm.cached_distill import distill_query_tower
+    from ralm.realm.run import load_run
+
+    run_dir, records = frozen
+    run = load_run(run_dir)
+    for m in run.model.modules():  # training mode turns the query tower's dropout on
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    before = _state(run.model)
+    want = _kl(run, records, tau=0.5)
+    _, _, hist = distill_query_tower(run, records, epochs=3, batch_size=6, tau=0.5, log_every=1)
+    assert [h["step"] for h in hist] == [1, 2, 3] and [h["epoch"] for h in hist] == [1, 2, 3]
+    # one batch of all 6 records: step 1's loss is the KL of the untouched model, cached doc vectors
+    # and all, to float precision
+    assert hist[0]["kl"] == pytest.approx(want, rel=1e-5)
+    after = _state(run.model)
+    changed = {k for k in after if not torch.equal(after[k], before[k])}
+    assert changed and all(k.startswith(("encoder.query_tower.", "prior.")) for k in changed), changed
+    assert any(k.startswith("encoder.query_tower.") for k in changed)
+    assert any(k.startswith("prior.") for k in changed)  # the learned score scale
+
+
+def test_training_lowers_the_kl_on_its_records(frozen):
+    from ralm.realm.cached_distill import distill_query_tower
+    from ralm.realm.run import load_run
+
+    run_dir, records = frozen
+    run = load_run(run_dir)
+    start = _kl(run, records)
+    run.cfg.lr_retriever, run.cfg.warmup_steps = 3e-3, 0
+    distill_query_tower(run, records, epochs=15, batch_size=3)
+    assert _kl(run, records) < 0.8 * start
+
+
+def test_rescoring_with_the_scoring_model_keeps_pairs_and_the_full_ratio(frozen):
+    from ralm.realm.cached_distill import rescore_records
+    from ralm.realm.diagnose import summarize
+    from ralm.realm.run import load_run
+
+    run_dir, records = frozen
+    run = load_run(run_dir)
+    new = rescore_records(run, records, batch_size=4)
+    assert [r["chunk"] for r in new] == [r["chunk"] for r in records]
+    for old, r in zip(records, new, strict=True):
+        # the chunks re-ordered by score, each keeping its own reader scores; the null stays last
+        assert r["reader_docs"][-1] == -1 and sorted(r["reader_docs"]) == sorted(old["reader_docs"])
+        assert r["log_p_z_r"][:4] == sorted(r["log_p_z_r"][:4], reverse=True)
+        pairs = dict(
+            zip(old["reader_docs"], zip(old["lp_content"], old["log_p_z_r"], strict=True), strict=True)
+        )
+        for doc, lp, lpz in zip(r["reader_docs"], r["lp_content"], r["log_p_z_r"], strict=True):
+            assert lp == pairs[doc][0] and lpz == pytest.approx(pairs[doc][1], abs=1e-4)  # index vs tower
+        # p(z|x) over the top 2 and the null: the same scores renormalised
+        top = np.array([*r["log_p_z_r"][:2], r["log_p_z_r"][-1]])
+        np.testing.assert_allclose(r["log_p_z_k"], top - np.logaddexp.reduce(top), atol=1e-6)
+        assert np.exp(r["log_p_z_k"]).sum() == pytest.approx(1.0)
+        hits = dict(zip(old["candidates"]["dense"], old["has_answer"]["dense"], strict=True))
+        assert r["candidates"]["dense"][:4] == r["reader_docs"][:4]
+        assert [hits[c] for c in r["candidates"]["dense"]] == r["has_answer"]["dense"]
+    a, b = summarize(records, k=2), summarize(new, k=2)
+    # p(z|x) over all 4 chunks and the null is the same distribution in another order
+    for part in ("all", "content"):
+        assert b["ratios"][part]["K=5"]["run"]["ratio"] == pytest.approx(
+            a["ratios"][part]["K=5"]["run"]["ratio"]
+        )
+        assert b["ratios"][part]["K=5"]["oracle"] == a["ratios"][part]["K=5"]["oracle"]
+
+
+def test_saved_towers_load_as_a_checkpoint(frozen, tmp_path):
+    import shutil
+
+    from ralm.realm.cached_distill import distill_query_tower, save_distilled
+    from ralm.realm.run import load_run
+
+    run_dir, records = frozen
+    out = tmp_path / "distilled"
+    out.mkdir()
+    for name in ("config.toml", "split.json"):
+        shutil.copy(run_dir / name, out / name)
+    run = load_run(run_dir)
+    opt, sched, _ = distill_query_tower(run, records, epochs=1, batch_size=3)
+    ck = save_distilled(run, out, 2, opt, sched, examples_seen=6)
+    assert ck.name == "step-0000002"
+    back = load_run(out)
+    assert back.state["step"] == 2 and back.state["examples_seen"] == 6
+    want, got = _state(run.model), _state(back.model)
+    assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_refuses_a_run_whose_reader_learns(frozen, causal_cfg, tmp_path):
+    from ralm.errors import RalmError
+    from ralm.realm.cached_distill import distill_query_tower
+    from ralm.realm.run import load_run
+    from ralm.realm.trainer import pretrain
+
+    _, records = frozen
+    run = load_run(pretrain(causal_cfg(out=str(tmp_path / "t"), steps=1, checkpoint_every=1), progress=False))
+    with pytest.raises(RalmError, match='reader_train = "freeze"'):
+        distill_query_tower(run, records, epochs=1)
+    with pytest.raises(RalmError, match="epochs=0"):
+        distill_query_tower(run, records, epochs=0)
