@@ -20,11 +20,16 @@ Stages (each skipped when its output exists in --work; training runs resume afte
   warm LANG         the retriever alone trained from a frozen reader's scores (WARM, --steps), then the
                     end diagnosis against the same reader closed-book: how far more queries move the
                     ranking toward what the reader can use (diag0 is its step 0)
+  cached LANG       the retriever alone, offline (realm_learns_cached.py): the frozen reader scores the top 8
+                    dense candidates of --queries training queries once (--part I/P: this process's share),
+                    then the query tower learns from the cached scores for --epochs passes; the curve over
+                    --sizes queries (held-out re-ranking) and the end diagnosis of the largest
   speed             queries per second of one REALM step, today's settings against the new defaults at
                     the same k (and each speed lever alone), interleaved in one process, medians
   towers nb NAME    NorQuAD-open recall@1/5/20 of the arm's towers before and after (--formatted
                     [--fresh]: the arm of that `formatted` stage)
   report            benchmarks/results/realm_learns.json and .md (realm_learns_report.py)
+  report-cached     benchmarks/results/realm_learns_cached.json and .md (the `cached` stage's curve and end)
 
 LANG is en (SmolLM2-135M reader, MiniLM towers, the demo's English Wikipedia in 64-token chunks) or nb
 (Gemma-3-270M reader, the NorQuAD DPR towers of realm_causal.py, NorQuAD passages + Norwegian Debian
@@ -283,6 +288,30 @@ def warm_stage(work: Path, lang: str, steps: int) -> None:
     diagnose(run, None, initial=False)
 
 
+def cached_main(args) -> None:
+    """`cached LANG`: score a share (--part I/P), or learn from all the shares and diagnose."""
+    from realm.realm_learns_cached import CACHED, cached_stage, score_part
+
+    run = init_run(args.work, args.lang, "cached", CACHED, args.steps)
+    if args.part:
+        i, p = (int(x) for x in args.part.split("/"))
+        if not 0 <= i < p:
+            raise SystemExit(f"--part {args.part}: give I/P with 0 <= I < P")
+        score_part(run, args.queries, i, p)
+        return
+    sizes = [int(x) for x in args.sizes.split(",")]
+    cached_stage(
+        args.work,
+        args.lang,
+        run,
+        parts=args.parts,
+        sizes=sizes,
+        epochs=args.epochs,
+        batch_size=args.tower_batch,
+    )
+    diagnose(run, None, initial=False)
+
+
 def evaluate_pair_at(run: Path, closed: Path, ck: Path, cclosed: Path, out: Path) -> None:
     """evaluate-mlm of a REALM checkpoint against the closed-book run's checkpoint of the same step."""
     from ralm.realm.evaluate import evaluate_mlm, ratios
@@ -427,7 +456,19 @@ SPEED_VARIANTS["new_one_group"] = {**SPEED_VARIANTS["new"], "reader_bucket_slack
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "stage", choices=["diag0", "arm", "compute", "formatted", "warm", "speed", "towers", "report"]
+        "stage",
+        choices=[
+            "diag0",
+            "arm",
+            "compute",
+            "formatted",
+            "warm",
+            "cached",
+            "speed",
+            "towers",
+            "report",
+            "report-cached",
+        ],
     )
     ap.add_argument("lang", nargs="?", choices=["en", "nb"], default="en")
     ap.add_argument("name", nargs="?", default="today", help="arm: one of " + ", ".join(ARMS))
@@ -446,6 +487,14 @@ def main() -> None:
         "--fresh", action="store_true", help="formatted: read the queries after those the format run saw"
     )
     ap.add_argument("--formatted", action="store_true", help="towers: the arm of the `formatted` stage")
+    ap.add_argument("--queries", type=int, default=4000, help="cached: training queries to score")
+    ap.add_argument("--part", help="cached: score only share I of P (I/P), e.g. 0/2 and 1/2 side by side")
+    ap.add_argument("--parts", type=int, default=2, help="cached: the shares the scores were cached in")
+    ap.add_argument(
+        "--sizes", default="250,500,1000,2000,4000", help="cached: the curve's numbers of queries"
+    )
+    ap.add_argument("--epochs", type=int, default=5, help="cached: passes over the cached scores")
+    ap.add_argument("--tower-batch", type=int, default=16, help="cached: queries a query-tower step")
     ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
     args = ap.parse_args()
     OVERRIDES.update(store=args.store, reader=args.reader, batch_size=args.batch_size, device=args.device,
@@ -464,11 +513,17 @@ def main() -> None:
         formatted_stage(args.work, args.lang, args.name, args.steps, args.fresh)
     elif args.stage == "warm":
         warm_stage(args.work, args.lang, args.steps)
+    elif args.stage == "cached":
+        cached_main(args)
     elif args.stage == "speed":
         speed_stage(args.work, args.lang, args.speed_steps, args.variants.split(","))
     elif args.stage == "towers":
         run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
         towers_stage(args.work, args.name, run_work)
+    elif args.stage == "report-cached":
+        from realm.realm_learns_cached import report_cached
+
+        report_cached(args.work)
     elif args.stage == "report":
         from realm.realm_learns_report import report
 

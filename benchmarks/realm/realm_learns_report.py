@@ -258,19 +258,20 @@ def paired_ratio_change(before: list[dict], after: list[dict], how: str) -> dict
     }
 
 
-def warm_record(work: Path, lang: str) -> dict | None:
-    """The `warm` stage: the retriever trained alone from a frozen reader, diagnosed at its end on the
-    step-0 diagnosis's basis (the same reader, held-out spans and closed-book); None until it ran."""
+def warm_record(work: Path, lang: str, name: str = "warm") -> dict | None:
+    """The `warm` stage (or `cached`, `name`): the retriever trained alone from a frozen reader,
+    diagnosed at its end on the step-0 diagnosis's basis (the same reader, held-out spans and
+    closed-book); None until it ran."""
     d0 = _read(work / f"{lang}-diag0" / "diagnose_initial.json")
-    end = _read(work / f"{lang}-warm" / "diagnose.json")
+    end = _read(work / f"{lang}-{name}" / "diagnose.json")
     if d0 is None or end is None:
         return None
-    rows = _metrics_rows(work / f"{lang}-warm")
+    rows = _metrics_rows(work / f"{lang}-{name}")
     seen = [r["examples_seen"] for r in rows if "examples_seen" in r]
     rec: dict = {"steps": end.get("step"), "queries": seen[-1] if seen else None}
     spans = {
         "step0": work / f"{lang}-diag0" / "diagnose_initial_queries.jsonl",
-        "end": work / f"{lang}-warm" / "diagnose_queries.jsonl",
+        "end": work / f"{lang}-{name}" / "diagnose_queries.jsonl",
     }
     for when, d in (("step0", d0), ("end", end)):
         for src, row in d["answers_in_candidates"].items():
