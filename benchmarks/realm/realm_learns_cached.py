@@ -318,7 +318,8 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
         return None
     cmd = (
         "python benchmarks/realm/realm_learns.py diag0 en; python benchmarks/realm/realm_learns.py cached en "
-        "--part 0/2 (and --part 1/2 beside it); python benchmarks/realm/realm_learns.py cached en; "
+        "--queries 2600 --part 0/2 (and --part 1/2 beside it, one core each); python "
+        "benchmarks/realm/realm_learns.py cached en --sizes 250,500,1000,2600 --epochs 5 (OMP_NUM_THREADS=2); "
         "python benchmarks/realm/realm_learns.py report-cached"
     )
     targets = {k: v for k, v in TARGETS.items() if k.split("_")[0] in sections}
