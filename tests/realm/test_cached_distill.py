@@ -129,6 +129,8 @@ def test_rescoring_with_the_scoring_model_keeps_pairs_and_the_full_ratio(frozen)
         hits = dict(zip(old["candidates"]["dense"], old["has_answer"]["dense"], strict=True))
         assert r["candidates"]["dense"][:4] == r["reader_docs"][:4]
         assert [hits[c] for c in r["candidates"]["dense"]] == r["has_answer"]["dense"]
+    run.model.train()  # rescoring scores without dropout, and gives the mode back
+    assert rescore_records(run, records, batch_size=4) == new and run.model.training
     a, b = summarize(records, k=2), summarize(new, k=2)
     # p(z|x) over all 4 chunks and the null is the same distribution in another order
     for part in ("all", "content"):

@@ -168,6 +168,8 @@ def rescore_records(
     kr = model.n_retrieved
     by_chunk = _by_chunk(records)
     out: list[dict[str, Any]] = []
+    was_training = model.training
+    model.eval()  # no dropout: the scores the run would search with
     for batch in heldout_batches(run, np.array([int(r["chunk"]) for r in records]), batch_size):
         ids = batch["source_ids"].tolist()
         recs = [by_chunk[int(c)] for c in ids]
@@ -193,6 +195,7 @@ def rescore_records(
                     new["candidates"][source] = [cands[i] for i in order] + list(cands[R:])
                     new["has_answer"][source] = [hits[i] for i in order] + list(hits[R:])
             out.append(new)
+    model.train(was_training)
     return out
 
 
