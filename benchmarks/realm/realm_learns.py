@@ -293,6 +293,9 @@ def cached_main(args) -> None:
     from realm.realm_learns_cached import CACHED, cached_stage, score_part
 
     run = init_run(args.work, args.lang, "cached", CACHED, args.steps)
+    scores = run
+    if args.negatives != "none":  # its own run, learning from the same cached scores
+        run = init_run(args.work, args.lang, f"cached-{args.negatives}", CACHED, args.steps)
     if args.part:
         i, p = (int(x) for x in args.part.split("/"))
         if not 0 <= i < p:
@@ -308,6 +311,8 @@ def cached_main(args) -> None:
         sizes=sizes,
         epochs=args.epochs,
         batch_size=args.tower_batch,
+        negatives=args.negatives,
+        scores_dir=scores,
     )
     diagnose(run, None, initial=False)
 
@@ -494,6 +499,12 @@ def main() -> None:
         "--sizes", default="250,500,1000,2000,4000", help="cached: the curve's numbers of queries"
     )
     ap.add_argument("--epochs", type=int, default=5, help="cached: passes over the cached scores")
+    ap.add_argument(
+        "--negatives",
+        default="none",
+        choices=["none", "in_batch"],
+        help="cached: in_batch adds the batch's other chunks at target 0 (run LANG-cached-in_batch)",
+    )
     ap.add_argument("--tower-batch", type=int, default=16, help="cached: queries a query-tower step")
     ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
     args = ap.parse_args()

@@ -94,7 +94,16 @@ def _summary_row(summary: dict) -> dict:
 
 
 def cached_stage(
-    work: Path, lang: str, run_dir: Path, *, parts: int, sizes: list[int], epochs: int, batch_size: int
+    work: Path,
+    lang: str,
+    run_dir: Path,
+    *,
+    parts: int,
+    sizes: list[int],
+    epochs: int,
+    batch_size: int,
+    negatives: str = "none",
+    scores_dir: Path | None = None,
 ) -> Path:
     """The curve over `sizes` and the end diagnosis of the largest (see the module docstring)."""
     import torch
@@ -107,7 +116,8 @@ def cached_stage(
     out = run_dir / "cached.json"
     if out.is_file():
         return out
-    files = [run_dir / f"scores-{i}-of-{parts}.jsonl" for i in range(parts)]
+    scores_dir = scores_dir or run_dir
+    files = [scores_dir / f"scores-{i}-of-{parts}.jsonl" for i in range(parts)]
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise SystemExit(f"{', '.join(missing)}: score them first (`cached {lang} --part I/{parts}`)")
@@ -131,7 +141,7 @@ def cached_stage(
         run.model.load_state_dict(start)
         t0 = time.perf_counter()
         opt, sched, hist = distill_query_tower(
-            run, train[:n], epochs=epochs, batch_size=batch_size, log_every=25
+            run, train[:n], epochs=epochs, batch_size=batch_size, log_every=25, negatives=negatives
         )
         seconds = time.perf_counter() - t0
         steps = hist[-1]["step"]
@@ -157,6 +167,7 @@ def cached_stage(
             **CACHED,
             "epochs": epochs,
             "batch_size": batch_size,
+            "negatives": negatives,
             "reader_depth": READER_DEPTH,
             "distill_tau": run.cfg.distill_tau,
             "warmup_steps": run.cfg.warmup_steps,
@@ -216,104 +227,113 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
     sections: dict[str, dict] = {}
     lines = ["# REALM's retriever from cached reader scores (issue 45, `realm_learns.py cached`)", ""]
     for lang in langs:
-        run = work / f"{lang}-cached"
-        c = (
-            json.loads((run / "cached.json").read_text(encoding="utf-8"))
-            if (run / "cached.json").is_file()
-            else None
-        )
-        if c is None:
-            continue
-        end = warm_record(work, lang, "cached")
-        sections[lang] = {"cached": c, "end": end}
-        curve = c["curve"]
-        first, last = curve[0], curve[-1]
-        for key in RERANK_METRICS:
-            metrics[f"{lang}_cached_rerank_{key}_step0"] = first[key]
-            metrics[f"{lang}_cached_rerank_{key}_end"] = last[key]
-        metrics[f"{lang}_cached_queries"] = last["queries"]
-        metrics[f"{lang}_cached_score_seconds_per_query"] = c["score_seconds_per_query"]
-        if end is not None:
-            for key in (
-                "score_utility_spearman",
-                "entropy_ratio",
-                "content_ratio_k_run",
-                "content_ratio_K9_run",
-            ):
-                for when in ("step0", "end"):
-                    if f"{key}_{when}" in end:
-                        metrics[f"{lang}_cached_{key}_{when}"] = end[f"{key}_{when}"]
-            for depth in ("3", "8", "20"):
-                a, b = end.get(f"answers_in_dense@{depth}_step0"), end.get(f"answers_in_dense@{depth}_end")
-                if a is not None and b is not None:
-                    metrics[f"{lang}_cached_answers_in_dense@{depth}_gain"] = b - a
-            if "answers_in_dense@3_end" in end:
-                metrics[f"{lang}_cached_answers_in_candidates_gain"] = (
-                    end["answers_in_dense@3_end"] - end["answers_in_dense@3_step0"]
-                )
-            for how in ("run", "oracle"):
-                for key, v in end.get(f"paired_{how}", {}).items():
-                    metrics[f"{lang}_cached_content_ratio_{how}_{key}"] = v
-        s = c["settings"]
-        lines += [
-            f"## {lang}: the curve ({c['cached_queries']} training queries scored once, "
-            f"{c['score_seconds_per_query']:.2f} s a query on one core; {s['epochs']} passes, "
-            f"{s['batch_size']} queries a step, lr {s['lr_retriever']:g}, tau {s['distill_tau']:g})",
-            "",
-            "Held-out: diag0's 200 spans, their cached dense top 8 re-ranked by the trained query tower "
-            "(the reader's scores unchanged, no new search). 95% intervals in brackets.",
-            "",
-            "| queries | steps | " + " | ".join(label for _, label in LABELS) + " |",
-            "|---" * (len(LABELS) + 2) + "|",
-        ]
-        for row in curve:
-            cells = []
-            for key, _ in LABELS:
-                v = row.get(key)
-                if v is None:
-                    cells.append("")
-                elif f"{key}_low" in row:
-                    cells.append(f"{v:.3f} [{row[key + '_low']:.3f}, {row[key + '_high']:.3f}]")
-                else:
-                    cells.append(f"{v:.3f}")
-            lines.append(f"| {row['queries']} | {row['steps']} | " + " | ".join(cells) + " |")
-        lines.append("")
-        if end is not None:
-            lines += [
-                f"## {lang}: the end, a fresh search of the whole index (`evaluate-mlm --diagnose`)",
-                "",
-                "| | step 0 (diag0) | end |",
-                "|---|---|---|",
-            ]
-            for key, label in (
-                ("content_ratio_k_run", "content ratio, p(z\\|x) over the top 3 + null"),
-                ("content_ratio_k_oracle", "the same, best of k (oracle)"),
-                ("content_ratio_K9_run", "content ratio, p(z\\|x) over the top 8 + null"),
-                ("answers_in_dense@3", "answers in the dense top 3"),
-                ("answers_in_dense@8", "answers in the dense top 8"),
-                ("answers_in_dense@20", "answers in the dense top 20"),
-                ("entropy_ratio", "entropy of p(z\\|x) / ln K"),
-                ("score_utility_spearman", "scores vs the reader's log p(y\\|x,z) over the top 8, Spearman"),
-            ):
-                a, b = end.get(f"{key}_step0"), end.get(f"{key}_end")
-                if a is None or b is None:
-                    continue
-                ci = (
-                    f" [{end[key + '_end_low']:.3f}, {end[key + '_end_high']:.3f}]"
-                    if f"{key}_end_low" in end
-                    else ""
-                )
-                lines.append(f"| {label} | {a:.3f} | {b:.3f}{ci} |")
-            lines.append("")
-            for how in ("run", "oracle"):
-                p = end.get(f"paired_{how}")
-                if p:
-                    lines.append(
-                        f"Content-token perplexity ({how}), end over step 0, paired bootstrap over the spans: "
-                        f"{p['after_over_before']:.3f} [{p['after_over_before_low']:.3f}, "
-                        f"{p['after_over_before_high']:.3f}]."
+        for name in ("cached", "cached-in_batch"):
+            tag = f"{lang}_{name.replace('-', '_')}"
+            run = work / f"{lang}-{name}"
+            c = (
+                json.loads((run / "cached.json").read_text(encoding="utf-8"))
+                if (run / "cached.json").is_file()
+                else None
+            )
+            if c is None:
+                continue
+            end = warm_record(work, lang, name)
+            sections[f"{lang}-{name}"] = {"cached": c, "end": end}
+            curve = c["curve"]
+            first, last = curve[0], curve[-1]
+            for key in RERANK_METRICS:
+                metrics[f"{tag}_rerank_{key}_step0"] = first[key]
+                metrics[f"{tag}_rerank_{key}_end"] = last[key]
+            metrics[f"{tag}_queries"] = last["queries"]
+            metrics[f"{tag}_score_seconds_per_query"] = c["score_seconds_per_query"]
+            if end is not None:
+                for key in (
+                    "score_utility_spearman",
+                    "entropy_ratio",
+                    "content_ratio_k_run",
+                    "content_ratio_K9_run",
+                ):
+                    for when in ("step0", "end"):
+                        if f"{key}_{when}" in end:
+                            metrics[f"{tag}_{key}_{when}"] = end[f"{key}_{when}"]
+                for depth in ("3", "8", "20"):
+                    a, b = (
+                        end.get(f"answers_in_dense@{depth}_step0"),
+                        end.get(f"answers_in_dense@{depth}_end"),
                     )
+                    if a is not None and b is not None:
+                        metrics[f"{tag}_answers_in_dense@{depth}_gain"] = b - a
+                if "answers_in_dense@3_end" in end:
+                    metrics[f"{tag}_answers_in_candidates_gain"] = (
+                        end["answers_in_dense@3_end"] - end["answers_in_dense@3_step0"]
+                    )
+                for how in ("run", "oracle"):
+                    for key, v in end.get(f"paired_{how}", {}).items():
+                        metrics[f"{tag}_content_ratio_{how}_{key}"] = v
+            s = c["settings"]
+            lines += [
+                f"## {lang}, `{name}`: the curve ({c['cached_queries']} training queries scored once, "
+                f"{c['score_seconds_per_query']:.2f} s a query on one core; {s['epochs']} passes, "
+                f"{s['batch_size']} queries a step, lr {s['lr_retriever']:g}, tau {s['distill_tau']:g}, "
+                f"negatives: {s.get('negatives', 'none')})",
+                "",
+                "Held-out: diag0's 200 spans, their cached dense top 8 re-ranked by the trained query tower "
+                "(the reader's scores unchanged, no new search). 95% intervals in brackets.",
+                "",
+                "| queries | steps | " + " | ".join(label for _, label in LABELS) + " |",
+                "|---" * (len(LABELS) + 2) + "|",
+            ]
+            for row in curve:
+                cells = []
+                for key, _ in LABELS:
+                    v = row.get(key)
+                    if v is None:
+                        cells.append("")
+                    elif f"{key}_low" in row:
+                        cells.append(f"{v:.3f} [{row[key + '_low']:.3f}, {row[key + '_high']:.3f}]")
+                    else:
+                        cells.append(f"{v:.3f}")
+                lines.append(f"| {row['queries']} | {row['steps']} | " + " | ".join(cells) + " |")
             lines.append("")
+            if end is not None:
+                lines += [
+                    f"## {lang}, `{name}`: the end, a fresh search of the whole index (`evaluate-mlm --diagnose`)",
+                    "",
+                    "| | step 0 (diag0) | end |",
+                    "|---|---|---|",
+                ]
+                for key, label in (
+                    ("content_ratio_k_run", "content ratio, p(z\\|x) over the top 3 + null"),
+                    ("content_ratio_k_oracle", "the same, best of k (oracle)"),
+                    ("content_ratio_K9_run", "content ratio, p(z\\|x) over the top 8 + null"),
+                    ("answers_in_dense@3", "answers in the dense top 3"),
+                    ("answers_in_dense@8", "answers in the dense top 8"),
+                    ("answers_in_dense@20", "answers in the dense top 20"),
+                    ("entropy_ratio", "entropy of p(z\\|x) / ln K"),
+                    (
+                        "score_utility_spearman",
+                        "scores vs the reader's log p(y\\|x,z) over the top 8, Spearman",
+                    ),
+                ):
+                    a, b = end.get(f"{key}_step0"), end.get(f"{key}_end")
+                    if a is None or b is None:
+                        continue
+                    ci = (
+                        f" [{end[key + '_end_low']:.3f}, {end[key + '_end_high']:.3f}]"
+                        if f"{key}_end_low" in end
+                        else ""
+                    )
+                    lines.append(f"| {label} | {a:.3f} | {b:.3f}{ci} |")
+                lines.append("")
+                for how in ("run", "oracle"):
+                    p = end.get(f"paired_{how}")
+                    if p:
+                        lines.append(
+                            f"Content-token perplexity ({how}), end over step 0, paired bootstrap over the spans: "
+                            f"{p['after_over_before']:.3f} [{p['after_over_before_low']:.3f}, "
+                            f"{p['after_over_before_high']:.3f}]."
+                        )
+                lines.append("")
     if not sections:
         return None
     cmd = (
@@ -322,7 +342,7 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
         "benchmarks/realm/realm_learns.py cached en --sizes 250,500,1000,2600 --epochs 5 (OMP_NUM_THREADS=2); "
         "python benchmarks/realm/realm_learns.py report-cached"
     )
-    targets = {k: v for k, v in TARGETS.items() if k.split("_")[0] in sections}
+    targets = {k: v for k, v in TARGETS.items() if f"{k.split('_')[0]}-cached" in sections}
     out = write_result("realm_learns_cached", cmd, metrics, targets, runs=sections)
     (RESULTS / "realm_learns_cached.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out

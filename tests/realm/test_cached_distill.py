@@ -173,3 +173,49 @@ def test_refuses_a_run_whose_reader_learns(frozen, causal_cfg, tmp_path):
         distill_query_tower(run, records, epochs=1)
     with pytest.raises(RalmError, match="epochs=0"):
         distill_query_tower(run, records, epochs=0)
+
+
+def test_in_batch_negatives_rows_by_hand():
+    from ralm.realm.cached_distill import _with_in_batch_negatives
+
+    rows = np.array([[5, 7], [7, 9]])
+    lp = torch.tensor([[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]])
+    got_rows, got_lp, pad = _with_in_batch_negatives(rows, lp)
+    # query 0: its own 5, 7, then query 1's 9 (7 is its own: left out); query 1: 7, 9, then 5
+    assert got_rows[0].tolist()[:2] == [5, 7] and got_rows[0, 3] == 9 and pad[0].tolist() == [0, 0, 1, 0, 0]
+    assert got_rows[1].tolist() == [7, 9, 5, 7] and pad[1].tolist() == [0, 0, 0, 1, 0]
+    inf = float("-inf")
+    assert got_lp.tolist() == [[-1.0, -2.0, inf, inf, -3.0], [-4.0, -5.0, inf, inf, -6.0]]
+
+
+def test_in_batch_negatives_loss_by_hand(frozen):
+    from ralm.errors import RalmError
+    from ralm.realm.cached_distill import distill_query_tower
+    from ralm.realm.evaluate import heldout_batches
+    from ralm.realm.run import load_run
+
+    run_dir, records = frozen
+    run = load_run(run_dir)
+    for m in run.model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    by = {r["chunk"]: r for r in records}
+    want = []
+    with torch.no_grad():
+        batch = next(heldout_batches(run, np.array([r["chunk"] for r in records]), 6))
+        recs = [by[int(c)] for c in batch["source_ids"].tolist()]
+        q = run.model.embed_queries(batch)
+        for b, r in enumerate(recs):
+            own = r["reader_docs"][:4]
+            others = []
+            for o in recs[:b] + recs[b + 1 :]:
+                others += [c for c in o["reader_docs"][:4] if c not in own and c not in others]
+            # log p(z|x) over own + others + null, by the model; the target: softmax over own + null
+            lpz = run.model.prior_over(q[b : b + 1], np.array([own + others]))[0]
+            keep = [*range(4), len(own) + len(others)]
+            t = torch.log_softmax(torch.tensor(r["lp_content"]), 0)
+            want.append(float((t.exp() * (t - lpz[keep])).sum()))
+    _, _, hist = distill_query_tower(run, records, epochs=1, batch_size=6, log_every=1, negatives="in_batch")
+    assert hist[0]["kl"] == pytest.approx(float(np.mean(want)), rel=1e-5)
+    with pytest.raises(RalmError, match="negatives=.all."):
+        distill_query_tower(run, records, epochs=1, negatives="all")

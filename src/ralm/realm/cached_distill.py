@@ -34,7 +34,9 @@ from ralm.realm.evaluate import heldout_batches
 from ralm.realm.marginal import distillation_loss
 from ralm.realm.run import LoadedRun
 
-__all__ = ["distill_query_tower", "rescore_records", "save_distilled"]
+__all__ = ["NEGATIVES", "distill_query_tower", "rescore_records", "save_distilled"]
+
+NEGATIVES = ("none", "in_batch")
 
 
 def _check(run: LoadedRun, records: Sequence[dict[str, Any]]) -> int:
@@ -91,6 +93,7 @@ def distill_query_tower(
     target: str = "content",
     seed: int | None = None,
     log_every: int = 0,
+    negatives: str = "none",
 ) -> tuple[torch.optim.Optimizer, Any, list[dict[str, float]]]:
     """Train `run.model`'s query tower (in place) on cached records for `epochs` passes.
 
@@ -102,6 +105,11 @@ def distill_query_tower(
     epochs x ceil(N / batch_size) steps; tau defaults to the run's `distill_tau`. The records'
     order is shuffled anew each pass (seeded).
 
+    `negatives = "in_batch"`: each query's softmax also holds the other queries' cached chunks of the
+    batch, with target probability 0 (a chunk that is also one of its own stays its own). The
+    distillation alone sets only the relative scores of a query's own candidates, and nothing holds
+    the rest of the index in place; the in-batch chunks are the rest of the index the step sees.
+
     Returns (optimizer, scheduler, history): history has one row per `log_every` steps (and the
     last) with the mean KL since the previous row.
     """
@@ -110,6 +118,8 @@ def distill_query_tower(
 
     if target not in ("content", "all"):
         raise RalmError(f"target={target!r}: choose content or all")
+    if negatives not in NEGATIVES:
+        raise RalmError(f"negatives={negatives!r}: choose one of {', '.join(NEGATIVES)}")
     if epochs < 1:
         raise RalmError(f"epochs={epochs}: must be >= 1")
     R = _check(run, records)
@@ -134,7 +144,13 @@ def distill_query_tower(
             lp = torch.tensor([r[f"lp_{target}"] for r in recs], dtype=torch.float32)
             batch = {k: v.to(run.device) for k, v in batch.items()}
             q = model.embed_queries(batch).float()
+            pad = None
+            if negatives == "in_batch":
+                rows, lp, pad = _with_in_batch_negatives(rows, lp)
             log_p_z = model.prior_over(q, rows, _doc_vectors(run, rows)).float()
+            if pad is not None:  # the softmax over the places kept
+                log_p_z = log_p_z.masked_fill(pad.to(log_p_z.device), -math.inf)
+                log_p_z = log_p_z - torch.logsumexp(log_p_z, dim=1, keepdim=True)
             loss = distillation_loss(log_p_z, lp.to(log_p_z.device), tau).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -150,6 +166,31 @@ def distill_query_tower(
                 since = []
     model.eval()
     return opt, sched, history
+
+
+def _with_in_batch_negatives(
+    rows: np.ndarray, lp: torch.Tensor
+) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    """Rows (B, R) and targets (B, R + 1, the null last) -> rows (B, B*R), targets (B, B*R + 1) and a
+    mask (B, B*R + 1) of the places to leave out: each query's own R chunks, then the other queries'
+    chunks with target log-probability -inf. A chunk already in the row (its own, or another
+    query's twice) is left out, its place masked."""
+    B, R = rows.shape
+    out_rows = np.repeat(rows[:, :1], B * R, axis=1)
+    out_lp = torch.full((B, B * R + 1), -math.inf, dtype=lp.dtype)
+    pad = torch.zeros(B, B * R + 1, dtype=torch.bool)
+    for b in range(B):
+        seen: set[int] = set()
+        order = [b, *(o for o in range(B) if o != b)]
+        for slot, c in enumerate(rows[order].ravel().tolist()):
+            if c in seen:
+                pad[b, slot] = True
+                continue
+            seen.add(c)
+            out_rows[b, slot] = c
+        out_lp[b, :R] = lp[b, :R]
+        out_lp[b, -1] = lp[b, R]  # the null document
+    return out_rows, out_lp, pad
 
 
 @torch.inference_mode()
