@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from realm.realm_learns_report import END_ROWS, end_table_lines, span_records
+
 # the `warm` stage's settings, in today's reader layout (the chunk before the query) so that the
 # cached held-out scores are diag0's own records
 CACHED = {
@@ -37,10 +39,10 @@ CACHED = {
     "lr_retriever": 1e-4,
 }
 READER_DEPTH = 8
-
-
-def _records(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+# the end table: the `warm` stage's rows but the uniform and the top-8 oracle ones
+END_ROWS_CACHED = tuple(
+    r for r in END_ROWS if r[0] not in ("content_ratio_k_uniform", "content_ratio_K9_oracle")
+)
 
 
 def score_part(run_dir: Path, queries: int, part: int, parts: int, block: int = 100) -> Path:
@@ -51,7 +53,7 @@ def score_part(run_dir: Path, queries: int, part: int, parts: int, block: int = 
     from ralm.realm.run import load_run
 
     out = run_dir / f"scores-{part}-of-{parts}.jsonl"
-    done = _records(out) if out.is_file() else []
+    done = span_records(out) if out.is_file() else []
     ids = query_order(run_dir)[:queries][part::parts][len(done) :]
     if not len(ids):
         return out
@@ -122,7 +124,7 @@ def cached_stage(
     if missing:
         raise SystemExit(f"{', '.join(missing)}: score them first (`cached {lang} --part I/{parts}`)")
     # what the parts hold (a part stopped early gives fewer): the queries scored in every part's order
-    parts_records = [_records(f) for f in files]
+    parts_records = [span_records(f) for f in files]
     per = min(len(x) for x in parts_records)
     train = [r for x in parts_records for r in x[:per]]
     order = {int(c): i for i, c in enumerate(query_order(run_dir))}
@@ -130,7 +132,7 @@ def cached_stage(
     held_path = work / f"{lang}-diag0" / "diagnose_initial_queries.jsonl"
     if not held_path.is_file():
         raise SystemExit(f"{held_path}: run `realm_learns.py diag0 {lang}` first")
-    held = _records(held_path)
+    held = span_records(held_path)
     run = load_run(run_dir, initial=True)
     kr = run.model.n_retrieved
     start = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
@@ -221,7 +223,12 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from common import RESULTS, write_result
-    from realm.realm_learns_report import warm_record
+    from realm.realm_learns_report import END_ROWS, warm_record
+
+    # the end table: the `warm` stage's rows but the uniform and the top-8 oracle ones
+    END_ROWS_CACHED = tuple(
+        r for r in END_ROWS if r[0] not in ("content_ratio_k_uniform", "content_ratio_K9_oracle")
+    )
 
     metrics: dict[str, float] = {}
     sections: dict[str, dict] = {}
@@ -263,10 +270,8 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
                     )
                     if a is not None and b is not None:
                         metrics[f"{tag}_answers_in_dense@{depth}_gain"] = b - a
-                if "answers_in_dense@3_end" in end:
-                    metrics[f"{tag}_answers_in_candidates_gain"] = (
-                        end["answers_in_dense@3_end"] - end["answers_in_dense@3_step0"]
-                    )
+                if f"{tag}_answers_in_dense@3_gain" in metrics:  # the reader's candidates: the top 3
+                    metrics[f"{tag}_answers_in_candidates_gain"] = metrics[f"{tag}_answers_in_dense@3_gain"]
                 for how in ("run", "oracle"):
                     for key, v in end.get(f"paired_{how}", {}).items():
                         metrics[f"{tag}_content_ratio_{how}_{key}"] = v
@@ -302,38 +307,7 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
                     "| | step 0 (diag0) | end |",
                     "|---|---|---|",
                 ]
-                for key, label in (
-                    ("content_ratio_k_run", "content ratio, p(z\\|x) over the top 3 + null"),
-                    ("content_ratio_k_oracle", "the same, best of k (oracle)"),
-                    ("content_ratio_K9_run", "content ratio, p(z\\|x) over the top 8 + null"),
-                    ("answers_in_dense@3", "answers in the dense top 3"),
-                    ("answers_in_dense@8", "answers in the dense top 8"),
-                    ("answers_in_dense@20", "answers in the dense top 20"),
-                    ("entropy_ratio", "entropy of p(z\\|x) / ln K"),
-                    (
-                        "score_utility_spearman",
-                        "scores vs the reader's log p(y\\|x,z) over the top 8, Spearman",
-                    ),
-                ):
-                    a, b = end.get(f"{key}_step0"), end.get(f"{key}_end")
-                    if a is None or b is None:
-                        continue
-                    ci = (
-                        f" [{end[key + '_end_low']:.3f}, {end[key + '_end_high']:.3f}]"
-                        if f"{key}_end_low" in end
-                        else ""
-                    )
-                    lines.append(f"| {label} | {a:.3f} | {b:.3f}{ci} |")
-                lines.append("")
-                for how in ("run", "oracle"):
-                    p = end.get(f"paired_{how}")
-                    if p:
-                        lines.append(
-                            f"Content-token perplexity ({how}), end over step 0, paired bootstrap over the spans: "
-                            f"{p['after_over_before']:.3f} [{p['after_over_before_low']:.3f}, "
-                            f"{p['after_over_before_high']:.3f}]."
-                        )
-                lines.append("")
+                lines += end_table_lines(end, END_ROWS_CACHED)
     if not sections:
         return None
     cmd = (

@@ -94,7 +94,7 @@ def score_utility(diag: dict, queries: Path) -> dict | None:
         return None
     from ralm.realm.diagnose import records_score_utility
 
-    recs = _span_records(queries)
+    recs = span_records(queries)
     return records_score_utility(recs, has_null=recs[0]["reader_docs"][-1] == -1)  # the null document is last
 
 
@@ -218,7 +218,7 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
     return rec
 
 
-def _span_records(p: Path) -> list[dict]:
+def span_records(p: Path) -> list[dict]:
     return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
@@ -256,6 +256,48 @@ def paired_ratio_change(before: list[dict], after: list[dict], how: str) -> dict
         "after_over_before_low": low,
         "after_over_before_high": high,
     }
+
+
+# the rows of an end-versus-step-0 table (`warm`, and realm_learns_cached.py's end): (key, label)
+END_ROWS = (
+    ("content_ratio_k_run", "content ratio, p(z\\|x) over the top 3 + null"),
+    ("content_ratio_k_uniform", "the same, uniform p(z\\|x)"),
+    ("content_ratio_k_oracle", "the same, best of k (oracle)"),
+    ("content_ratio_K9_run", "content ratio, p(z\\|x) over the top 8 + null"),
+    ("content_ratio_K9_oracle", "the same, oracle"),
+    ("answers_in_dense@3", "answers in the dense top 3"),
+    ("answers_in_dense@8", "answers in the dense top 8"),
+    ("answers_in_dense@20", "answers in the dense top 20"),
+    ("entropy_ratio", "entropy of p(z\\|x) / ln K"),
+    ("score_utility_spearman", "scores vs the reader's log p(y\\|x,z) over the top 8, Spearman"),
+)
+
+
+def end_table_lines(w: dict, rows: tuple[tuple[str, str], ...]) -> list[str]:
+    """The table rows (step 0, end [95%]) of a `warm_record`-shaped record for `rows`, a blank line,
+    the paired end-over-step-0 perplexity lines, a blank line (the table's header is the caller's)."""
+    lines = []
+    for key, label in rows:
+        a, b = w.get(f"{key}_step0"), w.get(f"{key}_end")
+        if a is None or b is None:
+            continue
+        if f"{key}_end_low" in w:
+            lines.append(
+                f"| {label} | {a:.3f} | {b:.3f} [{w[key + '_end_low']:.3f}, {w[key + '_end_high']:.3f}] |"
+            )
+        else:
+            lines.append(f"| {label} | {a:.3f} | {b:.3f} |")
+    lines.append("")
+    for how in ("run", "oracle"):
+        c = w.get(f"paired_{how}")
+        if c:
+            lines.append(
+                f"Content-token perplexity ({how}), end over step 0, paired bootstrap over the spans: "
+                f"{c['after_over_before']:.3f} [{c['after_over_before_low']:.3f}, "
+                f"{c['after_over_before_high']:.3f}]."
+            )
+    lines.append("")
+    return lines
 
 
 def warm_record(work: Path, lang: str, name: str = "warm") -> dict | None:
@@ -297,7 +339,7 @@ def warm_record(work: Path, lang: str, name: str = "warm") -> dict | None:
         if v is not None:
             rec[f"train_{key}_last20"] = v
     if spans["step0"].is_file() and spans["end"].is_file():
-        before, after = _span_records(spans["step0"]), _span_records(spans["end"])
+        before, after = span_records(spans["step0"]), span_records(spans["end"])
         for how in ("run", "oracle"):
             rec[f"paired_{how}"] = paired_ratio_change(before, after, how)
     return rec
@@ -504,37 +546,7 @@ def markdown(metrics: dict, extra: dict) -> str:
             "| | step 0 | end |",
             "|---|---|---|",
         ]
-        for key, label in (
-            ("content_ratio_k_run", "content ratio, p(z\\|x) over the top 3 + null"),
-            ("content_ratio_k_uniform", "the same, uniform p(z\\|x)"),
-            ("content_ratio_k_oracle", "the same, best of k (oracle)"),
-            ("content_ratio_K9_run", "content ratio, p(z\\|x) over the top 8 + null"),
-            ("content_ratio_K9_oracle", "the same, oracle"),
-            ("answers_in_dense@3", "answers in the dense top 3"),
-            ("answers_in_dense@8", "answers in the dense top 8"),
-            ("answers_in_dense@20", "answers in the dense top 20"),
-            ("entropy_ratio", "entropy of p(z\\|x) / ln K"),
-            ("score_utility_spearman", "scores vs the reader's log p(y\\|x,z) over the top 8, Spearman"),
-        ):
-            a, b = w.get(f"{key}_step0"), w.get(f"{key}_end")
-            if a is None or b is None:
-                continue
-            if f"{key}_end_low" in w:
-                lines.append(
-                    f"| {label} | {a:.3f} | {b:.3f} [{w[key + '_end_low']:.3f}, {w[key + '_end_high']:.3f}] |"
-                )
-            else:
-                lines.append(f"| {label} | {a:.3f} | {b:.3f} |")
-        lines.append("")
-        for how in ("run", "oracle"):
-            c = w.get(f"paired_{how}")
-            if c:
-                lines.append(
-                    f"Content-token perplexity ({how}), end over step 0, paired bootstrap over the spans: "
-                    f"{c['after_over_before']:.3f} [{c['after_over_before_low']:.3f}, "
-                    f"{c['after_over_before_high']:.3f}]."
-                )
-        lines.append("")
+        lines += end_table_lines(w, END_ROWS)
     speed = extra.get("speed")
     if speed:
         names = [k.removesuffix("_queries_per_s") for k in speed if k.endswith("_queries_per_s")]
