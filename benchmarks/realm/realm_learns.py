@@ -30,6 +30,8 @@ Stages (each skipped when its output exists in --work; training runs resume afte
                     [--fresh]: the arm of that `formatted` stage)
   report            benchmarks/results/realm_learns.json and .md (realm_learns_report.py)
   report-cached     benchmarks/results/realm_learns_cached.json and .md (the `cached` stage's curve and end)
+  explain           benchmarks/results/realm_learns_explain.json and .md: what the frozen reader rewards
+                    in a chunk, from the cached scores and diag0 (realm_learns_explain.py)
 
 LANG is en (SmolLM2-135M reader, MiniLM towers, the demo's English Wikipedia in 64-token chunks) or nb
 (Gemma-3-270M reader, the NorQuAD DPR towers of realm_causal.py, NorQuAD passages + Norwegian Debian
@@ -294,8 +296,16 @@ def cached_main(args) -> None:
 
     run = init_run(args.work, args.lang, "cached", CACHED, args.steps)
     scores = run
-    if args.negatives != "none":  # its own run, learning from the same cached scores
-        run = init_run(args.work, args.lang, f"cached-{args.negatives}", CACHED, args.steps)
+    tags = [
+        x
+        for x in (
+            args.target if args.target != "reader" else "",
+            args.negatives if args.negatives != "none" else "",
+        )
+        if x
+    ]
+    if tags:  # its own run, learning from the same cached scores
+        run = init_run(args.work, args.lang, "cached-" + "-".join(tags), CACHED, args.steps)
     if args.part:
         i, p = (int(x) for x in args.part.split("/"))
         if not 0 <= i < p:
@@ -313,6 +323,7 @@ def cached_main(args) -> None:
         batch_size=args.tower_batch,
         negatives=args.negatives,
         scores_dir=scores,
+        target=args.target,
     )
     diagnose(run, None, initial=False)
 
@@ -473,6 +484,7 @@ def main() -> None:
             "towers",
             "report",
             "report-cached",
+            "explain",
         ],
     )
     ap.add_argument("lang", nargs="?", choices=["en", "nb"], default="en")
@@ -505,6 +517,13 @@ def main() -> None:
         choices=["none", "in_batch"],
         help="cached: in_batch adds the batch's other chunks at target 0 (run LANG-cached-in_batch)",
     )
+    ap.add_argument(
+        "--target",
+        default="reader",
+        choices=["reader", "answer"],
+        help="cached: answer learns from which chunks hold the masked span, not from the reader's scores "
+        "(run LANG-cached-answer)",
+    )
     ap.add_argument("--tower-batch", type=int, default=16, help="cached: queries a query-tower step")
     ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
     args = ap.parse_args()
@@ -535,6 +554,10 @@ def main() -> None:
         from realm.realm_learns_cached import report_cached
 
         report_cached(args.work)
+    elif args.stage == "explain":
+        from realm.realm_learns_explain import explain_stage
+
+        explain_stage(args.work, ("en", "nb"), store_of)
     elif args.stage == "report":
         from realm.realm_learns_report import report
 
