@@ -39,6 +39,8 @@ CACHED = {
     "lr_retriever": 1e-4,
 }
 READER_DEPTH = 8
+# --target answer: the nats of a chunk that holds the masked span over one that does not (and the null)
+ANSWER_NATS = 5.0
 # the end table: the `warm` stage's rows but the uniform and the top-8 oracle ones
 END_ROWS_CACHED = tuple(
     r for r in END_ROWS if r[0] not in ("content_ratio_k_uniform", "content_ratio_K9_oracle")
@@ -71,6 +73,38 @@ def score_part(run_dir: Path, queries: int, part: int, parts: int, block: int = 
             flush=True,
         )
     return out
+
+
+def answer_targets(records: list[dict], nats: float = ANSWER_NATS) -> list[dict]:
+    """The records as distant supervision (`--target answer`): each of the R chunks' log-likelihoods
+    replaced by `nats` if it holds the masked span and 0 if not, the null document's by 0; spans
+    whose R chunks all hold it or all miss it are left out (they rank nothing)."""
+    out = []
+    for r in records:
+        holds = answer_flags(r)
+        if len(set(holds)) < 2:
+            continue
+        lp = [nats * h for h in holds] + [0.0] * (len(r["reader_docs"]) - len(holds))
+        out.append({**r, "lp_content": lp, "lp_all": lp})
+    return out
+
+
+def answer_flags(r: dict) -> list[float]:
+    """1.0 for each of a record's R chunks (the null document left out) that holds the masked span."""
+    R = len(r["reader_docs"]) - int(r["reader_docs"][-1] == -1)
+    flag = dict(zip(r["candidates"]["dense"], r["has_answer"]["dense"], strict=True))
+    return [float(flag.get(d, False)) for d in r["reader_docs"][:R]]
+
+
+def answer_agreement(records: list[dict]) -> dict:
+    """`score_utility_agreement` of the records' scores over their R chunks with holding the answer:
+    does the retriever rank the chunks that hold the masked span first?"""
+    from ralm.realm.diagnose import score_utility_agreement
+
+    R = len(answer_flags(records[0]))
+    return score_utility_agreement(
+        np.array([r["log_p_z_r"][:R] for r in records]), np.array([answer_flags(r) for r in records])
+    )
 
 
 def _summary_row(summary: dict) -> dict:
@@ -106,8 +140,11 @@ def cached_stage(
     batch_size: int,
     negatives: str = "none",
     scores_dir: Path | None = None,
+    target: str = "reader",
 ) -> Path:
-    """The curve over `sizes` and the end diagnosis of the largest (see the module docstring)."""
+    """The curve over `sizes` and the end diagnosis of the largest (see the module docstring);
+    target "answer" learns from `answer_targets` of the cached records instead of the reader's
+    scores (the held-out figures stay the reader's)."""
     import torch
 
     from ralm.atomic import write_json_atomic
@@ -136,14 +173,20 @@ def cached_stage(
     run = load_run(run_dir, initial=True)
     kr = run.model.n_retrieved
     start = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
-    curve = [{"queries": 0, "steps": 0, **_summary_row(summarize(rescore_records(run, held), k=kr))}]
+
+    def held_row() -> dict:
+        rescored = rescore_records(run, held)
+        return {**_summary_row(summarize(rescored, k=kr)), **_answer_row(answer_agreement(rescored))}
+
+    curve = [{"queries": 0, "steps": 0, **held_row()}]
     sizes = sorted({min(n, len(train)) for n in sizes})
     history: dict[str, list] = {}
     for n in sizes:
         run.model.load_state_dict(start)
         t0 = time.perf_counter()
+        learn = answer_targets(train[:n]) if target == "answer" else train[:n]
         opt, sched, hist = distill_query_tower(
-            run, train[:n], epochs=epochs, batch_size=batch_size, log_every=25, negatives=negatives
+            run, learn, epochs=epochs, batch_size=batch_size, log_every=25, negatives=negatives
         )
         seconds = time.perf_counter() - t0
         steps = hist[-1]["step"]
@@ -153,10 +196,12 @@ def cached_stage(
             "train_seconds": seconds,
             "kl_first": hist[0]["kl"],
             "kl_last": hist[-1]["kl"],
-            **_summary_row(summarize(rescore_records(run, held), k=kr)),
+            "learned_from": len(learn),
+            **held_row(),
         }
-        fit = summarize(rescore_records(run, train[:n]), k=kr)["score_utility"]
-        row["train_score_utility_spearman"] = fit["spearman"]
+        rescored = rescore_records(run, train[:n])
+        row["train_score_utility_spearman"] = summarize(rescored, k=kr)["score_utility"]["spearman"]
+        row["train_answer_spearman"] = answer_agreement(rescored)["spearman"]
         curve.append(row)
         history[str(n)] = hist
         print(f"[cached] {n} queries, {steps} steps: {json.dumps(row)}", flush=True)
@@ -170,6 +215,8 @@ def cached_stage(
             "epochs": epochs,
             "batch_size": batch_size,
             "negatives": negatives,
+            "target": target,
+            **({"answer_nats": ANSWER_NATS} if target == "answer" else {}),
             "reader_depth": READER_DEPTH,
             "distill_tau": run.cfg.distill_tau,
             "warmup_steps": run.cfg.warmup_steps,
@@ -182,6 +229,14 @@ def cached_stage(
         "torch_threads": torch.get_num_threads(),
     }
     return write_json_atomic(out, payload)
+
+
+def _answer_row(a: dict) -> dict:
+    return {
+        "answer_spearman": a["spearman"],
+        "answer_spearman_low": a["spearman_low"],
+        "answer_spearman_high": a["spearman_high"],
+    }
 
 
 def query_order(run_dir: Path) -> np.ndarray:
