@@ -109,3 +109,47 @@ def causal_cfg(tiny_cfg, causal_dirs, tiny_dir):
         return tiny_cfg(**base)
 
     return make
+
+
+FROZEN = dict(
+    reader_train="freeze", retriever_train="query", score_scale="learned", steps=1, checkpoint_every=1
+)
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
+    """A frozen-reader, query-side REALM run (tiny Llama reader, tiny BERT towers) and the diagnosis
+    records of 6 of its training chunks (4 chunks a record + the null document)."""
+    import torch
+
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.diagnose import diagnose
+    from ralm.realm.run import load_run
+    from ralm.realm.trainer import pretrain
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cfg = PretrainConfig(
+        docstore=str(realm_store),
+        out=str(tmp_path_factory.mktemp("cached") / "run"),
+        reader=str(causal_dirs["llama"]),
+        retriever=str(tiny_dir),
+        batch_size=3,
+        k=3,
+        encoder_max_length=32,
+        reader_max_length=200,
+        heldout=3,
+        refresh_every=0,
+        warmup_steps=0,
+        lr_retriever=1e-3,
+        lr_scale=1e-2,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+        **FROZEN,
+    )
+    run_dir = pretrain(cfg, progress=False)
+    run = load_run(run_dir)
+    records = diagnose(run, None, depth=8, reader_depth=4, ids=run.train_ids[:6]).records
+    torch.set_num_threads(n)
+    return run_dir, records

@@ -46,7 +46,16 @@ SOURCES = ("dense", "bm25", "hybrid")
 DEPTHS = (3, 8, 20)
 SCALES = (0.5, 2.0, 4.0, 8.0)
 
-__all__ = ["DEPTHS", "SCALES", "SOURCES", "Diagnosis", "diagnose", "format_diagnosis", "summarize"]
+__all__ = [
+    "DEPTHS",
+    "SCALES",
+    "SOURCES",
+    "Diagnosis",
+    "diagnose",
+    "format_diagnosis",
+    "span_in_chunk",
+    "summarize",
+]
 
 
 @dataclass
@@ -148,7 +157,8 @@ def diagnose(
                 "closed_content": float(closed["content"][b]),
                 "candidates": {s: cands[s][b].tolist() for s in SOURCES},
                 "has_answer": {
-                    s: [_holds(model.reader, int(c), span) for c in cands[s][b].tolist()] for s in SOURCES
+                    s: [span_in_chunk(model.reader, int(c), span) for c in cands[s][b].tolist()]
+                    for s in SOURCES
                 },
                 "reader_docs": rows[b],
                 "lp_all": lp_all[b].tolist(),
@@ -182,7 +192,9 @@ def _bm25(bm25, texts: Sequence[str], src: np.ndarray, depth: int) -> np.ndarray
     return out
 
 
-def _holds(reader, cid: int, span: str) -> bool:
+def span_in_chunk(reader, cid: int, span: str) -> bool:
+    """Whether chunk `cid` (a real chunk, not the null document -1) holds `span`, case-folded: a
+    record's `has_answer`."""
     return cid >= 0 and bool(span) and span.casefold() in reader.doc_text(cid).casefold()
 
 
