@@ -324,6 +324,7 @@ def cached_main(args) -> None:
         negatives=args.negatives,
         scores_dir=scores,
         target=args.target,
+        queries=args.queries,
     )
     diagnose(run, None, initial=False)
 
@@ -520,9 +521,10 @@ def main() -> None:
     ap.add_argument(
         "--target",
         default="reader",
-        choices=["reader", "answer"],
-        help="cached: answer learns from which chunks hold the masked span, not from the reader's scores "
-        "(run LANG-cached-answer)",
+        choices=["reader", "answer", "answer_free"],
+        help="cached: answer learns from which of the cached chunks hold the masked span, not from the "
+        "reader's scores (run LANG-cached-answer); answer_free the same from the first --queries training "
+        "chunks with no reader pass (run LANG-cached-answer_free)",
     )
     ap.add_argument("--tower-batch", type=int, default=16, help="cached: queries a query-tower step")
     ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ralm.realm.answer_supervision import ANSWER_NATS
 from realm.realm_learns_report import END_ROWS, end_table_lines, span_records
 
 # the `warm` stage's settings, in today's reader layout (the chunk before the query) so that the
@@ -39,8 +40,6 @@ CACHED = {
     "lr_retriever": 1e-4,
 }
 READER_DEPTH = 8
-# --target answer: the nats of a chunk that holds the masked span over one that does not (and the null)
-ANSWER_NATS = 5.0
 # the end table: the `warm` stage's rows but the uniform and the top-8 oracle ones
 END_ROWS_CACHED = tuple(
     r for r in END_ROWS if r[0] not in ("content_ratio_k_uniform", "content_ratio_K9_oracle")
@@ -141,10 +140,13 @@ def cached_stage(
     negatives: str = "none",
     scores_dir: Path | None = None,
     target: str = "reader",
+    queries: int | None = None,
 ) -> Path:
     """The curve over `sizes` and the end diagnosis of the largest (see the module docstring);
     target "answer" learns from `answer_targets` of the cached records instead of the reader's
-    scores (the held-out figures stay the reader's)."""
+    scores (the held-out figures stay the reader's); "answer_free" learns from
+    `ralm.realm.answer_supervision.answer_records` of the first `queries` training chunks (no reader:
+    any number of them), the curve's sizes counting those queries."""
     import torch
 
     from ralm.atomic import write_json_atomic
@@ -179,12 +181,21 @@ def cached_stage(
         return {**_summary_row(summarize(rescored, k=kr)), **_answer_row(answer_agreement(rescored))}
 
     curve = [{"queries": 0, "steps": 0, **held_row()}]
-    sizes = sorted({min(n, len(train)) for n in sizes})
+    pool = train
+    if target == "answer_free":
+        pool = _answer_pool(run, run_dir, queries)
+        sizes = sorted({min(n, queries or n) for n in sizes})
+    else:
+        sizes = sorted({min(n, len(train)) for n in sizes})
+    rank = {int(c): i for i, c in enumerate(query_order(run_dir))}
     history: dict[str, list] = {}
     for n in sizes:
         run.model.load_state_dict(start)
         t0 = time.perf_counter()
-        learn = answer_targets(train[:n]) if target == "answer" else train[:n]
+        if target == "answer_free":  # the records among the first n queries
+            learn = [r for r in pool if rank[int(r["chunk"])] < n]
+        else:
+            learn = answer_targets(train[:n]) if target == "answer" else train[:n]
         opt, sched, hist = distill_query_tower(
             run, learn, epochs=epochs, batch_size=batch_size, log_every=25, negatives=negatives
         )
@@ -199,7 +210,7 @@ def cached_stage(
             "learned_from": len(learn),
             **held_row(),
         }
-        rescored = rescore_records(run, train[:n])
+        rescored = rescore_records(run, train[:n])  # the reader-scored ones among its queries
         row["train_score_utility_spearman"] = summarize(rescored, k=kr)["score_utility"]["spearman"]
         row["train_answer_spearman"] = answer_agreement(rescored)["spearman"]
         curve.append(row)
@@ -216,12 +227,13 @@ def cached_stage(
             "batch_size": batch_size,
             "negatives": negatives,
             "target": target,
-            **({"answer_nats": ANSWER_NATS} if target == "answer" else {}),
+            **({"answer_nats": ANSWER_NATS} if target in ("answer", "answer_free") else {}),
             "reader_depth": READER_DEPTH,
             "distill_tau": run.cfg.distill_tau,
             "warmup_steps": run.cfg.warmup_steps,
         },
         "cached_queries": len(train),
+        **({"answer_queries": sizes[-1], "answer_records": len(pool)} if target == "answer_free" else {}),
         "score_seconds_per_query": float(np.mean(scored)) if scored else None,
         "parts": parts,
         "curve": curve,
@@ -229,6 +241,27 @@ def cached_stage(
         "torch_threads": torch.get_num_threads(),
     }
     return write_json_atomic(out, payload)
+
+
+def _answer_pool(run, run_dir: Path, queries: int | None) -> list[dict]:
+    """`answer_records` of the first `queries` training chunks in query order (all without a number),
+    computed once into RUN/answer_records.jsonl."""
+    from ralm.atomic import write_text_atomic
+    from ralm.realm.answer_supervision import answer_records
+
+    path = run_dir / "answer_records.jsonl"
+    if path.is_file():
+        return span_records(path)
+    ids = query_order(run_dir)[:queries]
+    t0 = time.perf_counter()
+    recs = answer_records(run, ids, depth=READER_DEPTH)
+    print(
+        f"[cached] answer records: {len(recs)} of {len(ids)} queries rank something "
+        f"({time.perf_counter() - t0:.0f} s)",
+        flush=True,
+    )
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in recs))
+    return recs
 
 
 def _answer_row(a: dict) -> dict:
@@ -259,6 +292,7 @@ RERANK_METRICS = (
     "entropy_ratio",
     "answers_in_dense@3",
     "top_agreement",
+    "answer_spearman",
 )
 LABELS = (
     ("score_utility_spearman", "Spearman of scores vs the reader's log p(y\\|x,z) over the 8"),
@@ -267,7 +301,9 @@ LABELS = (
     ("content_ratio_k_run", "content ratio, p(z\\|x) over the re-ranked top 3 + null"),
     ("entropy_ratio", "entropy of p(z\\|x) over the top 3 + null / ln 4"),
     ("answers_in_dense@3", "answers in the re-ranked top 3"),
+    ("answer_spearman", "Spearman of scores vs holding the answer over the 8"),
     ("train_score_utility_spearman", "Spearman on its own training queries"),
+    ("train_answer_spearman", "the same vs holding the answer, its own training queries"),
 )
 
 
@@ -289,7 +325,7 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
     sections: dict[str, dict] = {}
     lines = ["# REALM's retriever from cached reader scores (issue 45, `realm_learns.py cached`)", ""]
     for lang in langs:
-        for name in ("cached", "cached-in_batch"):
+        for name in ("cached", "cached-in_batch", "cached-answer", "cached-answer_free"):
             tag = f"{lang}_{name.replace('-', '_')}"
             run = work / f"{lang}-{name}"
             c = (
@@ -304,8 +340,9 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
             curve = c["curve"]
             first, last = curve[0], curve[-1]
             for key in RERANK_METRICS:
-                metrics[f"{tag}_rerank_{key}_step0"] = first[key]
-                metrics[f"{tag}_rerank_{key}_end"] = last[key]
+                if key in first and key in last:  # answer_spearman: the runs since --target answer
+                    metrics[f"{tag}_rerank_{key}_step0"] = first[key]
+                    metrics[f"{tag}_rerank_{key}_end"] = last[key]
             metrics[f"{tag}_queries"] = last["queries"]
             metrics[f"{tag}_score_seconds_per_query"] = c["score_seconds_per_query"]
             if end is not None:
@@ -331,11 +368,23 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
                     for key, v in end.get(f"paired_{how}", {}).items():
                         metrics[f"{tag}_content_ratio_{how}_{key}"] = v
             s = c["settings"]
+            scored = (
+                f"{c['answer_queries']} training queries, no reader pass: {c['answer_records']} of them "
+                "rank something"
+                if "answer_queries" in c
+                else f"{c['cached_queries']} training queries scored once, {c['score_seconds_per_query']:.2f} s "
+                "a query on one core"
+            )
             lines += [
-                f"## {lang}, `{name}`: the curve ({c['cached_queries']} training queries scored once, "
-                f"{c['score_seconds_per_query']:.2f} s a query on one core; {s['epochs']} passes, "
+                f"## {lang}, `{name}`: the curve ({scored}; {s['epochs']} passes, "
                 f"{s['batch_size']} queries a step, lr {s['lr_retriever']:g}, tau {s['distill_tau']:g}, "
-                f"negatives: {s.get('negatives', 'none')})",
+                f"negatives: {s.get('negatives', 'none')}, target: "
+                + (
+                    f"which chunks hold the masked span ({s['answer_nats']:g} nats over the rest)"
+                    if s.get("target") in ("answer", "answer_free")
+                    else "the reader's scores"
+                )
+                + ")",
                 "",
                 "Held-out: diag0's 200 spans, their cached dense top 8 re-ranked by the trained query tower "
                 "(the reader's scores unchanged, no new search). 95% intervals in brackets.",
