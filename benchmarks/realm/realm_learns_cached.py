@@ -325,7 +325,13 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
     sections: dict[str, dict] = {}
     lines = ["# REALM's retriever from cached reader scores (issue 45, `realm_learns.py cached`)", ""]
     for lang in langs:
-        for name in ("cached", "cached-in_batch", "cached-answer", "cached-answer_free"):
+        for name in (
+            "cached",
+            "cached-in_batch",
+            "cached-answer",
+            "cached-answer_free",
+            "cached-answer_free-in_batch",
+        ):
             tag = f"{lang}_{name.replace('-', '_')}"
             run = work / f"{lang}-{name}"
             c = (
