@@ -87,6 +87,16 @@ ARMS: dict[str, dict[str, object]] = {
 # reading the query before each chunk, the query's tokens computed once for its k chunks): the
 # Norwegian pair, where a Gemma-3 step is the budget
 ARMS["all_packed"] = {**ARMS["all"], "reader_layout": "query_first"}
+# the query tower from answer presence at every step (`retriever_loss = "answer"`: the step's own
+# candidates, no reader signal; `realm_learns.py explain` and `cached --target answer` found holding
+# the span to be what the reader rewards and what a tower learns from), the reader from the marginal
+ARMS["answer"] = {
+    "retriever_loss": "answer",
+    "retriever_train": "query",
+    "lr_retriever": 1e-4,
+    "score_scale": "learned",
+    "null_doc": "logit",
+}
 # the retriever alone learning from a frozen reader (`warm`): the query tower at the `all` arm's
 # learning rate, Atlas's perplexity distillation, a learned scale, today's dense top 3 + the empty
 # null document; its end diagnosis is on the same basis as diag0's (the same reader, closed-book)

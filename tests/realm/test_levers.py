@@ -481,3 +481,76 @@ def test_query_first_training_runs_and_resumes_identically(causal_cfg, tmp_path)
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+
+
+# ----------------------------------------------------------------------------- answer supervision
+class _SpanReader:
+    """The two reader methods `answer_target` reads, over fixed texts (a hand case)."""
+
+    def __init__(self, spans, texts):
+        self.spans, self.texts = spans, texts
+
+    def span_texts(self, batch):
+        return self.spans
+
+    def doc_text(self, cid):
+        return self.texts[cid]
+
+
+def test_answer_target_by_hand():
+    from ralm.realm.answer_supervision import answer_target
+
+    reader = _SpanReader(
+        [["Oslo"], ["1040", "Harald"], [""]],
+        {0: "oslo is a city", 1: "Bergen", 2: "King HARALD", 3: "in 1040 Harald founded Oslo"},
+    )
+    target, live = answer_target(reader, {}, [[0, 1, -1], [2, 3, -1], [0, 3, -1]])
+    assert target.tolist() == [[5.0, 0.0, 0.0], [2.5, 5.0, 0.0], [0.0, 0.0, 0.0]]
+    assert live.tolist() == [True, True, False]  # the empty span ranks nothing
+
+
+def test_answer_loss_is_the_kl_on_live_rows_and_the_marginal_leaves_the_retriever(
+    store, tiny_dir, causal_dirs
+):
+    """retriever_loss = answer: the aux term is the distillation KL from the answer target on the rows
+    that rank something, 0 elsewhere; the reader's marginal sends the towers no gradient."""
+    from ralm.realm.answer_supervision import answer_target
+    from ralm.realm.marginal import distillation_loss
+
+    model, tok = _model(store, tiny_dir, causal_dirs, k=4, null_doc="logit", retriever_loss="answer")
+    model.train()
+    batch = _batch(store, tiny_dir, tok, n=8, salient_rate=0.0, random_span_rate=0.15)
+    out = model(batch, _search(model).search)
+    rows = [[*r, -1] for r in out.doc_ids.tolist()]
+    target, live = answer_target(model.reader, batch, rows)
+    assert 0 < int(live.sum()) < len(rows)  # the toy corpus has both kinds of query
+    want = distillation_loss(out.log_p_z.detach(), target) * live
+    assert out.aux.detach().tolist() == pytest.approx(want.tolist(), abs=1e-6)
+    assert all(v == 0 for v, ok in zip(out.aux.tolist(), live.tolist(), strict=True) if not ok)
+    (-out.log_p_y.sum()).backward()
+    q = model.encoder.query_tower.model.embeddings.word_embeddings.weight.grad
+    assert q is None or not q.any()
+    out = model(batch, _search(model).search)
+    out.aux.sum().backward()
+    assert model.encoder.query_tower.model.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+
+def test_answer_loss_run_trains_and_logs_the_kl(causal_cfg, tmp_path):
+    import json
+
+    from ralm.realm.trainer import pretrain
+
+    run = pretrain(
+        causal_cfg(out=str(tmp_path / "a"), steps=2, checkpoint_every=2, retriever_loss="answer"),
+        progress=False,
+    )
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert len(rows) == 2 and all(r["distill_kl"] >= 0 and math.isfinite(r["loss"]) for r in rows)
+
+
+def test_answer_loss_needs_a_causal_reader(tiny_cfg, tmp_path):
+    from ralm.errors import RalmError
+    from ralm.realm.trainer import pretrain
+
+    with pytest.raises(RalmError, match="retriever_loss = answer needs a causal reader"):
+        pretrain(tiny_cfg(out=str(tmp_path / "m"), steps=1, retriever_loss="answer"), progress=False)

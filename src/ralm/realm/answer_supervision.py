@@ -16,20 +16,49 @@ labelled questions and no reader pass, so every training chunk can be a query.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.realm.diagnose import span_in_chunk
-from ralm.realm.evaluate import heldout_batches
-from ralm.realm.run import LoadedRun
 
-__all__ = ["ANSWER_NATS", "answer_records"]
+if TYPE_CHECKING:
+    from ralm.realm.run import LoadedRun
+
+__all__ = ["ANSWER_NATS", "answer_records", "answer_target", "span_in_chunk"]
 
 ANSWER_NATS = 5.0
+
+
+def span_in_chunk(reader, cid: int, span: str) -> bool:
+    """Whether chunk `cid` (a real chunk, not the null document -1) holds `span`, case-folded: a
+    diagnosis record's `has_answer`."""
+    return cid >= 0 and bool(span) and span.casefold() in reader.doc_text(cid).casefold()
+
+
+def answer_target(
+    reader, batch: Mapping[str, torch.Tensor], rows: Sequence[Sequence[int]], nats: float = ANSWER_NATS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target of `retriever_loss = "answer"` for a batch of masked queries and their rows of
+    chunk ids (B, K; -1 the null document): (B, K) `nats` times the share of the query's masked spans
+    (the causal reader's `span_texts`) each chunk holds, 0 for the null document, and (B,) whether
+    the row ranks anything (its values are not all equal: with the null document in the row, some
+    chunk holds a span).
+
+    Example: spans ["Oslo"] and ["1040", "Harald"], rows [[a, b, -1], [c, d, -1]] where only a holds
+    "Oslo" and c holds "Harald" -> [[5, 0, 0], [2.5, 0, 0]], live [True, True]."""
+    spans = reader.span_texts(batch)
+    t = torch.zeros(len(rows), len(rows[0]))
+    for b, row in enumerate(rows):
+        texts = [s for s in spans[b] if s]
+        if not texts:
+            continue
+        for j, cid in enumerate(row):
+            held = sum(span_in_chunk(reader, int(cid), s) for s in texts)
+            t[b, j] = nats * held / len(texts)
+    return t, t.amax(1) > t.amin(1)
 
 
 @torch.inference_mode()
@@ -48,6 +77,8 @@ def answer_records(
     layout, the dense source only), `lp_content` = `lp_all`
     (`nats` for a chunk that holds the span, 0 otherwise and for the null). `skip_uniform` leaves out
     the spans whose `depth` chunks all hold the span or all miss it: their target ranks nothing."""
+    from ralm.realm.evaluate import heldout_batches
+
     model = run.model
     if not model.retrieval or not model.causal:
         raise RalmError(f"{run.cfg.out}: answer records need a REALM run with a causal reader")

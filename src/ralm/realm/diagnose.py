@@ -39,6 +39,7 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype
+from ralm.realm.answer_supervision import span_in_chunk
 from ralm.realm.evaluate import causal_span_scores, heldout_batches, paired_ratio_interval
 from ralm.realm.run import LoadedRun
 
@@ -190,12 +191,6 @@ def _bm25(bm25, texts: Sequence[str], src: np.ndarray, depth: int) -> np.ndarray
         for i, row in zip(live, res.ids, strict=True):
             out[i, : len(row)] = row
     return out
-
-
-def span_in_chunk(reader, cid: int, span: str) -> bool:
-    """Whether chunk `cid` (a real chunk, not the null document -1) holds `span`, case-folded: a
-    record's `has_answer`."""
-    return cid >= 0 and bool(span) and span.casefold() in reader.doc_text(cid).casefold()
 
 
 # ----------------------------------------------------------------------------- the summary

@@ -44,6 +44,11 @@ How p(z|x) is made and trained (issue 45's levers, each a `PretrainConfig` setti
 * `retriever_loss = "distill"`: the retriever learns from Atlas's perplexity distillation,
   KL(softmax(log p(y|z,x) / tau) || p(z|x)), instead of the marginal's gradient; the reader still
   learns from the marginal (with p(z|x) held fixed).
+* `retriever_loss = "answer"`: the same KL, with a target that needs no reader: 5 nats times the
+  share of the query's masked spans a retrieved chunk holds (case-folded text; the null document 0),
+  `ralm.realm.answer_supervision`'s distant supervision at every step on the step's own candidates.
+  A query none of whose chunks holds its spans adds nothing. Causal reader only (its
+  spans have text); the reader learns from the marginal with p(z|x) held fixed.
 * `reader_train = "freeze"`: the reader only scores the candidates, once, without gradient, and the
   retriever (with the score scale and null logit) learns from those scores: a warm start of the
   towers from what the reader can use, at the cost of a forward pass a step.
@@ -70,6 +75,7 @@ from torch import nn
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
+from ralm.realm.answer_supervision import answer_target
 from ralm.realm.marginal import (
     distillation_loss,
     marginal_log_likelihood,
@@ -194,6 +200,8 @@ class RealmModel(nn.Module):
         if reader_backprop_top < 0:
             raise RalmError(f"reader_backprop_top={reader_backprop_top}: must be >= 0 (0 = every document)")
         self.reader = reader
+        if retriever_loss == "answer" and encoder is not None and not self.causal:
+            raise RalmError("retriever_loss = answer needs a causal reader (it reads the masked spans' text)")
         self.encoder = encoder
         self.docs = docs
         self.null_doc = null_doc
@@ -366,6 +374,7 @@ class RealmModel(nn.Module):
             rows = [[*row, -1] for row in doc_ids.tolist()] if self.null_doc != "none" else doc_ids.tolist()
             lp = self._reader_scores(log_p_z, lambda docs: self._causal_scores(batch, docs), rows)
             mask = (batch["lm_span_kind"] >= 0).to(lp.device) if self.marginal == "span" else None
+            answer = answer_target(self.reader, batch, rows) if self.retriever_loss == "answer" else None
             return self._output(
                 log_p_z,
                 lp,
@@ -373,6 +382,7 @@ class RealmModel(nn.Module):
                 self.reader.n_target(batch),
                 doc_ids,
                 self.reader.answers_found(batch, doc_ids),
+                answer,
             )
         n_masked = (labels != IGNORE_INDEX).sum(1)
         docs = [[self.docs.reader_doc(i) for i in row] for row in doc_ids]
@@ -434,10 +444,11 @@ class RealmModel(nn.Module):
             idx = idx.unsqueeze(2).expand(-1, -1, lp_sel.shape[2])
         return lp_all.to(lp_sel.dtype).scatter(1, idx, lp_sel)
 
-    def _output(self, log_p_z, lp, span_mask, n_masked, doc_ids, found) -> RealmOutput:
-        """The marginal (joint or per span) and the distillation term from the reader's scores."""
+    def _output(self, log_p_z, lp, span_mask, n_masked, doc_ids, found, answer=None) -> RealmOutput:
+        """The marginal (joint or per span) and the distillation term from the reader's scores, or
+        from `answer` ((B, K) target, (B,) live rows: `answer_target`) with retriever_loss = answer."""
         joint = lp.sum(2) if lp.dim() == 3 else lp  # (B, K) log p(y|x,z)
-        lpz = log_p_z.detach() if self.retriever_loss == "distill" else log_p_z
+        lpz = log_p_z.detach() if self.retriever_loss in ("distill", "answer") else log_p_z
         lpz = lpz.to(lp.dtype)
         if span_mask is not None:
             log_p_y = span_marginal_log_likelihood(lpz, lp, span_mask)
@@ -446,6 +457,9 @@ class RealmModel(nn.Module):
         aux = None
         if self.retriever_loss == "distill":
             aux = distillation_loss(log_p_z, joint, self.distill_tau)
+        elif self.retriever_loss == "answer" and answer is not None:
+            target, live = (t.to(log_p_z.device) for t in answer)
+            aux = distillation_loss(log_p_z, target, self.distill_tau) * live.to(log_p_z.dtype)
         return RealmOutput(log_p_y, log_p_z, joint, n_masked, doc_ids, found, aux)
 
     @property

@@ -11,7 +11,7 @@ NULL_DOCS = ("empty", "zeros", "logit", "none")
 MARGINALS = ("joint", "span")
 RETRIEVER_TRAIN = ("both", "query", "none")
 READER_TRAIN = ("train", "freeze")
-RETRIEVER_LOSSES = ("marginal", "distill")
+RETRIEVER_LOSSES = ("marginal", "distill", "answer")
 SCORE_SCALES = ("fixed", "learned")
 QUERY_MASKS = ("hide", "keep")
 INDEX_KINDS = (
@@ -87,8 +87,10 @@ HELP: dict[str, str] = {
     "candidates (no reader gradient, one pass over the rows) and the retriever learns from its scores, "
     "a warm start of the towers from what the reader can use",
     "retriever_loss": "marginal: the retriever learns from the marginal likelihood (REALM); distill: from "
-    "KL(softmax(log p(y|z,x) / tau) || p(z|x)) (Atlas's perplexity distillation)",
-    "distill_tau": "retriever_loss = distill: the temperature tau of the target",
+    "KL(softmax(log p(y|z,x) / tau) || p(z|x)) (Atlas's perplexity distillation); answer: the same KL with "
+    "5 nats for each retrieved chunk that holds the masked span instead of log p(y|z,x) (causal reader; "
+    "no reader signal; a query none of whose chunks holds its spans adds nothing)",
+    "distill_tau": "retriever_loss = distill or answer: the temperature tau of the target",
     "reader_layout": "causal reader: doc_first (one row a document: [bos] z x y) or query_first (the query "
     "once, its documents and targets packed after it, each seeing the query and itself)",
     "reader_bucket_slack": "causal reader: rows run in groups of similar length while a group's padding stays "
