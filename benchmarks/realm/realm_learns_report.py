@@ -18,7 +18,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from common import RESULTS, ROOT, write_result  # noqa: E402
 
-ARMS = ("today", "scale", "null", "span", "cands", "topm", "query", "lr", "distill", "all", "all_packed")
+ARMS = (
+    "today",
+    "scale",
+    "null",
+    "span",
+    "cands",
+    "topm",
+    "query",
+    "lr",
+    "distill",
+    "all",
+    "all_packed",
+    "answer",
+)
 TARGETS = {
     "nb_ratio_content_end": "<= 0.5",
     "nb_ratio_content_end_compute_matched": "<= 0.6",
