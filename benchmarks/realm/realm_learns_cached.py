@@ -156,7 +156,7 @@ def cached_stage(
 
     out = run_dir / "cached.json"
     if out.is_file():
-        return out
+        return backfill_answer_agreement(work, lang, run_dir)
     scores_dir = scores_dir or run_dir
     files = [scores_dir / f"scores-{i}-of-{parts}.jsonl" for i in range(parts)]
     missing = [str(f) for f in files if not f.is_file()]
@@ -241,6 +241,27 @@ def cached_stage(
         "torch_threads": torch.get_num_threads(),
     }
     return write_json_atomic(out, payload)
+
+
+def backfill_answer_agreement(work: Path, lang: str, run_dir: Path) -> Path:
+    """Add the held-out `answer_agreement` to the first and last rows of a cached.json written before
+    it was measured: the step-0 tower and the saved end tower re-rank diag0's cached top 8."""
+    from ralm.atomic import write_json_atomic
+    from ralm.realm.cached_distill import rescore_records
+    from ralm.realm.run import load_run
+
+    out = run_dir / "cached.json"
+    c = json.loads(out.read_text(encoding="utf-8"))
+    first, last = c["curve"][0], c["curve"][-1]
+    if "answer_spearman" in first and "answer_spearman" in last:
+        return out
+    held = span_records(work / f"{lang}-diag0" / "diagnose_initial_queries.jsonl")
+    for row, initial in ((first, True), (last, False)):
+        if "answer_spearman" not in row:
+            row.update(
+                _answer_row(answer_agreement(rescore_records(load_run(run_dir, initial=initial), held)))
+            )
+    return write_json_atomic(out, c)
 
 
 def _answer_pool(run, run_dir: Path, queries: int | None) -> list[dict]:
