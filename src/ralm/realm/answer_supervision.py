@@ -74,9 +74,10 @@ def answer_records(
     """Records of the masked queries of chunk `ids` (one seeded mask per chunk, as `diagnose` masks
     them) for `distill_query_tower`: `chunk`, `span`, `reader_docs` (the top `depth` dense chunks and
     -1, the null document, when the run has one), `candidates` and `has_answer` (the diagnosis's
-    layout, the dense source only), `lp_content` = `lp_all`
-    (`nats` for a chunk that holds the span, 0 otherwise and for the null). `skip_uniform` leaves out
-    the spans whose `depth` chunks all hold the span or all miss it: their target ranks nothing."""
+    layout, the dense source only), `lp_content` = `lp_all` (`answer_target`'s: `nats` times the
+    share of the query's spans a chunk holds, 0 for the null; one span a query as the held-out
+    chunks are masked, so `nats` or 0). `skip_uniform` leaves out the spans whose `depth` chunks all
+    hold the span or all miss it (the null document aside): their target ranks no chunk."""
     from ralm.realm.evaluate import heldout_batches
 
     model = run.model
@@ -92,22 +93,22 @@ def answer_records(
         batch = {k: v.to(run.device) for k, v in batch.items()}
         qn = model.embed_queries(batch).float().cpu().numpy()
         src = batch["source_ids"].cpu().numpy()
-        cands = np.asarray(run.refresher.search(qn, src, depth), dtype=np.int64)
+        cands = np.asarray(run.refresher.search(qn, src, depth), dtype=np.int64).tolist()
+        rows = [[*docs, -1] if has_null else docs for docs in cands]
+        target, _ = answer_target(model.reader, batch, rows, nats)
         spans = model.reader.span_texts(batch)
-        for b in range(len(src)):
-            span = spans[b][0] if spans[b] else ""
-            docs = cands[b].tolist()
-            holds = [span_in_chunk(model.reader, c, span) for c in docs]
+        for b, docs in enumerate(cands):
+            lp = target[b].tolist()
+            holds = [v > 0 for v in lp[:depth]]
             if skip_uniform and len(set(holds)) < 2:
                 continue
-            lp = [nats * float(h) for h in holds] + ([0.0] if has_null else [])
             out.append(
                 {
                     "chunk": int(src[b]),
-                    "span": span,
+                    "span": spans[b][0] if spans[b] else "",
                     "candidates": {"dense": docs},
                     "has_answer": {"dense": holds},
-                    "reader_docs": docs + ([-1] if has_null else []),
+                    "reader_docs": rows[b],
                     "lp_content": lp,
                     "lp_all": list(lp),
                 }
