@@ -306,14 +306,7 @@ def cached_main(args) -> None:
 
     run = init_run(args.work, args.lang, "cached", CACHED, args.steps)
     scores = run
-    tags = [
-        x
-        for x in (
-            args.target if args.target != "reader" else "",
-            args.negatives if args.negatives != "none" else "",
-        )
-        if x
-    ]
+    tags = [t for t, default in ((args.target, "reader"), (args.negatives, "none")) if t != default]
     if tags:  # its own run, learning from the same cached scores
         run = init_run(args.work, args.lang, "cached-" + "-".join(tags), CACHED, args.steps)
     if args.part:

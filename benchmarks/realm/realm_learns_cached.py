@@ -187,13 +187,12 @@ def cached_stage(
         sizes = sorted({min(n, queries or n) for n in sizes})
     else:
         sizes = sorted({min(n, len(train)) for n in sizes})
-    rank = {int(c): i for i, c in enumerate(query_order(run_dir))}
     history: dict[str, list] = {}
     for n in sizes:
         run.model.load_state_dict(start)
         t0 = time.perf_counter()
         if target == "answer_free":  # the records among the first n queries
-            learn = [r for r in pool if rank[int(r["chunk"])] < n]
+            learn = [r for r in pool if order[int(r["chunk"])] < n]
         else:
             learn = answer_targets(train[:n]) if target == "answer" else train[:n]
         opt, sched, hist = distill_query_tower(

@@ -96,10 +96,7 @@ def candidate_features(records: list[dict], article: np.ndarray, position: np.nd
     dist = np.where(same, np.abs(position[docs] - position[src]), -1)
     holds = np.array([answer_flags(r) for r in records], dtype=bool)
     in_bm25 = np.array(
-        [
-            [int(d) in set(r["candidates"]["bm25"][:8]) for d in row]
-            for r, row in zip(records, docs, strict=True)
-        ]
+        [np.isin(row, r["candidates"]["bm25"][:8]) for r, row in zip(records, docs, strict=True)]
     )
     lp = np.array([r["lp_content"] for r in records], dtype=np.float64)
     return {
@@ -166,7 +163,7 @@ def fit(f: dict, names: tuple[str, ...]) -> np.ndarray:
 
 def explain(work: Path, lang: str, store: Path) -> dict:
     """The three tables (see the module docstring) as a dict of plain numbers and rows."""
-    from ralm.realm.diagnose import score_utility_agreement
+    from ralm.realm.diagnose import score_utility_agreement, summarize
     from ralm.realm.evaluate import paired_ratio_interval
 
     files = sorted((work / f"{lang}-cached").glob("scores-*-of-*.jsonl"))
@@ -195,9 +192,6 @@ def explain(work: Path, lang: str, store: Path) -> dict:
         rows["null document"] = {"nats": float((f["lp_null"] + f["closed"]).mean()), "candidates": len(gain)}
         out["gain"][split] = rows
     tr, he = sets["train"], sets["held"]
-    best = -he["lp"].max(1)
-    r, lo, hi = paired_ratio_interval(best, he["closed"], he["tokens"])
-    out["fits"]["best_of_8"] = {"ratio": r, "low": lo, "high": hi, "weights": {}}
     for name, names in MODELS.items():
         theta = fit(tr, names)
         r, lo, hi = paired_ratio_interval(_nll(theta, _design(he, names), he), he["closed"], he["tokens"])
@@ -216,13 +210,11 @@ def explain(work: Path, lang: str, store: Path) -> dict:
             "weights": {n: float(w) for n, w in zip(names, theta[:-1], strict=True)},
             "null_logit": float(theta[-1]),
         }
-    # the run's own p(z|x) over the 8 and the null, as recorded (no fit)
-    run_lpz = np.array([r["log_p_z_r"] for r in held], dtype=np.float64)
-    from scipy.special import logsumexp
-
-    lp9 = np.concatenate([he["lp"], he["lp_null"][:, None]], 1)
-    r, lo, hi = paired_ratio_interval(-logsumexp(run_lpz + lp9, axis=1), he["closed"], he["tokens"])
-    out["fits"]["run"] = {"ratio": r, "low": lo, "high": hi, "weights": {}}
+    # the run's own p(z|x) over the 8 and the null as recorded, and the best of those 9 documents:
+    # the diagnosis's own rows (K = 9)
+    K9 = summarize(held, k=len(held[0]["log_p_z_k"]) - 1)["ratios"]["content"]["K=9"]
+    for name, row in (("run", "run"), ("best_of_8_and_null", "oracle")):
+        out["fits"][name] = {**K9[row], "weights": {}}
     return out
 
 
@@ -278,11 +270,11 @@ def markdown(lang: str, e: dict) -> list[str]:
         "| p(z\\|x) | held-out ratio | held-out ratio, its top 3 + null | training ratio | weights | null logit |",
         "|---|---|---|---|---|---|",
     ]
-    for name in ("run", *MODELS, "best_of_8"):
+    for name in ("run", *MODELS, "best_of_8_and_null"):
         row = e["fits"][name]
         label = {
             "run": "the run's own p(z|x) as recorded (step 0)",
-            "best_of_8": "best of the 8 and the null (oracle)",
+            "best_of_8_and_null": "best of the 8 and the null (oracle)",
         }.get(name, MODEL_LABELS.get(name, name))
         w = ", ".join(f"{k} {v:+.2f}" for k, v in row["weights"].items())
         tr = f"{row['train_ratio']:.3f}" if "train_ratio" in row else ""
