@@ -68,33 +68,38 @@ def realm_store(tmp_path_factory, tiny_dir):
     return tmp / "store"
 
 
-@pytest.fixture
-def tiny_cfg(realm_store, tiny_dir, tmp_path):
-    """A factory of fast PretrainConfigs on the tiny model (fp32, CPU)."""
+def tiny_config(realm_store, tiny_dir, **kw):
+    """A fast PretrainConfig on the tiny model (fp32, CPU); `kw` (with `out`) overrides."""
     from ralm.realm.config import PretrainConfig
 
+    base = dict(
+        docstore=str(realm_store),
+        reader=str(tiny_dir),
+        steps=4,
+        batch_size=3,
+        k=3,
+        encoder_max_length=32,
+        reader_max_length=96,
+        heldout=3,
+        refresh_every=2,
+        checkpoint_every=2,
+        warmup_steps=1,
+        lr_reader=1e-3,
+        lr_retriever=1e-3,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+    )
+    base.update(kw)
+    return PretrainConfig(**base)
+
+
+@pytest.fixture
+def tiny_cfg(realm_store, tiny_dir, tmp_path):
+    """A factory of `tiny_config`s writing to tmp_path/run."""
+
     def make(**kw):
-        base = dict(
-            docstore=str(realm_store),
-            out=str(tmp_path / "run"),
-            reader=str(tiny_dir),
-            steps=4,
-            batch_size=3,
-            k=3,
-            encoder_max_length=32,
-            reader_max_length=96,
-            heldout=3,
-            refresh_every=2,
-            checkpoint_every=2,
-            warmup_steps=1,
-            lr_reader=1e-3,
-            lr_retriever=1e-3,
-            device="cpu",
-            autocast="off",
-            tensorboard=False,
-        )
-        base.update(kw)
-        return PretrainConfig(**base)
+        return tiny_config(realm_store, tiny_dir, **{"out": str(tmp_path / "run"), **kw})
 
     return make
 
@@ -122,30 +127,22 @@ def frozen(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
     records of 6 of its training chunks (4 chunks a record + the null document)."""
     import torch
 
-    from ralm.realm.config import PretrainConfig
     from ralm.realm.diagnose import diagnose
     from ralm.realm.run import load_run
     from ralm.realm.trainer import pretrain
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)
-    cfg = PretrainConfig(
-        docstore=str(realm_store),
+    cfg = tiny_config(
+        realm_store,
+        tiny_dir,
         out=str(tmp_path_factory.mktemp("cached") / "run"),
         reader=str(causal_dirs["llama"]),
         retriever=str(tiny_dir),
-        batch_size=3,
-        k=3,
-        encoder_max_length=32,
         reader_max_length=200,
-        heldout=3,
         refresh_every=0,
         warmup_steps=0,
-        lr_retriever=1e-3,
         lr_scale=1e-2,
-        device="cpu",
-        autocast="off",
-        tensorboard=False,
         **FROZEN,
     )
     run_dir = pretrain(cfg, progress=False)
