@@ -28,7 +28,8 @@ Stages (each skipped when its output exists in --work; training runs resume afte
                     the same k (and each speed lever alone), interleaved in one process, medians
   towers nb NAME    NorQuAD-open recall@1/5/20 of the arm's towers before and after (--formatted
                     [--fresh]: the arm of that `formatted` stage)
-  report            benchmarks/results/realm_learns.json and .md (realm_learns_report.py)
+  report            benchmarks/results/realm_learns.json and .md (realm_learns_report.py); --keep: merged
+                    with the committed file's runs that --work lacks (one new arm on another machine)
   report-cached     benchmarks/results/realm_learns_cached.json and .md (the `cached` stage's curve and end)
   explain           benchmarks/results/realm_learns_explain.json and .md: what the frozen reader rewards
                     in a chunk, from the cached scores and diag0 (realm_learns_explain.py)
@@ -531,6 +532,11 @@ def main() -> None:
     )
     ap.add_argument("--tower-batch", type=int, default=16, help="cached: queries a query-tower step")
     ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="report: keep what the committed realm_learns.json holds of runs the --work folder lacks",
+    )
     args = ap.parse_args()
     OVERRIDES.update(store=args.store, reader=args.reader, batch_size=args.batch_size, device=args.device,
                      heldout=args.heldout, eval_n=args.eval_n, no_diagnose=args.no_diagnose)  # fmt: skip
@@ -566,7 +572,7 @@ def main() -> None:
     elif args.stage == "report":
         from realm.realm_learns_report import report
 
-        report(args.work)
+        report(args.work, keep=args.keep)
 
 
 if __name__ == "__main__":

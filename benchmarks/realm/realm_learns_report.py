@@ -216,7 +216,15 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
             "score_utility": score_utility(diag, run / "diagnose_queries.jsonl"),
         }
     rows = _metrics_rows(run)
-    for key in ("entropy", "null_mass", "answers_in_docs", "score_scale", "null_logit", "step_seconds"):
+    for key in (
+        "entropy",
+        "null_mass",
+        "answers_in_docs",
+        "score_scale",
+        "null_logit",
+        "distill_kl",
+        "step_seconds",
+    ):
         v = _tail_mean(rows, key)
         if v is not None:
             rec[f"train_{key}_last20"] = v
@@ -358,7 +366,39 @@ def warm_record(work: Path, lang: str, name: str = "warm") -> dict | None:
     return rec
 
 
-def report(work: Path) -> dict:
+# an arm's figures that go into the metrics as LANG_arm_ARM_KEY (every arm, the headline's too)
+ARM_METRICS = (
+    "ratio_content_step0",
+    "ratio_content_end",
+    "gain_from_training",
+    "ratio_content_end_compute_matched",
+)
+
+
+def keep_previous(metrics: dict, extra: dict, previous: dict) -> dict:
+    """The metrics with what the committed realm_learns.json holds of runs this work folder lacks.
+
+    Runs found in the work folder win; everything else (an arm, a diagnosis, a warm or formatted
+    stage measured on another machine, and the metrics computed from them) is kept as it was.
+    Returns the merged metrics; `extra` is merged in place."""
+    for key in ("arms", "formatted", "formatted_fresh", "diag0", "warm", "headline_arm", "step_cost"):
+        now = extra.setdefault(key, {})
+        for lang, old in (previous.get(key) or {}).items():
+            if lang not in now:
+                now[lang] = old
+            elif key in ("arms", "formatted", "formatted_fresh"):  # arm by arm, in ARMS order
+                both = {**old, **now[lang]}
+                now[lang] = {arm: both[arm] for arm in ARMS if arm in both}
+    if "speed" not in extra and "speed" in previous:
+        extra["speed"] = previous["speed"]
+    covered = {f"{lang}: step-0 diagnosis" for lang in extra.get("diag0", {})}
+    extra["not_run"] = [x for x in extra.get("not_run", []) if x not in covered]
+    return {**previous.get("metrics", {}), **metrics}
+
+
+def report(work: Path, keep: bool = False) -> dict:
+    """Write realm_learns.json and .md from `work`; `keep`: merged with the committed file's runs that
+    `work` lacks (`keep_previous`), so that one new arm can be added on a machine without the others."""
     metrics: dict[str, float] = {}
     extra: dict = {"arms": {}, "diag0": {}, "not_run": []}
     for lang in ("en", "nb"):
@@ -448,6 +488,14 @@ def report(work: Path) -> dict:
                 pair[f"{arm}_step_seconds"] / pair["closed_step_seconds"]
             )
             extra.setdefault("step_cost", {})[lang] = pair
+    previous = _read(RESULTS / "realm_learns.json")
+    if keep and previous is not None:
+        metrics = keep_previous(metrics, extra, previous)
+    for lang, arms in extra["arms"].items():
+        for arm, rec in arms.items():
+            for key in ARM_METRICS:
+                if key in rec:
+                    metrics[f"{lang}_arm_{arm}_{key}"] = rec[key]
     write_result(
         "realm_learns",
         "python benchmarks/realm/realm_learns.py diag0 en; ... arm en NAME --steps N (each arm); ... closed en; "
