@@ -32,6 +32,7 @@ __all__ = [
     "first_index",
     "check_reader_tokenizer",
     "load_reader",
+    "load_retriever_init",
     "make_refresher",
     "optimizer_for",
     "resolve_reader_dir",
@@ -253,7 +254,50 @@ def _assemble(cfg: PretrainConfig, store: DocStore, reader, encoder, docs) -> Re
             f"k={cfg.k} needs {model.n_retrieved} retrieved chunks per query but {store.root} has "
             f"{len(store)} (one is the query's own); lower k"
         )
+    if cfg.retriever_init and model.retrieval:
+        load_retriever_init(model, cfg.retriever_init)
     return model.train()
+
+
+def load_retriever_init(model: RealmModel, run_dir: str) -> Path:
+    """Start `model`'s retriever from another `ralm pretrain` run: its towers (`encoder.*`) and its
+    score prior (`prior.*`: the learned scale, the null logit) from that run's newest intact checkpoint,
+    e.g. a query tower trained on cached scores (a warm start, as REALM's ICT). The reader stays as
+    built. The towers must have this run's shapes (the same `retriever`); a prior parameter the other
+    run lacks keeps its initial value. Returns the checkpoint read."""
+    from safetensors import safe_open
+
+    from ralm.train.checkpoint import intact_checkpoint
+
+    run = Path(run_dir)
+    ckpt = intact_checkpoint(run) if run.is_dir() else None
+    if ckpt is None:
+        raise RalmError(
+            f"retriever_init = {run_dir}: not a `ralm pretrain` run with a finished checkpoint; "
+            "give a run directory"
+        )
+    own = {k: v for k, v in model.state_dict().items() if k.startswith(("encoder.", "prior."))}
+    path = ckpt / "model.safetensors"
+    copied = {}
+    with safe_open(str(path), "pt") as f:
+        theirs = set(f.keys())
+        for key, mine in own.items():
+            if key not in theirs:
+                if key.startswith("encoder."):
+                    raise RalmError(
+                        f"{path}: has no {key}; give retriever_init a run trained with this run's retriever"
+                    )
+                continue
+            t = f.get_tensor(key)
+            if t.shape != mine.shape:
+                raise RalmError(
+                    f"{path}: {key} has shape {tuple(t.shape)}, this run's {tuple(mine.shape)}; "
+                    "give retriever_init a run trained with this run's retriever"
+                )
+            copied[key] = t
+    model.load_state_dict(copied, strict=False)
+    logger.info("retriever from %s: %d tensors", ckpt, len(copied))
+    return ckpt
 
 
 def make_collator(

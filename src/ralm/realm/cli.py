@@ -28,6 +28,7 @@ FLAGS = {
     "reader": str,
     "reader_kind": str,
     "retriever": str,
+    "retriever_init": str,
     "steps": int,
     "batch_size": int,
     "grad_accum": int,

@@ -65,6 +65,9 @@ HELP: dict[str, str] = {
     "roughly a third more compute; same gradients)",
     "retriever": "saved DualEncoder (e.g. from `ralm ict`) or HF encoder (default: the reader's "
     "backbone; the bundled MiniLM for a causal reader)",
+    "retriever_init": "a `ralm pretrain` run whose towers, learned score scale and null logit start this "
+    "run's retriever (its newest intact checkpoint; the same `retriever`), e.g. a query tower trained on "
+    "cached scores: a warm start, as REALM's ICT",
     "pooling": "pooling of a retriever started from a plain encoder: mean (MiniLM) or cls (REALM)",
     "proj_dim": "project the towers' vectors to this size, REALM: 128 (default: the backbone's size)",
     "scale_by_sqrt_dim": "score f(x, z) = q.d / sqrt(d), as BRENT does",

@@ -119,6 +119,7 @@ RESUME_FIXED = (
     "null_doc",
     "reader",
     "retriever",
+    "retriever_init",
     "pooling",
     "proj_dim",
     "scale_by_sqrt_dim",
