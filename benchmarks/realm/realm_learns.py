@@ -98,6 +98,10 @@ ARMS["answer"] = {
     "score_scale": "learned",
     "null_doc": "logit",
 }
+# the same, its retriever started from the query tower, scale and null of `cached LANG --target
+# answer_free --negatives in_batch` (`retriever_init`; "{work}" and "{lang}" are filled in by `train`):
+# the one tower that made fresh retrieval better for the frozen reader, as a warm start (REALM's ICT)
+ARMS["answer_warm"] = {**ARMS["answer"], "retriever_init": "{work}/{lang}-cached-answer_free-in_batch"}
 # the retriever alone learning from a frozen reader (`warm`): the query tower at the `all` arm's
 # learning rate, Atlas's perplexity distillation, a learned scale, today's dense top 3 + the empty
 # null document; its end diagnosis is on the same basis as diag0's (the same reader, closed-book)
@@ -155,6 +159,10 @@ def train(work: Path, lang: str, name: str, mode: str, steps: int, settings: dic
         return run
     resume = ["--resume"] if (run / "config.toml").is_file() else []
     every = max(1, steps // 4)
+    settings = {
+        k: v.format(work=work.resolve(), lang=lang) if isinstance(v, str) and "{" in v else v
+        for k, v in settings.items()
+    }
     if OVERRIDES.get("data_offset"):
         settings = {**settings, "data_offset": OVERRIDES["data_offset"]}
     ralm("pretrain", *base_flags(work, lang), "--out", run, "--mode", mode, "--steps", steps, "--quiet",

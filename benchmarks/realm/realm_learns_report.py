@@ -31,6 +31,7 @@ ARMS = (
     "all",
     "all_packed",
     "answer",
+    "answer_warm",
 )
 TARGETS = {
     "nb_ratio_content_end": "<= 0.5",
