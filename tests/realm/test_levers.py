@@ -69,6 +69,22 @@ def test_prior_learns_its_scale_and_null_logit():
     assert learned.null_logit.grad is not None and float(learned.null_logit.grad) != 0
 
 
+def test_null_logit_gives_no_gradient_to_raise_every_score():
+    """The null document scores the mean of the retrieved scores plus b, so adding c to every score
+    changes nothing, and no loss may push every score up at once: the gradient over a query's scores
+    sums to 0. (With the mean detached, a loss that wants less null mass pushed every score, and
+    the query vector's norm, up without end: retrieval drifted to hub chunks, issue 45.)"""
+    from ralm.realm.prior import RetrievalPrior
+
+    prior = RetrievalPrior("learned", null_logit=True, null_logit_init=0.5)
+    scores = torch.tensor([[2.0, 1.0, 0.0], [0.5, -1.0, 3.0]], requires_grad=True)
+    lpz = prior.log_probs(prior.scaled(scores))
+    torch.testing.assert_close(prior.log_probs(prior.scaled(scores + 7.0)), lpz)
+    (-lpz[:, :3].logsumexp(1)).sum().backward()  # less null mass
+    torch.testing.assert_close(scores.grad.sum(1), torch.zeros(2), atol=1e-6, rtol=0)
+    assert float(prior.null_logit.grad) > 0  # b is what moves the null's mass
+
+
 # ----------------------------------------------------------------------------- models
 @pytest.fixture
 def store(realm_store):

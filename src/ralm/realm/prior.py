@@ -9,9 +9,13 @@ stuck at the sharpness they start with. Two learnable scalars undo that:
   scores), trained with its own learning rate and no weight decay (Atlas divides by a tuned
   temperature instead; a learned one finds its own). ``"fixed"`` keeps f as the towers give it.
 * ``null = "logit"``: the null document's score is the mean of the query's retrieved scores
-  (detached) plus one learned offset b (starting at `null_logit_init`). With b = 0 the null
-  document starts level with a typical retrieved chunk, so it can win where no chunk helps; its
-  gradient is posterior minus prior mass of ∅, summed over the batch. The other null documents
+  plus one learned offset b (starting at `null_logit_init`). With b = 0 the null document starts
+  level with a typical retrieved chunk, so it can win where no chunk helps; b's gradient is
+  posterior minus prior mass of ∅, summed over the batch. p(z|x) does not change when every score
+  moves by the same amount, and neither can a gradient move them so: the null's mass is b's to
+  set. (Until 2026-11-29 the mean was detached; then a loss that wanted less null mass pushed
+  every retrieved score up, without end, through the query vector's norm, and retrieval drifted
+  to hub chunks: the `answer` arm's answers in its top 3 fell from 0.21 to 0.03 in 150 steps.) The other null documents
   ("empty": the doc tower's [CLS][SEP]; "zeros": a learned vector) score on the towers' scale,
   which measured at 0.05% of p(z|x) after training (issue 45); their scores still go through
   the scale here.
@@ -65,7 +69,9 @@ class RetrievalPrior(nn.Module):
         document last: the learned logit when this prior has one, else `null_score` (B,), already
         scaled, or None for no null document."""
         if self.null_logit is not None:
-            null_score = scores.detach().mean(1) + self.null_logit.to(scores.dtype)
+            # not detached: a shift of every score moves the null with them, so no loss can push
+            # every score (and the query vector's norm) up to take mass from the null
+            null_score = scores.mean(1) + self.null_logit.to(scores.dtype)
         return doc_log_probs(scores, null_score)
 
     def extra_repr(self) -> str:
