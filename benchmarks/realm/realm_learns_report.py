@@ -215,6 +215,7 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
             "null_posterior": diag.get("null_posterior"),
             "content_ratios_run_k": {k: v["ratio"] for k, v in diag["ratios"]["content"]["run_k"].items()},
             "score_utility": score_utility(diag, run / "diagnose_queries.jsonl"),
+            "distinct_dense_top3": distinct_top(run / "diagnose_queries.jsonl"),
         }
     rows = _metrics_rows(run)
     for key in (
@@ -238,6 +239,16 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
     if curve:
         rec["curve"] = curve
     return rec
+
+
+def distinct_top(queries: Path, depth: int = 3) -> int | None:
+    """How many distinct chunks the held-out queries' dense top `depth` holds, over all of them (of a
+    diagnosis's per-query records): 3 x 200 when no two queries share a chunk, `depth` when every
+    query retrieves the same ones (hub chunks: a tower that has collapsed)."""
+    if not queries.is_file():
+        return None
+    rows = [json.loads(x) for x in queries.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return len({c for r in rows for c in r["candidates"]["dense"][:depth]})
 
 
 def span_records(p: Path) -> list[dict]:
@@ -367,6 +378,11 @@ def warm_record(work: Path, lang: str, name: str = "warm") -> dict | None:
     return rec
 
 
+# runs kept for the record of a fix (folder LANG-NAME): what they measured before it
+SUPERSEDED = {
+    "answer-detached": "the `answer` arm before b67f6c9, with the null logit's mean of the retrieved scores "
+    "detached: the answer loss pushed every retrieved score up through the query vector's norm",
+}
 # an arm's figures that go into the metrics as LANG_arm_ARM_KEY (every arm, the headline's too)
 ARM_METRICS = (
     "ratio_content_step0",
@@ -382,7 +398,17 @@ def keep_previous(metrics: dict, extra: dict, previous: dict) -> dict:
     Runs found in the work folder win; everything else (an arm, a diagnosis, a warm or formatted
     stage measured on another machine, and the metrics computed from them) is kept as it was.
     Returns the merged metrics; `extra` is merged in place."""
-    for key in ("arms", "formatted", "formatted_fresh", "diag0", "warm", "headline_arm", "step_cost"):
+    keys = (
+        "arms",
+        "formatted",
+        "formatted_fresh",
+        "diag0",
+        "warm",
+        "headline_arm",
+        "step_cost",
+        "superseded",
+    )
+    for key in keys:
         now = extra.setdefault(key, {})
         for lang, old in (previous.get(key) or {}).items():
             if lang not in now:
@@ -390,6 +416,8 @@ def keep_previous(metrics: dict, extra: dict, previous: dict) -> dict:
             elif key in ("arms", "formatted", "formatted_fresh"):  # arm by arm, in ARMS order
                 both = {**old, **now[lang]}
                 now[lang] = {arm: both[arm] for arm in ARMS if arm in both}
+            elif key == "superseded":
+                now[lang] = {**old, **now[lang]}
     if "speed" not in extra and "speed" in previous:
         extra["speed"] = previous["speed"]
     covered = {f"{lang}: step-0 diagnosis" for lang in extra.get("diag0", {})}
@@ -489,14 +517,29 @@ def report(work: Path, keep: bool = False) -> dict:
                 pair[f"{arm}_step_seconds"] / pair["closed_step_seconds"]
             )
             extra.setdefault("step_cost", {})[lang] = pair
+    for lang in ("en", "nb"):
+        for name, why in SUPERSEDED.items():
+            rec = arm_record(work, lang, name)
+            if rec is not None:
+                extra.setdefault("superseded", {}).setdefault(lang, {})[name] = {**rec, "why": why}
+    d0q = {
+        lang: distinct_top(work / f"{lang}-diag0" / "diagnose_initial_queries.jsonl") for lang in ("en", "nb")
+    }
+    for lang, n in d0q.items():
+        if n is not None:
+            metrics[f"{lang}_step0_distinct_dense_top3"] = n
     previous = _read(RESULTS / "realm_learns.json")
     if keep and previous is not None:
         metrics = keep_previous(metrics, extra, previous)
-    for lang, arms in extra["arms"].items():
-        for arm, rec in arms.items():
-            for key in ARM_METRICS:
-                if key in rec:
-                    metrics[f"{lang}_arm_{arm}_{key}"] = rec[key]
+    for group, tag in (("arms", "arm"), ("superseded", "superseded")):
+        for lang, arms in extra.get(group, {}).items():
+            for arm, rec in arms.items():
+                for key in ARM_METRICS:
+                    if key in rec:
+                        metrics[f"{lang}_{tag}_{arm.replace('-', '_')}_{key}"] = rec[key]
+                top3 = (rec.get("diagnosis_end") or {}).get("distinct_dense_top3")
+                if top3 is not None:
+                    metrics[f"{lang}_{tag}_{arm.replace('-', '_')}_distinct_dense_top3_end"] = top3
     write_result(
         "realm_learns",
         "python benchmarks/realm/realm_learns.py diag0 en; ... arm en NAME --steps N (each arm); ... closed en; "
@@ -583,6 +626,20 @@ def markdown(metrics: dict, extra: dict) -> str:
     for lang, arms in extra["arms"].items():
         if arms:
             lines += [f"## {lang}: ablation", "", *ablation_table(arms), ""]
+    for lang, arms in extra.get("superseded", {}).items():
+        lines += [f"## {lang}: runs kept for the record of a fix", ""]
+        for name, r in arms.items():
+            lines.append(f"- `{name}`: {r['why']}.")
+        lines += ["", *ablation_table(arms), ""]
+        for name, r in arms.items():
+            diag = r.get("diagnosis_end") or {}
+            if diag.get("distinct_dense_top3") is not None:
+                lines.append(
+                    f"`{name}` at the end: answers in the dense top 3 / 8 / 20 "
+                    + " / ".join(f"{diag['answers_in_candidates']['dense'][d]:.3f}" for d in ("3", "8", "20"))
+                    + f"; the held-out queries' dense top 3 holds {diag['distinct_dense_top3']} distinct chunks."
+                )
+        lines.append("")
     for tag, how in (
         ("formatted", "on the same queries"),
         ("formatted_fresh", "on the queries after those (`--fresh`: none seen before)"),
