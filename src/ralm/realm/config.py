@@ -55,7 +55,7 @@ class PretrainConfig:
     reader_lora_r: int = 0  # causal reader: LoRA rank on its linear layers (peft); 0 = full fine-tuning
     reader_checkpointing: bool = False  # recompute the reader's layer activations in backward (less memory)
     retriever: str | None = None  # saved DualEncoder (e.g. from `ralm ict`) or HF encoder; None = reader's
-    retriever_init: str | None = None  # a `ralm pretrain` run whose towers, scale and null logit start this one
+    retriever_init: str | None = None  # a run whose towers, scale and null logit start this one
     pooling: str = "mean"  # for a retriever started from a plain encoder: mean (MiniLM) | cls (REALM)
     proj_dim: int | None = None  # REALM projects to 128; None keeps the backbone's size
     scale_by_sqrt_dim: bool = True  # BRENT: f(x, z) = q.d / sqrt(d)
