@@ -247,8 +247,7 @@ def distinct_top(queries: Path, depth: int = 3) -> int | None:
     query retrieves the same ones (hub chunks: a tower that has collapsed)."""
     if not queries.is_file():
         return None
-    rows = [json.loads(x) for x in queries.read_text(encoding="utf-8").splitlines() if x.strip()]
-    return len({c for r in rows for c in r["candidates"]["dense"][:depth]})
+    return len({c for r in span_records(queries) for c in r["candidates"]["dense"][:depth]})
 
 
 def span_records(p: Path) -> list[dict]:
@@ -528,18 +527,19 @@ def report(work: Path, keep: bool = False) -> dict:
     for lang, n in d0q.items():
         if n is not None:
             metrics[f"{lang}_step0_distinct_dense_top3"] = n
-    previous = _read(RESULTS / "realm_learns.json")
-    if keep and previous is not None:
+    previous = _read(RESULTS / "realm_learns.json") if keep else None
+    if previous is not None:
         metrics = keep_previous(metrics, extra, previous)
     for group, tag in (("arms", "arm"), ("superseded", "superseded")):
         for lang, arms in extra.get(group, {}).items():
             for arm, rec in arms.items():
+                prefix = f"{lang}_{tag}_{arm.replace('-', '_')}"
                 for key in ARM_METRICS:
                     if key in rec:
-                        metrics[f"{lang}_{tag}_{arm.replace('-', '_')}_{key}"] = rec[key]
+                        metrics[f"{prefix}_{key}"] = rec[key]
                 top3 = (rec.get("diagnosis_end") or {}).get("distinct_dense_top3")
                 if top3 is not None:
-                    metrics[f"{lang}_{tag}_{arm.replace('-', '_')}_distinct_dense_top3_end"] = top3
+                    metrics[f"{prefix}_distinct_dense_top3_end"] = top3
     write_result(
         "realm_learns",
         "python benchmarks/realm/realm_learns.py diag0 en; ... arm en NAME --steps N (each arm); ... closed en; "
