@@ -102,6 +102,13 @@ ARMS["answer"] = {
 # answer_free --negatives in_batch` (`retriever_init`; "{work}" and "{lang}" are filled in by `train`):
 # the one tower that made fresh retrieval better for the frozen reader, as a warm start (REALM's ICT)
 ARMS["answer_warm"] = {**ARMS["answer"], "retriever_init": "{work}/{lang}-cached-answer_free-in_batch"}
+# the two above with 48 more masked queries a step that only the query tower reads (`answer_queries`:
+# searched, checked for their spans, no reader pass), each query's softmax also over the other 47's
+# chunks (in-batch negatives): what the offline answer tower had (many queries, in-batch negatives)
+# and the online arms lacked (4 queries a step against their own 3 chunks)
+ANSWER_QUERIES = {"answer_queries": 48, "answer_negatives": "in_batch"}
+ARMS["answer_queries"] = {**ARMS["answer"], **ANSWER_QUERIES}
+ARMS["answer_warm_queries"] = {**ARMS["answer_warm"], **ANSWER_QUERIES}
 # the retriever alone learning from a frozen reader (`warm`): the query tower at the `all` arm's
 # learning rate, Atlas's perplexity distillation, a learned scale, today's dense top 3 + the empty
 # null document; its end diagnosis is on the same basis as diag0's (the same reader, closed-book)

@@ -32,6 +32,8 @@ ARMS = (
     "all_packed",
     "answer",
     "answer_warm",
+    "answer_queries",
+    "answer_warm_queries",
 )
 TARGETS = {
     "nb_ratio_content_end": "<= 0.5",
@@ -95,6 +97,11 @@ def _metrics_rows(run: Path) -> list[dict]:
 def _tail_mean(rows: list[dict], key: str, n: int = 20) -> float | None:
     vals = [r[key] for r in rows if key in r and isinstance(r[key], int | float) and math.isfinite(r[key])]
     return sum(vals[-n:]) / len(vals[-n:]) if vals else None
+
+
+def _head_mean(rows: list[dict], key: str, n: int = 20) -> float | None:
+    vals = [r[key] for r in rows if key in r and isinstance(r[key], int | float) and math.isfinite(r[key])]
+    return sum(vals[:n]) / len(vals[:n]) if vals else None
 
 
 def score_utility(diag: dict, queries: Path) -> dict | None:
@@ -225,11 +232,17 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
         "score_scale",
         "null_logit",
         "distill_kl",
+        "answer_kl",
+        "answer_live",
         "step_seconds",
     ):
         v = _tail_mean(rows, key)
         if v is not None:
             rec[f"train_{key}_last20"] = v
+    for key in ("distill_kl", "answer_kl", "score_scale", "answers_in_docs"):
+        v = _head_mean(rows, key)
+        if v is not None:
+            rec[f"train_{key}_first20"] = v
     curve = []
     for p in sorted(run.glob("eval_mlm_step*.json"), key=lambda q: int(q.stem.removeprefix("eval_mlm_step"))):
         ev = _read(p)

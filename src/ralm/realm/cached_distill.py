@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.realm.candidates import in_batch_rows
 from ralm.realm.evaluate import heldout_batches
 from ralm.realm.marginal import distillation_loss
 from ralm.realm.run import LoadedRun
@@ -176,20 +177,12 @@ def _with_in_batch_negatives(
     chunks with target log-probability -inf. A chunk already in the row (its own, or another
     query's twice) is left out, its place masked."""
     B, R = rows.shape
-    out_rows = np.repeat(rows[:, :1], B * R, axis=1)
-    out_lp = torch.full((B, B * R + 1), -math.inf, dtype=lp.dtype)
+    out_rows, kept_out = in_batch_rows(rows)
     pad = torch.zeros(B, B * R + 1, dtype=torch.bool)
-    for b in range(B):
-        seen: set[int] = set()
-        order = [b, *(o for o in range(B) if o != b)]
-        for slot, c in enumerate(rows[order].ravel().tolist()):
-            if c in seen:
-                pad[b, slot] = True
-                continue
-            seen.add(c)
-            out_rows[b, slot] = c
-        out_lp[b, :R] = lp[b, :R]
-        out_lp[b, -1] = lp[b, R]  # the null document
+    pad[:, : B * R] = torch.from_numpy(kept_out)
+    out_lp = torch.full((B, B * R + 1), -math.inf, dtype=lp.dtype)
+    out_lp[:, :R] = lp[:, :R]
+    out_lp[:, -1] = lp[:, R]  # the null document
     return out_rows, out_lp, pad
 
 

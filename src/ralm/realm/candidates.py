@@ -108,3 +108,29 @@ def candidate_search(cfg, model, dense_search: DenseSearch):
         return dense_search
     bm25 = bm25_for_docs(model.docs, lang=cfg.bm25_lang)
     return HybridCandidates(dense_search, bm25, model.docs.inputs.tower.tokenizer, depth=cfg.candidate_depth)
+
+
+def in_batch_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's candidates followed by the other queries' (in-batch negatives).
+
+    rows (B, R) chunk ids -> (out (B, B*R), pad (B, B*R) bool): row b holds its own R chunks first,
+    then those of queries 0..B-1 other than b, in order. A chunk that already stands earlier in
+    the row (its own, or another query's twice) keeps its place but is marked in `pad`, to be left
+    out of the softmax; its id is the row's first chunk.
+
+    Example: rows [[1, 2], [2, 3]] -> out [[1, 2, 1, 3], [2, 3, 1, 2]], pad [[F, F, T, F], [F, F, F, T]].
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    B, R = rows.shape
+    out = np.repeat(rows[:, :1], B * R, axis=1)
+    pad = np.zeros((B, B * R), dtype=bool)
+    for b in range(B):
+        seen: set[int] = set()
+        order = [b, *(o for o in range(B) if o != b)]
+        for slot, c in enumerate(rows[order].ravel().tolist()):
+            if c in seen:
+                pad[b, slot] = True
+                continue
+            seen.add(c)
+            out[b, slot] = c
+    return out, pad

@@ -42,6 +42,7 @@ FLAGS = {
     "retriever_loss": str,
     "reader_train": str,
     "distill_tau": float,
+    "answer_queries": int,
     "query_masks": str,
     "lr_reader": float,
     "lr_retriever": float,

@@ -71,6 +71,9 @@ class PretrainConfig:
     retriever_train: str = "both"  # both towers | query: doc tower and index frozen | none
     retriever_loss: str = "marginal"  # marginal (REALM) | distill (Atlas's perplexity distillation)
     reader_train: str = "train"  # train | freeze: the reader only scores, the retriever learns from it
+    answer_queries: int = 0  # masked queries a step only the retriever reads (answer target, no reader)
+    answer_negatives: str = "in_batch"  # answer_queries: own chunks only | in_batch: the others' too
+    answer_weight: float = 1.0  # answer_queries: weight of their mean KL in the step's loss
     distill_tau: float = 1.0  # distill: temperature of the target softmax(log p(y|z,x) / tau)
     reader_bucket_slack: float = 1.1  # causal reader: padding allowed per length group (inf: one group)
     # causal reader: doc_first ([bos] z x y, one row a document) | query_first ([bos] x, then every z y
@@ -136,10 +139,18 @@ class PretrainConfig:
                     "retriever_loss",
                     "reader_train",
                     "reader_layout",
+                    "answer_negatives",
                 )
             ],
             (self.reader_backprop_top >= 0, f"reader_backprop_top={self.reader_backprop_top}: must be >= 0"),
             (self.distill_tau > 0, f"distill_tau={self.distill_tau}: must be > 0"),
+            (self.answer_queries >= 0, f"answer_queries={self.answer_queries}: must be >= 0"),
+            (self.answer_weight >= 0, f"answer_weight={self.answer_weight}: must be >= 0"),
+            (
+                self.answer_queries == 0 or (self.mode == "realm" and self.retriever_train != "none"),
+                "answer_queries: only a retrieval run (mode realm) whose query tower learns "
+                "(retriever_train both or query) has a retriever for them to train",
+            ),
             (
                 self.reader_train == "train" or self.mode == "realm",
                 "reader_train = freeze: only a retrieval run (mode realm) has a retriever to train",

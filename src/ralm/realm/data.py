@@ -12,7 +12,7 @@ from ralm.errors import RalmError
 from ralm.realm.config import PretrainConfig
 from ralm.realm.masking import eligible_ids
 
-__all__ = ["batch_positions", "example_rngs", "micro_batch_ids", "split_ids"]
+__all__ = ["answer_query_ids", "batch_positions", "example_rngs", "micro_batch_ids", "split_ids"]
 
 
 def split_ids(cfg: PretrainConfig, qstore: DocStore) -> tuple[np.ndarray, np.ndarray]:
@@ -44,15 +44,27 @@ def split_ids(cfg: PretrainConfig, qstore: DocStore) -> tuple[np.ndarray, np.nda
     return train, held
 
 
-def batch_positions(train_ids: np.ndarray, seed: int, start: int, size: int) -> np.ndarray:
-    """Chunk ids at global example positions start..start+size-1 (one seeded permutation per epoch)."""
+ANSWER_STREAM = 13  # the seed stream of the answer queries' data order (the reader's is 11)
+
+
+def answer_query_ids(train_ids: np.ndarray, cfg: PretrainConfig, step: int) -> np.ndarray:
+    """Chunk ids of step `step`'s (1-based) `answer_queries`, shape (cfg.answer_queries,): a data
+    order of their own (seeded apart from the reader's), read from the start, so over a run they
+    cover the training chunks once before any repeats."""
+    n = cfg.answer_queries
+    return batch_positions(train_ids, cfg.seed, (step - 1) * n, n, stream=ANSWER_STREAM)
+
+
+def batch_positions(train_ids: np.ndarray, seed: int, start: int, size: int, stream: int = 11) -> np.ndarray:
+    """Chunk ids at global example positions start..start+size-1 (one seeded permutation per epoch
+    of `stream`: 11 the reader's data order)."""
     n = len(train_ids)
     out = np.empty(size, dtype=np.int64)
     filled = 0
     while filled < size:
         pos = start + filled
         epoch, off = divmod(pos, n)
-        order = np.random.default_rng([seed, 11, epoch]).permutation(n)
+        order = np.random.default_rng([seed, stream, epoch]).permutation(n)
         take = min(size - filled, n - off)
         out[filled : filled + take] = train_ids[order[off : off + take]]
         filled += take

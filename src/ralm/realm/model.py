@@ -76,6 +76,7 @@ from torch import nn
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.realm.answer_supervision import answer_target
+from ralm.realm.candidates import in_batch_rows
 from ralm.realm.marginal import (
     distillation_loss,
     marginal_log_likelihood,
@@ -84,6 +85,7 @@ from ralm.realm.marginal import (
 )
 from ralm.realm.masking import IGNORE_INDEX
 from ralm.realm.options import (
+    ANSWER_NEGATIVES,
     MARGINALS,
     NULL_DOCS,
     QUERY_MASKS,
@@ -322,13 +324,63 @@ class RealmModel(nn.Module):
         assert self.encoder is not None and self.docs is not None
         kr = self.n_retrieved
         q = self.embed_queries(batch)  # (B, d)
+        doc_ids = self._search(search, q, batch, kr)
+        return self.prior_over(q, doc_ids), doc_ids
+
+    @staticmethod
+    def _search(search, q: torch.Tensor, batch: Mapping[str, torch.Tensor], kr: int) -> np.ndarray:
+        """(B, kr) chunk ids `search` finds for query vectors q (B, d) of `batch`'s masked queries."""
         qn, src = q.detach().float().cpu().numpy(), batch["source_ids"].cpu().numpy()
         if getattr(search, "wants_query_ids", False):  # hybrid candidates read the visible query words
             found = search(qn, src, kr, query_ids=batch["input_ids"].cpu().numpy())
         else:
             found = search(qn, src, kr)
-        doc_ids = np.asarray(found, dtype=np.int64)
-        return self.prior_over(q, doc_ids), doc_ids
+        return np.asarray(found, dtype=np.int64)
+
+    def answer_query_loss(
+        self, batch: Mapping[str, torch.Tensor], search, negatives: str = "in_batch"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The answer loss of masked queries that the reader never reads (`answer_queries`).
+
+        The query tower embeds `batch`'s B queries, `search` finds each one's k - 1 chunks, and the
+        prior scores them with the null document (last) as a REALM step would; with `negatives =
+        "in_batch"` each query's softmax also holds the other queries' chunks (`in_batch_rows`; the
+        learned null's score is still the mean of its own k - 1 plus b). The target is
+        `answer_target`'s (`ANSWER_NATS` times the share of the query's masked spans a chunk holds,
+        checked for every chunk of the row, an in-batch one included; the null 0), and the loss
+        Atlas's distillation KL at `distill_tau`, so the gradient reaches the query tower (and the
+        doc tower, the scale and the null logit when they learn) and never the reader.
+
+        Returns (B,) KL in nats and (B,) bool live: the row ranks something (some chunk holds a span
+        and another does not). A query with no live row carries no signal; average over the live ones.
+        """
+        assert self.encoder is not None and self.docs is not None
+        if not self.causal:
+            raise RalmError("answer_queries needs a causal reader (the target reads the masked spans' text)")
+        if negatives not in ANSWER_NEGATIVES:
+            raise RalmError(f"answer_negatives {negatives!r}: choose one of {', '.join(ANSWER_NEGATIVES)}")
+        kr = self.n_retrieved
+        q = self.embed_queries(batch)
+        own = self._search(search, q, batch, kr)  # (B, kr)
+        rows, pad = in_batch_rows(own) if negatives == "in_batch" else (own, np.zeros(own.shape, dtype=bool))
+        uniq, inv = np.unique(rows, return_inverse=True)
+        vecs = self.doc_vectors(self.docs.tower_batch(uniq), q.device).to(q.dtype)  # (U, d)
+        d = vecs[torch.from_numpy(inv.reshape(rows.shape)).to(q.device)]  # (B, R, d)
+        scores = self.prior.scaled(self._scale(torch.einsum("bd,brd->br", q, d)))
+        pad_t = torch.from_numpy(pad).to(q.device)
+        scores = scores.masked_fill(pad_t, -torch.inf)
+        null = self.null_score(q)
+        log_p_z = self.prior.log_probs(
+            scores, None if null is None else self.prior.scaled(null), null_from=scores[:, :kr]
+        )
+        has_null = self.null_doc != "none"
+        if has_null:
+            pad_t = torch.cat([pad_t, torch.zeros_like(pad_t[:, :1])], dim=1)
+        target, _ = answer_target(self.reader, batch, [[*r, -1] if has_null else r for r in rows.tolist()])
+        target = target.to(log_p_z.device, log_p_z.dtype)
+        live = target.masked_fill(pad_t, -torch.inf).amax(1) > target.masked_fill(pad_t, torch.inf).amin(1)
+        target = target.masked_fill(pad_t, -torch.inf)  # a left-out place gets no target mass
+        return distillation_loss(log_p_z, target, self.distill_tau), live
 
     def prior_over(
         self, q: torch.Tensor, doc_ids: np.ndarray, doc_vecs: torch.Tensor | None = None

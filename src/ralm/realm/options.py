@@ -12,6 +12,7 @@ MARGINALS = ("joint", "span")
 RETRIEVER_TRAIN = ("both", "query", "none")
 READER_TRAIN = ("train", "freeze")
 RETRIEVER_LOSSES = ("marginal", "distill", "answer")
+ANSWER_NEGATIVES = ("own", "in_batch")
 SCORE_SCALES = ("fixed", "learned")
 QUERY_MASKS = ("hide", "keep")
 INDEX_KINDS = (
@@ -34,6 +35,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "reader_train": READER_TRAIN,
     "retriever_loss": RETRIEVER_LOSSES,
     "reader_layout": ("doc_first", "query_first"),
+    "answer_negatives": ANSWER_NEGATIVES,
     "query_masks": QUERY_MASKS,
     "pooling": ("mean", "cls"),
     "schedule": ("cosine", "linear", "constant"),
@@ -93,6 +95,13 @@ HELP: dict[str, str] = {
     "KL(softmax(log p(y|z,x) / tau) || p(z|x)) (Atlas's perplexity distillation); answer: the same KL with "
     "5 nats for each retrieved chunk that holds the masked span instead of log p(y|z,x) (causal reader; "
     "no reader signal; a query none of whose chunks holds its spans adds nothing)",
+    "answer_queries": "masked queries a step, besides the reader's batch, that only the retriever learns "
+    "from: the query tower embeds them, the index finds their k - 1 chunks, and the answer target "
+    "(retriever_loss = answer's, no reader pass) trains it (causal reader; one process); 0 = none",
+    "answer_negatives": "answer_queries: own (each query's softmax over its own k - 1 chunks and the null) or "
+    "in_batch (also the other answer queries' chunks, each checked for the query's spans)",
+    "answer_weight": "answer_queries: weight of their mean KL (over the queries whose chunks rank "
+    "something) in the step's loss",
     "distill_tau": "retriever_loss = distill or answer: the temperature tau of the target",
     "reader_layout": "causal reader: doc_first (one row a document: [bos] z x y) or query_first (the query "
     "once, its documents and targets packed after it, each seeing the query and itself)",

@@ -65,14 +65,22 @@ class RetrievalPrior(nn.Module):
             return scores
         return scores * self.log_scale.exp().to(scores.dtype)
 
-    def log_probs(self, scores: torch.Tensor, null_score: torch.Tensor | None = None) -> torch.Tensor:
+    def log_probs(
+        self,
+        scores: torch.Tensor,
+        null_score: torch.Tensor | None = None,
+        null_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """log p(z|x): (B, K) scaled scores -> (B, K) log-probabilities, or (B, K+1) with the null
         document last: the learned logit when this prior has one, else `null_score` (B,), already
-        scaled, or None for no null document."""
+        scaled, or None for no null document. `null_from` (B, k): the scores whose mean sets the
+        learned null's score, when not all of `scores` (a query's own k candidates, where `scores`
+        also holds in-batch negatives, some of them -inf)."""
         if self.null_logit is not None:
             # not detached: a shift of every score moves the null with them, so no loss can push
             # every score (and the query vector's norm) up to take mass from the null
-            null_score = scores.mean(1) + self.null_logit.to(scores.dtype)
+            base = scores if null_from is None else null_from
+            null_score = base.mean(1) + self.null_logit.to(scores.dtype)
         return doc_log_probs(scores, null_score)
 
     def extra_repr(self) -> str:

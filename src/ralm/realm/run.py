@@ -130,6 +130,8 @@ RESUME_FIXED = (
     "score_scale",
     "retriever_train",
     "reader_layout",
+    "answer_queries",
+    "answer_negatives",
 )
 
 

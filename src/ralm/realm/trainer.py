@@ -61,7 +61,7 @@ from ralm.realm.build import (
     optimizer_for,
 )
 from ralm.realm.config import PretrainConfig
-from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
+from ralm.realm.data import answer_query_ids, example_rngs, micro_batch_ids, split_ids
 from ralm.realm.masking import MaskingCollator
 from ralm.realm.model import RealmModel, RealmOutput
 from ralm.realm.run import (
@@ -136,8 +136,11 @@ def train_step(
     its summed NLL over the masked tokens of all ranks, so the averaged gradients equal a single
     process's on the whole batch.
 
-    Returns this rank's micro-batch outputs, the gradient norm before clipping and the step's
-    (summed NLL, masked tokens) over all ranks.
+    With `cfg.answer_queries`, the step's answer queries add their loss to the gradients before the
+    clip (`answer_query_step`; one process).
+
+    Returns this rank's micro-batch outputs, the gradient norm before clipping, the step's
+    (summed NLL, masked tokens) over all ranks and the answer queries' metrics ({} without them).
     """
     dist = dist or Dist()
     opt.zero_grad(set_to_none=True)
@@ -161,6 +164,10 @@ def train_step(
         nll_sum += nll_all
         n_sum += int(n_all)
         outs.append(out)
+    core = getattr(model, "module", model)
+    extra = (
+        answer_query_step(core, collator, train_ids, cfg, step, search, dev, ac) if cfg.answer_queries else {}
+    )
     params = [p for p in model.parameters() if p.grad is not None]
     if cfg.max_grad_norm > 0:
         gn = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
@@ -170,7 +177,34 @@ def train_step(
         )
     opt.step()
     sched.step()
-    return outs, gn, (nll_sum, n_sum)
+    return outs, gn, (nll_sum, n_sum), extra
+
+
+def answer_query_step(
+    model: RealmModel,
+    collator: MaskingCollator,
+    train_ids: np.ndarray,
+    cfg: PretrainConfig,
+    step: int,
+    search,
+    dev: torch.device,
+    ac: torch.dtype | None,
+) -> dict[str, float]:
+    """Backpropagate step `step`'s `answer_queries` (`RealmModel.answer_query_loss`): `answer_weight`
+    times their mean KL over the live queries, added to the gradients of the step's reader batch.
+    Their masks draw from the generators of micro-batch `grad_accum` (one past the reader's).
+    Returns the step's answer_kl (mean over the live queries) and answer_live (their share)."""
+    ids = answer_query_ids(train_ids, cfg, step)
+    batch = collator(ids, rngs=example_rngs(cfg.seed, step, cfg.grad_accum, range(len(ids))))
+    batch = {k: v.to(dev) for k, v in batch.items()}
+    with autocast_context(dev, ac):
+        kl, live = model.answer_query_loss(batch, search, cfg.answer_negatives)
+    n_live = int(live.sum())
+    if n_live:
+        loss = (kl * live.to(kl.dtype)).sum() / n_live
+        (loss * cfg.answer_weight).backward()
+        return {"answer_kl": float(loss.detach()), "answer_live": n_live / len(ids)}
+    return {"answer_kl": 0.0, "answer_live": 0.0}
 
 
 # ----------------------------------------------------------------------------- the run
@@ -217,6 +251,11 @@ def _pretrain(
         raise RalmError(
             f"batch_size={cfg.batch_size} (queries per micro-batch over all processes) is not divisible by "
             f"the {dist.world} processes; use a multiple of {dist.world}"
+        )
+    if cfg.answer_queries and dist.world > 1:
+        raise RalmError(
+            f"answer_queries={cfg.answer_queries} runs in one process only (their loss is not shared "
+            f"among the {dist.world} processes yet); set answer_queries=0 or run one process"
         )
     run = Path(cfg.out)
 
@@ -290,10 +329,10 @@ def _pretrain(
                 os._exit(3)  # RALM_TEST_KILL_RANK_AT: this rank dies as if killed
             t0 = time.perf_counter()
             version = refresher.version if refresher is not None else None
-            outs, gn, (nll, n) = train_step(
+            outs, gn, (nll, n), extra = train_step(
                 net, opt, sched, collator, train_ids, cfg, step, search, dev, ac, dist
             )
-            row = step_metrics(outs, model)
+            row = step_metrics(outs, model) | extra
             row["loss"] = nll / max(n, 1)  # over all ranks
             row["ppl"] = math.exp(min(row["loss"], 50.0))
             lrs = {g["name"]: g["lr"] for g in opt.param_groups}
