@@ -104,9 +104,10 @@ ARMS["answer"] = {
 ARMS["answer_warm"] = {**ARMS["answer"], "retriever_init": "{work}/{lang}-cached-answer_free-in_batch"}
 # the two above with 48 more masked queries a step that only the query tower reads (`answer_queries`:
 # searched, checked for their spans, no reader pass), each query's softmax also over the other 47's
-# chunks (in-batch negatives): what the offline answer tower had (many queries, in-batch negatives)
-# and the online arms lacked (4 queries a step against their own 3 chunks)
-ANSWER_QUERIES = {"answer_queries": 48, "answer_negatives": "in_batch"}
+# chunks (in-batch negatives), and a target from the salient spans alone (a randomly masked word is
+# in most chunks): what the offline answer tower had (many queries, in-batch negatives, one salient
+# span a query) and the online arms lacked (4 queries a step against their own 3 chunks, every span)
+ANSWER_QUERIES = {"answer_queries": 48, "answer_negatives": "in_batch", "answer_spans": "salient"}
 ARMS["answer_queries"] = {**ARMS["answer"], **ANSWER_QUERIES}
 ARMS["answer_warm_queries"] = {**ARMS["answer_warm"], **ANSWER_QUERIES}
 # the retriever alone learning from a frozen reader (`warm`): the query tower at the `all` arm's

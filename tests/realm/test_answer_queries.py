@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from tests.realm.test_levers import _batch, _model, _search, _weights
+from tests.realm.test_levers import _batch, _model, _search, _SpanReader, _weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -32,15 +32,35 @@ def test_in_batch_rows_by_hand():
     assert out.tolist() == [[4, 5, 6]] and not pad.any()
 
 
-def _naive_answer_kl(model, batch, own: np.ndarray, in_batch: bool) -> list[float]:
+def test_salient_answer_target_by_hand():
+    """answer_spans = salient: a randomly masked word does not count toward a chunk's share."""
+    from ralm.errors import RalmError
+    from ralm.realm.answer_supervision import answer_target
+    from ralm.realm.causal_masking import SPAN_KINDS
+
+    reader = _SpanReader([["Oslo", "the"], ["the"]], {0: "oslo and the fjord", 1: "the king", 2: "a city"})
+    rand, ent = SPAN_KINDS.index("random"), 0
+    batch = {"lm_span_kind": torch.tensor([[ent, rand], [rand, -1]])}
+    rows = [[0, 1, -1], [1, 2, -1]]
+    t_all, live_all = answer_target(reader, batch, rows)
+    assert t_all.tolist() == [[5.0, 2.5, 0.0], [5.0, 0.0, 0.0]] and live_all.tolist() == [True, True]
+    t, live = answer_target(reader, batch, rows, spans="salient")
+    assert t.tolist() == [[5.0, 0.0, 0.0], [0.0, 0.0, 0.0]] and live.tolist() == [True, False]
+    with pytest.raises(RalmError, match="answer_spans 'some': choose one of all, salient"):
+        answer_target(reader, batch, rows, spans="some")
+
+
+def _naive_answer_kl(model, batch, own: np.ndarray, in_batch: bool, salient: bool) -> list[float]:
     """The loss by a loop: each query's chunks (its own, then the others' not yet seen), each scored
     from a doc-tower pass of its own, the null's score the mean of the own scores (b = 0), the
-    target 5 nats times the share of the query's spans the chunk holds."""
+    target 5 nats times the share of the query's (salient) spans the chunk holds."""
     from ralm.realm.answer_supervision import ANSWER_NATS, span_in_chunk
+    from ralm.realm.causal_masking import SPAN_KINDS
 
     with torch.no_grad():
         q = model.embed_queries(batch)
     spans = model.reader.span_texts(batch)
+    kinds = batch["lm_span_kind"].tolist()
     out = []
     for b in range(len(own)):
         chunks: list[int] = []
@@ -52,8 +72,15 @@ def _naive_answer_kl(model, batch, own: np.ndarray, in_batch: bool) -> list[floa
                 v = model.doc_vectors(model.docs.tower_batch(np.array([c])), q.device)[0]
                 s.append(float(model.encoder.scale_scores(q[b] @ v)))
         s.append(sum(s[: own.shape[1]]) / own.shape[1])  # the null document: b = 0
-        texts = [t for t in spans[b] if t]
-        t = [ANSWER_NATS * sum(span_in_chunk(model.reader, c, x) for x in texts) / len(texts) for c in chunks]
+        texts = [
+            x
+            for j, x in enumerate(spans[b])
+            if x and not (salient and kinds[b][j] == SPAN_KINDS.index("random"))
+        ]
+        t = [
+            ANSWER_NATS * sum(span_in_chunk(model.reader, c, x) for x in texts) / max(len(texts), 1)
+            for c in chunks
+        ]
         t.append(0.0)
         log_p = torch.log_softmax(torch.tensor(s, dtype=torch.float64), 0)
         log_t = torch.log_softmax(torch.tensor(t, dtype=torch.float64), 0)
@@ -61,17 +88,25 @@ def _naive_answer_kl(model, batch, own: np.ndarray, in_batch: bool) -> list[floa
     return out
 
 
-@pytest.mark.parametrize("in_batch", [True, False])
-def test_answer_query_loss_equals_a_naive_loop(store, tiny_dir, causal_dirs, in_batch):
-    model, tok = _model(store, tiny_dir, causal_dirs, k=4, null_doc="logit")
-    batch = _batch(store, tiny_dir, tok, n=6, salient_rate=0.0, random_span_rate=0.15)
+@pytest.mark.parametrize(("in_batch", "spans"), [(True, "all"), (False, "all"), (True, "salient")])
+def test_answer_query_loss_equals_a_naive_loop(store, tiny_dir, causal_dirs, in_batch, spans):
+    model, tok = _model(store, tiny_dir, causal_dirs, k=4, null_doc="logit", answer_spans=spans)
+    masking = dict(salient_rate=0.3, random_span_rate=0.15) if spans == "salient" else dict(salient_rate=0.0)
+    batch = _batch(store, tiny_dir, tok, n=6, **{"random_span_rate": 0.15, **masking})
     search = _search(model).search
     kl, live = model.answer_query_loss(batch, search, "in_batch" if in_batch else "own")
     q = model.embed_queries(batch).detach().numpy()
     own = np.asarray(search(q, batch["source_ids"].numpy(), model.n_retrieved))
-    want = _naive_answer_kl(model, batch, own, in_batch)
+    want = _naive_answer_kl(model, batch, own, in_batch, spans == "salient")
     assert kl.detach().tolist() == pytest.approx(want, abs=1e-5)
-    assert 0 < int(live.sum()) < len(own)  # the toy corpus has both kinds of query
+    assert int(live.sum()) > 0
+    if spans == "all":
+        assert int(live.sum()) < len(own)  # the toy corpus has both kinds of query
+    else:  # the random spans were left out of the target: it differs from the all-spans one
+        model.answer_spans = "all"
+        assert kl.detach().tolist() != pytest.approx(
+            model.answer_query_loss(batch, search)[0].tolist(), abs=1e-5
+        )
     if in_batch:  # some query's row grew beyond its own 3 chunks
         assert len({int(c) for c in own.ravel()}) > own.shape[1]
 

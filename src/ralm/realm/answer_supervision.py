@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.realm.causal_masking import SPAN_KINDS
+from ralm.realm.options import ANSWER_SPANS
 
 if TYPE_CHECKING:
     from ralm.realm.run import LoadedRun
@@ -39,7 +41,11 @@ def span_in_chunk(reader, cid: int, span: str) -> bool:
 
 
 def answer_target(
-    reader, batch: Mapping[str, torch.Tensor], rows: Sequence[Sequence[int]], nats: float = ANSWER_NATS
+    reader,
+    batch: Mapping[str, torch.Tensor],
+    rows: Sequence[Sequence[int]],
+    nats: float = ANSWER_NATS,
+    spans: str = "all",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The target of `retriever_loss = "answer"` for a batch of masked queries and their rows of
     chunk ids (B, K; -1 the null document): (B, K) `nats` times the share of the query's masked spans
@@ -48,11 +54,21 @@ def answer_target(
     chunk holds a span).
 
     Example: spans ["Oslo"] and ["1040", "Harald"], rows [[a, b, -1], [c, d, -1]] where only a holds
-    "Oslo" and c holds "Harald" -> [[5, 0, 0], [2.5, 0, 0]], live [True, True]."""
-    spans = reader.span_texts(batch)
+    "Oslo" and c holds "Harald" -> [[5, 0, 0], [2.5, 0, 0]], live [True, True].
+
+    `spans = "salient"` counts only the salient spans (`batch["lm_span_kind"]` not "random"): a
+    randomly masked word ("the", "first") is in most chunks, so it ranks nothing and dilutes the
+    share; a query with no salient span ranks nothing."""
+    if spans not in ANSWER_SPANS:
+        raise RalmError(f"answer_spans {spans!r}: choose one of {', '.join(ANSWER_SPANS)}")
+    texts_of = reader.span_texts(batch)
+    if spans == "salient":
+        kinds = batch["lm_span_kind"].cpu().tolist()
+        rand = SPAN_KINDS.index("random")
+        texts_of = [[t for j, t in enumerate(row) if kinds[b][j] != rand] for b, row in enumerate(texts_of)]
     t = torch.zeros(len(rows), len(rows[0]))
     for b, row in enumerate(rows):
-        texts = [s for s in spans[b] if s]
+        texts = [s for s in texts_of[b] if s]
         if not texts:
             continue
         for j, cid in enumerate(row):

@@ -247,6 +247,7 @@ def _assemble(cfg: PretrainConfig, store: DocStore, reader, encoder, docs) -> Re
         retriever_train=cfg.retriever_train,
         retriever_loss=cfg.retriever_loss,
         distill_tau=cfg.distill_tau,
+        answer_spans=cfg.answer_spans,
         reader_train=cfg.reader_train,
     )
     if model.retrieval and cfg.k - (cfg.null_doc != "none") > len(store) - 1:

@@ -73,6 +73,7 @@ class PretrainConfig:
     reader_train: str = "train"  # train | freeze: the reader only scores, the retriever learns from it
     answer_queries: int = 0  # masked queries a step only the retriever reads (answer target, no reader)
     answer_negatives: str = "in_batch"  # answer_queries: own chunks only | in_batch: the others' too
+    answer_spans: str = "all"  # answer target: all masked spans | salient: the salient ones only
     answer_weight: float = 1.0  # answer_queries: weight of their mean KL in the step's loss
     distill_tau: float = 1.0  # distill: temperature of the target softmax(log p(y|z,x) / tau)
     reader_bucket_slack: float = 1.1  # causal reader: padding allowed per length group (inf: one group)
@@ -140,6 +141,7 @@ class PretrainConfig:
                     "reader_train",
                     "reader_layout",
                     "answer_negatives",
+                    "answer_spans",
                 )
             ],
             (self.reader_backprop_top >= 0, f"reader_backprop_top={self.reader_backprop_top}: must be >= 0"),

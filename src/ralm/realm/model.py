@@ -86,6 +86,7 @@ from ralm.realm.marginal import (
 from ralm.realm.masking import IGNORE_INDEX
 from ralm.realm.options import (
     ANSWER_NEGATIVES,
+    ANSWER_SPANS,
     MARGINALS,
     NULL_DOCS,
     QUERY_MASKS,
@@ -188,6 +189,7 @@ class RealmModel(nn.Module):
         retriever_loss: str = "marginal",
         distill_tau: float = 1.0,
         reader_train: str = "train",
+        answer_spans: str = "all",
     ) -> None:
         super().__init__()
         for name, value, allowed in (
@@ -196,6 +198,7 @@ class RealmModel(nn.Module):
             ("retriever_train", retriever_train, RETRIEVER_TRAIN),
             ("retriever_loss", retriever_loss, RETRIEVER_LOSSES),
             ("reader_train", reader_train, READER_TRAIN),
+            ("answer_spans", answer_spans, ANSWER_SPANS),
         ):
             if value not in allowed:
                 raise RalmError(f"{name} {value!r}: choose one of {', '.join(allowed)}")
@@ -214,6 +217,7 @@ class RealmModel(nn.Module):
         self.retriever_train = retriever_train
         self.retriever_loss = retriever_loss
         self.distill_tau = float(distill_tau)
+        self.answer_spans = answer_spans
         self.reader_train = reader_train
         if reader_train == "freeze":
             if encoder is None:
@@ -376,7 +380,9 @@ class RealmModel(nn.Module):
         has_null = self.null_doc != "none"
         if has_null:
             pad_t = torch.cat([pad_t, torch.zeros_like(pad_t[:, :1])], dim=1)
-        target, _ = answer_target(self.reader, batch, [[*r, -1] if has_null else r for r in rows.tolist()])
+        target, _ = answer_target(
+            self.reader, batch, [[*r, -1] if has_null else r for r in rows.tolist()], spans=self.answer_spans
+        )
         target = target.to(log_p_z.device, log_p_z.dtype)
         live = target.masked_fill(pad_t, -torch.inf).amax(1) > target.masked_fill(pad_t, torch.inf).amin(1)
         target = target.masked_fill(pad_t, -torch.inf)  # a left-out place gets no target mass
@@ -426,7 +432,11 @@ class RealmModel(nn.Module):
             rows = [[*row, -1] for row in doc_ids.tolist()] if self.null_doc != "none" else doc_ids.tolist()
             lp = self._reader_scores(log_p_z, lambda docs: self._causal_scores(batch, docs), rows)
             mask = (batch["lm_span_kind"] >= 0).to(lp.device) if self.marginal == "span" else None
-            answer = answer_target(self.reader, batch, rows) if self.retriever_loss == "answer" else None
+            answer = (
+                answer_target(self.reader, batch, rows, spans=self.answer_spans)
+                if self.retriever_loss == "answer"
+                else None
+            )
             return self._output(
                 log_p_z,
                 lp,

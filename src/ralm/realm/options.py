@@ -13,6 +13,7 @@ RETRIEVER_TRAIN = ("both", "query", "none")
 READER_TRAIN = ("train", "freeze")
 RETRIEVER_LOSSES = ("marginal", "distill", "answer")
 ANSWER_NEGATIVES = ("own", "in_batch")
+ANSWER_SPANS = ("all", "salient")
 SCORE_SCALES = ("fixed", "learned")
 QUERY_MASKS = ("hide", "keep")
 INDEX_KINDS = (
@@ -36,6 +37,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "retriever_loss": RETRIEVER_LOSSES,
     "reader_layout": ("doc_first", "query_first"),
     "answer_negatives": ANSWER_NEGATIVES,
+    "answer_spans": ANSWER_SPANS,
     "query_masks": QUERY_MASKS,
     "pooling": ("mean", "cls"),
     "schedule": ("cosine", "linear", "constant"),
@@ -100,6 +102,8 @@ HELP: dict[str, str] = {
     "(retriever_loss = answer's, no reader pass) trains it (causal reader; one process); 0 = none",
     "answer_negatives": "answer_queries: own (each query's softmax over its own k - 1 chunks and the null) or "
     "in_batch (also the other answer queries' chunks, each checked for the query's spans)",
+    "answer_spans": "retriever_loss = answer and answer_queries: all (every masked span counts toward a "
+    "chunk's target) or salient (only the salient ones: a randomly masked word is in most chunks)",
     "answer_weight": "answer_queries: weight of their mean KL (over the queries whose chunks rank "
     "something) in the step's loss",
     "distill_tau": "retriever_loss = distill or answer: the temperature tau of the target",
