@@ -49,6 +49,10 @@ How p(z|x) is made and trained (issue 45's levers, each a `PretrainConfig` setti
   `ralm.realm.answer_supervision`'s distant supervision at every step on the step's own candidates.
   A query none of whose chunks holds its spans adds nothing. Causal reader only (its
   spans have text); the reader learns from the marginal with p(z|x) held fixed.
+* `answer_queries = N` (the trainer's): N more masked queries a step that only the retriever reads
+  (`answer_query_loss`): searched, given the answer target, and with `answer_negatives =
+  "in_batch"` each one's softmax also over the other queries' chunks. `answer_spans = "salient"`
+  makes both answer targets count the salient spans alone.
 * `reader_train = "freeze"`: the reader only scores the candidates, once, without gradient, and the
   retriever (with the score scale and null logit) learns from those scores: a warm start of the
   towers from what the reader can use, at the cost of a forward pass a step.

@@ -32,7 +32,8 @@ Metrics per step (JSONL and TensorBoard): loss (NLL per masked token), ppl (mask
 perplexity of the batch), lr_reader, lr_retriever, grad_norm, index_version, step_seconds and,
 with retrieval, null_mass (mean p(null|x)), entropy (of p(z|x), nats), score_scale (the learned
 multiplier on the scores, 1 when fixed), null_logit (null_doc = "logit"), distill_kl (retriever_loss
-= "distill"), utility_1..utility_{k-1}
+= "distill" or "answer"), answer_kl and answer_live (with `answer_queries`: their mean KL over the
+queries whose chunks rank something, and the share of such queries), utility_1..utility_{k-1}
 (REALM's retrieval utility log p(y|z,x) - log p(y|null,x) by retrieval rank, needs a null
 document), answers_in_docs (fraction of masked tokens that occur in some retrieved chunk: the
 reader can only copy those), refresh_seconds on refresh steps.
