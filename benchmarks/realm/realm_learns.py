@@ -110,6 +110,10 @@ ARMS["answer_warm"] = {**ARMS["answer"], "retriever_init": "{work}/{lang}-cached
 ANSWER_QUERIES = {"answer_queries": 48, "answer_negatives": "in_batch", "answer_spans": "salient"}
 ARMS["answer_queries"] = {**ARMS["answer"], **ANSWER_QUERIES}
 ARMS["answer_warm_queries"] = {**ARMS["answer_warm"], **ANSWER_QUERIES}
+# the warm one with the other queries' chunks as plain negatives (target 0 whatever they hold, DPR's
+# in-batch negatives, as in the offline run it starts from): with them checked for the span
+# (`answer_warm_queries`) every held-out query retrieved the same 4 chunks by step 37
+ARMS["answer_warm_zero"] = {**ARMS["answer_warm_queries"], "answer_negatives": "in_batch_zero"}
 # the retriever alone learning from a frozen reader (`warm`): the query tower at the `all` arm's
 # learning rate, Atlas's perplexity distillation, a learned scale, today's dense top 3 + the empty
 # null document; its end diagnosis is on the same basis as diag0's (the same reader, closed-book)

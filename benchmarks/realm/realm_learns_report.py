@@ -33,7 +33,7 @@ ARMS = (
     "answer",
     "answer_warm",
     "answer_queries",
-    "answer_warm_queries",
+    "answer_warm_zero",
 )
 TARGETS = {
     "nb_ratio_content_end": "<= 0.5",

@@ -50,13 +50,15 @@ def test_salient_answer_target_by_hand():
         answer_target(reader, batch, rows, spans="some")
 
 
-def _naive_answer_kl(model, batch, own: np.ndarray, in_batch: bool, salient: bool) -> list[float]:
+def _naive_answer_kl(model, batch, own: np.ndarray, negatives: str, salient: bool) -> list[float]:
     """The loss by a loop: each query's chunks (its own, then the others' not yet seen), each scored
     from a doc-tower pass of its own, the null's score the mean of the own scores (b = 0), the
-    target 5 nats times the share of the query's (salient) spans the chunk holds."""
+    target 5 nats times the share of the query's (salient) spans the chunk holds (0 for the other
+    queries' chunks with in_batch_zero)."""
     from ralm.realm.answer_supervision import ANSWER_NATS, span_in_chunk
     from ralm.realm.causal_masking import SPAN_KINDS
 
+    in_batch = negatives != "own"
     with torch.no_grad():
         q = model.embed_queries(batch)
     spans = model.reader.span_texts(batch)
@@ -81,6 +83,8 @@ def _naive_answer_kl(model, batch, own: np.ndarray, in_batch: bool, salient: boo
             ANSWER_NATS * sum(span_in_chunk(model.reader, c, x) for x in texts) / max(len(texts), 1)
             for c in chunks
         ]
+        if negatives == "in_batch_zero":
+            t = t[: own.shape[1]] + [0.0] * (len(t) - own.shape[1])
         t.append(0.0)
         log_p = torch.log_softmax(torch.tensor(s, dtype=torch.float64), 0)
         log_t = torch.log_softmax(torch.tensor(t, dtype=torch.float64), 0)
@@ -88,26 +92,28 @@ def _naive_answer_kl(model, batch, own: np.ndarray, in_batch: bool, salient: boo
     return out
 
 
-@pytest.mark.parametrize(("in_batch", "spans"), [(True, "all"), (False, "all"), (True, "salient")])
-def test_answer_query_loss_equals_a_naive_loop(store, tiny_dir, causal_dirs, in_batch, spans):
+@pytest.mark.parametrize(
+    ("negatives", "spans"),
+    [("in_batch", "all"), ("in_batch_zero", "all"), ("own", "all"), ("in_batch", "salient")],
+)
+def test_answer_query_loss_equals_a_naive_loop(store, tiny_dir, causal_dirs, negatives, spans):
     model, tok = _model(store, tiny_dir, causal_dirs, k=4, null_doc="logit", answer_spans=spans)
     masking = dict(salient_rate=0.3, random_span_rate=0.15) if spans == "salient" else dict(salient_rate=0.0)
     batch = _batch(store, tiny_dir, tok, n=6, **{"random_span_rate": 0.15, **masking})
     search = _search(model).search
-    kl, live = model.answer_query_loss(batch, search, "in_batch" if in_batch else "own")
+    kl, live = model.answer_query_loss(batch, search, negatives)
     q = model.embed_queries(batch).detach().numpy()
     own = np.asarray(search(q, batch["source_ids"].numpy(), model.n_retrieved))
-    want = _naive_answer_kl(model, batch, own, in_batch, spans == "salient")
+    want = _naive_answer_kl(model, batch, own, negatives, spans == "salient")
     assert kl.detach().tolist() == pytest.approx(want, abs=1e-5)
     assert int(live.sum()) > 0
     if spans == "all":
         assert int(live.sum()) < len(own)  # the toy corpus has both kinds of query
     else:  # the random spans were left out of the target: it differs from the all-spans one
         model.answer_spans = "all"
-        assert kl.detach().tolist() != pytest.approx(
-            model.answer_query_loss(batch, search)[0].tolist(), abs=1e-5
-        )
-    if in_batch:  # some query's row grew beyond its own 3 chunks
+        other = model.answer_query_loss(batch, search, negatives)[0]
+        assert kl.detach().tolist() != pytest.approx(other.tolist(), abs=1e-5)
+    if negatives != "own":  # some query's row grew beyond its own 3 chunks
         assert len({int(c) for c in own.ravel()}) > own.shape[1]
 
 
@@ -138,7 +144,7 @@ def test_answer_query_loss_refuses_unknown_negatives(store, tiny_dir, causal_dir
 
     model, tok = _model(store, tiny_dir, causal_dirs, k=4, null_doc="logit")
     batch = _batch(store, tiny_dir, tok, n=2)
-    with pytest.raises(RalmError, match="answer_negatives 'all': choose one of own, in_batch"):
+    with pytest.raises(RalmError, match="answer_negatives 'all': choose one of own, in_batch, in_batch_zero"):
         model.answer_query_loss(batch, _search(model).search, "all")
 
 
@@ -195,7 +201,7 @@ def test_answer_queries_run_logs_and_resumes_identically(causal_cfg, tmp_path):
         (dict(mode="mlm", answer_queries=2), "answer_queries: only a retrieval run"),
         (dict(retriever_train="none", answer_queries=2), "answer_queries: only a retrieval run"),
         (dict(answer_queries=-1), "answer_queries=-1: must be >= 0"),
-        (dict(answer_negatives="all"), "answer_negatives 'all': choose own, in_batch"),
+        (dict(answer_negatives="all"), "answer_negatives 'all': choose own, in_batch, in_batch_zero"),
         (dict(answer_weight=-0.5), "answer_weight=-0.5: must be >= 0"),
     ],
 )

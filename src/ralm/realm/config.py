@@ -72,7 +72,7 @@ class PretrainConfig:
     retriever_loss: str = "marginal"  # marginal (REALM) | distill (Atlas's perplexity distillation)
     reader_train: str = "train"  # train | freeze: the reader only scores, the retriever learns from it
     answer_queries: int = 0  # masked queries a step only the retriever reads (answer target, no reader)
-    answer_negatives: str = "in_batch"  # answer_queries: own chunks only | in_batch: the others' too
+    answer_negatives: str = "in_batch_zero"  # answer_queries: own | in_batch (checked) | in_batch_zero (at 0)
     answer_spans: str = "all"  # answer target: all masked spans | salient: the salient ones only
     answer_weight: float = 1.0  # answer_queries: weight of their mean KL in the step's loss
     distill_tau: float = 1.0  # distill: temperature of the target softmax(log p(y|z,x) / tau)

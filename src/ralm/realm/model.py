@@ -352,10 +352,12 @@ class RealmModel(nn.Module):
 
         The query tower embeds `batch`'s B queries, `search` finds each one's k - 1 chunks, and the
         prior scores them with the null document (last) as a REALM step would; with `negatives =
-        "in_batch"` each query's softmax also holds the other queries' chunks (`in_batch_rows`; the
-        learned null's score is still the mean of its own k - 1 plus b). The target is
-        `answer_target`'s (`ANSWER_NATS` times the share of the query's masked spans a chunk holds,
-        checked for every chunk of the row, an in-batch one included; the null 0), and the loss
+        "in_batch"` or "in_batch_zero" each query's softmax also holds the other queries' chunks
+        (`in_batch_rows`; the learned null's score is still the mean of its own k - 1 plus b). The
+        target is `answer_target`'s (`ANSWER_NATS` times the share of the query's masked spans a chunk
+        holds; the null 0): checked for every chunk of the row with "in_batch", for its own k - 1
+        alone with "in_batch_zero", where the other queries' chunks are negatives at 0 whatever they
+        hold (DPR's in-batch negatives; `cached_distill`'s `negatives = "in_batch"`). The loss is
         Atlas's distillation KL at `distill_tau`, so the gradient reaches the query tower (and the
         doc tower, the scale and the null logit when they learn) and never the reader.
 
@@ -370,7 +372,10 @@ class RealmModel(nn.Module):
         kr = self.n_retrieved
         q = self.embed_queries(batch)
         own = self._search(search, q, batch, kr)  # (B, kr)
-        rows, pad = in_batch_rows(own) if negatives == "in_batch" else (own, np.zeros(own.shape, dtype=bool))
+        if negatives == "own":
+            rows, pad = own, np.zeros(own.shape, dtype=bool)
+        else:
+            rows, pad = in_batch_rows(own)
         uniq, inv = np.unique(rows, return_inverse=True)
         vecs = self.doc_vectors(self.docs.tower_batch(uniq), q.device).to(q.dtype)  # (U, d)
         d = vecs[torch.from_numpy(inv.reshape(rows.shape)).to(q.device)]  # (B, R, d)
@@ -388,6 +393,8 @@ class RealmModel(nn.Module):
             self.reader, batch, [[*r, -1] if has_null else r for r in rows.tolist()], spans=self.answer_spans
         )
         target = target.to(log_p_z.device, log_p_z.dtype)
+        if negatives == "in_batch_zero":
+            target[:, kr : rows.shape[1]] = 0.0
         live = target.masked_fill(pad_t, -torch.inf).amax(1) > target.masked_fill(pad_t, torch.inf).amin(1)
         target = target.masked_fill(pad_t, -torch.inf)  # a left-out place gets no target mass
         return distillation_loss(log_p_z, target, self.distill_tau), live

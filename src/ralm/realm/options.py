@@ -12,7 +12,7 @@ MARGINALS = ("joint", "span")
 RETRIEVER_TRAIN = ("both", "query", "none")
 READER_TRAIN = ("train", "freeze")
 RETRIEVER_LOSSES = ("marginal", "distill", "answer")
-ANSWER_NEGATIVES = ("own", "in_batch")
+ANSWER_NEGATIVES = ("own", "in_batch", "in_batch_zero")
 ANSWER_SPANS = ("all", "salient")
 SCORE_SCALES = ("fixed", "learned")
 QUERY_MASKS = ("hide", "keep")
@@ -100,8 +100,9 @@ HELP: dict[str, str] = {
     "answer_queries": "masked queries a step, besides the reader's batch, that only the retriever learns "
     "from: the query tower embeds them, the index finds their k - 1 chunks, and the answer target "
     "(retriever_loss = answer's, no reader pass) trains it (causal reader; one process); 0 = none",
-    "answer_negatives": "answer_queries: own (each query's softmax over its own k - 1 chunks and the null) or "
-    "in_batch (also the other answer queries' chunks, each checked for the query's spans)",
+    "answer_negatives": "answer_queries: own (each query's softmax over its own k - 1 chunks and the null), "
+    "in_batch (also the other answer queries' chunks, each checked for the query's spans) or in_batch_zero "
+    "(the other queries' chunks as negatives at target 0, DPR's in-batch negatives)",
     "answer_spans": "retriever_loss = answer and answer_queries: all (every masked span counts toward a "
     "chunk's target) or salient (only the salient ones: a randomly masked word is in most chunks)",
     "answer_weight": "answer_queries: weight of their mean KL (over the queries whose chunks rank "
