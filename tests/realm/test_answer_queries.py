@@ -83,12 +83,15 @@ def _naive_answer_kl(model, batch, own: np.ndarray, negatives: str, salient: boo
             ANSWER_NATS * sum(span_in_chunk(model.reader, c, x) for x in texts) / max(len(texts), 1)
             for c in chunks
         ]
-        if negatives == "in_batch_zero":
-            t = t[: own.shape[1]] + [0.0] * (len(t) - own.shape[1])
+        kr, inf = own.shape[1], float("-inf")
+        if negatives == "in_batch_zero":  # the others' chunks: target probability 0
+            t = t[:kr] + [inf] * (len(t) - kr)
+        elif negatives == "in_batch":  # the others' chunks: 0 unless they hold a span
+            t = t[:kr] + [x if x > 0 else inf for x in t[kr:]]
         t.append(0.0)
         log_p = torch.log_softmax(torch.tensor(s, dtype=torch.float64), 0)
         log_t = torch.log_softmax(torch.tensor(t, dtype=torch.float64), 0)
-        out.append(float((log_t.exp() * (log_t - log_p)).sum()))
+        out.append(sum(float(lt.exp() * (lt - lp)) for lt, lp in zip(log_t, log_p, strict=True) if lt > inf))
     return out
 
 

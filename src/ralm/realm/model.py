@@ -355,9 +355,10 @@ class RealmModel(nn.Module):
         "in_batch"` or "in_batch_zero" each query's softmax also holds the other queries' chunks
         (`in_batch_rows`; the learned null's score is still the mean of its own k - 1 plus b). The
         target is `answer_target`'s (`ANSWER_NATS` times the share of the query's masked spans a chunk
-        holds; the null 0): checked for every chunk of the row with "in_batch", for its own k - 1
-        alone with "in_batch_zero", where the other queries' chunks are negatives at 0 whatever they
-        hold (DPR's in-batch negatives; `cached_distill`'s `negatives = "in_batch"`). The loss is
+        holds; the null 0) over its own k - 1 and the null; the other queries' chunks get target
+        probability 0 (DPR's in-batch negatives; `cached_distill`'s `negatives = "in_batch"`) with
+        "in_batch_zero", and with "in_batch" so do those of them that do not hold one of the query's
+        spans (one that does is a positive, its nats as for an own chunk). The loss is
         Atlas's distillation KL at `distill_tau`, so the gradient reaches the query tower (and the
         doc tower, the scale and the null logit when they learn) and never the reader.
 
@@ -393,10 +394,19 @@ class RealmModel(nn.Module):
             self.reader, batch, [[*r, -1] if has_null else r for r in rows.tolist()], spans=self.answer_spans
         )
         target = target.to(log_p_z.device, log_p_z.dtype)
+        # the other queries' chunks get target probability 0 (log -inf), not 0 nats: next to 5 nats
+        # for a chunk that holds the span, 0 nats on 140 in-batch chunks would hand them half the
+        # target's mass, spread evenly, and pull every query toward their mean (measured: every
+        # held-out query retrieved the same 4 chunks after 37 steps). With "in_batch" a chunk of
+        # theirs that holds the span keeps its nats.
+        others = target[:, kr : rows.shape[1]]
         if negatives == "in_batch_zero":
-            target[:, kr : rows.shape[1]] = 0.0
-        live = target.masked_fill(pad_t, -torch.inf).amax(1) > target.masked_fill(pad_t, torch.inf).amin(1)
+            others.fill_(-torch.inf)
+        else:
+            others.masked_fill_(others <= 0, -torch.inf)
         target = target.masked_fill(pad_t, -torch.inf)  # a left-out place gets no target mass
+        kept = target > -torch.inf
+        live = target.masked_fill(~kept, -torch.inf).amax(1) > target.masked_fill(~kept, torch.inf).amin(1)
         return distillation_loss(log_p_z, target, self.distill_tau), live
 
     def prior_over(
