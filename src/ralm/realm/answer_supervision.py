@@ -23,13 +23,17 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.models.precision import autocast_context
 from ralm.realm.causal_masking import SPAN_KINDS
+from ralm.realm.data import answer_query_ids, example_rngs
 from ralm.realm.options import ANSWER_SPANS
 
 if TYPE_CHECKING:
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.model import RealmModel
     from ralm.realm.run import LoadedRun
 
-__all__ = ["ANSWER_NATS", "answer_records", "answer_target", "span_in_chunk"]
+__all__ = ["ANSWER_NATS", "answer_query_step", "answer_records", "answer_target", "span_in_chunk"]
 
 ANSWER_NATS = 5.0
 
@@ -130,3 +134,31 @@ def answer_records(
                 }
             )
     return out
+
+
+def answer_query_step(
+    model: RealmModel,
+    collator,
+    train_ids: np.ndarray,
+    cfg: PretrainConfig,
+    step: int,
+    search,
+    dev: torch.device,
+    ac: torch.dtype | None,
+) -> dict[str, float]:
+    """Backpropagate step `step`'s `answer_queries` (`RealmModel.answer_query_loss`): `answer_weight`
+    times their mean KL over the live queries, added to the gradients of the step's reader batch.
+    Their masks draw from the generators of micro-batch `grad_accum` (one past the reader's).
+    `collator`: the run's `CausalMaskingCollator`. Returns the step's answer_kl (mean over the live
+    queries) and answer_live (their share)."""
+    ids = answer_query_ids(train_ids, cfg, step)
+    batch = collator(ids, rngs=example_rngs(cfg.seed, step, cfg.grad_accum, range(len(ids))))
+    batch = {k: v.to(dev) for k, v in batch.items()}
+    with autocast_context(dev, ac):
+        kl, live = model.answer_query_loss(batch, search, cfg.answer_negatives)
+    n_live = int(live.sum())
+    if n_live:
+        loss = (kl * live.to(kl.dtype)).sum() / n_live
+        (loss * cfg.answer_weight).backward()
+        return {"answer_kl": float(loss.detach()), "answer_live": n_live / len(ids)}
+    return {"answer_kl": 0.0, "answer_live": 0.0}

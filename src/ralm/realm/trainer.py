@@ -54,6 +54,7 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype
+from ralm.realm.answer_supervision import answer_query_step
 from ralm.realm.build import (
     build_model,
     first_index,
@@ -62,7 +63,7 @@ from ralm.realm.build import (
     optimizer_for,
 )
 from ralm.realm.config import PretrainConfig
-from ralm.realm.data import answer_query_ids, example_rngs, micro_batch_ids, split_ids
+from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
 from ralm.realm.masking import MaskingCollator
 from ralm.realm.model import RealmModel, RealmOutput
 from ralm.realm.run import (
@@ -138,7 +139,7 @@ def train_step(
     process's on the whole batch.
 
     With `cfg.answer_queries`, the step's answer queries add their loss to the gradients before the
-    clip (`answer_query_step`; one process).
+    clip (`ralm.realm.answer_supervision.answer_query_step`; one process).
 
     Returns this rank's micro-batch outputs, the gradient norm before clipping, the step's
     (summed NLL, masked tokens) over all ranks and the answer queries' metrics ({} without them).
@@ -179,33 +180,6 @@ def train_step(
     opt.step()
     sched.step()
     return outs, gn, (nll_sum, n_sum), extra
-
-
-def answer_query_step(
-    model: RealmModel,
-    collator: MaskingCollator,
-    train_ids: np.ndarray,
-    cfg: PretrainConfig,
-    step: int,
-    search,
-    dev: torch.device,
-    ac: torch.dtype | None,
-) -> dict[str, float]:
-    """Backpropagate step `step`'s `answer_queries` (`RealmModel.answer_query_loss`): `answer_weight`
-    times their mean KL over the live queries, added to the gradients of the step's reader batch.
-    Their masks draw from the generators of micro-batch `grad_accum` (one past the reader's).
-    Returns the step's answer_kl (mean over the live queries) and answer_live (their share)."""
-    ids = answer_query_ids(train_ids, cfg, step)
-    batch = collator(ids, rngs=example_rngs(cfg.seed, step, cfg.grad_accum, range(len(ids))))
-    batch = {k: v.to(dev) for k, v in batch.items()}
-    with autocast_context(dev, ac):
-        kl, live = model.answer_query_loss(batch, search, cfg.answer_negatives)
-    n_live = int(live.sum())
-    if n_live:
-        loss = (kl * live.to(kl.dtype)).sum() / n_live
-        (loss * cfg.answer_weight).backward()
-        return {"answer_kl": float(loss.detach()), "answer_live": n_live / len(ids)}
-    return {"answer_kl": 0.0, "answer_live": 0.0}
 
 
 # ----------------------------------------------------------------------------- the run
