@@ -94,14 +94,19 @@ def _metrics_rows(run: Path) -> list[dict]:
     return rows
 
 
+def _finite(rows: list[dict], key: str) -> list[float]:
+    """The finite numbers logged under `key`, in step order."""
+    return [r[key] for r in rows if key in r and isinstance(r[key], int | float) and math.isfinite(r[key])]
+
+
 def _tail_mean(rows: list[dict], key: str, n: int = 20) -> float | None:
-    vals = [r[key] for r in rows if key in r and isinstance(r[key], int | float) and math.isfinite(r[key])]
-    return sum(vals[-n:]) / len(vals[-n:]) if vals else None
+    vals = _finite(rows, key)[-n:]
+    return sum(vals) / len(vals) if vals else None
 
 
 def _head_mean(rows: list[dict], key: str, n: int = 20) -> float | None:
-    vals = [r[key] for r in rows if key in r and isinstance(r[key], int | float) and math.isfinite(r[key])]
-    return sum(vals[:n]) / len(vals[:n]) if vals else None
+    vals = _finite(rows, key)[:n]
+    return sum(vals) / len(vals) if vals else None
 
 
 def score_utility(diag: dict, queries: Path) -> dict | None:

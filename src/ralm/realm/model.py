@@ -377,16 +377,11 @@ class RealmModel(nn.Module):
             rows, pad = own, np.zeros(own.shape, dtype=bool)
         else:
             rows, pad = in_batch_rows(own)
-        uniq, inv = np.unique(rows, return_inverse=True)
+        uniq, inv = np.unique(rows, return_inverse=True)  # each chunk through the doc tower once
         vecs = self.doc_vectors(self.docs.tower_batch(uniq), q.device).to(q.dtype)  # (U, d)
         d = vecs[torch.from_numpy(inv.reshape(rows.shape)).to(q.device)]  # (B, R, d)
-        scores = self.prior.scaled(self._scale(torch.einsum("bd,brd->br", q, d)))
+        log_p_z = self.prior_over(q, rows, d, pad=pad, own=kr)
         pad_t = torch.from_numpy(pad).to(q.device)
-        scores = scores.masked_fill(pad_t, -torch.inf)
-        null = self.null_score(q)
-        log_p_z = self.prior.log_probs(
-            scores, None if null is None else self.prior.scaled(null), null_from=scores[:, :kr]
-        )
         has_null = self.null_doc != "none"
         if has_null:
             pad_t = torch.cat([pad_t, torch.zeros_like(pad_t[:, :1])], dim=1)
@@ -410,20 +405,33 @@ class RealmModel(nn.Module):
         return distillation_loss(log_p_z, target, self.distill_tau), live
 
     def prior_over(
-        self, q: torch.Tensor, doc_ids: np.ndarray, doc_vecs: torch.Tensor | None = None
+        self,
+        q: torch.Tensor,
+        doc_ids: np.ndarray,
+        doc_vecs: torch.Tensor | None = None,
+        pad: np.ndarray | None = None,
+        own: int | None = None,
     ) -> torch.Tensor:
         """log p(z|x) (B, k_r [+1]) over chunks `doc_ids` (B, k_r) for query vectors q (B, d): the doc
         tower, the towers' score scale, the prior's learned scale and the null document (last).
         `doc_vecs` (B, k_r, d): those chunks' vectors computed before (a frozen doc tower's), so the
-        doc tower is not run again."""
+        doc tower is not run again. `pad` (B, k_r) bool: places left out of the softmax (-inf).
+        `own`: the row's first `own` chunks are the query's own candidates, the rest in-batch ones;
+        the learned null scores the mean of the own ones (default: of every chunk)."""
         assert self.encoder is not None and self.docs is not None
         B, kr = doc_ids.shape
         if doc_vecs is None:
             doc_vecs = self.doc_vectors(self.docs.tower_batch(np.asarray(doc_ids).ravel()), q.device)
         d = doc_vecs.to(q.device, q.dtype).reshape(B, kr, -1)
         scores = self.prior.scaled(self._scale(torch.einsum("bd,bkd->bk", q, d)))
+        if pad is not None:
+            scores = scores.masked_fill(torch.from_numpy(pad).to(q.device), -torch.inf)
         null = self.null_score(q)
-        return self.prior.log_probs(scores, None if null is None else self.prior.scaled(null))
+        return self.prior.log_probs(
+            scores,
+            None if null is None else self.prior.scaled(null),
+            null_from=None if own is None else scores[:, :own],
+        )
 
     @property
     def causal(self) -> bool:

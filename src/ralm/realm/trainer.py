@@ -128,7 +128,7 @@ def train_step(
     dev: torch.device,
     ac: torch.dtype | None,
     dist: Dist | None = None,
-) -> tuple[list[RealmOutput], float, tuple[float, int]]:
+) -> tuple[list[RealmOutput], float, tuple[float, int], dict[str, float]]:
     """One optimiser step (1-based `step`): grad_accum micro-batches, clip, AdamW, schedule.
 
     `model` is the RealmModel or its DistributedDataParallel wrapper. A micro-batch is
