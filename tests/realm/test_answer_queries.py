@@ -186,6 +186,12 @@ def test_answer_queries_run_logs_and_resumes_identically(causal_cfg, tmp_path):
     a, b = _weights(full, 2), _weights(tmp_path / "part", 2)
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+    # the answer target's spans are part of the run: a resume cannot switch them halfway
+    from ralm.errors import RalmError
+
+    salient = causal_cfg(out=str(tmp_path / "part"), **ANSWER_RUN, answer_spans="salient")
+    with pytest.raises(RalmError, match="was started with answer_spans='all', not 'salient'"):
+        pretrain(salient, resume=True, progress=False)
     rows = [json.loads(x) for x in (full / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
     assert len(rows) == 2
     assert all(r["answer_kl"] >= 0 and 0 <= r["answer_live"] <= 1 and math.isfinite(r["loss"]) for r in rows)

@@ -132,6 +132,7 @@ RESUME_FIXED = (
     "reader_layout",
     "answer_queries",
     "answer_negatives",
+    "answer_spans",
 )
 
 
