@@ -114,6 +114,12 @@ ARMS["answer_warm_queries"] = {**ARMS["answer_warm"], **ANSWER_QUERIES}
 # in-batch negatives, as in the offline run it starts from): with them checked for the span
 # (`answer_warm_queries`) every held-out query retrieved the same 4 chunks by step 37
 ARMS["answer_warm_zero"] = {**ARMS["answer_warm_queries"], "answer_negatives": "in_batch_zero"}
+# every lever at once, for Norwegian: the levers with the packed rows (`all_packed`: the reader and
+# the query tower from the per-span marginal) and the answer queries of `answer_warm_zero` (48 a step,
+# the other queries' chunks at target 0, salient spans): in English they kept the query tower's
+# recall where the marginal alone let it drift; `all_packed` lost 0.125 of the towers' NorQuAD
+# recall@5 in 100 steps
+ARMS["all_answer"] = {**ARMS["all_packed"], **ANSWER_QUERIES, "answer_negatives": "in_batch_zero"}
 # the retriever alone learning from a frozen reader (`warm`): the query tower at the `all` arm's
 # learning rate, Atlas's perplexity distillation, a learned scale, today's dense top 3 + the empty
 # null document; its end diagnosis is on the same basis as diag0's (the same reader, closed-book)

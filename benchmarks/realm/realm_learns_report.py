@@ -34,6 +34,7 @@ ARMS = (
     "answer_warm",
     "answer_queries",
     "answer_warm_zero",
+    "all_answer",
 )
 TARGETS = {
     "nb_ratio_content_end": "<= 0.5",
@@ -495,7 +496,7 @@ def report(work: Path, keep: bool = False) -> dict:
                 for key, v in warm.get(f"paired_{how}", {}).items():
                     if key.startswith("after_over_before"):
                         metrics[f"{lang}_warm_content_ratio_{how}_{key}"] = v
-        name = next((a for a in ("all_packed", "all", "today") if a in arms), None)
+        name = next((a for a in ("all_answer", "all_packed", "all", "today") if a in arms), None)
         best = arms.get(name) if name else None
         if best is not None:
             extra.setdefault("headline_arm", {})[lang] = name

@@ -219,3 +219,27 @@ def test_config_refuses_answer_queries_it_cannot_run(tiny_cfg, kw, message):
 
     with pytest.raises(RalmError, match=message):
         tiny_cfg(**kw)
+
+
+def test_answer_queries_run_beside_every_lever(causal_cfg, tmp_path):
+    """The Norwegian arm's recipe (realm_learns.py `all_answer`): the levers together (learned scale
+    and null logit, per-span marginal, hybrid candidates, top-m reader gradient, packed query-first
+    rows, query tower only) with the reader's marginal as the retriever loss, plus answer queries.
+    Their loss reaches the query tower and nothing else of the retriever: the document tower stays
+    as it was."""
+    from ralm.realm.trainer import pretrain
+
+    levers = dict(
+        score_scale="learned", null_doc="logit", marginal="span", candidates="hybrid", candidate_depth=4,
+        bm25_lang="en", reader_backprop_top=1, reader_layout="query_first",
+    )  # fmt: skip
+    run_kw = {**ANSWER_RUN, **levers, "retriever_loss": "marginal", "answer_spans": "salient"}
+    run = pretrain(causal_cfg(out=str(tmp_path / "all"), **run_kw), progress=False)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert len(rows) == 2 and all(math.isfinite(r["loss"]) and math.isfinite(r["answer_kl"]) for r in rows)
+    assert all(0 <= r["answer_live"] <= 1 for r in rows)
+    first, second = _weights(run, 1), _weights(run, 2)
+    dkeys = [n for n in first if n.startswith("encoder.doc_tower")]
+    qkeys = [n for n in first if n.startswith("encoder.query_tower")]
+    assert dkeys and all(torch.equal(first[n], second[n]) for n in dkeys)
+    assert any(not torch.equal(first[n], second[n]) for n in qkeys)
