@@ -7,7 +7,8 @@ Stages (each skipped when its output exists in --work; training runs resume afte
                     ratio to closed-book under p(z|x), uniform, the scale x0.5/2/4/8, best-of-K
   arm LANG NAME     one arm of the ablation (ARMS): `ralm pretrain` for --steps, checkpoints every
                     --steps/4; then evaluate-mlm at step 0 and at each checkpoint (the curves) against
-                    the closed-book run of the same steps, and the diagnosis at the end
+                    the closed-book run of the same steps, and the diagnosis at the end. NAME closed:
+                    that closed-book run alone (beside an arm on the other core)
   compute LANG NAME the compute-matched closed-book baseline of an arm (as many closed-book steps as
                     the arm's training wall time buys) and the arm's evaluation against it (the
                     data-matched one, the arms' own steps, is trained by every arm)
@@ -280,6 +281,11 @@ def wall(run: Path) -> float:
 
 
 def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> None:
+    """Train the arm `name` and the closed-book run of the same steps, then evaluate. NAME `closed`
+    trains only that closed-book run (to run it beside an arm's training on the other core)."""
+    if name == "closed":
+        train(work, lang, "closed", "mlm", steps, {})
+        return
     run = train(work, lang, name, "realm", steps, ARMS[name])
     closed = train(work, lang, "closed", "mlm", steps, {})
     evaluate(run, closed, initial=True)
@@ -519,7 +525,12 @@ def main() -> None:
         ],
     )
     ap.add_argument("lang", nargs="?", choices=["en", "nb"], default="en")
-    ap.add_argument("name", nargs="?", default="today", help="arm: one of " + ", ".join(ARMS))
+    ap.add_argument(
+        "name",
+        nargs="?",
+        default="today",
+        help="arm: one of " + ", ".join(ARMS) + ", or closed (the closed-book run alone)",
+    )
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b45")
     ap.add_argument("--steps", type=int, default=200, help="pre-training steps of every run (default 200)")
     ap.add_argument("--curves", action="store_true", help="arm: also score the intermediate checkpoints")
