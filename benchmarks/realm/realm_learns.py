@@ -29,6 +29,9 @@ Stages (each skipped when its output exists in --work; training runs resume afte
                     the same k (and each speed lever alone), interleaved in one process, medians
   towers nb NAME    NorQuAD-open recall@1/5/20 of the arm's towers before and after (--formatted
                     [--fresh]: the arm of that `formatted` stage)
+  downstream nb NAME  the 2x2 on NorQuAD-open (realm_learns_downstream.py): `ralm rag train` + `rag
+                    eval`, plain or the arm's reader by the starting or the arm's towers, 3 seeds a
+                    cell, the same budget (--rag-limit, --rag-epochs; --test-limit); --part I/P: a share
   report            benchmarks/results/realm_learns.json and .md (realm_learns_report.py); --keep: merged
                     with the committed file's runs that --work lacks (one new arm on another machine)
   report-cached     benchmarks/results/realm_learns_cached.json and .md (the `cached` stage's curve and end)
@@ -519,6 +522,7 @@ def main() -> None:
             "cached",
             "speed",
             "towers",
+            "downstream",
             "report",
             "report-cached",
             "explain",
@@ -547,7 +551,9 @@ def main() -> None:
     )
     ap.add_argument("--formatted", action="store_true", help="towers: the arm of the `formatted` stage")
     ap.add_argument("--queries", type=int, default=4000, help="cached: training queries to score")
-    ap.add_argument("--part", help="cached: score only share I of P (I/P), e.g. 0/2 and 1/2 side by side")
+    ap.add_argument(
+        "--part", help="cached, downstream: only share I of P (I/P), e.g. 0/2 and 1/2 side by side"
+    )
     ap.add_argument("--parts", type=int, default=2, help="cached: the shares the scores were cached in")
     ap.add_argument(
         "--sizes", default="250,500,1000,2000,4000", help="cached: the curve's numbers of queries"
@@ -568,6 +574,9 @@ def main() -> None:
         "chunks with no reader pass (run LANG-cached-answer_free)",
     )
     ap.add_argument("--tower-batch", type=int, default=16, help="cached: queries a query-tower step")
+    ap.add_argument("--rag-limit", type=int, default=200, help="downstream: training questions a run")
+    ap.add_argument("--rag-epochs", type=float, default=1.0, help="downstream: epochs a run")
+    ap.add_argument("--test-limit", type=int, help="downstream: test questions scored (default all 472)")
     ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
     ap.add_argument(
         "--keep",
@@ -598,6 +607,14 @@ def main() -> None:
     elif args.stage == "towers":
         run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
         towers_stage(args.work, args.name, run_work)
+    elif args.stage == "downstream":
+        from realm.realm_learns_downstream import downstream_stage
+
+        run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
+        i, p = (int(x) for x in (args.part or "0/1").split("/"))
+        downstream_stage(
+            args.work, args.name, run_work, args.rag_limit, args.rag_epochs, args.test_limit, (i, p)
+        )
     elif args.stage == "report-cached":
         from realm.realm_learns_cached import report_cached
 

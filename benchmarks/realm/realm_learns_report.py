@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from common import RESULTS, ROOT, write_result  # noqa: E402
+from realm.realm_learns_downstream import downstream_lines, downstream_record  # noqa: E402
 
 ARMS = (
     "today",
@@ -516,6 +517,17 @@ def report(work: Path, keep: bool = False) -> dict:
                 metrics[f"{lang}_ratio_content_end_compute_matched"] = best[
                     "ratio_content_end_compute_matched"
                 ]
+    # the downstream 2x2 (realm_learns_downstream.py) of each nb arm that has one
+    for arm in extra["arms"].get("nb", {}):
+        down = downstream_record(work, arm)
+        if down is None:
+            continue
+        extra.setdefault("downstream", {})[arm] = down
+        for cell, c in down["cells"].items():
+            for key, v in c.items():
+                metrics[f"nb_downstream_{arm}_{cell.replace('-', '_')}_{key}"] = v
+        if arm == extra.get("headline_arm", {}).get("nb") and "f1_realm_minus_plain" in down:
+            metrics["nb_downstream_f1_realm_minus_plain"] = down["f1_realm_minus_plain"]
     # the five variants (speed-en.json), or today's settings against the new ones alone
     speed = _read(work / "speed-en.json") or _read(work / "speed-en-today-new.json")
     if speed is not None:
@@ -712,6 +724,8 @@ def markdown(metrics: dict, extra: dict) -> str:
             "side by side).",
             "",
         ]
+    for arm, down in extra.get("downstream", {}).items():
+        lines += downstream_lines(down, arm)
     if extra["not_run"]:
         lines += ["Not run: " + "; ".join(extra["not_run"]), ""]
     return "\n".join(lines) + "\n"

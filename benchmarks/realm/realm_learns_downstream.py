@@ -1,0 +1,161 @@
+"""Issue 45's downstream 2x2 (`realm_learns.py downstream nb NAME`): does REALM pre-training help
+open-domain QA in Norwegian once the reader is fine-tuned for it?
+
+NorQuAD-open with `ralm rag train`, reader by towers:
+
+  reader   plain   Gemma-3-270M as installed
+           realm   the reader of the nb arm NAME (`export-reader` of its last checkpoint)
+  towers   start   the dpr-cc NorQuAD encoder the arm started from (realm_causal.py's towers stage)
+           realm   the arm's towers after REALM pre-training
+
+Each cell is fine-tuned with SEEDS seeds at the same budget (the first --rag-limit training
+questions, --rag-epochs epochs, batch 8, LoRA r = 16, the dense top 3 of the cell's towers over the
+5,859-chunk NorQuAD pool), then `ralm rag eval` scores RAG k = 3 on the first --test-limit of the 472
+test questions (all by default): EM and F1, their mean and standard deviation over the seeds. The
+issue's metric compares the REALM reader with REALM towers against the plain reader with the
+starting towers (`nb_downstream_f1_realm_minus_plain`, target >= 0).
+
+Every run resumes (`rag train --save-every`) and is skipped when its results exist. `--part I/P`
+runs the cells-and-seeds I, I + P, ... of the 12 (two processes side by side: 0/2 and 1/2).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from realm.realm_causal import ralm, read_json
+
+READERS = ("plain", "realm")
+TOWERS = ("start", "realm")
+SEEDS = (0, 1, 2)
+K = 3
+
+
+def _jobs() -> list[tuple[str, str, int]]:
+    """Every (reader, towers, seed), seeds outermost: a stopped run leaves whole seeds of the 2x2."""
+    return [(r, t, s) for s in SEEDS for r in READERS for t in TOWERS]
+
+
+def exported(work: Path, run_work: Path, name: str) -> tuple[Path, Path]:
+    """The arm's reader and towers as `export-reader` writes them (made when missing)."""
+    reader, towers = run_work / f"nb-{name}-reader", run_work / f"nb-{name}-towers"
+    if not (towers / "ralm_encoder.json").is_file() or not (reader / "config.json").is_file():
+        ralm("export-reader", run_work / f"nb-{name}", reader, "--retriever-out", towers, "--overwrite")
+    return reader, towers
+
+
+def _index(towers: Path, pool: Path, out: Path) -> Path:
+    if not (out / "retrieval.json").is_file():
+        ralm("index", "build", pool, "--encoder", towers, "--out", out, "--overwrite", "--quiet")
+    return out
+
+
+def downstream_folder(run_work: Path, name: str) -> Path:
+    return run_work / f"nb-{name}-downstream"
+
+
+def downstream_stage(
+    work: Path,
+    name: str,
+    run_work: Path,
+    limit: int,
+    epochs: float,
+    test_limit: int | None = None,
+    part: tuple[int, int] = (0, 1),
+) -> None:
+    """Fine-tune and evaluate this process's share of the 2x2 x SEEDS runs of the nb arm `name`."""
+    from retrieval.retriever_train import qa_jsonl
+
+    if not (run_work / f"nb-{name}" / "eval_mlm.json").is_file():
+        raise SystemExit(f"{run_work / f'nb-{name}'}: train and evaluate the arm first (`arm nb {name}`)")
+    train_q = qa_jsonl("train", work / "train.jsonl")
+    test_q = qa_jsonl("test", work / "test.jsonl")
+    reader, towers = exported(work, run_work, name)
+    lms = {"plain": "gemma3", "realm": reader}
+    indexes = {
+        "start": _index(work / "dpr-cc" / "encoder", work / "pool", work / "index-dpr-cc"),
+        "realm": _index(towers, work / "pool", run_work / f"nb-{name}-index"),
+    }
+    folder = downstream_folder(run_work, name)
+    i, p = part
+    for n, (r, t, seed) in enumerate(_jobs()):
+        if n % p != i:
+            continue
+        d = folder / f"{r}-{t}-seed{seed}"
+        gen = d / "rag"
+        if not (gen / "model" / "config.json").is_file():
+            ralm("rag", "train", train_q, "--lm", lms[r], "--index", indexes[t], "--retriever", "dense",
+                 "-k", K, "--lang", "nb", "--epochs", epochs, "--limit", limit, "--batch-size", 8,
+                 "--lora-r", 16, "--no-chat", "--seed", seed, "--save-every", 5, "--out", gen,
+                 "--no-progress")  # fmt: skip
+        ev = d / "eval"
+        if not (ev / f"rag-k{K}" / "results.json").is_file():
+            ralm("rag", "eval", test_q, "--lm", gen / "model", "--index", indexes[t], "--retriever", "dense",
+                 "--mode", "rag", "-k", K, "--lang", "nb", "--no-chat", "--batch-size", 16,
+                 "--name", f"{r}-{t}-seed{seed}", "--out", ev, "--no-progress",
+                 *([] if test_limit is None else ["--limit", test_limit]))  # fmt: skip
+    (folder / "budget.json").write_text(
+        json.dumps({"rag_limit": limit, "rag_epochs": epochs, "test_limit": test_limit, "k": K}) + "\n",
+        encoding="utf-8",
+    )
+
+
+def downstream_record(run_work: Path, name: str) -> dict | None:
+    """Per cell `READER-TOWERS`: EM and F1 mean and sample standard deviation over the seeds that
+    finished, their number and the test questions; and `f1_realm_minus_plain` (realm-realm's mean F1
+    minus plain-start's) when both cells have every seed. None when no run finished."""
+    folder = downstream_folder(run_work, name)
+    cells: dict[str, dict] = {}
+    for r in READERS:
+        for t in TOWERS:
+            res = [
+                read_json(p)["metrics"]
+                for seed in SEEDS
+                if (p := folder / f"{r}-{t}-seed{seed}" / "eval" / f"rag-k{K}" / "results.json").is_file()
+            ]
+            if not res:
+                continue
+            cell: dict[str, float] = {"seeds": len(res), "questions": res[0]["questions"]}
+            for key in ("em", "f1"):
+                values = [float(m[key]) for m in res]
+                cell[f"{key}_mean"] = statistics.fmean(values)
+                cell[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else float("nan")
+            cells[f"{r}-{t}"] = cell
+    if not cells:
+        return None
+    rec: dict = {"cells": cells}
+    budget = folder / "budget.json"
+    if budget.is_file():
+        rec["budget"] = read_json(budget)
+    a, b = cells.get("realm-realm"), cells.get("plain-start")
+    if a and b and a["seeds"] == b["seeds"] == len(SEEDS):
+        rec["f1_realm_minus_plain"] = a["f1_mean"] - b["f1_mean"]
+    return rec
+
+
+def downstream_lines(rec: dict, name: str) -> list[str]:
+    """The 2x2 as a markdown table (EM / F1, mean +- std over the seeds)."""
+    lines = [
+        f"## nb: downstream, NorQuAD-open RAG k = {K} after `ralm rag train` (arm `{name}`)",
+        "",
+        "| reader \\ towers | start (dpr-cc) | realm |",
+        "|---|---|---|",
+    ]
+    for r in READERS:
+        cells = []
+        for t in TOWERS:
+            c = rec["cells"].get(f"{r}-{t}")
+            cells.append(
+                "not run"
+                if c is None
+                else f"{c['em_mean']:.1f} +- {c['em_std']:.1f} / {c['f1_mean']:.1f} +- {c['f1_std']:.1f}"
+                f" ({int(c['seeds'])} seeds)"
+            )
+        lines.append(f"| {r} | " + " | ".join(cells) + " |")
+    if "f1_realm_minus_plain" in rec:
+        lines += ["", f"F1, REALM reader and towers minus plain reader and starting towers: "
+                      f"{rec['f1_realm_minus_plain']:+.2f}"]  # fmt: skip
+    lines.append("")
+    return lines

@@ -1,0 +1,63 @@
+"""benchmarks/realm/realm_learns_downstream.py: the 2x2 x seeds of `ralm rag eval` results read back
+into means and standard deviations, the issue's F1 difference, and the split of the runs between
+processes."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+from realm import realm_learns_downstream as down  # noqa: E402
+
+
+def _result(run_work: Path, cell: str, seed: int, em: float, f1: float) -> None:
+    p = down.downstream_folder(run_work, "arm") / f"{cell}-seed{seed}" / "eval" / "rag-k3" / "results.json"
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps({"metrics": {"em": em, "f1": f1, "questions": 472}}))
+
+
+def test_record_means_stds_and_the_difference(tmp_path: Path) -> None:
+    f1s = {
+        "plain-start": (30.0, 32.0, 34.0),
+        "realm-realm": (33.0, 36.0, 39.0),
+        "plain-realm": (20.0, 20.0, 26.0),
+    }
+    for cell, values in f1s.items():
+        for seed, f1 in enumerate(values):
+            _result(tmp_path, cell, seed, em=f1 / 2, f1=f1)
+    _result(tmp_path, "realm-start", 0, em=10.0, f1=25.0)  # one seed finished
+    rec = down.downstream_record(tmp_path, "arm")
+    assert set(rec["cells"]) == {"plain-start", "realm-realm", "plain-realm", "realm-start"}
+    ps, rr = rec["cells"]["plain-start"], rec["cells"]["realm-realm"]
+    assert (ps["seeds"], ps["questions"], ps["f1_mean"], ps["f1_std"]) == (3, 472, 32.0, 2.0)
+    assert (rr["f1_mean"], rr["f1_std"], rr["em_mean"], rr["em_std"]) == (36.0, 3.0, 18.0, 1.5)
+    pr = rec["cells"]["plain-realm"]  # sample std of 20, 20, 26: sqrt(12)
+    assert pr["f1_mean"] == 22.0 and math.isclose(pr["f1_std"], math.sqrt(12.0))
+    one = rec["cells"]["realm-start"]
+    assert one["seeds"] == 1 and one["f1_mean"] == 25.0 and math.isnan(one["f1_std"])
+    assert rec["f1_realm_minus_plain"] == 4.0
+    md = "\n".join(down.downstream_lines(rec, "arm"))
+    assert "| plain | 16.0 +- 1.0 / 32.0 +- 2.0 (3 seeds) | 11.0 +- 1.7 / 22.0 +- 3.5 (3 seeds) |" in md
+    assert "+4.00" in md
+
+
+def test_no_difference_until_both_cells_have_every_seed(tmp_path: Path) -> None:
+    assert down.downstream_record(tmp_path, "arm") is None
+    for seed in range(3):
+        _result(tmp_path, "plain-start", seed, em=1.0, f1=2.0)
+    _result(tmp_path, "realm-realm", 0, em=1.0, f1=9.0)
+    rec = down.downstream_record(tmp_path, "arm")
+    assert "f1_realm_minus_plain" not in rec and rec["cells"]["realm-realm"]["seeds"] == 1
+
+
+def test_parts_split_the_twelve_runs_once_each_seeds_outermost() -> None:
+    jobs = down._jobs()
+    assert len(jobs) == 12 and len(set(jobs)) == 12
+    assert [j[2] for j in jobs] == [0] * 4 + [1] * 4 + [2] * 4
+    halves = [[j for n, j in enumerate(jobs) if n % 2 == i] for i in (0, 1)]
+    assert sorted(halves[0] + halves[1]) == sorted(jobs) and not set(halves[0]) & set(halves[1])
