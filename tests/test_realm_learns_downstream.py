@@ -39,10 +39,11 @@ def test_record_means_stds_and_the_difference(tmp_path: Path) -> None:
     pr = rec["cells"]["plain-realm"]  # sample std of 20, 20, 26: sqrt(12)
     assert pr["f1_mean"] == 22.0 and math.isclose(pr["f1_std"], math.sqrt(12.0))
     one = rec["cells"]["realm-start"]
-    assert one["seeds"] == 1 and one["f1_mean"] == 25.0 and math.isnan(one["f1_std"])
+    assert one["seeds"] == 1 and one["f1_mean"] == 25.0 and "f1_std" not in one
     assert rec["f1_realm_minus_plain"] == 4.0
     md = "\n".join(down.downstream_lines(rec, "arm"))
     assert "| plain | 16.0 +- 1.0 / 32.0 +- 2.0 (3 seeds) | 11.0 +- 1.7 / 22.0 +- 3.5 (3 seeds) |" in md
+    assert "| realm | 10.0 / 25.0 (1 seed) | 18.0 +- 1.5 / 36.0 +- 3.0 (3 seeds) |" in md
     assert "+4.00" in md
 
 

@@ -104,7 +104,7 @@ def downstream_stage(
 
 def downstream_record(run_work: Path, name: str) -> dict | None:
     """Per cell `READER-TOWERS`: EM and F1 mean and sample standard deviation over the seeds that
-    finished, their number and the test questions; and `f1_realm_minus_plain` (realm-realm's mean F1
+    finished (the deviation from two seeds on), their number and the test questions; and `f1_realm_minus_plain` (realm-realm's mean F1
     minus plain-start's) when both cells have every seed. None when no run finished."""
     folder = downstream_folder(run_work, name)
     cells: dict[str, dict] = {}
@@ -121,7 +121,8 @@ def downstream_record(run_work: Path, name: str) -> dict | None:
             for key in ("em", "f1"):
                 values = [float(m[key]) for m in res]
                 cell[f"{key}_mean"] = statistics.fmean(values)
-                cell[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else float("nan")
+                if len(values) > 1:
+                    cell[f"{key}_std"] = statistics.stdev(values)
             cells[f"{r}-{t}"] = cell
     if not cells:
         return None
@@ -147,12 +148,15 @@ def downstream_lines(rec: dict, name: str) -> list[str]:
         cells = []
         for t in TOWERS:
             c = rec["cells"].get(f"{r}-{t}")
-            cells.append(
-                "not run"
-                if c is None
-                else f"{c['em_mean']:.1f} +- {c['em_std']:.1f} / {c['f1_mean']:.1f} +- {c['f1_std']:.1f}"
-                f" ({int(c['seeds'])} seeds)"
+            if c is None:
+                cells.append("not run")
+                continue
+            em, f1 = (
+                f"{c[f'{k}_mean']:.1f}" + (f" +- {c[f'{k}_std']:.1f}" if f"{k}_std" in c else "")
+                for k in ("em", "f1")
             )
+            n = int(c["seeds"])
+            cells.append(f"{em} / {f1} ({n} seed{'s' if n > 1 else ''})")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
     if "f1_realm_minus_plain" in rec:
         lines += ["", f"F1, REALM reader and towers minus plain reader and starting towers: "
