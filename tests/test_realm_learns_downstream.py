@@ -9,16 +9,21 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 from realm import realm_learns_downstream as down  # noqa: E402
 
 
-def _result(run_work: Path, cell: str, seed: int, em: float, f1: float) -> None:
-    p = down.downstream_folder(run_work, "arm") / f"{cell}-seed{seed}" / "eval" / "rag-k3" / "results.json"
+def _result(work: Path, cell: str, seed: int, em: float, f1: float) -> None:
+    reader, towers = cell.split("-")
+    d = down.run_folder(work, work, "arm", reader, towers, seed)
+    p = d / "eval" / "rag-k3" / "results.json"
     p.parent.mkdir(parents=True)
     p.write_text(json.dumps({"metrics": {"em": em, "f1": f1, "questions": 472}}))
+    (d.parent / "budget.json").write_text(json.dumps({"rag_limit": 200, "rag_epochs": 1.0, "k": 3}))
 
 
 def test_record_means_stds_and_the_difference(tmp_path: Path) -> None:
@@ -31,7 +36,7 @@ def test_record_means_stds_and_the_difference(tmp_path: Path) -> None:
         for seed, f1 in enumerate(values):
             _result(tmp_path, cell, seed, em=f1 / 2, f1=f1)
     _result(tmp_path, "realm-start", 0, em=10.0, f1=25.0)  # one seed finished
-    rec = down.downstream_record(tmp_path, "arm")
+    rec = down.downstream_record(tmp_path, tmp_path, "arm")
     assert set(rec["cells"]) == {"plain-start", "realm-realm", "plain-realm", "realm-start"}
     ps, rr = rec["cells"]["plain-start"], rec["cells"]["realm-realm"]
     assert (ps["seeds"], ps["questions"], ps["f1_mean"], ps["f1_std"]) == (3, 472, 32.0, 2.0)
@@ -48,12 +53,29 @@ def test_record_means_stds_and_the_difference(tmp_path: Path) -> None:
 
 
 def test_no_difference_until_both_cells_have_every_seed(tmp_path: Path) -> None:
-    assert down.downstream_record(tmp_path, "arm") is None
+    assert down.downstream_record(tmp_path, tmp_path, "arm") is None
     for seed in range(3):
         _result(tmp_path, "plain-start", seed, em=1.0, f1=2.0)
     _result(tmp_path, "realm-realm", 0, em=1.0, f1=9.0)
-    rec = down.downstream_record(tmp_path, "arm")
+    rec = down.downstream_record(tmp_path, tmp_path, "arm")
     assert "f1_realm_minus_plain" not in rec and rec["cells"]["realm-realm"]["seeds"] == 1
+
+
+def test_the_baseline_cell_is_shared_by_every_arm(tmp_path: Path) -> None:
+    base = {down.run_folder(tmp_path, tmp_path / f"w{a}", a, "plain", "start", 1) for a in ("x", "y")}
+    assert base == {tmp_path / "nb-downstream" / "plain-start-seed1"}
+    assert down.run_folder(tmp_path, tmp_path / "w", "x", "realm", "start", 2) == (
+        tmp_path / "w" / "nb-x-downstream" / "realm-start-seed2"
+    )
+
+
+def test_cells_at_different_budgets_are_refused(tmp_path: Path) -> None:
+    _result(tmp_path, "plain-start", 0, em=1.0, f1=2.0)
+    _result(tmp_path, "realm-realm", 0, em=1.0, f1=2.0)
+    budget = down.run_folder(tmp_path, tmp_path, "arm", "realm", "realm", 0).parent / "budget.json"
+    budget.write_text(json.dumps({"rag_limit": 100, "rag_epochs": 1.0, "k": 3}))
+    with pytest.raises(SystemExit, match="different budgets"):
+        down.downstream_record(tmp_path, tmp_path, "arm")
 
 
 def test_parts_split_the_twelve_runs_once_each_seeds_outermost() -> None:

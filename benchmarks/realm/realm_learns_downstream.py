@@ -16,7 +16,9 @@ issue's metric compares the REALM reader with REALM towers against the plain rea
 starting towers (`nb_downstream_f1_realm_minus_plain`, target >= 0).
 
 Every run resumes (`rag train --save-every`) and is skipped when its results exist. `--part I/P`
-runs the cells-and-seeds I, I + P, ... of the 12 (two processes side by side: 0/2 and 1/2).
+runs the cells-and-seeds I, I + P, ... of the 12 (two processes side by side: 0/2 and 1/2). The
+plain reader with the starting towers is the same for every arm: its runs live once under --work
+(`nb-downstream/`) and run before the arm has finished; the other cells under the arm's folder.
 """
 
 from __future__ import annotations
@@ -52,8 +54,12 @@ def _index(towers: Path, pool: Path, out: Path) -> Path:
     return out
 
 
-def downstream_folder(run_work: Path, name: str) -> Path:
-    return run_work / f"nb-{name}-downstream"
+def run_folder(work: Path, run_work: Path, name: str, reader: str, towers: str, seed: int) -> Path:
+    """Where one fine-tuning run lives. The plain reader with the starting towers is the same run for
+    every arm, so it lives once under `work`; the other cells under the arm's folder."""
+    if (reader, towers) == ("plain", "start"):
+        return work / "nb-downstream" / f"plain-start-seed{seed}"
+    return run_work / f"nb-{name}-downstream" / f"{reader}-{towers}-seed{seed}"
 
 
 def downstream_stage(
@@ -68,22 +74,33 @@ def downstream_stage(
     """Fine-tune and evaluate this process's share of the 2x2 x SEEDS runs of the nb arm `name`."""
     from retrieval.retriever_train import qa_jsonl
 
-    if not (run_work / f"nb-{name}" / "eval_mlm.json").is_file():
-        raise SystemExit(f"{run_work / f'nb-{name}'}: train and evaluate the arm first (`arm nb {name}`)")
     train_q = qa_jsonl("train", work / "train.jsonl")
     test_q = qa_jsonl("test", work / "test.jsonl")
-    reader, towers = exported(work, run_work, name)
-    lms = {"plain": "gemma3", "realm": reader}
-    indexes = {
-        "start": _index(work / "dpr-cc" / "encoder", work / "pool", work / "index-dpr-cc"),
-        "realm": _index(towers, work / "pool", run_work / f"nb-{name}-index"),
-    }
-    folder = downstream_folder(run_work, name)
+    lms: dict[str, str | Path] = {"plain": "gemma3"}
+    indexes = {"start": _index(work / "dpr-cc" / "encoder", work / "pool", work / "index-dpr-cc")}
+    if (run_work / f"nb-{name}" / "eval_mlm.json").is_file():
+        reader, towers = exported(work, run_work, name)
+        lms["realm"] = reader
+        indexes["realm"] = _index(towers, work / "pool", run_work / f"nb-{name}-index")
+    else:  # the baseline cell needs no arm: it can run while the arm trains
+        print(
+            f"{run_work / f'nb-{name}'}: not trained and evaluated yet; only the plain-start runs", flush=True
+        )
+    # the budget is fixed before any run: a folder that ran at another budget is refused, not mixed
+    budget = {"rag_limit": limit, "rag_epochs": epochs, "test_limit": test_limit, "k": K}
+    for folder in {run_folder(work, run_work, name, r, t, 0).parent for r in lms for t in indexes}:
+        f = folder / "budget.json"
+        if f.is_file() and read_json(f) != budget:
+            raise SystemExit(
+                f"{folder}: its runs used the budget {read_json(f)}, not {budget}; pass those flags"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(budget) + "\n", encoding="utf-8")
     i, p = part
     for n, (r, t, seed) in enumerate(_jobs()):
-        if n % p != i:
+        if n % p != i or r not in lms or t not in indexes:
             continue
-        d = folder / f"{r}-{t}-seed{seed}"
+        d = run_folder(work, run_work, name, r, t, seed)
         gen = d / "rag"
         if not (gen / "model" / "config.json").is_file():
             ralm("rag", "train", train_q, "--lm", lms[r], "--index", indexes[t], "--retriever", "dense",
@@ -96,25 +113,25 @@ def downstream_stage(
                  "--mode", "rag", "-k", K, "--lang", "nb", "--no-chat", "--batch-size", 16,
                  "--name", f"{r}-{t}-seed{seed}", "--out", ev, "--no-progress",
                  *([] if test_limit is None else ["--limit", test_limit]))  # fmt: skip
-    (folder / "budget.json").write_text(
-        json.dumps({"rag_limit": limit, "rag_epochs": epochs, "test_limit": test_limit, "k": K}) + "\n",
-        encoding="utf-8",
-    )
 
 
-def downstream_record(run_work: Path, name: str) -> dict | None:
+def downstream_record(work: Path, run_work: Path, name: str) -> dict | None:
     """Per cell `READER-TOWERS`: EM and F1 mean and sample standard deviation over the seeds that
-    finished (the deviation from two seeds on), their number and the test questions; and `f1_realm_minus_plain` (realm-realm's mean F1
-    minus plain-start's) when both cells have every seed. None when no run finished."""
-    folder = downstream_folder(run_work, name)
+    finished (the deviation from two seeds on), their number and the test questions; and
+    `f1_realm_minus_plain` (realm-realm's mean F1 minus plain-start's) when both cells have every
+    seed. None when no run finished; SystemExit when the cells' folders record different budgets."""
     cells: dict[str, dict] = {}
+    budgets = []
     for r in READERS:
         for t in TOWERS:
+            folders = [run_folder(work, run_work, name, r, t, seed) for seed in SEEDS]
             res = [
                 read_json(p)["metrics"]
-                for seed in SEEDS
-                if (p := folder / f"{r}-{t}-seed{seed}" / "eval" / f"rag-k{K}" / "results.json").is_file()
+                for d in folders
+                if (p := d / "eval" / f"rag-k{K}" / "results.json").is_file()
             ]
+            if (folders[0].parent / "budget.json").is_file():
+                budgets.append(read_json(folders[0].parent / "budget.json"))
             if not res:
                 continue
             cell: dict[str, float] = {"seeds": len(res), "questions": res[0]["questions"]}
@@ -127,9 +144,12 @@ def downstream_record(run_work: Path, name: str) -> dict | None:
     if not cells:
         return None
     rec: dict = {"cells": cells}
-    budget = folder / "budget.json"
-    if budget.is_file():
-        rec["budget"] = read_json(budget)
+    if budgets:
+        rec["budget"] = budgets[0]
+        if any(b != budgets[0] for b in budgets):
+            raise SystemExit(
+                f"nb-{name}: the downstream cells ran at different budgets ({budgets}); rerun them"
+            )
     a, b = cells.get("realm-realm"), cells.get("plain-start")
     if a and b and a["seeds"] == b["seeds"] == len(SEEDS):
         rec["f1_realm_minus_plain"] = a["f1_mean"] - b["f1_mean"]

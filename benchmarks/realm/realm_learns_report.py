@@ -519,7 +519,7 @@ def report(work: Path, keep: bool = False) -> dict:
                 ]
     # the downstream 2x2 (realm_learns_downstream.py) of each nb arm that has one
     for arm in extra["arms"].get("nb", {}):
-        down = downstream_record(work, arm)
+        down = downstream_record(work, work, arm)
         if down is None:
             continue
         extra.setdefault("downstream", {})[arm] = down
