@@ -336,6 +336,14 @@ def warm_stage(work: Path, lang: str, steps: int) -> None:
     diagnose(run, None, initial=False)
 
 
+def part_of(text: str) -> tuple[int, int]:
+    """--part I/P as (I, P): this process's share of P."""
+    i, p = (int(x) for x in text.split("/"))
+    if not 0 <= i < p:
+        raise SystemExit(f"--part {text}: give I/P with 0 <= I < P")
+    return i, p
+
+
 def cached_main(args) -> None:
     """`cached LANG`: score a share (--part I/P), or learn from all the shares and diagnose."""
     from realm.realm_learns_cached import CACHED, cached_stage, score_part
@@ -346,10 +354,7 @@ def cached_main(args) -> None:
     if tags:  # its own run, learning from the same cached scores
         run = init_run(args.work, args.lang, "cached-" + "-".join(tags), CACHED, args.steps)
     if args.part:
-        i, p = (int(x) for x in args.part.split("/"))
-        if not 0 <= i < p:
-            raise SystemExit(f"--part {args.part}: give I/P with 0 <= I < P")
-        score_part(run, args.queries, i, p)
+        score_part(run, args.queries, *part_of(args.part))
         return
     sizes = [int(x) for x in args.sizes.split(",")]
     cached_stage(
@@ -611,9 +616,9 @@ def main() -> None:
         from realm.realm_learns_downstream import downstream_stage
 
         run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
-        i, p = (int(x) for x in (args.part or "0/1").split("/"))
+        part = part_of(args.part or "0/1")
         downstream_stage(
-            args.work, args.name, run_work, args.rag_limit, args.rag_epochs, args.test_limit, (i, p)
+            args.work, args.name, run_work, args.rag_limit, args.rag_epochs, args.test_limit, part
         )
     elif args.stage == "report-cached":
         from realm.realm_learns_cached import report_cached

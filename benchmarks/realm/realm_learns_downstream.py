@@ -103,16 +103,65 @@ def downstream_stage(
         d = run_folder(work, run_work, name, r, t, seed)
         gen = d / "rag"
         if not (gen / "model" / "config.json").is_file():
-            ralm("rag", "train", train_q, "--lm", lms[r], "--index", indexes[t], "--retriever", "dense",
-                 "-k", K, "--lang", "nb", "--epochs", epochs, "--limit", limit, "--batch-size", 8,
-                 "--lora-r", 16, "--no-chat", "--seed", seed, "--save-every", 5, "--out", gen,
-                 "--no-progress")  # fmt: skip
+            ralm(
+                "rag",
+                "train",
+                train_q,
+                "--lm",
+                lms[r],
+                "--index",
+                indexes[t],
+                "--retriever",
+                "dense",
+                "-k",
+                K,
+                "--lang",
+                "nb",
+                "--epochs",
+                epochs,
+                "--limit",
+                limit,
+                "--batch-size",
+                8,
+                "--lora-r",
+                16,
+                "--no-chat",
+                "--seed",
+                seed,
+                "--save-every",
+                5,
+                "--out",
+                gen,
+                "--no-progress",
+            )
         ev = d / "eval"
         if not (ev / f"rag-k{K}" / "results.json").is_file():
-            ralm("rag", "eval", test_q, "--lm", gen / "model", "--index", indexes[t], "--retriever", "dense",
-                 "--mode", "rag", "-k", K, "--lang", "nb", "--no-chat", "--batch-size", 16,
-                 "--name", f"{r}-{t}-seed{seed}", "--out", ev, "--no-progress",
-                 *([] if test_limit is None else ["--limit", test_limit]))  # fmt: skip
+            ralm(
+                "rag",
+                "eval",
+                test_q,
+                "--lm",
+                gen / "model",
+                "--index",
+                indexes[t],
+                "--retriever",
+                "dense",
+                "--mode",
+                "rag",
+                "-k",
+                K,
+                "--lang",
+                "nb",
+                "--no-chat",
+                "--batch-size",
+                16,
+                "--name",
+                f"{r}-{t}-seed{seed}",
+                "--out",
+                ev,
+                "--no-progress",
+                *([] if test_limit is None else ["--limit", test_limit]),
+            )
 
 
 def downstream_record(work: Path, run_work: Path, name: str) -> dict | None:
@@ -179,7 +228,10 @@ def downstream_lines(rec: dict, name: str) -> list[str]:
             cells.append(f"{em} / {f1} ({n} seed{'s' if n > 1 else ''})")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
     if "f1_realm_minus_plain" in rec:
-        lines += ["", f"F1, REALM reader and towers minus plain reader and starting towers: "
-                      f"{rec['f1_realm_minus_plain']:+.2f}"]  # fmt: skip
+        lines += [
+            "",
+            f"F1, REALM reader and towers minus plain reader and starting towers: "
+            f"{rec['f1_realm_minus_plain']:+.2f}",
+        ]
     lines.append("")
     return lines

@@ -230,9 +230,15 @@ def test_answer_queries_run_beside_every_lever(causal_cfg, tmp_path):
     from ralm.realm.trainer import pretrain
 
     levers = dict(
-        score_scale="learned", null_doc="logit", marginal="span", candidates="hybrid", candidate_depth=4,
-        bm25_lang="en", reader_backprop_top=1, reader_layout="query_first",
-    )  # fmt: skip
+        score_scale="learned",
+        null_doc="logit",
+        marginal="span",
+        candidates="hybrid",
+        candidate_depth=4,
+        bm25_lang="en",
+        reader_backprop_top=1,
+        reader_layout="query_first",
+    )
     run_kw = {**ANSWER_RUN, **levers, "retriever_loss": "marginal", "answer_spans": "salient"}
     run = pretrain(causal_cfg(out=str(tmp_path / "all"), **run_kw), progress=False)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]

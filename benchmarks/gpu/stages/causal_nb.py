@@ -56,7 +56,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
@@ -103,9 +102,7 @@ def prep(ctx: StageContext) -> None:
     if ctx.tiny:
         _prep_tiny(ctx)
         return
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    from retrieval.retriever_train import qa_jsonl
+    from retrieval.retriever_train import qa_jsonl  # benchmarks/ is on sys.path (see the imports)
 
     if WORK.is_dir():
         qa_jsonl("test", WORK / "test.jsonl")  # NorQuAD's 472 test questions, as table2 reads them
@@ -138,8 +135,6 @@ def prep(ctx: StageContext) -> None:
 
 def _prep_tiny(ctx: StageContext) -> None:
     """The toy inputs: corpus (also the pool), reader, towers and questions, all built here."""
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
     from ralm.corpus.build import BuildConfig, build_docstore
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
@@ -267,7 +262,9 @@ def run(ctx: StageContext) -> dict:
     rb, cb = ev["realm (retrieval)"], ev["closed-book baseline"]
     from realm.realm_learns_report import arm_record
 
-    rec = arm_record(work, "nb", "realm") or {}
+    rec = arm_record(work, "nb", "realm")
+    if rec is None:
+        raise RuntimeError(f"{NAME}: {realm / 'eval_mlm.json'} was not written")
     m = {
         "gpu_nb_ratio_content_end": rec["ratio_content_end"],
         "gpu_nb_ratio_content_end_low": rec["ratio_content_end_low"],
