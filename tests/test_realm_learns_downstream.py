@@ -84,3 +84,14 @@ def test_parts_split_the_twelve_runs_once_each_seeds_outermost() -> None:
     assert [j[2] for j in jobs] == [0] * 4 + [1] * 4 + [2] * 4
     halves = [[j for n, j in enumerate(jobs) if n % 2 == i] for i in (0, 1)]
     assert sorted(halves[0] + halves[1]) == sorted(jobs) and not set(halves[0]) & set(halves[1])
+
+
+def test_cells_limit_the_runs_and_parts_split_them_by_cell() -> None:
+    jobs = down._jobs(down.cells_of("plain-start, realm-realm"))
+    assert jobs == [(r, t, s) for s in (0, 1, 2) for r, t in (("plain", "start"), ("realm", "realm"))]
+    halves = [[j for n, j in enumerate(jobs) if n % 2 == i] for i in (0, 1)]
+    assert halves[0] == [("plain", "start", s) for s in (0, 1, 2)]
+    assert halves[1] == [("realm", "realm", s) for s in (0, 1, 2)]
+    for bad in ("plain-plain", "", "realm-start,start"):
+        with pytest.raises(SystemExit, match="--cells"):
+            down.cells_of(bad)

@@ -506,8 +506,10 @@ SPEED_VARIANTS: dict[str, dict[str, object]] = {
     "query": {"retriever_train": "query"},
     "packed": {"reader_layout": "query_first"},
     "new": {"reader_backprop_top": 1, "retriever_train": "query", "reader_layout": "query_first"},
-    # for compute matching (`compute`): the `all` arm and the closed-book run, timed side by side
+    # for compute matching (`compute`): the combined arms and the closed-book run, timed side by side
     "all": ARMS["all"],
+    "all_packed": ARMS["all_packed"],
+    "all_answer": ARMS["all_answer"],
     "closed": {"mode": "mlm"},
 }
 # the new settings with every packed row in one padded batch (no length groups)
@@ -582,6 +584,10 @@ def main() -> None:
     ap.add_argument("--rag-limit", type=int, default=200, help="downstream: training questions a run")
     ap.add_argument("--rag-epochs", type=float, default=1.0, help="downstream: epochs a run")
     ap.add_argument("--test-limit", type=int, help="downstream: test questions scored (default all 472)")
+    ap.add_argument(
+        "--cells",
+        help="downstream: only these READER-TOWERS cells, e.g. plain-start,realm-realm (default all)",
+    )
     ap.add_argument("--no-diagnose", action="store_true", help="arm: leave out the end-of-training diagnosis")
     ap.add_argument(
         "--keep",
@@ -613,12 +619,13 @@ def main() -> None:
         run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
         towers_stage(args.work, args.name, run_work)
     elif args.stage == "downstream":
-        from realm.realm_learns_downstream import downstream_stage
+        from realm.realm_learns_downstream import CELLS, cells_of, downstream_stage
 
         run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
         part = part_of(args.part or "0/1")
+        cells = cells_of(args.cells) if args.cells else CELLS
         downstream_stage(
-            args.work, args.name, run_work, args.rag_limit, args.rag_epochs, args.test_limit, part
+            args.work, args.name, run_work, args.rag_limit, args.rag_epochs, args.test_limit, part, cells
         )
     elif args.stage == "report-cached":
         from realm.realm_learns_cached import report_cached

@@ -16,7 +16,8 @@ issue's metric compares the REALM reader with REALM towers against the plain rea
 starting towers (`nb_downstream_f1_realm_minus_plain`, target >= 0).
 
 Every run resumes (`rag train --save-every`) and is skipped when its results exist. `--part I/P`
-runs the cells-and-seeds I, I + P, ... of the 12 (two processes side by side: 0/2 and 1/2). The
+runs the cells-and-seeds I, I + P, ... of the 12 (two processes side by side: 0/2 and 1/2);
+`--cells` limits the runs to some cells (e.g. plain-start,realm-realm: the issue's metric first). The
 plain reader with the starting towers is the same for every arm: its runs live once under --work
 (`nb-downstream/`) and run before the arm has finished; the other cells under the arm's folder.
 """
@@ -35,9 +36,21 @@ SEEDS = (0, 1, 2)
 K = 3
 
 
-def _jobs() -> list[tuple[str, str, int]]:
-    """Every (reader, towers, seed), seeds outermost: a stopped run leaves whole seeds of the 2x2."""
-    return [(r, t, s) for s in SEEDS for r in READERS for t in TOWERS]
+CELLS = tuple(f"{r}-{t}" for r in READERS for t in TOWERS)
+
+
+def _jobs(cells: tuple[str, ...] = CELLS) -> list[tuple[str, str, int]]:
+    """Every (reader, towers, seed) of `cells`, seeds outermost: a stopped run leaves whole seeds."""
+    return [(r, t, s) for s in SEEDS for r in READERS for t in TOWERS if f"{r}-{t}" in cells]
+
+
+def cells_of(text: str) -> tuple[str, ...]:
+    """The --cells flag: comma-separated READER-TOWERS names, e.g. plain-start,realm-realm."""
+    cells = tuple(c.strip() for c in text.split(",") if c.strip())
+    bad = [c for c in cells if c not in CELLS]
+    if bad or not cells:
+        raise SystemExit(f"--cells {text!r}: name cells among {', '.join(CELLS)}, comma-separated")
+    return cells
 
 
 def exported(work: Path, run_work: Path, name: str) -> tuple[Path, Path]:
@@ -70,8 +83,11 @@ def downstream_stage(
     epochs: float,
     test_limit: int | None = None,
     part: tuple[int, int] = (0, 1),
+    cells: tuple[str, ...] = CELLS,
 ) -> None:
-    """Fine-tune and evaluate this process's share of the 2x2 x SEEDS runs of the nb arm `name`."""
+    """Fine-tune and evaluate this process's share of the runs of `cells` (by default the whole 2x2)
+    x SEEDS of the nb arm `name`. The share is taken over those runs only, so two cells split in
+    two parts give each process one cell's seeds."""
     from retrieval.retriever_train import qa_jsonl
 
     train_q = qa_jsonl("train", work / "train.jsonl")
@@ -88,7 +104,8 @@ def downstream_stage(
         )
     # the budget is fixed before any run: a folder that ran at another budget is refused, not mixed
     budget = {"rag_limit": limit, "rag_epochs": epochs, "test_limit": test_limit, "k": K}
-    for folder in {run_folder(work, run_work, name, r, t, 0).parent for r in lms for t in indexes}:
+    chosen = {run_folder(work, run_work, name, r, t, 0).parent for r, t, _ in _jobs(cells)}
+    for folder in {run_folder(work, run_work, name, r, t, 0).parent for r in lms for t in indexes} & chosen:
         f = folder / "budget.json"
         if f.is_file() and read_json(f) != budget:
             raise SystemExit(
@@ -97,7 +114,7 @@ def downstream_stage(
         folder.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps(budget) + "\n", encoding="utf-8")
     i, p = part
-    for n, (r, t, seed) in enumerate(_jobs()):
+    for n, (r, t, seed) in enumerate(_jobs(cells)):
         if n % p != i or r not in lms or t not in indexes:
             continue
         d = run_folder(work, run_work, name, r, t, seed)
