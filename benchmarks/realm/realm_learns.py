@@ -259,14 +259,17 @@ def compute_stage(work: Path, lang: str, arm: str, steps: int) -> None:
     run = work / f"{lang}-{arm}"
     if not (run / "metrics.jsonl").is_file():
         raise SystemExit(f"{run}: train the arm first")
-    speed = speed_path(work, lang, [arm, "closed"])  # `speed LANG --variants ARM,closed`
-    timed = read_json(speed) if speed.is_file() else {}
-    if f"{arm}_step_seconds" in timed and "closed_step_seconds" in timed:
-        # the two step times measured side by side in one process (same load): the wall times of
-        # the runs themselves were taken under different loads on a shared machine
-        ratio, basis = timed[f"{arm}_step_seconds"] / timed["closed_step_seconds"], str(speed)
-    else:
-        ratio, basis = wall(run) / wall(closed), "the runs' wall times"
+    # the two step times measured side by side in one process (same load; the wall times of the
+    # runs themselves were taken under different loads on a shared machine), at the runs' own
+    # grad_accum: a step's answer queries cost once a step, not once a micro-batch
+    from ralm.realm.config import tomllib
+
+    accum = int(tomllib.loads((run / "config.toml").read_text(encoding="utf-8")).get("grad_accum", 1))
+    timed = speed_stage(work, lang, 4, [arm, "closed"], accum)
+    ratio, basis = (
+        timed[f"{arm}_step_seconds"] / timed["closed_step_seconds"],
+        str(speed_path(work, lang, [arm, "closed"], accum)),
+    )
     n = max(steps, int(round(steps * ratio / 4)) * 4)
     matched = train(work, lang, f"closed-compute-{arm}", "mlm", n, {})
     (matched / "compute_match.json").write_text(
@@ -409,16 +412,19 @@ def towers_stage(work: Path, name: str, run_work: Path) -> None:
 SPEED_DEFAULT = "today,topm,query,packed,new,new_one_group"
 
 
-def speed_path(work: Path, lang: str, variants: list[str]) -> Path:
-    """Where `speed` keeps its medians: speed-LANG.json for the default variants, else named by them."""
+def speed_path(work: Path, lang: str, variants: list[str], accum: int = 1) -> Path:
+    """Where `speed` keeps its medians: speed-LANG.json for the default variants, else named by them
+    (and by the micro-batches a step when not 1)."""
+    tail = "" if accum == 1 else f"-accum{accum}"
     if variants == SPEED_DEFAULT.split(","):
-        return work / f"speed-{lang}.json"
-    return work / f"speed-{lang}-{'-'.join(variants)}.json"
+        return work / f"speed-{lang}{tail}.json"
+    return work / f"speed-{lang}-{'-'.join(variants)}{tail}.json"
 
 
-def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
+def speed_stage(work: Path, lang: str, steps: int, variants: list[str], accum: int = 1) -> dict:
     """Queries per second of a REALM step: today's settings vs the speed levers at the same k, the
-    variants interleaved step by step in one process (same machine, same load), medians."""
+    variants interleaved step by step in one process (same machine, same load), medians. A step is
+    `accum` micro-batches of the config's batch size (1: the speed table's single micro-batch)."""
     import torch
 
     from ralm.corpus.docstore import DocStore
@@ -431,11 +437,11 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
     from ralm.realm.trainer import train_step
     from ralm.train.optim import warmup_schedule
 
-    out = speed_path(work, lang, variants)
+    out = speed_path(work, lang, variants, accum)
     if out.is_file():
         return read_json(out)
     flags = base_flags(work, lang)
-    over = {"docstore": str(flags[2]), "out": "-", "warmup_steps": 0, "grad_accum": 1, **LANG_EXTRA[lang]}
+    over = {"docstore": str(flags[2]), "out": "-", "warmup_steps": 0, "grad_accum": accum, **LANG_EXTRA[lang]}
     if lang == "nb":
         over["retriever"] = str(flags[flags.index("--retriever") + 1])
     dev = torch.device("cpu")
@@ -485,14 +491,14 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str]) -> dict:
             log(f"speed {name} step {step}: {time.perf_counter() - t0:.2f} s")
     res = {
         "steps_measured": steps,
-        "queries_per_step": setups[variants[0]]["cfg"].batch_size,
+        "queries_per_step": setups[variants[0]]["cfg"].batch_size * accum,
         "machine": machine(),
         "autocast": str(setups[variants[0]]["ac"]),
     }
     for name, s in setups.items():
         med = statistics.median(s["t"])
         res[f"{name}_step_seconds"] = med
-        res[f"{name}_queries_per_s"] = s["cfg"].batch_size / med
+        res[f"{name}_queries_per_s"] = s["cfg"].batch_size * accum / med
     base = res[f"{variants[0]}_queries_per_s"]
     for name in variants[1:]:
         res[f"{name}_over_{variants[0]}"] = res[f"{name}_queries_per_s"] / base
@@ -546,6 +552,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200, help="pre-training steps of every run (default 200)")
     ap.add_argument("--curves", action="store_true", help="arm: also score the intermediate checkpoints")
     ap.add_argument("--speed-steps", type=int, default=4)
+    ap.add_argument("--speed-accum", type=int, default=1, help="speed: micro-batches a step (default 1)")
     ap.add_argument("--variants", default=SPEED_DEFAULT, help="speed: variants (the first is the base)")
     ap.add_argument("--store", help="the DocStore (default: LANG's under --work)")
     ap.add_argument("--reader", help="the reader (default: the LANG config's)")
@@ -614,7 +621,7 @@ def main() -> None:
     elif args.stage == "cached":
         cached_main(args)
     elif args.stage == "speed":
-        speed_stage(args.work, args.lang, args.speed_steps, args.variants.split(","))
+        speed_stage(args.work, args.lang, args.speed_steps, args.variants.split(","), args.speed_accum)
     elif args.stage == "towers":
         run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
         towers_stage(args.work, args.name, run_work)
