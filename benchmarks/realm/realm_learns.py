@@ -51,6 +51,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -265,11 +266,12 @@ def compute_stage(work: Path, lang: str, arm: str, steps: int) -> None:
     from ralm.realm.config import tomllib
 
     accum = int(tomllib.loads((run / "config.toml").read_text(encoding="utf-8")).get("grad_accum", 1))
-    timed = speed_stage(work, lang, 4, [arm, "closed"], accum)
-    ratio, basis = (
-        timed[f"{arm}_step_seconds"] / timed["closed_step_seconds"],
-        str(speed_path(work, lang, [arm, "closed"], accum)),
-    )
+    speed = speed_path(work, lang, [arm, "closed"], accum)
+    if not speed.is_file():  # in its own process: its two models would stay in this one's memory
+        cmd = [sys.executable, __file__, "speed", lang, "--work", str(work)]
+        subprocess.run([*cmd, "--variants", f"{arm},closed", "--speed-accum", str(accum)], check=True)
+    timed = read_json(speed)
+    ratio, basis = timed[f"{arm}_step_seconds"] / timed["closed_step_seconds"], str(speed)
     n = max(steps, int(round(steps * ratio / 4)) * 4)
     matched = train(work, lang, f"closed-compute-{arm}", "mlm", n, {})
     (matched / "compute_match.json").write_text(
