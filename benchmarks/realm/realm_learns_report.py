@@ -449,6 +449,7 @@ def report(work: Path, keep: bool = False) -> dict:
     `work` lacks (`keep_previous`), so that one new arm can be added on a machine without the others."""
     metrics: dict[str, float] = {}
     extra: dict = {"arms": {}, "diag0": {}, "not_run": []}
+    previous = _read(RESULTS / "realm_learns.json") if keep else None
     for lang in ("en", "nb"):
         d0 = _read(work / f"{lang}-diag0" / "diagnose_initial.json")
         if d0 is not None:
@@ -467,6 +468,10 @@ def report(work: Path, keep: bool = False) -> dict:
             if su is not None:
                 d0["score_utility"] = su
                 metrics[f"{lang}_step0_score_utility_spearman"] = su["spearman"]
+        elif previous is not None and lang in (previous.get("diag0") or {}):
+            # the committed step-0 diagnosis (same towers recipe): the headline arm's
+            # answers-in-candidates gain is measured against it, not carried over from another arm
+            extra["diag0"][lang] = previous["diag0"][lang]
         else:
             extra["not_run"].append(f"{lang}: step-0 diagnosis")
         arms = {}
@@ -541,7 +546,14 @@ def report(work: Path, keep: bool = False) -> dict:
         # the cost of a REALM step of the headline arm in closed-book steps, timed side by side:
         # what the compute-matched closed-book baseline must be given
         arm = extra.get("headline_arm", {}).get(lang)
-        pair = _read(work / f"speed-{lang}-{arm}-closed.json") if arm else None
+        # the timing the compute-matched run was sized by (at the runs' grad_accum), else one micro-batch
+        match = _read(work / f"{lang}-closed-compute-{arm}" / "compute_match.json") if arm else None
+        timing = (
+            Path(match["ratio_from"]).name
+            if match and match.get("ratio_from", "").endswith(".json")
+            else None
+        )
+        pair = _read(work / (timing or f"speed-{lang}-{arm}-closed.json")) if arm else None
         if pair and f"{arm}_step_seconds" in pair and "closed_step_seconds" in pair:
             metrics[f"{lang}_{arm}_step_over_closed_book_step"] = (
                 pair[f"{arm}_step_seconds"] / pair["closed_step_seconds"]
@@ -558,7 +570,6 @@ def report(work: Path, keep: bool = False) -> dict:
     for lang, n in d0q.items():
         if n is not None:
             metrics[f"{lang}_step0_distinct_dense_top3"] = n
-    previous = _read(RESULTS / "realm_learns.json") if keep else None
     if previous is not None:
         metrics = keep_previous(metrics, extra, previous)
     for group, tag in (("arms", "arm"), ("superseded", "superseded")):
