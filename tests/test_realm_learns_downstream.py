@@ -20,7 +20,8 @@ from realm import realm_learns_downstream as down  # noqa: E402
 def _result(work: Path, cell: str, seed: int, em: float, f1: float) -> None:
     reader, towers = cell.split("-")
     d = down.run_folder(work, work, "arm", reader, towers, seed)
-    p = d / "eval" / "rag-k3" / "results.json"
+    p = down.results_file(d)
+    assert p == d / "eval" / "rag-k3" / "results.json"
     p.parent.mkdir(parents=True)
     p.write_text(json.dumps({"metrics": {"em": em, "f1": f1, "questions": 472}}))
     (d.parent / "budget.json").write_text(json.dumps({"rag_limit": 200, "rag_epochs": 1.0, "k": 3}))

@@ -75,6 +75,12 @@ def run_folder(work: Path, run_work: Path, name: str, reader: str, towers: str, 
     return run_work / f"nb-{name}-downstream" / f"{reader}-{towers}-seed{seed}"
 
 
+def results_file(run: Path) -> Path:
+    """Where one run's `ralm rag eval` (RAG k = K) writes its results: the stage's --out folder and
+    the path the record reads are both this one."""
+    return run / "eval" / f"rag-k{K}" / "results.json"
+
+
 def downstream_stage(
     work: Path,
     name: str,
@@ -151,8 +157,8 @@ def downstream_stage(
                 gen,
                 "--no-progress",
             )
-        ev = d / "eval"
-        if not (ev / f"rag-k{K}" / "results.json").is_file():
+        ev = results_file(d).parent  # `rag eval --out` writes results.json in this folder
+        if not results_file(d).is_file():
             ralm(
                 "rag",
                 "eval",
@@ -191,11 +197,7 @@ def downstream_record(work: Path, run_work: Path, name: str) -> dict | None:
     for r in READERS:
         for t in TOWERS:
             folders = [run_folder(work, run_work, name, r, t, seed) for seed in SEEDS]
-            res = [
-                read_json(p)["metrics"]
-                for d in folders
-                if (p := d / "eval" / f"rag-k{K}" / "results.json").is_file()
-            ]
+            res = [read_json(p)["metrics"] for d in folders if (p := results_file(d)).is_file()]
             if (folders[0].parent / "budget.json").is_file():
                 budgets.append(read_json(folders[0].parent / "budget.json"))
             if not res:
