@@ -263,9 +263,9 @@ def compute_stage(work: Path, lang: str, arm: str, steps: int) -> None:
     # the two step times measured side by side in one process (same load; the wall times of the
     # runs themselves were taken under different loads on a shared machine), at the runs' own
     # grad_accum: a step's answer queries cost once a step, not once a micro-batch
-    from ralm.realm.config import tomllib
+    from ralm.realm.config import PretrainConfig
 
-    accum = int(tomllib.loads((run / "config.toml").read_text(encoding="utf-8")).get("grad_accum", 1))
+    accum = PretrainConfig.from_toml(run / "config.toml").grad_accum
     speed = speed_path(work, lang, [arm, "closed"], accum)
     if not speed.is_file():  # in its own process: its two models would stay in this one's memory
         cmd = [sys.executable, __file__, "speed", lang, "--work", str(work)]

@@ -110,8 +110,8 @@ def downstream_stage(
         )
     # the budget is fixed before any run: a folder that ran at another budget is refused, not mixed
     budget = {"rag_limit": limit, "rag_epochs": epochs, "test_limit": test_limit, "k": K}
-    chosen = {run_folder(work, run_work, name, r, t, 0).parent for r, t, _ in _jobs(cells)}
-    for folder in {run_folder(work, run_work, name, r, t, 0).parent for r in lms for t in indexes} & chosen:
+    runnable = {(r, t) for r, t, _ in _jobs(cells) if r in lms and t in indexes}
+    for folder in {run_folder(work, run_work, name, r, t, 0).parent for r, t in runnable}:
         f = folder / "budget.json"
         if f.is_file() and read_json(f) != budget:
             raise SystemExit(
@@ -121,7 +121,7 @@ def downstream_stage(
         f.write_text(json.dumps(budget) + "\n", encoding="utf-8")
     i, p = part
     for n, (r, t, seed) in enumerate(_jobs(cells)):
-        if n % p != i or r not in lms or t not in indexes:
+        if n % p != i or (r, t) not in runnable:
             continue
         d = run_folder(work, run_work, name, r, t, seed)
         gen = d / "rag"
@@ -157,8 +157,8 @@ def downstream_stage(
                 gen,
                 "--no-progress",
             )
-        ev = results_file(d).parent  # `rag eval --out` writes results.json in this folder
-        if not results_file(d).is_file():
+        res = results_file(d)
+        if not res.is_file():
             ralm(
                 "rag",
                 "eval",
@@ -181,7 +181,7 @@ def downstream_stage(
                 "--name",
                 f"{r}-{t}-seed{seed}",
                 "--out",
-                ev,
+                res.parent,  # `rag eval --out` writes results.json in this folder
                 "--no-progress",
                 *([] if test_limit is None else ["--limit", test_limit]),
             )
