@@ -313,8 +313,8 @@ def report(cells: list[tuple[str, str, Path]], args) -> None:
             "Same seeded training subset per seed for every row; the first --max-eval test examples.",
             "NorQuAD: extractive start/end heads, trained on --qa-train questions; no dev selection.",
             "Train/test counts per cell are in the table.",
-            "NorQuAD generation: closed-book cells --gen-train 120 --gen-eval 200 at batch 8; RAG k=3 cells "
-            "--gen-train 80 --gen-eval 100 at batch 4 (CPU time and memory).",
+            "NorQuAD generation: `rag train` (1 epoch, batch 4, LoRA r=16) on the first --gen-train train "
+            "questions, `rag eval` on the first --gen-eval test questions; the counts of each cell are in the table.",
         ],
         table=table,
     )
