@@ -96,3 +96,31 @@ def test_cells_limit_the_runs_and_parts_split_them_by_cell() -> None:
     for bad in ("plain-plain", "", "realm-start,start"):
         with pytest.raises(SystemExit, match="--cells"):
             down.cells_of(bad)
+
+
+def test_reading_split_against_a_hand_count(tmp_path: Path) -> None:
+    preds = [
+        {"f1": 1.0, "answer_in_passages": [False, True, False]},
+        {"f1": 0.5, "answer_in_passages": [True, False, False]},
+        {"f1": 0.0, "answer_in_passages": [True, True, True]},
+        {"f1": 0.25, "answer_in_passages": [False, False, False]},
+    ]
+    for cell in ("plain-start", "realm-realm"):
+        for seed in range(3):
+            _result(tmp_path, cell, seed, em=1.0, f1=2.0)
+    d = down.run_folder(tmp_path, tmp_path, "arm", "plain", "start", 0)
+    p = down.results_file(d).parent / "predictions.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in preds))
+    assert down.reading_split(p) == {"in_top": 75.0, "f1_in_top": 50.0, "f1_not_in_top": 25.0}
+    rec = down.downstream_record(tmp_path, tmp_path, "arm")
+    assert "f1_in_top_mean" not in rec["cells"]["plain-start"]  # 1 of 3 seeds has predictions: no mean
+    for seed in (1, 2):
+        q = down.results_file(down.run_folder(tmp_path, tmp_path, "arm", "plain", "start", seed)).parent
+        (q / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in preds[1:]))
+    ps = down.downstream_record(tmp_path, tmp_path, "arm")["cells"]["plain-start"]
+    # seeds 1 and 2 hold the last three rows: 2 of 3 with an answer (F1 0.5 and 0), one without (0.25)
+    assert ps["in_top_mean"] == pytest.approx((75.0 + 2 * 200.0 / 3) / 3)
+    assert ps["f1_in_top_mean"] == pytest.approx((50.0 + 25.0 + 25.0) / 3)
+    assert ps["f1_not_in_top_mean"] == pytest.approx(25.0)
+    md = "\n".join(down.downstream_lines(down.downstream_record(tmp_path, tmp_path, "arm"), "arm"))
+    assert "| plain-start | 69.4% | 33.3 | 25.0 |" in md and "realm-realm |" not in md.split("Reading")[1]

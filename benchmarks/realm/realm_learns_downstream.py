@@ -25,6 +25,7 @@ plain reader with the starting towers is the same for every arm: its runs live o
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -79,6 +80,21 @@ def results_file(run: Path) -> Path:
     """Where one run's `ralm rag eval` (RAG k = K) writes its results: the stage's --out folder and
     the path the record reads are both this one."""
     return run / "eval" / f"rag-k{K}" / "results.json"
+
+
+def reading_split(predictions: Path) -> dict[str, float]:
+    """From one run's `rag eval` predictions.jsonl, the reader's share apart from the towers': the
+    percentage of questions with an answer string in one of the K passages (`in_top`), and the
+    mean F1 (percent) over those questions and over the others. A reader that reads passages worse
+    loses F1 on the first group at the same `in_top`; weaker towers lower `in_top`."""
+    rows = [json.loads(line) for line in predictions.read_text(encoding="utf-8").splitlines() if line]
+    hit = [float(r["f1"]) for r in rows if any(r["answer_in_passages"])]
+    miss = [float(r["f1"]) for r in rows if not any(r["answer_in_passages"])]
+    return {
+        "in_top": 100.0 * len(hit) / len(rows),
+        "f1_in_top": 100.0 * statistics.fmean(hit) if hit else math.nan,
+        "f1_not_in_top": 100.0 * statistics.fmean(miss) if miss else math.nan,
+    }
 
 
 def downstream_stage(
@@ -208,6 +224,14 @@ def downstream_record(work: Path, run_work: Path, name: str) -> dict | None:
                 cell[f"{key}_mean"] = statistics.fmean(values)
                 if len(values) > 1:
                     cell[f"{key}_std"] = statistics.stdev(values)
+            splits = [
+                reading_split(p)
+                for d in folders
+                if results_file(d).is_file() and (p := results_file(d).parent / "predictions.jsonl").is_file()
+            ]
+            if splits and len(splits) == len(res):
+                for key in splits[0]:
+                    cell[f"{key}_mean"] = statistics.fmean(s[key] for s in splits)
             cells[f"{r}-{t}"] = cell
     if not cells:
         return None
@@ -246,6 +270,20 @@ def downstream_lines(rec: dict, name: str) -> list[str]:
             n = int(c["seeds"])
             cells.append(f"{em} / {f1} ({n} seed{'s' if n > 1 else ''})")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
+    split = {c: v for c, v in rec["cells"].items() if "f1_in_top_mean" in v}
+    if split:
+        lines += [
+            "",
+            f"Reading apart from retrieval (means over the seeds): the share of questions with an answer "
+            f"in the top {K}, and F1 on those and on the rest.",
+            "",
+            f"| reader-towers | answer in top {K} | F1 when in top {K} | F1 when not |",
+            "|---|---|---|---|",
+        ]
+        for c, v in split.items():
+            lines.append(
+                f"| {c} | {v['in_top_mean']:.1f}% | {v['f1_in_top_mean']:.1f} | {v['f1_not_in_top_mean']:.1f} |"
+            )
     if "f1_realm_minus_plain" in rec:
         lines += [
             "",
