@@ -4,9 +4,10 @@ REALM pre-training, with MiniLM for reference, on NorNE, UD Bokmål, NoReC and N
 Rows (BRENT §4.1):
   * ``gemma-plain``: Gemma-3-270M as installed (the `gemma3` GGUF, saved once as a float32 HF
     directory under --work so every cell loads it quickly);
-  * ``gemma-realm``: the reader of the Norwegian causal-reader REALM run (`benchmarks/realm/realm_causal.py nb`,
-    exported with `ralm export-reader`; --realm-reader), i.e. the same checkpoint after
-    retrieval-augmented pre-training, extracted as an ordinary LM (BRENT_reader);
+  * ``gemma-realm``: the reader of a Norwegian causal-reader REALM run, exported with `ralm
+    export-reader` (--realm-reader; the committed table: issue 45's `all_answer` arm of
+    `benchmarks/realm/realm_learns.py`), i.e. the same checkpoint after retrieval-augmented
+    pre-training, extracted as an ordinary LM (BRENT_reader);
   * ``minilm``: the bundled English MiniLM, for reference.
 
 Both Gemma rows use causal attention (no --bidirectional): each position reads only its left
