@@ -101,6 +101,11 @@ LABEL = {
 COST = {"norquad": 4, "norec": 2, "norne": 2, "ud-bokmaal": 1}  # relative, to start the long cells first
 
 
+def cell_dir(work: Path, column: str, row: str) -> Path:
+    """The `ralm finetune` (or generation) output folder of one table cell: column x row."""
+    return work / "cells" / f"{column}-{row}"
+
+
 def ralm(*args: str, log: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # fmt: skip
@@ -176,7 +181,7 @@ def gen_cells(args, work: Path) -> list[tuple[str, str, Path]]:
     for col in args.gen_cols.split(","):
         mode = GEN_MODES[col]
         for row in rows:
-            out = work / "cells" / f"{col}-{row}"
+            out = cell_dir(work, col, row)
             cells.append((col, row, out))
             if (out / "results.json").is_file():
                 continue
@@ -225,7 +230,7 @@ def gen_cells(args, work: Path) -> list[tuple[str, str, Path]]:
 
 
 def run_grid(args, work: Path) -> list[tuple[str, str, Path]]:
-    cells = [(t, r, work / "cells" / f"{t}-{r}") for t in args.tasks.split(",") for r in args.rows.split(",")]
+    cells = [(t, r, cell_dir(work, t, r)) for t in args.tasks.split(",") for r in args.rows.split(",")]
     todo = [c for c in cells if not (c[2] / "results.json").is_file()]
     todo.sort(key=lambda c: -COST[c[0]] * (1 if c[1].startswith("gemma") else 0.15))
     for row in {r for _, r, _ in todo}:
@@ -368,18 +373,18 @@ def main() -> None:
         return
     if args.report_only:
         names = args.tasks.split(",")
-        cells = [(t, r, work / "cells" / f"{t}-{r}") for t in names for r in args.rows.split(",")]
+        cells = [(t, r, cell_dir(work, t, r)) for t in names for r in args.rows.split(",")]
         cells = [c for c in cells if (c[2] / "results.json").is_file()]
     else:
         cells = run_grid(args, work)
-        every = [work / "cells" / f"{t}-{r}" for t in TASKS for r in ROWS]
+        every = [cell_dir(work, t, r) for t in TASKS for r in ROWS]
         if not all((c / "results.json").is_file() for c in every):
             print(
                 f"{work}: not every default cell has results; the committed table is left as it is "
                 "(write it with --report-only --rows gemma-plain,gemma-realm,minilm once the grid is complete)"
             )
             return
-    gen = [(t, r, work / "cells" / f"{t}-{r}") for t in GEN_MODES for r in args.rows.split(",")]
+    gen = [(t, r, cell_dir(work, t, r)) for t in GEN_MODES for r in args.rows.split(",")]
     report(cells + [c for c in gen if (c[2] / "results.json").is_file()], args)
 
 

@@ -213,7 +213,8 @@ def downstream_record(work: Path, run_work: Path, name: str) -> dict | None:
     for r in READERS:
         for t in TOWERS:
             folders = [run_folder(work, run_work, name, r, t, seed) for seed in SEEDS]
-            res = [read_json(p)["metrics"] for d in folders if (p := results_file(d)).is_file()]
+            done = [f for d in folders if (f := results_file(d)).is_file()]
+            res = [read_json(f)["metrics"] for f in done]
             if (folders[0].parent / "budget.json").is_file():
                 budgets.append(read_json(folders[0].parent / "budget.json"))
             if not res:
@@ -224,12 +225,9 @@ def downstream_record(work: Path, run_work: Path, name: str) -> dict | None:
                 cell[f"{key}_mean"] = statistics.fmean(values)
                 if len(values) > 1:
                     cell[f"{key}_std"] = statistics.stdev(values)
-            splits = [
-                reading_split(p)
-                for d in folders
-                if results_file(d).is_file() and (p := results_file(d).parent / "predictions.jsonl").is_file()
-            ]
-            if splits and len(splits) == len(res):
+            preds = [f.parent / "predictions.jsonl" for f in done]
+            if all(f.is_file() for f in preds):  # every finished seed, or no split
+                splits = [reading_split(f) for f in preds]
                 for key in splits[0]:
                     cell[f"{key}_mean"] = statistics.fmean(s[key] for s in splits)
             cells[f"{r}-{t}"] = cell
