@@ -133,18 +133,30 @@ def causal_dirs(tmp_path_factory):
             tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
         )
         common = dict(
-            vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            vocab_size=len(fast),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
             tie_word_embeddings=True,
-        )  # fmt: skip
+        )
         torch.manual_seed(0)
         if name == "llama":
             lm = LlamaForCausalLM(LlamaConfig(architectures=["LlamaForCausalLM"], **common))
         else:
             cfg = Gemma3TextConfig(
-                architectures=["Gemma3ForCausalLM"], head_dim=8, sliding_window=16, final_logit_softcapping=30.0,
-                layer_types=["sliding_attention", "full_attention"], **common,
-            )  # fmt: skip
+                architectures=["Gemma3ForCausalLM"],
+                head_dim=8,
+                sliding_window=16,
+                final_logit_softcapping=30.0,
+                layer_types=["sliding_attention", "full_attention"],
+                **common,
+            )
             lm = Gemma3ForCausalLM(cfg)
         d = root / name
         lm.save_pretrained(d)

@@ -40,9 +40,11 @@ def test_corpus_build_refuses_a_surrogate_title(tmp_path, capsys):
     src.write_text('{"title": "\\ud800", "text": "Oslo is the capital of Norway."}\n', encoding="utf-8")
     code = main(["corpus", "build", str(src), "--out", str(tmp_path / "store"), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err == [f"ralm: error: {src}:1: text holds an unpaired surrogate escape (\\ud800), "
-                                 "which is not a character; fix or drop it (a character outside the BMP is "
-                                 "written as a \\ud83d\\ude00-style pair)"]  # fmt: skip
+    assert code == 2 and err == [
+        f"ralm: error: {src}:1: text holds an unpaired surrogate escape (\\ud800), "
+        "which is not a character; fix or drop it (a character outside the BMP is "
+        "written as a \\ud83d\\ude00-style pair)"
+    ]
     assert not (tmp_path / "store").exists()
 
 
@@ -51,9 +53,24 @@ def test_squad_reader_refuses_a_surrogate_question(tmp_path):
 
     squad = {
         "version": "1.1",
-        "data": [{"title": "t", "paragraphs": [{"context": "Oslo is the capital.", "qas": [
-            {"id": "q1", "question": "\ud800?", "answers": [{"text": "Oslo", "answer_start": 0}]}]}]}],
-    }  # fmt: skip
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "Oslo is the capital.",
+                        "qas": [
+                            {
+                                "id": "q1",
+                                "question": "\ud800?",
+                                "answers": [{"text": "Oslo", "answer_start": 0}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     path = tmp_path / "train.json"
     path.write_text(json.dumps(squad), encoding="utf-8")  # json.dumps writes the escape \ud800
     with pytest.raises(RalmError, match="unpaired surrogate"):

@@ -11,13 +11,25 @@ def test_closed_pipe_gives_no_traceback(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("".join(f"linje {i} med tekst og flere ord\\n" for i in range(20000)), encoding="utf-8")
     arpa = tmp_path / "t.arpa"
-    subprocess.run([sys.executable, "-m", "ralm.cli", "ngram", "train", str(text), "--out", str(arpa)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "ralm.cli", "ngram", "train", str(text), "--out", str(arpa)],
+        check=True,
+        capture_output=True,
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from ralm.cli import main; sys.exit(main(sys.argv[1:]))", "ngram",
-         "score", str(arpa), str(text), "--per-sentence"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys; from ralm.cli import main; sys.exit(main(sys.argv[1:]))",
+            "ngram",
+            "score",
+            str(arpa),
+            str(text),
+            "--per-sentence",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     proc.stdout.readline()
     proc.stdout.close()  # the reader leaves, as `head -1` does
     err = proc.stderr.read().decode()

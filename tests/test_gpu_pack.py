@@ -57,8 +57,9 @@ def test_budget_skips_short_stages_and_a_failure_does_not_stop_the_rest() -> Non
     d = stage("d", clock, takes=30, budget=100, min_s=30)  # 130 s left: runs with its 100 s
     e = stage("e", clock, takes=1, budget=100, min_s=101)  # 100 s left: skipped
     saved = []
-    recs = gpu_pack.run_stages([a, b, c, d, e], ctx_for, 200, clock=clock,
-                               on_record=lambda r: saved.append(len(r)))  # fmt: skip
+    recs = gpu_pack.run_stages(
+        [a, b, c, d, e], ctx_for, 200, clock=clock, on_record=lambda r: saved.append(len(r))
+    )
     assert [r["status"] for r in recs] == ["ok", "failed", "skipped", "ok", "skipped"]
     assert saved == [1, 2, 3, 4, 5]  # the run file is rewritten after every stage
     assert recs[0]["metrics"] == {"a_metric": 50.0} and recs[3]["metrics"] == {"d_metric": 30.0}
@@ -83,8 +84,9 @@ def test_a_stage_whose_inputs_did_not_travel_is_skipped(tmp_path: Path) -> None:
     a, b = stage("a", clock, takes=10), stage("b", clock, takes=10)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "reader.gguf.chunk000-of-002").write_bytes(b"x")
-    recs = gpu_pack.run_stages([a, b], ctx_for, 500, clock=clock,
-                               missing=lambda st: gpu_pack.inputs_missing(tmp_path / st.NAME))  # fmt: skip
+    recs = gpu_pack.run_stages(
+        [a, b], ctx_for, 500, clock=clock, missing=lambda st: gpu_pack.inputs_missing(tmp_path / st.NAME)
+    )
     assert [r["status"] for r in recs] == ["skipped", "skipped"] and a.seen == {} and b.seen == {}
     assert recs[0]["reason"].startswith(f"its inputs ({tmp_path / 'a'}) are not in the pack")
     assert recs[1]["reason"] == f"reader.gguf of {tmp_path / 'b'} still wait for parts that were not stashed"
@@ -100,27 +102,44 @@ def test_tiny_never_skips_for_want_of_time() -> None:
 
 
 def rec(stage_name: str, status: str, finished: str, metrics: dict, device: str = "H100", tiny: bool = False):
-    return {"stage": stage_name, "status": status, "finished": finished, "metrics": metrics, "device": device,
-            "tiny": tiny, "precision": "bf16", "seconds": 1.0}  # fmt: skip
+    return {
+        "stage": stage_name,
+        "status": status,
+        "finished": finished,
+        "metrics": metrics,
+        "device": device,
+        "tiny": tiny,
+        "precision": "bf16",
+        "seconds": 1.0,
+    }
 
 
 def test_report_merges_partial_runs_newest_success_per_stage() -> None:
-    run1 = [rec("brent_en", "ok", "2026-11-01T10:00:00+00:00", {"gpu_ppl_ratio_realm_vs_mlm": 0.6}, "H100"),
-            rec("serve", "failed", "2026-11-01T10:05:00+00:00", {})]  # fmt: skip
-    run2 = [rec("brent_en", "ok", "2026-11-02T10:00:00+00:00", {"gpu_ppl_ratio_realm_vs_mlm": 0.45}, "H200"),
-            rec("luke", "skipped", "2026-11-02T10:01:00+00:00", {})]  # fmt: skip
-    run3 = [rec("brent_en", "failed", "2026-11-03T10:00:00+00:00", {}),
-            rec("serve", "ok", "2026-11-03T10:02:00+00:00", {"gpu_serve_throughput_on_over_off": 3.5}),
-            rec("surealm", "ok", "2026-11-04T10:00:00+00:00", {"gpu_surealm_ppl_reduction": 0.5}, tiny=True)]  # fmt: skip
+    run1 = [
+        rec("brent_en", "ok", "2026-11-01T10:00:00+00:00", {"gpu_ppl_ratio_realm_vs_mlm": 0.6}, "H100"),
+        rec("serve", "failed", "2026-11-01T10:05:00+00:00", {}),
+    ]
+    run2 = [
+        rec("brent_en", "ok", "2026-11-02T10:00:00+00:00", {"gpu_ppl_ratio_realm_vs_mlm": 0.45}, "H200"),
+        rec("luke", "skipped", "2026-11-02T10:01:00+00:00", {}),
+    ]
+    run3 = [
+        rec("brent_en", "failed", "2026-11-03T10:00:00+00:00", {}),
+        rec("serve", "ok", "2026-11-03T10:02:00+00:00", {"gpu_serve_throughput_on_over_off": 3.5}),
+        rec("surealm", "ok", "2026-11-04T10:00:00+00:00", {"gpu_surealm_ppl_reduction": 0.5}, tiny=True),
+    ]
     stages = gpu_pack.merge_runs(run3 + run1 + run2)
     assert stages["brent_en"]["device"] == "H200" and stages["brent_en"]["finished"].startswith("2026-11-02")
     assert stages["serve"]["status"] == "ok" and stages["luke"]["status"] == "skipped"
     assert "surealm" not in stages  # tiny runs never stand
     rep = gpu_pack.build_report(
         stages,
-        {"gpu_ppl_ratio_realm_vs_mlm": "<= 0.5", "gpu_serve_throughput_on_over_off": ">= 3",
-         "gpu_luke_minus_word_f1": "> 0"},
-    )  # fmt: skip
+        {
+            "gpu_ppl_ratio_realm_vs_mlm": "<= 0.5",
+            "gpu_serve_throughput_on_over_off": ">= 3",
+            "gpu_luke_minus_word_f1": "> 0",
+        },
+    )
     assert rep["metrics"] == {"gpu_ppl_ratio_realm_vs_mlm": 0.45, "gpu_serve_throughput_on_over_off": 3.5}
     assert rep["targets"] == {
         "gpu_ppl_ratio_realm_vs_mlm": "<= 0.5 (met)",
@@ -135,19 +154,40 @@ def test_report_merges_partial_runs_newest_success_per_stage() -> None:
 def test_stages_without_a_standing_result_run_first(tmp_path: Path) -> None:
     report = tmp_path / "gpu_pack.json"
     assert gpu_pack.standing(report) == set()
-    report.write_text(json.dumps({"stages": {"brent_en": {"status": "ok"}, "serve": {"status": "failed"},
-                                             "surealm": {"status": "ok"}}}))  # fmt: skip
+    report.write_text(
+        json.dumps(
+            {
+                "stages": {
+                    "brent_en": {"status": "ok"},
+                    "serve": {"status": "failed"},
+                    "surealm": {"status": "ok"},
+                }
+            }
+        )
+    )
     assert gpu_pack.standing(report) == {"brent_en", "surealm"}
     assert gpu_pack.pending_first(list(ORDER), gpu_pack.standing(report)) == [
-        "causal_en", "causal_nb", "serve", "luke", "brent_en", "surealm"
-    ]  # fmt: skip
+        "causal_en",
+        "causal_nb",
+        "serve",
+        "luke",
+        "brent_en",
+        "surealm",
+    ]
 
 
 @pytest.mark.parametrize(
     ("value", "bar", "want"),
-    [(0.5, "<= 0.5", True), (0.51, "<= 0.5", False), (3, ">= 3", True), (0.0, "> 0", False),
-     (0.01, "> 0", True), (-1, "< -0.5", True), (1.0, "one table", None)],
-)  # fmt: skip
+    [
+        (0.5, "<= 0.5", True),
+        (0.51, "<= 0.5", False),
+        (3, ">= 3", True),
+        (0.0, "> 0", False),
+        (0.01, "> 0", True),
+        (-1, "< -0.5", True),
+        (1.0, "one table", None),
+    ],
+)
 def test_meets(value, bar, want) -> None:
     assert gpu_pack.meets(value, bar) is want
 
@@ -158,8 +198,12 @@ def test_parts_split_and_stash_back(tmp_path: Path, monkeypatch) -> None:
     (pack / "wheels").mkdir(parents=True)
     (pack / "inputs" / "a").mkdir(parents=True)
     big = os.urandom(2500)
-    files = {"wheels/x.whl": os.urandom(300), "inputs/a/big.bin": big, "inputs/a/small.txt": b"hello",
-             "pack.json": b"{}"}  # fmt: skip
+    files = {
+        "wheels/x.whl": os.urandom(300),
+        "inputs/a/big.bin": big,
+        "inputs/a/small.txt": b"hello",
+        "pack.json": b"{}",
+    }
     for rel, data in files.items():
         (pack / rel).write_bytes(data)
     parts = transport.split_parts(pack, pack / "parts", ["pack.json", "wheels", "inputs/a"])

@@ -93,7 +93,6 @@ _MDOC_ENCLOSE = {
 }
 _MDOC_OPEN = {"Oo": "[", "Do": "“", "So": "‘", "Po": "(", "Ao": "<", "Bo": "[", "Bro": "{"}
 _MDOC_CLOSE = {"Oc": "]", "Dc": "”", "Sc": "’", "Pc": ")", "Ac": ">", "Bc": "]", "Brc": "}"}
-# fmt: on
 
 
 def _mdoc_inline(tokens: list[str], name: str) -> list[str]:

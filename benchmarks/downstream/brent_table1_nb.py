@@ -69,7 +69,7 @@ TASKS: dict[str, tuple[str, str | None, list[str], tuple[str, ...]]] = {
             "128",
         ],
         ("accuracy",),
-    ),  # fmt: skip
+    ),
     "norec": ("classify", "norec_sentence/binary", ["--max-length", "96"], ("accuracy", "macro_f1")),
     "norquad": (
         "extractive-qa",
@@ -87,7 +87,7 @@ TASKS: dict[str, tuple[str, str | None, list[str], tuple[str, ...]]] = {
             "0",
         ],
         ("em", "f1"),
-    ),  # fmt: skip
+    ),
 }
 ROWS = ("gemma-plain", "gemma-realm", "minilm")
 EXTRA_ROWS = ("gemma-plain-bi", "gemma-realm-bi")  # the Gemma rows with --bidirectional (not by default)
@@ -107,8 +107,14 @@ def cell_dir(work: Path, column: str, row: str) -> Path:
 
 
 def ralm(*args: str, log: Path) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     with open(log, "a", encoding="utf-8") as f:
         subprocess.run(
             [sys.executable, "-m", "ralm", *args], check=True, env=env, stdout=f, stderr=subprocess.STDOUT
@@ -149,12 +155,31 @@ def cell_flags(tname: str, row: str, args) -> list[str]:
     qa = task == "extractive-qa"
     lr = args.lr_gemma if row.startswith("gemma") else args.lr
     flags = [
-        "finetune", task, *([str(DATA / rel)] if rel else []), "--dataset", tname, "--name", LABEL[row],
-        "--seeds", args.seeds, "--max-train", str(args.qa_train if qa else args.max_train),
-        "--max-eval", str(args.qa_eval if qa else args.max_eval), "--epochs", str(args.qa_epochs if qa else args.epochs),
-        "--batch-size", str(args.qa_batch_size if qa else args.batch_size), "--lr", str(lr), "--lr-head", str(10 * lr),
-        "--no-save", "--no-progress", "--overwrite",
-    ]  # fmt: skip
+        "finetune",
+        task,
+        *([str(DATA / rel)] if rel else []),
+        "--dataset",
+        tname,
+        "--name",
+        LABEL[row],
+        "--seeds",
+        args.seeds,
+        "--max-train",
+        str(args.qa_train if qa else args.max_train),
+        "--max-eval",
+        str(args.qa_eval if qa else args.max_eval),
+        "--epochs",
+        str(args.qa_epochs if qa else args.epochs),
+        "--batch-size",
+        str(args.qa_batch_size if qa else args.batch_size),
+        "--lr",
+        str(lr),
+        "--lr-head",
+        str(10 * lr),
+        "--no-save",
+        "--no-progress",
+        "--overwrite",
+    ]
     return flags + [x.replace("{D}", str(DATA)) for x in extra]
 
 
@@ -203,27 +228,85 @@ def gen_cells(args, work: Path) -> list[tuple[str, str, Path]]:
                         if mode == "closed-book"
                         else ["--index", str(index), "--retriever", "dense", "-k", "3"]
                     )
-                    ralm("rag", "train", str(train_q), "--lm", lm, *where, "--lang", "nb", "--epochs", "1",
-                         "--limit", str(args.gen_train), "--batch-size", "4", "--lora-r", "16", "--no-chat",
-                         "--seed", str(seed), "--out", str(gen), "--no-progress", log=work / "grid.log")  # fmt: skip
-                    ralm("rag", "eval", str(test_q), "--lm", str(gen / "model"), "--index", str(index),
-                         "--retriever", "dense", "--mode", mode, "-k", "3", "--lang", "nb", "--no-chat",
-                         "--batch-size", "16", "--limit", str(args.gen_eval), "--out", str(ev), "--no-progress",
-                         log=work / "grid.log")  # fmt: skip
+                    ralm(
+                        "rag",
+                        "train",
+                        str(train_q),
+                        "--lm",
+                        lm,
+                        *where,
+                        "--lang",
+                        "nb",
+                        "--epochs",
+                        "1",
+                        "--limit",
+                        str(args.gen_train),
+                        "--batch-size",
+                        "4",
+                        "--lora-r",
+                        "16",
+                        "--no-chat",
+                        "--seed",
+                        str(seed),
+                        "--out",
+                        str(gen),
+                        "--no-progress",
+                        log=work / "grid.log",
+                    )
+                    ralm(
+                        "rag",
+                        "eval",
+                        str(test_q),
+                        "--lm",
+                        str(gen / "model"),
+                        "--index",
+                        str(index),
+                        "--retriever",
+                        "dense",
+                        "--mode",
+                        mode,
+                        "-k",
+                        "3",
+                        "--lang",
+                        "nb",
+                        "--no-chat",
+                        "--batch-size",
+                        "16",
+                        "--limit",
+                        str(args.gen_eval),
+                        "--out",
+                        str(ev),
+                        "--no-progress",
+                        log=work / "grid.log",
+                    )
                     shutil.rmtree(gen / "model", ignore_errors=True)  # 1 GB a seed; the scores are kept
                     (sd / "seconds").write_text(f"{time.perf_counter() - t0:.1f}\n")
                 m = json.loads((ev / "results.json").read_text(encoding="utf-8"))["metrics"]
                 secs = float((sd / "seconds").read_text()) if (sd / "seconds").is_file() else 0.0
-                records.append({"seed": seed, "test": {"em": m["em"], "f1": m["f1"]}, "seconds": secs,
-                                "train_examples": args.gen_train, "test_examples": int(m["questions"])})  # fmt: skip
+                records.append(
+                    {
+                        "seed": seed,
+                        "test": {"em": m["em"], "f1": m["f1"]},
+                        "seconds": secs,
+                        "train_examples": args.gen_train,
+                        "test_examples": int(m["questions"]),
+                    }
+                )
             from ralm.tasks.finetune import summarize
 
             res = {
-                "task": "rag-qa", "name": LABEL[row], "model": lm, "retrieval": mode == "rag",
+                "task": "rag-qa",
+                "name": LABEL[row],
+                "model": lm,
+                "retrieval": mode == "rag",
                 "dataset": "norquad-gen",
-                "data": str(test_q), "primary": "em", "seeds": records, "summary": summarize(records),
-                "mode": mode, "seconds": round(time.perf_counter() - t_cell, 1),
-            }  # fmt: skip
+                "data": str(test_q),
+                "primary": "em",
+                "seeds": records,
+                "summary": summarize(records),
+                "mode": mode,
+                "seconds": round(time.perf_counter() - t_cell, 1),
+            }
             out.mkdir(parents=True, exist_ok=True)
             (out / "results.json").write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
     return [c for c in cells if (c[2] / "results.json").is_file()]
@@ -360,8 +443,11 @@ def main() -> None:
     )
     ap.add_argument("--gen-train", type=int, default=120, help="NorQuAD train questions for rag train")
     ap.add_argument("--gen-eval", type=int, default=200, help="first N NorQuAD test questions for rag eval")
-    ap.add_argument("--rag-index", default=str(ROOT / "runs" / "b35" / "index-plain"),
-                    help="the fixed dense index of the RAG cells (dpr-cc towers over the NorQuAD pool)")  # fmt: skip
+    ap.add_argument(
+        "--rag-index",
+        default=str(ROOT / "runs" / "b35" / "index-plain"),
+        help="the fixed dense index of the RAG cells (dpr-cc towers over the NorQuAD pool)",
+    )
     args = ap.parse_args()
     bad = [c for c in args.gen_cols.split(",") if c not in GEN_MODES]
     if bad:

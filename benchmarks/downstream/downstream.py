@@ -104,9 +104,20 @@ def ensure_pretrained(work: Path, steps: int) -> tuple[Path, Path]:
     for run, mode in ((realm, "realm"), (mlm, "mlm")):
         if not list((run / "checkpoints").glob(f"step-{steps:07d}")):
             ralm(
-                "pretrain", str(ROOT / "configs" / "demo.toml"), "--mode", mode, "--docstore", str(corpus),
-                "--out", str(run), "--steps", str(steps), "--checkpoint-every", str(steps), "--overwrite",
-            )  # fmt: skip
+                "pretrain",
+                str(ROOT / "configs" / "demo.toml"),
+                "--mode",
+                mode,
+                "--docstore",
+                str(corpus),
+                "--out",
+                str(run),
+                "--steps",
+                str(steps),
+                "--checkpoint-every",
+                str(steps),
+                "--overwrite",
+            )
     return realm, mlm
 
 
@@ -165,14 +176,37 @@ def main() -> None:
                 t0 = time.perf_counter()
                 print(f"{tname} / {row} ...", flush=True)
                 ralm(
-                    "finetune", task, str(data), "--out", str(out), "--overwrite", "--no-save", "--no-progress",
-                    "--dataset", tname, "--seeds", args.seeds, "--max-train", str(args.max_train),
-                    "--max-eval", str(args.max_eval), "--epochs", str(args.epochs), "-k", str(args.k),
-                    "--doc-length", str(args.doc_length), "--batch-size", str(args.batch_size),
-                    "--lr", str(args.lr), *(["--lr-head", str(10 * args.lr)] if task in ("ner", "pos") else []),
-                    *extra, *cell_args(row, realm, mlm),
+                    "finetune",
+                    task,
+                    str(data),
+                    "--out",
+                    str(out),
+                    "--overwrite",
+                    "--no-save",
+                    "--no-progress",
+                    "--dataset",
+                    tname,
+                    "--seeds",
+                    args.seeds,
+                    "--max-train",
+                    str(args.max_train),
+                    "--max-eval",
+                    str(args.max_eval),
+                    "--epochs",
+                    str(args.epochs),
+                    "-k",
+                    str(args.k),
+                    "--doc-length",
+                    str(args.doc_length),
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--lr",
+                    str(args.lr),
+                    *(["--lr-head", str(10 * args.lr)] if task in ("ner", "pos") else []),
+                    *extra,
+                    *cell_args(row, realm, mlm),
                     log=log,
-                )  # fmt: skip
+                )
                 print(f"  {time.perf_counter() - t0:.0f} s", flush=True)
             cells.append((tname, row, out))
     table = subprocess.run(

@@ -59,12 +59,37 @@ def main() -> None:
         t = time.perf_counter()
         if not (out / "results.json").is_file():
             ralm(
-                "finetune", "open-qa", "--train", NORQUAD / "training_dataset_flattened.reconstructed.json",
-                "--dev", dev, "--test", NORQUAD / "test_dataset_flattened.json",
-                "--out", out, "--index", index, "--retriever", name, "--seeds", args.seeds,
-                "--max-train", args.max_train, "--epochs", args.epochs, "-k", 5, "--lang", "nb",
-                "--no-save", "--no-progress", "--name", name, "--dataset", "norquad-open",
-            )  # fmt: skip
+                "finetune",
+                "open-qa",
+                "--train",
+                NORQUAD / "training_dataset_flattened.reconstructed.json",
+                "--dev",
+                dev,
+                "--test",
+                NORQUAD / "test_dataset_flattened.json",
+                "--out",
+                out,
+                "--index",
+                index,
+                "--retriever",
+                name,
+                "--seeds",
+                args.seeds,
+                "--max-train",
+                args.max_train,
+                "--epochs",
+                args.epochs,
+                "-k",
+                5,
+                "--lang",
+                "nb",
+                "--no-save",
+                "--no-progress",
+                "--name",
+                name,
+                "--dataset",
+                "norquad-open",
+            )
         res = json.loads((out / "results.json").read_text())
         for m, st in res["summary"]["test"].items():
             metrics[f"{name}/{m}"] = round(st["mean"], 2)

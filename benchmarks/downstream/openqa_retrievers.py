@@ -138,9 +138,13 @@ def main() -> None:
     realm_enc = work / "realm-retriever"
     if not (realm_enc / "ralm_encoder.json").is_file():
         ralm(
-            "export-reader", args.realm_run, str(work / "realm-reader"),
-            "--retriever-out", str(realm_enc), "--overwrite",
-        )  # fmt: skip
+            "export-reader",
+            args.realm_run,
+            str(work / "realm-reader"),
+            "--retriever-out",
+            str(realm_enc),
+            "--overwrite",
+        )
     metrics: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
     for ds in args.datasets.split(","):
@@ -166,12 +170,35 @@ def main() -> None:
             t0 = time.perf_counter()
             if not (out / "results.json").is_file():
                 ralm(
-                    "finetune", "open-qa", *data_args, "--out", str(out), "--index", str(index),
-                    "--retriever", kind, "--seeds", "1", "--max-train", str(args.max_train),
-                    "--max-eval", str(args.max_eval), "--epochs", str(epochs), "-k", str(args.k),
-                    "--lang", lang, "--no-save", "--no-progress", "--name", name, "--dataset", f"{ds}-open",
+                    "finetune",
+                    "open-qa",
+                    *data_args,
+                    "--out",
+                    str(out),
+                    "--index",
+                    str(index),
+                    "--retriever",
+                    kind,
+                    "--seeds",
+                    "1",
+                    "--max-train",
+                    str(args.max_train),
+                    "--max-eval",
+                    str(args.max_eval),
+                    "--epochs",
+                    str(epochs),
+                    "-k",
+                    str(args.k),
+                    "--lang",
+                    lang,
+                    "--no-save",
+                    "--no-progress",
+                    "--name",
+                    name,
+                    "--dataset",
+                    f"{ds}-open",
                     "--overwrite",
-                )  # fmt: skip
+                )
             res = json.loads((out / "results.json").read_text())
             for m, st in res["summary"]["test"].items():
                 metrics[f"{key}/{m}"] = round(st["mean"], 2)

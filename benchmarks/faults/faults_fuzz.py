@@ -94,11 +94,32 @@ def make_fuzz_cases(family: str, n: int, seed: int, base: dict, d: Path) -> list
                 data = dump_json(obj, rng, indent=rng.choice([None, 1]))
             path = d / f"in-{i:03d}.json"
             argv = [
-                "finetune", "extractive-qa", str(path), "--model", str(base["tiny"]), "--out", str(out),
-                "--max-steps", "1", "--epochs", "1", "--batch-size", "2", "--max-length", "64",
-                "--doc-stride", "16", "--device", "cpu", "--autocast", "off", "--no-save", "--no-progress",
-                "--max-eval", "2",
-            ]  # fmt: skip
+                "finetune",
+                "extractive-qa",
+                str(path),
+                "--model",
+                str(base["tiny"]),
+                "--out",
+                str(out),
+                "--max-steps",
+                "1",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "2",
+                "--max-length",
+                "64",
+                "--doc-stride",
+                "16",
+                "--device",
+                "cpu",
+                "--autocast",
+                "off",
+                "--no-save",
+                "--no-progress",
+                "--max-eval",
+                "2",
+            ]
         else:
             raise ValueError(family)
         path.write_bytes(data)

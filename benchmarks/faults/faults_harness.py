@@ -229,10 +229,30 @@ class Harness:
     # -- fixtures
     def tiny_flags(self) -> list[str]:
         return [
-            "--reader", str(self.tiny), "--batch-size", "2", "--k", "3", "--refresh-every", "2",
-            "--heldout", "3", "--warmup-steps", "1", "--device", "cpu", "--autocast", "off", "--quiet",
-            "--set", "tensorboard=false", "--set", "encoder_max_length=32", "--set", "reader_max_length=96",
-        ]  # fmt: skip
+            "--reader",
+            str(self.tiny),
+            "--batch-size",
+            "2",
+            "--k",
+            "3",
+            "--refresh-every",
+            "2",
+            "--heldout",
+            "3",
+            "--warmup-steps",
+            "1",
+            "--device",
+            "cpu",
+            "--autocast",
+            "off",
+            "--quiet",
+            "--set",
+            "tensorboard=false",
+            "--set",
+            "encoder_max_length=32",
+            "--set",
+            "reader_max_length=96",
+        ]
 
     def pretrain_args(self, store: Path, out: Path, steps: int = 3, every: int = 1, keep: int = 3) -> list:
         return [

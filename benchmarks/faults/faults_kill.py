@@ -193,9 +193,19 @@ class DiskAndKillCases:
                 ).is_file()
                 before = leftovers(other)  # the killed build's resumable files stay
                 r = self.ralm(
-                    "index", "build", self.ref / "ew", "--out", other, "--encoder", self.tiny,
-                    "--pooling", "cls", "--proj-dim", "128", "--quiet",
-                )  # fmt: skip
+                    "index",
+                    "build",
+                    self.ref / "ew",
+                    "--out",
+                    other,
+                    "--encoder",
+                    self.tiny,
+                    "--pooling",
+                    "cls",
+                    "--proj-dim",
+                    "128",
+                    "--quiet",
+                )
                 self.record(
                     fam,
                     f"index build killed ({delay} s into embedding), rerun with other encoder options",

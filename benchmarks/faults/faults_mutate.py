@@ -167,12 +167,57 @@ UNICODE = [
 
 
 WIKITEXT = [
-    "{{", "}}", "{{{", "}}}", "[[", "]]", "[[File:x.jpg|thumb|[[a|b]]", "{|", "|}", "|-", "'''", "''",
-    "==", "== ==", "<ref>", "</ref>", "<ref name=x/>", "<!--", "-->", "<nowiki>", "</nowiki>", "<math>",
-    "</math>", "<gallery>", "&nbsp;", "&#0;", "&#x110000;", "&bogus;", "__NOTOC__", "#REDIRECT [[X]]",
-    "[[Category:", "[http://", "~~~~", "{{#if:", "{{!}}", "|", "=", "*", "#", ":", ";", "----",
-    "<br>", "<div>", "</div>", "<span style=", "[[:en:", "[[ ]]", "[[|]]", "{{ }}",
-]  # fmt: skip
+    "{{",
+    "}}",
+    "{{{",
+    "}}}",
+    "[[",
+    "]]",
+    "[[File:x.jpg|thumb|[[a|b]]",
+    "{|",
+    "|}",
+    "|-",
+    "'''",
+    "''",
+    "==",
+    "== ==",
+    "<ref>",
+    "</ref>",
+    "<ref name=x/>",
+    "<!--",
+    "-->",
+    "<nowiki>",
+    "</nowiki>",
+    "<math>",
+    "</math>",
+    "<gallery>",
+    "&nbsp;",
+    "&#0;",
+    "&#x110000;",
+    "&bogus;",
+    "__NOTOC__",
+    "#REDIRECT [[X]]",
+    "[[Category:",
+    "[http://",
+    "~~~~",
+    "{{#if:",
+    "{{!}}",
+    "|",
+    "=",
+    "*",
+    "#",
+    ":",
+    ";",
+    "----",
+    "<br>",
+    "<div>",
+    "</div>",
+    "<span style=",
+    "[[:en:",
+    "[[ ]]",
+    "[[|]]",
+    "{{ }}",
+]
 
 
 def _xml_escape(s: str) -> str:
@@ -203,9 +248,19 @@ def mutate_wikitext(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     pm = rng.choice(pages)
     page = pm.group(0)
     sub = rng.choice(
-        ["empty-title", "blank-title", "dup-page", "ns", "no-text", "empty-text", "redirect", "id", "no-title",
-         "self-closing-text"]
-    )  # fmt: skip
+        [
+            "empty-title",
+            "blank-title",
+            "dup-page",
+            "ns",
+            "no-text",
+            "empty-text",
+            "redirect",
+            "id",
+            "no-title",
+            "self-closing-text",
+        ]
+    )
     if sub == "empty-title":
         page = re.sub(r"<title>.*?</title>", "<title></title>", page, count=1)
     elif sub == "blank-title":

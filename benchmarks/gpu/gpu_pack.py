@@ -121,8 +121,12 @@ def run_stages(
             rec.update(status="skipped", reason=why, seconds=0.0, metrics={})
             log(f"{st.NAME}: skipped ({why})")
         elif not tiny and left < st.MIN_S:
-            rec.update(status="skipped", reason=f"{left:.0f} s left, the stage needs at least {st.MIN_S:.0f} s",
-                       seconds=0.0, metrics={})  # fmt: skip
+            rec.update(
+                status="skipped",
+                reason=f"{left:.0f} s left, the stage needs at least {st.MIN_S:.0f} s",
+                seconds=0.0,
+                metrics={},
+            )
             log(f"{st.NAME}: skipped ({rec['reason']})")
         else:
             allowed = left if tiny else min(st.BUDGET_S, left)
@@ -161,16 +165,24 @@ def cmd_run(a) -> int:
     work = Path(tempfile.gettempdir()) / "gpupack-work" if a.work is None else a.work
 
     def make_ctx(st, deadline: float) -> StageContext:
-        return StageContext(st.NAME, pack / "inputs" / st.NAME, work / st.NAME, a.tiny, device, deadline, log,
-                            dict(extra_env))  # fmt: skip
+        return StageContext(
+            st.NAME, pack / "inputs" / st.NAME, work / st.NAME, a.tiny, device, deadline, log, dict(extra_env)
+        )
 
     def save(records: list[dict]) -> None:
         write_json_atomic(
             a.out / RUN_FILE, {"command": " ".join(sys.argv), "budget_s": a.budget, "stages": records}
         )
 
-    records = run_stages(stages, make_ctx, a.budget, tiny=a.tiny, env=env, on_record=save,
-                         missing=lambda st: inputs_missing(pack / "inputs" / st.NAME))  # fmt: skip
+    records = run_stages(
+        stages,
+        make_ctx,
+        a.budget,
+        tiny=a.tiny,
+        env=env,
+        on_record=save,
+        missing=lambda st: inputs_missing(pack / "inputs" / st.NAME),
+    )
     for r in records:
         log(f"{r['stage']}: {r['status']} {json.dumps(r['metrics'])}")
     return 0
@@ -207,8 +219,15 @@ def cmd_prep(a) -> int:
     pack.mkdir(parents=True, exist_ok=True)
     for st in load_stages(a.stages):
         log(f"prep {st.NAME}")
-        ctx = StageContext(st.NAME, pack / "inputs" / st.NAME, pack / "prep-work" / st.NAME, a.tiny, "cpu",
-                           time.monotonic() + 3600, log)  # fmt: skip
+        ctx = StageContext(
+            st.NAME,
+            pack / "inputs" / st.NAME,
+            pack / "prep-work" / st.NAME,
+            a.tiny,
+            "cpu",
+            time.monotonic() + 3600,
+            log,
+        )
         ctx.inputs.mkdir(parents=True, exist_ok=True)
         st.prep(ctx)
     shutil.rmtree(pack / "prep-work", ignore_errors=True)
@@ -222,8 +241,13 @@ def cmd_prep(a) -> int:
     # transport order: the small stages first, causal_nb (its reader is the 241 MiB GGUF) last, so that
     # the first three parts already run four stages
     heavy = [s for s in a.stages if s == "causal_nb"]
-    order = ["pack.json", "wheels", "minilm", *[f"inputs/{s}" for s in a.stages if s not in heavy],
-             *[f"inputs/{s}" for s in heavy]]  # fmt: skip
+    order = [
+        "pack.json",
+        "wheels",
+        "minilm",
+        *[f"inputs/{s}" for s in a.stages if s not in heavy],
+        *[f"inputs/{s}" for s in heavy],
+    ]
     parts = split_parts(pack, pack / "parts", order)
     log(f"{len(parts)} transport parts under {pack / 'parts'}; see the module docstring for the device calls")
     return 0
@@ -279,16 +303,22 @@ def build_report(stages: dict[str, dict], targets: dict[str, str]) -> dict:
 
 
 def markdown(rep: dict) -> str:
-    lines = ["# GPU evidence pack", "", "| stage | status | device | precision | seconds | when | metrics |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "# GPU evidence pack",
+        "",
+        "| stage | status | device | precision | seconds | when | metrics |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name in ORDER:
         r = rep["stages"].get(name)
         if r is None:
             lines.append(f"| {name} | not run | | | | | |")
             continue
         ms = ", ".join(f"{k} {v:.4g}" for k, v in r["metrics"].items()) or r.get("reason", "")
-        lines.append(f"| {name} | {r['status']} | {r.get('device', '?')} | {r.get('precision', '?')} | "
-                     f"{r.get('seconds', 0)} | {r.get('finished', '?')} | {ms} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {r['status']} | {r.get('device', '?')} | {r.get('precision', '?')} | "
+            f"{r.get('seconds', 0)} | {r.get('finished', '?')} | {ms} |"
+        )
     lines += ["", "| metric | value | target |", "| --- | --- | --- |"]
     for k, bar in rep["targets"].items():
         v = rep["metrics"].get(k)
@@ -312,8 +342,14 @@ def cmd_report(a) -> int:
     stages = merge_runs(records)
     targets = {k: v for st in load_stages() for k, v in st.TARGETS.items()}
     rep = build_report(stages, targets)
-    write_result("gpu_pack", script_command(__file__, ["report", *map(str, a.runs)]),
-                 rep["metrics"], rep["targets"], devices=rep["devices"], stages=rep["stages"])  # fmt: skip
+    write_result(
+        "gpu_pack",
+        script_command(__file__, ["report", *map(str, a.runs)]),
+        rep["metrics"],
+        rep["targets"],
+        devices=rep["devices"],
+        stages=rep["stages"],
+    )
     (RESULTS / "gpu_pack.md").write_text(markdown(rep), encoding="utf-8")
     log(f"{RESULTS / 'gpu_pack.json'}: {len(stages)} stages, {len(rep['metrics'])} metrics")
     return 0

@@ -242,8 +242,13 @@ print("TRACE " + json.dumps(calls))
 
 def rag_trace(tree: Path, work: Path) -> dict:
     """Build a 20-article corpus and a dense index with `tree`'s code, then trace `ralm rag retrieve`."""
-    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONWARNINGS": "ignore"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree / "src"),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONWARNINGS": "ignore",
+    }
 
     def ralm(*args: str) -> str:
         cmd = [sys.executable, "-m", "ralm", *args]
@@ -253,10 +258,22 @@ def rag_trace(tree: Path, work: Path) -> dict:
     ralm("index", "build", str(work / "store"), "--out", str(work / "index"), "--quiet")
     q = work / "q.jsonl"
     q.write_text(json.dumps({"question": "Who is the prime minister?", "answer": ["Howard"]}) + "\n")
-    argv = ["rag", "retrieve", str(q), "--index", str(work / "index"), "--retriever", "dense", "-k", "3",
-            "--out", str(work / "ret.jsonl")]  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", TRACE, *argv], env=env, capture_output=True, text=True, check=True,
-                         cwd=work).stdout  # fmt: skip
+    argv = [
+        "rag",
+        "retrieve",
+        str(q),
+        "--index",
+        str(work / "index"),
+        "--retriever",
+        "dense",
+        "-k",
+        "3",
+        "--out",
+        str(work / "ret.jsonl"),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", TRACE, *argv], env=env, capture_output=True, text=True, check=True, cwd=work
+    ).stdout
     calls = json.loads(next(line for line in out.splitlines() if line.startswith("TRACE "))[6:])
     first, seen, back = [], set(), 0
     for m in calls:
@@ -387,8 +404,12 @@ def measure(rev: str, trace: bool) -> dict:
 
 def markdown(runs: dict[str, dict]) -> str:
     revs = list(runs)
-    out = ["# ralm's code layout, " + " vs ".join(revs), "", "| measure | " + " | ".join(revs) + " |",
-           "| --- | " + " | ".join("---" for _ in revs) + " |"]  # fmt: skip
+    out = [
+        "# ralm's code layout, " + " vs ".join(revs),
+        "",
+        "| measure | " + " | ".join(revs) + " |",
+        "| --- | " + " | ".join("---" for _ in revs) + " |",
+    ]
 
     def row(label: str, f) -> None:
         out.append(f"| {label} | " + " | ".join(str(f(runs[r])) for r in revs) + " |")
@@ -429,9 +450,14 @@ def markdown(runs: dict[str, dict]) -> str:
         )
     for r in revs:
         p = runs[r]["packages"]
-        out += ["", f"## {r}", "", "Layers (bottom first): " + "; ".join(
-            f"{k}: {', '.join(v)}" for k, v in p["layers"].items()) + (f"; on a circle: {', '.join(p['on_a_circle'])}"
-                                                                      if p["on_a_circle"] else "")]  # fmt: skip
+        out += [
+            "",
+            f"## {r}",
+            "",
+            "Layers (bottom first): "
+            + "; ".join(f"{k}: {', '.join(v)}" for k, v in p["layers"].items())
+            + (f"; on a circle: {', '.join(p['on_a_circle'])}" if p["on_a_circle"] else ""),
+        ]
         out.append("Running back up: " + (", ".join(p["running_back_up"]) or "none"))
         out.append("Circles: " + ("; ".join(" <-> ".join(c) for c in runs[r]["circles"]) or "none"))
         out.append("Over 400 lines: " + (", ".join(runs[r]["long_modules"]) or "none"))
@@ -463,32 +489,47 @@ def main() -> None:
     metrics = {}
     for r, m in runs.items():
         tag = "before" if r == BEFORE else "after" if r == WORKTREE else r
-        metrics.update({f"{tag}_modules": m["modules"], f"{tag}_src_lines": m["src_lines"],
-                        f"{tag}_package_imports_back_up": len(m["packages"]["running_back_up"]),
-                        f"{tag}_circles": len(m["circles"]), f"{tag}_modules_over_400_lines": len(m["long_modules"])})  # fmt: skip
+        metrics.update(
+            {
+                f"{tag}_modules": m["modules"],
+                f"{tag}_src_lines": m["src_lines"],
+                f"{tag}_package_imports_back_up": len(m["packages"]["running_back_up"]),
+                f"{tag}_circles": len(m["circles"]),
+                f"{tag}_modules_over_400_lines": len(m["long_modules"]),
+            }
+        )
         if m["duplicate_pairs"] is not None:
             metrics[f"{tag}_duplicate_pairs"] = m["duplicate_pairs"]
         if "rag_trace" in m:
             metrics[f"{tag}_rag_trace_modules"] = len(m["rag_trace"]["modules"])
             metrics[f"{tag}_rag_trace_steps_back"] = m["rag_trace"]["steps_back_into_a_module"]
         hs = m["house"]
-        metrics.update({
-            f"{tag}_from_pretrained_outside_models": len(hs["from_pretrained_outside_models"]),
-            f"{tag}_run_folder_implementations": len(hs["run_folder_modules"]),
-            f"{tag}_os_replace_outside_atomic": hs["os_replace_outside_atomic"],
-            f"{tag}_shims_and_reexports": len(hs["shims_and_reexports"]),
-            f"{tag}_fmt_skip_src": hs["fmt_skip_src"],
-            f"{tag}_import_linter_in_make_test": int(hs["import_linter_in_make_test"]),
-            f"{tag}_benchmark_folders_with_scripts": hs["benchmark_folders_with_scripts"],
-            f"{tag}_readme_lines": hs["readme_lines"],
-        })  # fmt: skip
-    targets = {"after_circles": "<= 2", "after_package_imports_back_up": "<= 1", "after_modules_over_400_lines": "0",
-               "after_from_pretrained_outside_models": "0", "after_run_folder_implementations": "1",
-               "after_os_replace_outside_atomic": "0", "after_shims_and_reexports": "0", "after_fmt_skip_src": "<= 10",
-               "after_import_linter_in_make_test": "1", "after_benchmark_folders_with_scripts": ">= 6",
-               "after_readme_lines": "<= 300"}  # fmt: skip
-    write_result("code_layout", script_command(__file__), metrics, targets,
-                 revisions=runs)  # fmt: skip
+        metrics.update(
+            {
+                f"{tag}_from_pretrained_outside_models": len(hs["from_pretrained_outside_models"]),
+                f"{tag}_run_folder_implementations": len(hs["run_folder_modules"]),
+                f"{tag}_os_replace_outside_atomic": hs["os_replace_outside_atomic"],
+                f"{tag}_shims_and_reexports": len(hs["shims_and_reexports"]),
+                f"{tag}_fmt_skip_src": hs["fmt_skip_src"],
+                f"{tag}_import_linter_in_make_test": int(hs["import_linter_in_make_test"]),
+                f"{tag}_benchmark_folders_with_scripts": hs["benchmark_folders_with_scripts"],
+                f"{tag}_readme_lines": hs["readme_lines"],
+            }
+        )
+    targets = {
+        "after_circles": "<= 2",
+        "after_package_imports_back_up": "<= 1",
+        "after_modules_over_400_lines": "0",
+        "after_from_pretrained_outside_models": "0",
+        "after_run_folder_implementations": "1",
+        "after_os_replace_outside_atomic": "0",
+        "after_shims_and_reexports": "0",
+        "after_fmt_skip_src": "<= 10",
+        "after_import_linter_in_make_test": "1",
+        "after_benchmark_folders_with_scripts": ">= 6",
+        "after_readme_lines": "<= 300",
+    }
+    write_result("code_layout", script_command(__file__), metrics, targets, revisions=runs)
     (RESULTS / "code_layout.md").write_text(markdown(runs), encoding="utf-8")
     print(markdown(runs))
 

@@ -116,8 +116,13 @@ def knn_rows(args, lm, text, test_full: str, row, log) -> dict:
     tune = tokenize_eval_text(test_full[len(text.text) :].lstrip(), lm.tokenizer, 2048)
     base = dict(max_length=args.max_length, stride=16, knn_k=1024)
     t0 = time.perf_counter()
-    tuned = evaluate(lm, tune, EvalConfig(mode="knnlm", knn_lambda=0.25, **base), datastore=ds,
-                     exclude_articles=overlapping_articles(vstore, tune.text))  # fmt: skip
+    tuned = evaluate(
+        lm,
+        tune,
+        EvalConfig(mode="knnlm", knn_lambda=0.25, **base),
+        datastore=ds,
+        exclude_articles=overlapping_articles(vstore, tune.text),
+    )
     grid = {}
     for t in KNN_TEMPERATURES:
         sc = tuned.knn.at_temperature(t)
@@ -128,11 +133,18 @@ def knn_rows(args, lm, text, test_full: str, row, log) -> dict:
     log(
         f"kNN-LM tuned on {len(tune) - 1} later test tokens: lambda {lam}, T {temp} (ppl {math.exp(best):.3f})"
     )
-    row("knnlm_k1024_s16_paper", EvalConfig(mode="knnlm", knn_lambda=0.25, knn_temperature=1.0, **base),
-        datastore=ds, exclude_articles=excluded)  # fmt: skip
-    row(f"knnlm_k1024_s16_tuned_l{lam}_t{temp:g}",
+    row(
+        "knnlm_k1024_s16_paper",
+        EvalConfig(mode="knnlm", knn_lambda=0.25, knn_temperature=1.0, **base),
+        datastore=ds,
+        exclude_articles=excluded,
+    )
+    row(
+        f"knnlm_k1024_s16_tuned_l{lam}_t{temp:g}",
         EvalConfig(mode="knnlm", knn_lambda=lam, knn_temperature=temp, **base),
-        datastore=ds, exclude_articles=excluded)  # fmt: skip
+        datastore=ds,
+        exclude_articles=excluded,
+    )
     return {
         "knnlm_datastore_corpus": "the 60 WikiText-2 valid articles (the enwiki sample part of the "
         "retrieval corpus is left out: ~1 h more of forward passes on this machine)",

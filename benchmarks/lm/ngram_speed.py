@@ -181,8 +181,15 @@ def main() -> int:
     n_pred = n_held + len(held)  # + </s> per sentence
     print(f"corpus: {n_train} train tokens ({len(train)} sentences), {n_held} held-out; {load_s:.1f}s")
     if "--faults-only" in sys.argv[1:]:
-        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in
-                          faults_metrics(train, held).items()}, indent=1))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    k: (round(v, 4) if isinstance(v, float) else v)
+                    for k, v in faults_metrics(train, held).items()
+                },
+                indent=1,
+            )
+        )
         return 0
 
     m: dict[str, float] = {"train_tokens": n_train, "heldout_tokens": n_held, "heldout_sentences": len(held)}

@@ -44,10 +44,15 @@ def log(msg: str) -> None:
 
 def pretrain_flags(args, row: str) -> list[str]:
     sets = {
-        "max_seq_length": args.seq, "checkpoint_every": 0, "keep_checkpoints": 1, "auto_annotation": "true",
-        "entity_attention": '"separate"', "entity_first_steps": args.pretrain_steps // 2,
-        "entity_first_lr": args.entity_first_lr, "entity_min_mentions": args.min_mentions,
-    }  # fmt: skip
+        "max_seq_length": args.seq,
+        "checkpoint_every": 0,
+        "keep_checkpoints": 1,
+        "auto_annotation": "true",
+        "entity_attention": '"separate"',
+        "entity_first_steps": args.pretrain_steps // 2,
+        "entity_first_lr": args.entity_first_lr,
+        "entity_min_mentions": args.min_mentions,
+    }
     if row == "luke-reduced":
         sets["entity_hidden_size"] = args.entity_width
     return [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
@@ -59,9 +64,27 @@ def pretrain(args, corpus: Path, work: Path, row: str, logf: Path) -> Path:
         return run
     flag = ["--resume"] if (run / "config.toml").is_file() else []
     log(f"pretrain {row}: {args.pretrain_steps} steps")
-    ralm(["luke", "pretrain", str(CONFIG), "--docstore", str(corpus), "--out", str(run), "--steps",
-          str(args.pretrain_steps), "--batch-size", str(args.pretrain_batch), "--seed", "42", "--quiet",
-          *pretrain_flags(args, row), *flag], logf)  # fmt: skip
+    ralm(
+        [
+            "luke",
+            "pretrain",
+            str(CONFIG),
+            "--docstore",
+            str(corpus),
+            "--out",
+            str(run),
+            "--steps",
+            str(args.pretrain_steps),
+            "--batch-size",
+            str(args.pretrain_batch),
+            "--seed",
+            "42",
+            "--quiet",
+            *pretrain_flags(args, row),
+            *flag,
+        ],
+        logf,
+    )
     return run
 
 
@@ -91,8 +114,10 @@ def probe(args, corpus: Path, n: int = 64) -> dict[str, Any]:
                 plain = _states(model, b, entities=False)
                 withe = _states(model, b, entities=True)
             m = b["attention_mask"][0].bool()
-            sims = [torch.nn.functional.cosine_similarity(a[0][m], c[0][m], dim=-1).mean().item()
-                    for a, c in zip(plain, withe, strict=True)]  # fmt: skip
+            sims = [
+                torch.nn.functional.cosine_similarity(a[0][m], c[0][m], dim=-1).mean().item()
+                for a, c in zip(plain, withe, strict=True)
+            ]
             per_layer = [x + y for x, y in zip(per_layer, sims, strict=True)] if per_layer else sims
             cos.append(sims[-1])
             ents += int(b["entity_attention_mask"].sum())
@@ -153,9 +178,15 @@ def masked_entity_accuracy(model, corpus: Path, run_cfg, n_chunks: int) -> float
     from ralm.luke.pretrain_run import prepare
 
     prep = prepare(run_cfg)
-    s = MaskSettings(max_seq_length=run_cfg.max_seq_length, max_entities=run_cfg.max_entities,
-                     max_mention_length=run_cfg.max_mention_length, mlm_prob=run_cfg.mlm_prob,
-                     replace_probs=run_cfg.replace_probs, mep_prob=run_cfg.mep_prob, with_entities=True)  # fmt: skip
+    s = MaskSettings(
+        max_seq_length=run_cfg.max_seq_length,
+        max_entities=run_cfg.max_entities,
+        max_mention_length=run_cfg.max_mention_length,
+        mlm_prob=run_cfg.mlm_prob,
+        replace_probs=run_cfg.replace_probs,
+        mep_prob=run_cfg.mep_prob,
+        with_entities=True,
+    )
     col = LukeCollator(prep.store, prep.spans, prep.vocab, prep.tok, s)
     ids = np.flatnonzero(prep.store.lengths() > 0)[:n_chunks]
     ok = n = 0
@@ -164,8 +195,18 @@ def masked_entity_accuracy(model, corpus: Path, run_cfg, n_chunks: int) -> float
         part = ids[lo : lo + 16]
         batch = col(part, [np.random.default_rng([7, int(i)]) for i in part])
         with torch.no_grad():
-            out = model(**{k: batch[k] for k in ("input_ids", "attention_mask", "entity_ids",
-                                                 "entity_attention_mask", "entity_position_ids")})  # fmt: skip
+            out = model(
+                **{
+                    k: batch[k]
+                    for k in (
+                        "input_ids",
+                        "attention_mask",
+                        "entity_ids",
+                        "entity_attention_mask",
+                        "entity_position_ids",
+                    )
+                }
+            )
         y = batch["entity_labels"]
         keep = y != -100
         ok += int((out["entity_logits"].argmax(-1)[keep] == y[keep]).sum())
@@ -183,14 +224,16 @@ def mep(args, corpus: Path, run: Path) -> dict[str, float]:
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [r for r in rows if "mep_loss" in r]
     return {
-        "acc_start": start, "acc_end": end, "acc_gain": end - start,
+        "acc_start": start,
+        "acc_end": end,
+        "acc_gain": end - start,
         "mep_loss_first20": sum(r["mep_loss"] for r in steps[:20]) / max(len(steps[:20]), 1),
         "mep_loss_last20": sum(r["mep_loss"] for r in steps[-20:]) / max(len(steps[-20:]), 1),
         "mep_acc_first20": sum(r["mep_acc"] for r in steps[:20]) / max(len(steps[:20]), 1),
         "mep_acc_last20": sum(r["mep_acc"] for r in steps[-20:]) / max(len(steps[-20:]), 1),
         "entity_vocab": next((r["entity_vocab"] for r in rows if "entity_vocab" in r), 0),
         "curve": [[r["step"], r["mep_loss"], r["mep_acc"]] for r in steps],
-    }  # fmt: skip
+    }
 
 
 # ----------------------------------------------------------------------------- NER
@@ -199,13 +242,39 @@ def ner(args, row: str, work: Path, logf: Path) -> dict[str, Any]:
     if not (out / "results.json").is_file():
         common = budget(args)
         if row == "token":
-            cmd = ["finetune", "ner", str(args.data), "--out", str(out), "--name", row,
-                   "--max-train", str(args.train_limit), *common]  # fmt: skip
+            cmd = [
+                "finetune",
+                "ner",
+                str(args.data),
+                "--out",
+                str(out),
+                "--name",
+                row,
+                "--max-train",
+                str(args.train_limit),
+                *common,
+            ]
         else:
             run = work / "pretrain" / ("luke-reduced" if row == "luke-reduced" else "luke")
-            cmd = ["luke", "ner", str(args.data), "--model", str(run), "--out", str(out), "--name", row,
-                   "--train-limit", str(args.train_limit), "--max-span-length", str(args.max_span_length),
-                   "--decode", args.decode, *(["--words-only"] if row == "words-only-span" else []), *common]  # fmt: skip
+            cmd = [
+                "luke",
+                "ner",
+                str(args.data),
+                "--model",
+                str(run),
+                "--out",
+                str(out),
+                "--name",
+                row,
+                "--train-limit",
+                str(args.train_limit),
+                "--max-span-length",
+                str(args.max_span_length),
+                "--decode",
+                args.decode,
+                *(["--words-only"] if row == "words-only-span" else []),
+                *common,
+            ]
         log(f"ner {row}")
         ralm(cmd, logf)
     res = json.loads((out / "results.json").read_text())
@@ -289,8 +358,12 @@ def main() -> None:
         metrics[f"{p}luke_masked_entity_acc_end{tag}"] = m["acc_end"]
         metrics[f"{p}luke_mep_loss_first20{tag}"] = m["mep_loss_first20"]
         metrics[f"{p}luke_mep_loss_last20{tag}"] = m["mep_loss_last20"]
-    names = {"luke": "luke_ner", "luke-reduced": "luke_reduced_ner", "words-only-span": "word_only_span_ner",
-             "token": "word_only_token_ner"}  # fmt: skip
+    names = {
+        "luke": "luke_ner",
+        "luke-reduced": "luke_reduced_ner",
+        "words-only-span": "word_only_span_ner",
+        "token": "word_only_token_ner",
+    }
     for row in rows:
         s = summary(ner(args, row, work, logf))
         extra[f"ner_{row}"] = s

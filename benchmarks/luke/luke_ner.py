@@ -83,9 +83,12 @@ def ralm(args: list[str], log: Path, on_line=None) -> None:
         f.write(f"\n$ ralm {' '.join(args)}\n")
         f.flush()
         p = subprocess.Popen(
-            [sys.executable, "-m", "ralm", *args], env=ENV, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            [sys.executable, "-m", "ralm", *args],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         assert p.stdout is not None
         for line in p.stdout:
             f.write(line)
@@ -167,11 +170,26 @@ def ensure_pretrained(args: argparse.Namespace, corpus: Path, variant: str, work
     t0 = time.perf_counter()
     print(f"pretrain {VARIANTS[variant][0]}: {args.pretrain_steps} steps {' '.join(flag)} ...", flush=True)
     ralm(
-        ["luke", "pretrain", str(CONFIG), "--docstore", str(corpus), "--out", str(run),
-         "--steps", str(args.pretrain_steps), "--batch-size", str(args.pretrain_batch),
-         "--seed", str(args.pretrain_seed), "--quiet", *flag, *(x for s in sets for x in ("--set", s))],
+        [
+            "luke",
+            "pretrain",
+            str(CONFIG),
+            "--docstore",
+            str(corpus),
+            "--out",
+            str(run),
+            "--steps",
+            str(args.pretrain_steps),
+            "--batch-size",
+            str(args.pretrain_batch),
+            "--seed",
+            str(args.pretrain_seed),
+            "--quiet",
+            *flag,
+            *(x for s in sets for x in ("--set", s)),
+        ],
         log,
-    )  # fmt: skip
+    )
     print(f"  {time.perf_counter() - t0:.0f} s", flush=True)
     return run
 
@@ -199,12 +217,32 @@ def ensure_init(args: argparse.Namespace, corpus: Path, work: Path) -> Path:
 def budget(args: argparse.Namespace) -> list[str]:
     """Flags that both `ralm luke ner` and `ralm finetune ner` take, with equal meaning."""
     return [
-        "--seeds", args.seeds, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-        "--lr", str(args.lr), "--lr-head", str(args.lr_head), "--schedule", args.schedule,
-        "--warmup-ratio", str(args.warmup_ratio), "--weight-decay", str(args.weight_decay),
-        "--max-length", str(args.max_length), "--max-eval", str(args.max_eval),
-        "--dataset", "wnut17", "--no-save", "--no-progress", "--overwrite",
-    ]  # fmt: skip
+        "--seeds",
+        args.seeds,
+        "--epochs",
+        str(args.epochs),
+        "--batch-size",
+        str(args.batch_size),
+        "--lr",
+        str(args.lr),
+        "--lr-head",
+        str(args.lr_head),
+        "--schedule",
+        args.schedule,
+        "--warmup-ratio",
+        str(args.warmup_ratio),
+        "--weight-decay",
+        str(args.weight_decay),
+        "--max-length",
+        str(args.max_length),
+        "--max-eval",
+        str(args.max_eval),
+        "--dataset",
+        "wnut17",
+        "--no-save",
+        "--no-progress",
+        "--overwrite",
+    ]
 
 
 class Estimate:
@@ -234,14 +272,37 @@ def ner_row(args, row: str, run: Path | None, work: Path, log: Path, est: Estima
     label = VARIANTS[row][0] if row in VARIANTS else LABELS[row]
     common = budget(args)
     if run is not None:
-        cmd = ["luke", "ner", str(args.data), "--model", str(run), "--out", str(out), "--name", label,
-               "--train-limit", str(args.train_limit), "--max-span-length", str(args.max_span_length),
-               *common]  # fmt: skip
+        cmd = [
+            "luke",
+            "ner",
+            str(args.data),
+            "--model",
+            str(run),
+            "--out",
+            str(out),
+            "--name",
+            label,
+            "--train-limit",
+            str(args.train_limit),
+            "--max-span-length",
+            str(args.max_span_length),
+            *common,
+        ]
         # the run's weights as they are now: a retrained run makes the row stale
         model_key: Any = [str(run / "model"), (run / "model" / "model.safetensors").stat().st_mtime_ns]
     else:
-        cmd = ["finetune", "ner", str(args.data), "--out", str(out), "--name", label,
-               "--max-train", str(args.train_limit), *common]  # fmt: skip
+        cmd = [
+            "finetune",
+            "ner",
+            str(args.data),
+            "--out",
+            str(out),
+            "--name",
+            label,
+            "--max-train",
+            str(args.train_limit),
+            *common,
+        ]
         model_key = "bundled MiniLM"
     settings = {"cmd": [c for c in cmd if c != str(out)], "model": model_key}
     marker = work / "ner" / f"{row}.settings.json"
@@ -310,15 +371,22 @@ def main() -> None:
             print("speed: reusing " + str(speed_file), flush=True)
         else:
             speed = measure(
-                corpus, variants=variants, batch_size=args.pretrain_batch, seq=args.seq,
-                repeats=args.speed_repeats, entity_width=args.entity_width,
-            )  # fmt: skip
+                corpus,
+                variants=variants,
+                batch_size=args.pretrain_batch,
+                seq=args.seq,
+                repeats=args.speed_repeats,
+                entity_width=args.entity_width,
+            )
             _write_json(speed_file, {"key": speed_key, "speed": speed})
         todo = [v for v in variants if not (work / "pretrain" / v / "model" / "config.json").is_file()]
         est = sum(speed["step_seconds_median"][f"luke/{v}"] for v in todo) * args.pretrain_steps
         if todo:
-            print(f"pretrain: about {est / 60:.0f} min for {len(todo)} runs of {args.pretrain_steps} steps "
-                  "at the speed step's medians", flush=True)  # fmt: skip
+            print(
+                f"pretrain: about {est / 60:.0f} min for {len(todo)} runs of {args.pretrain_steps} steps "
+                "at the speed step's medians",
+                flush=True,
+            )
 
     runs = {v: ensure_pretrained(args, corpus, v, work, log) for v in variants}
     if INIT in rows:
@@ -341,8 +409,11 @@ def main() -> None:
         results[row] = r
     table = subprocess.run(
         [sys.executable, "-m", "ralm", "table", *(str(outs[r]) for r in rows)],
-        check=True, capture_output=True, text=True, env=ENV,
-    ).stdout  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+        env=ENV,
+    ).stdout
     md = table_md(results, ann, speed, args)
     text = md + "\n`ralm table` of the NER result directories:\n\n" + table
     RESULTS.mkdir(exist_ok=True)

@@ -79,10 +79,14 @@ class _Stepper:
         self.ac = autocast_dtype(self.dev, cfg.autocast, torch.float32)
         prep = prepare(cfg)
         settings = MaskSettings(
-            max_seq_length=cfg.max_seq_length, max_entities=cfg.max_entities,
-            max_mention_length=cfg.max_mention_length, mlm_prob=cfg.mlm_prob,
-            replace_probs=cfg.replace_probs, mep_prob=cfg.mep_prob, with_entities=cfg.mode == "luke",
-        )  # fmt: skip
+            max_seq_length=cfg.max_seq_length,
+            max_entities=cfg.max_entities,
+            max_mention_length=cfg.max_mention_length,
+            mlm_prob=cfg.mlm_prob,
+            replace_probs=cfg.replace_probs,
+            mep_prob=cfg.mep_prob,
+            with_entities=cfg.mode == "luke",
+        )
         self.collator = LukeCollator(prep.store, prep.spans, prep.vocab, prep.tok, settings)
         self.train_ids = np.flatnonzero(prep.store.lengths() > 0).astype(np.int64)
         self.model = prep.model
@@ -208,9 +212,13 @@ def main() -> None:
     ap.add_argument("--name", default="luke_speed")
     args = ap.parse_args()
     res = measure(
-        args.corpus, batch_size=args.batch_size, seq=args.seq, repeats=args.repeats, warmup=args.warmup,
+        args.corpus,
+        batch_size=args.batch_size,
+        seq=args.seq,
+        repeats=args.repeats,
+        warmup=args.warmup,
         entity_width=args.entity_width,
-    )  # fmt: skip
+    )
     metrics = {
         "step_ratio": res["ratio_to_mlm"]["baseline"],
         **{f"step_ratio_{v}": x for v, x in res["ratio_to_mlm"].items()},

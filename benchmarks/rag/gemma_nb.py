@@ -74,8 +74,14 @@ def prep(a) -> None:
     ret = a.work / "retrieved"
     if not (ret / "train.jsonl").is_file():
         fusion = json.loads((RESULTS / "retriever_train.json").read_text())["fusion"]
-        store, hybrid = load_retriever(a.index, "hybrid", bm25_options={"lang": "nb"}, fusion=fusion["method"],
-                                       dense_weight=1 - fusion["bm25_weight"], log=log)  # fmt: skip
+        store, hybrid = load_retriever(
+            a.index,
+            "hybrid",
+            bm25_options={"lang": "nb"},
+            fusion=fusion["method"],
+            dense_weight=1 - fusion["bm25_weight"],
+            log=log,
+        )
         for split, path, limit in (("test", TEST, None), ("train", TRAIN, a.train_questions)):
             qs = read_questions(path)[:limit]
             write_retrieved(ret / f"{split}.jsonl", qs, retrieve(qs, Retriever(store, hybrid, "hybrid"), 20))
@@ -142,18 +148,50 @@ def fine_tune(a, key: str, closed_book: bool = False, oracle: bool = False) -> N
     name = f"{'cbft' if closed_book else 'ft'}-{key}"
     run = a.work / name
     if not (run / "model" / "config.json").is_file():
-        ralm("rag", "train", TRAIN, "--lm", LMS[key], "--retrieved", a.work / "retrieved" / "train.jsonl",
-             "-k", 3, "--lang", "nb", "--epochs", 1, "--limit", a.train_questions, "--batch-size", 4,
-             "--lora-r", 16, "--no-chat", "--out", run, "--no-progress",
-             *(["--closed-book"] if closed_book else []))  # fmt: skip
+        ralm(
+            "rag",
+            "train",
+            TRAIN,
+            "--lm",
+            LMS[key],
+            "--retrieved",
+            a.work / "retrieved" / "train.jsonl",
+            "-k",
+            3,
+            "--lang",
+            "nb",
+            "--epochs",
+            1,
+            "--limit",
+            a.train_questions,
+            "--batch-size",
+            4,
+            "--lora-r",
+            16,
+            "--no-chat",
+            "--out",
+            run,
+            "--no-progress",
+            *(["--closed-book"] if closed_book else []),
+        )
     ev = a.work / f"{name}-eval"
     if closed_book:
         if not done(ev):
             rag_eval(a, ev, run / "model", "--mode", "closed-book", "--no-chat")
         return
     if not oracle and not done(ev / "rag-k3"):
-        rag_eval(a, ev / "rag-k3", run / "model", "--retrieved", a.work / "retrieved" / "test.jsonl",
-                 "--mode", "rag", "-k", 3, "--no-chat")  # fmt: skip
+        rag_eval(
+            a,
+            ev / "rag-k3",
+            run / "model",
+            "--retrieved",
+            a.work / "retrieved" / "test.jsonl",
+            "--mode",
+            "rag",
+            "-k",
+            3,
+            "--no-chat",
+        )
     if oracle and not done(ev / "oracle"):
         rag_eval(a, ev / "oracle", run / "model", *oracle_source(a), "--mode", "oracle", "-k", 1, "--no-chat")
 
@@ -174,9 +212,30 @@ def lsr(a) -> None:
 
     out = a.work / a.lsr_name
     if not (out / "index" / "retrieval.json").is_file():
-        ralm("rag", "lsr", TRAIN, "--lm", a.work / "ft-gemma" / "model", "--index", a.index, "-n", 20,
-             "--limit", a.lsr_questions, "--epochs", a.lsr_epochs, "--batch-size", a.lsr_batch, "--lr", a.lsr_lr,
-             "--lang", "nb", "--out", out, "--no-progress")  # fmt: skip
+        ralm(
+            "rag",
+            "lsr",
+            TRAIN,
+            "--lm",
+            a.work / "ft-gemma" / "model",
+            "--index",
+            a.index,
+            "-n",
+            20,
+            "--limit",
+            a.lsr_questions,
+            "--epochs",
+            a.lsr_epochs,
+            "--batch-size",
+            a.lsr_batch,
+            "--lr",
+            a.lsr_lr,
+            "--lang",
+            "nb",
+            "--out",
+            out,
+            "--no-progress",
+        )
     res = out / "results.json"
     if not res.is_file():
         _, before = load_retriever(a.index, "dense", log=log)
@@ -196,18 +255,50 @@ def dpr(a, tower: str) -> None:
     from ralm.retrieval.index.open import dense_retriever_for
 
     run = a.work / f"dpr-{tower}"
-    extra = (["--encoder", getattr(a, "gemma_tower", "gemma3"), "--bidirectional", "--pooling", "mean", "--query-instruction", QUERY_INSTRUCTION]
-             if tower == "gemma" else [])  # fmt: skip
+    extra = (
+        [
+            "--encoder",
+            getattr(a, "gemma_tower", "gemma3"),
+            "--bidirectional",
+            "--pooling",
+            "mean",
+            "--query-instruction",
+            QUERY_INSTRUCTION,
+        ]
+        if tower == "gemma"
+        else []
+    )
     t0 = time.perf_counter()
     if not done(run):
         if getattr(a, "dpr_full", None) is not None:  # retriever_train.py's `dpr` row: all train questions,
             # model selection on validation, 3 epochs at batch 32 (its MiniLM row is the baseline)
             data = [TRAIN, "--dev", a.dpr_full, "--epochs", 3, "--batch-size", 32]
         else:
-            data = [a.work / f"train-subset-{a.dpr_questions}.json", "--epochs", a.dpr_epochs, "--batch-size", 32,
-                    "--grad-cache", 8, "--select", "last"]  # fmt: skip
-        ralm("retriever", "train", "dpr", *data, "--corpus", a.b35 / "pool", "--lang", "nb", "--quiet",
-             "--out", run, *extra)  # fmt: skip
+            data = [
+                a.work / f"train-subset-{a.dpr_questions}.json",
+                "--epochs",
+                a.dpr_epochs,
+                "--batch-size",
+                32,
+                "--grad-cache",
+                8,
+                "--select",
+                "last",
+            ]
+        ralm(
+            "retriever",
+            "train",
+            "dpr",
+            *data,
+            "--corpus",
+            a.b35 / "pool",
+            "--lang",
+            "nb",
+            "--quiet",
+            "--out",
+            run,
+            *extra,
+        )
         (run / "train_seconds.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}) + "\n")
     res = run / "eval.json"
     if res.is_file():
@@ -272,8 +363,11 @@ def transfer_da(a) -> None:
             [bm25, rets[tower]], len(store), method="weighted", weights=[0.7, 0.3]
         )
     reps = compare_retrievers(store, pairs, rets, KS, measures=("nDCG@10",), lang="da")
-    rows = {n: row(r) for n, r in reps.items()} | {"_questions": len(pairs), "_chunks": len(store),
-                                                   "_embed_seconds": seconds}  # fmt: skip
+    rows = {n: row(r) for n, r in reps.items()} | {
+        "_questions": len(pairs),
+        "_chunks": len(store),
+        "_embed_seconds": seconds,
+    }
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     log(f"transfer-da: {rows}")
 

@@ -55,8 +55,11 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT / "src"))
 
 NORQUAD = ROOT.parent / "shared" / "data" / "norquad" / "all"
-SPLITS = {"train": "training_dataset_flattened.reconstructed.json", "test": "test_dataset_flattened.json",
-          "validation": "validation_dataset_flattened.json"}  # fmt: skip
+SPLITS = {
+    "train": "training_dataset_flattened.reconstructed.json",
+    "test": "test_dataset_flattened.json",
+    "validation": "validation_dataset_flattened.json",
+}
 WHEELS = ("faiss_cpu", "bm25s", "pystemmer", "ir_measures", "gguf")
 EXTRA_WHEELS = (
     "transformers==5.24.0",
@@ -136,16 +139,39 @@ def cmd_prep(a) -> int:
     for w in Path(a.wheels).iterdir():
         if w.name.lower().startswith(WHEELS):
             shutil.copy2(w, wheels / w.name)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
-                    "-d", str(wheels), *EXTRA_WHEELS], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "-d",
+            str(wheels),
+            *EXTRA_WHEELS,
+        ],
+        check=True,
+    )
     write_manifest(pack, date=time.strftime("%Y-%m-%dT%H:%M:%S"))
     transport.PART_BYTES = int(a.part_mib * 2**20)
     parts = split_parts(
         pack, pack / "parts", ["pack.json", "wheels", "data", "models/gemma", "models/smollm2"]
     )
-    log(f"{len(parts)} parts under {pack / 'parts'}: " + ", ".join(
-        f"{p.name} {sum(f.stat().st_size for f in p.rglob('*') if f.is_file()) / 2**20:.1f} MiB" for p in parts))  # fmt: skip
+    log(
+        f"{len(parts)} parts under {pack / 'parts'}: "
+        + ", ".join(
+            f"{p.name} {sum(f.stat().st_size for f in p.rglob('*') if f.is_file()) / 2**20:.1f} MiB"
+            for p in parts
+        )
+    )
     return 0
 
 
@@ -169,8 +195,16 @@ def _convert(pack: Path, key: str) -> Path:
     """One carried GGUF reader as a float32 model directory with its tokenizer (converted by prep)."""
     m = pack / "models" / key
     gguf, d = next(m.glob("*.gguf")), m / "fp32"
-    cmd = [sys.executable, str(BENCH / "gpu" / "stages" / "weights.py"), "convert", "model", str(gguf), str(d),
-           "--config", str(m / "config")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(BENCH / "gpu" / "stages" / "weights.py"),
+        "convert",
+        "model",
+        str(gguf),
+        str(d),
+        "--config",
+        str(m / "config"),
+    ]
     subprocess.run(cmd, check=True)
     for f in (m / "tokenizer").iterdir():
         shutil.copy2(f, d / f.name)
@@ -184,13 +218,35 @@ def cmd_start(a) -> int:
     _gunzip_all(a.dest)
     env = device_env(a.dest, Path(a.site), log=log)
     a.work.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "run", "--dest", str(a.dest), "--work", str(a.work),
-           "--budget", str(a.budget), "--groups", *a.groups]  # fmt: skip
-    full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]),
-            "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "3"}  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "run",
+        "--dest",
+        str(a.dest),
+        "--work",
+        str(a.work),
+        "--budget",
+        str(a.budget),
+        "--groups",
+        *a.groups,
+    ]
+    full = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]),
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "3",
+    }
     with (a.work / "run.log").open("w") as logf:
-        subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full,
-                         start_new_session=True, cwd=ROOT)  # fmt: skip
+        subprocess.Popen(
+            cmd,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full,
+            start_new_session=True,
+            cwd=ROOT,
+        )
     log(f"started: {' '.join(cmd)} (log {a.work / 'run.log'})")
     return 0
 
@@ -208,8 +264,16 @@ def cmd_run(a) -> int:
     procs: dict = {}
 
     def launch(name: str) -> None:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "cells", *CELLS[name], "--dest", str(pack),
-               "--work", str(work)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "cells",
+            *CELLS[name],
+            "--dest",
+            str(pack),
+            "--work",
+            str(work),
+        ]
         logf = (work / f"{name}.log").open("w")
         procs[name] = (
             subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True),
@@ -240,11 +304,19 @@ def cmd_run(a) -> int:
         log(f"{name}: exit {p.returncode}")
     import torch
 
-    (work / "device.json").write_text(json.dumps({
-        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        "torch": torch.__version__, "cuda": torch.version.cuda, "seconds": round(time.monotonic() - t0, 1),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }, indent=2) + "\n")  # fmt: skip
+    (work / "device.json").write_text(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                "torch": torch.__version__,
+                "cuda": torch.version.cuda,
+                "seconds": round(time.monotonic() - t0, 1),
+                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     (work / DONE).write_text("done\n")
     log(f"done in {time.monotonic() - t0:.0f} s")
     return 0
@@ -256,8 +328,15 @@ def cmd_collect(a) -> int:
     while not (a.work / DONE).is_file() and time.monotonic() - t0 < a.wait:
         time.sleep(3)
     a.out.mkdir(parents=True, exist_ok=True)
-    keep = {"results.json", "train.json", "eval.json", "train_seconds.json", "metrics.jsonl", "predictions.jsonl",
-            "device.json"}  # fmt: skip
+    keep = {
+        "results.json",
+        "train.json",
+        "eval.json",
+        "train_seconds.json",
+        "metrics.jsonl",
+        "predictions.jsonl",
+        "device.json",
+    }
     with tarfile.open(a.out / "gemma_nb_gpu.tar.gz", "w:gz") as tar:
         for f in sorted(a.work.rglob("*")):
             if f.is_file() and not f.is_symlink() and (f.name in keep or f.suffix == ".log"):
@@ -282,8 +361,16 @@ def cmd_cells(a) -> int:
     if a.test_file is not None:  # a smoke test on the CPU: a few questions
         g.TEST = a.test_file
     g.LMS = {k: a.dest / "models" / k / "fp32" for k in ("gemma", "smollm2")}
-    ns = argparse.Namespace(work=a.work, b35=data, index=None, pool=data / "pool", train_questions=a.train_questions,
-                            dpr_full=data / "norquad" / SPLITS["validation"], dpr_questions=None, dpr_epochs=3.0)  # fmt: skip
+    ns = argparse.Namespace(
+        work=a.work,
+        b35=data,
+        index=None,
+        pool=data / "pool",
+        train_questions=a.train_questions,
+        dpr_full=data / "norquad" / SPLITS["validation"],
+        dpr_questions=None,
+        dpr_epochs=3.0,
+    )
     ns.gemma_tower = g.LMS["gemma"]  # the same weights as `--encoder gemma3` (no package cache there)
     (a.work / "retrieved").mkdir(parents=True, exist_ok=True)
     for split in TOP:
@@ -314,8 +401,22 @@ def upr(ns, g) -> None:
     for name, rerank in (("upr-bm25", 0), ("upr-ftgemma", 20)):
         d = ns.work / name
         if not g.done(d):
-            g.rag_eval(ns, d, model, "--corpus", ns.pool, "--retriever", "bm25", "--rerank", rerank,
-                       "--mode", "rag", "-k", 1, "--no-chat")  # fmt: skip
+            g.rag_eval(
+                ns,
+                d,
+                model,
+                "--corpus",
+                ns.pool,
+                "--retriever",
+                "bm25",
+                "--rerank",
+                rerank,
+                "--mode",
+                "rag",
+                "-k",
+                1,
+                "--no-chat",
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,8 +431,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--wheels", type=Path, default=ROOT / "runs" / "gpupack" / "wheels", help="gpu_pack.py prep's wheels"
     )
-    p.add_argument("--part-mib", type=float, default=56.0,
-                   help="a part's size: with the ~6.3 MiB working tree a call carries <= 64 MiB")  # fmt: skip
+    p.add_argument(
+        "--part-mib",
+        type=float,
+        default=56.0,
+        help="a part's size: with the ~6.3 MiB working tree a call carries <= 64 MiB",
+    )
     p = sub.add_parser("stash")
     p.add_argument("part", type=Path)
     p.add_argument("--dest", type=Path, default=Path("/tmp/gemma_gpu"))
@@ -341,8 +446,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--work", type=Path, default=Path("/tmp/gemma_gpu_work"))
         p.add_argument("--site", default="/tmp/site")
         p.add_argument("--budget", type=float, default=540.0)
-        p.add_argument("--groups", nargs="+", default=list(CELLS), choices=list(CELLS),
-                       help="cell groups to run (one process each); the next GPU session: dpr cbft")  # fmt: skip
+        p.add_argument(
+            "--groups",
+            nargs="+",
+            default=list(CELLS),
+            choices=list(CELLS),
+            help="cell groups to run (one process each); the next GPU session: dpr cbft",
+        )
     p = sub.add_parser("collect")
     p.add_argument("--work", type=Path, default=Path("/tmp/gemma_gpu_work"))
     p.add_argument("--out", type=Path, required=True)
@@ -360,8 +470,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from rag.gemma_nb_gpu_report import cmd_report
 
-    cmds = {"prep": cmd_prep, "stash": cmd_stash, "start": cmd_start, "run": cmd_run, "collect": cmd_collect,
-            "cells": cmd_cells, "report": cmd_report}  # fmt: skip
+    cmds = {
+        "prep": cmd_prep,
+        "stash": cmd_stash,
+        "start": cmd_start,
+        "run": cmd_run,
+        "collect": cmd_collect,
+        "cells": cmd_cells,
+        "report": cmd_report,
+    }
     return cmds[a.cmd](a)
 
 

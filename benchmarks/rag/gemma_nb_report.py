@@ -30,8 +30,12 @@ def report(a) -> None:
 
     for key in LMS:
         take(f"{key} zero-shot rag k=3", w / f"zs-{key}-k3")
-        for sub, label in (("closed-book", "closed-book"), ("rag-k1", "rag k=1"), ("rag-k5", "rag k=5"),
-                           ("replug-k3", "replug k=3")):  # fmt: skip
+        for sub, label in (
+            ("closed-book", "closed-book"),
+            ("rag-k1", "rag k=1"),
+            ("rag-k5", "rag k=5"),
+            ("replug-k3", "replug k=3"),
+        ):
             take(f"{key} zero-shot {label}", w / f"zs-{key}-rest" / sub)
         take(f"{key} zero-shot oracle", w / f"zs-{key}-oracle")
         take(f"{key} rag-ft rag k=3", w / f"ft-{key}-eval" / "rag-k3")
@@ -111,7 +115,7 @@ def report(a) -> None:
         {
             k: f"{v} ({'met' if verdict[k] else 'not met'})" if k in verdict else f"{v} (not measured)"
             for k, v in targets.items()
-        },  # fmt: skip
+        },
         rows=rows,
         retrieval=retrieval,
         settings={
@@ -123,7 +127,7 @@ def report(a) -> None:
             "pool_chunks": 5859,
             "generation_retrieval": "BM25 nb 0.7 + dpr-cc 0.3, weighted min-max, top 20 per question",
             "device": "cpu, 1 thread per job",
-        },  # fmt: skip
+        },
     )
     (RESULTS / "gemma_nb.md").write_text(markdown(rows, retrieval, m), encoding="utf-8")
     log(json.dumps(m, indent=1))
@@ -131,17 +135,25 @@ def report(a) -> None:
 
 def markdown(rows: dict, retrieval: dict, m: dict) -> str:
     """benchmarks/results/gemma_nb.md: the generator rows, then the retrieval rows."""
-    out = ["# Gemma-3-270M in every role, NorQuAD-open (472 test questions, 5,859-chunk pool)", "",
-           "| row | EM | F1 | contains | s/question |", "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    out = [
+        "# Gemma-3-270M in every role, NorQuAD-open (472 test questions, 5,859-chunk pool)",
+        "",
+        "| row | EM | F1 | contains | s/question |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for label, r in rows.items():
-        out.append(f"| {label} | {r.get('em', 0):.2f} | {r.get('f1', 0):.2f} | {r.get('contains', 0):.2f} | "
-                   f"{r.get('seconds_per_question', 0):.2f} |")  # fmt: skip
+        out.append(
+            f"| {label} | {r.get('em', 0):.2f} | {r.get('f1', 0):.2f} | {r.get('contains', 0):.2f} | "
+            f"{r.get('seconds_per_question', 0):.2f} |"
+        )
     out += ["", "| retriever | recall@1 | recall@5 | recall@20 | hub@20 |", "| --- | --- | --- | --- | --- |"]
     for group, r in retrieval.items():
         for name, v in r.items():
             if not name.startswith("_"):
-                out.append(f"| {group}: {name} | {v['recall@1']:.3f} | {v['recall@5']:.3f} | "
-                           f"{v['recall@20']:.3f} | {v['hub@20']:.3f} |")  # fmt: skip
+                out.append(
+                    f"| {group}: {name} | {v['recall@1']:.3f} | {v['recall@5']:.3f} | "
+                    f"{v['recall@20']:.3f} | {v['hub@20']:.3f} |"
+                )
     speed = {k: v for k, v in m.items() if "_dpr_" in k and not k.endswith("recall@5")}
     if speed:
         out += ["", "| DPR towers | value |", "| --- | --- |", *[f"| {k} | {v} |" for k, v in speed.items()]]

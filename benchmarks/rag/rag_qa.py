@@ -71,8 +71,10 @@ def slim_tower(query_dir: Path, questions: list[str], out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(query_dir)
-    used = sorted({t for ids in tok(questions, truncation=True, max_length=128)["input_ids"] for t in ids}
-                  | set(tok.all_special_ids))  # fmt: skip
+    used = sorted(
+        {t for ids in tok(questions, truncation=True, max_length=128)["input_ids"] for t in ids}
+        | set(tok.all_special_ids)
+    )
     sd = load_file(str(query_dir / "model.safetensors"))
     key = next(k for k in sd if k.endswith("word_embeddings.weight"))
     emb = sd[key]
@@ -85,8 +87,12 @@ def slim_tower(query_dir: Path, questions: list[str], out: Path) -> None:
     for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy2(query_dir / f, out / f)
     meta = json.loads((query_dir.parent / "ralm_encoder.json").read_text())
-    (out / "encoder.json").write_text(json.dumps({"config": meta["config"], "rows": int(keep.sum()),
-                                                  "vocab": int(emb.shape[0]), "key": key}) + "\n")  # fmt: skip
+    (out / "encoder.json").write_text(
+        json.dumps(
+            {"config": meta["config"], "rows": int(keep.sum()), "vocab": int(emb.shape[0]), "key": key}
+        )
+        + "\n"
+    )
 
 
 def prep(args) -> None:
@@ -131,8 +137,23 @@ def prep(args) -> None:
     if not (tstore_dir / "manifest.json").is_file():
         import subprocess
 
-        subprocess.run([sys.executable, "-m", "ralm", "corpus", "build", "--sample", "enwiki", "--out", str(tstore_dir),
-                        "--chunk-size", "128", "--overwrite"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ralm",
+                "corpus",
+                "build",
+                "--sample",
+                "enwiki",
+                "--out",
+                str(tstore_dir),
+                "--chunk-size",
+                "128",
+                "--overwrite",
+            ],
+            check=True,
+        )
     tstore = DocStore(tstore_dir)
     qs = [RagQuestion(str(i), q, a) for i, (q, a) in enumerate(trivia_qa_pairs())]
     train, test = split_questions(qs, 0.7, seed=0)

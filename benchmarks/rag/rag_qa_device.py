@@ -146,8 +146,11 @@ def lsr_stage(b: Bench, lm, d: Data, args) -> None:
     bm25_test = d.lists("test", "bm25")
     start_test = dense_search(enc, test, docs, 100, dev)
     faiss_test = d.lists("test", "dense")
-    rec = {"start dense (device, fp16 tower)": recall(d, test, start_test[0]), "start dense (prep, FAISS)": recall(d, test, faiss_test[0]),
-           "start hybrid": recall(d, test, fuse(bm25_test, start_test, 20, [w, 1 - w], fusion["method"])[0])}  # fmt: skip
+    rec = {
+        "start dense (device, fp16 tower)": recall(d, test, start_test[0]),
+        "start dense (prep, FAISS)": recall(d, test, faiss_test[0]),
+        "start hybrid": recall(d, test, fuse(bm25_test, start_test, 20, [w, 1 - w], fusion["method"])[0]),
+    }
     cand_ids, cand_scores = dense_search(enc, train, docs, n, dev)
     ps = d.passages("train", "dense", n, lists=(cand_ids, cand_scores))
     t = time.perf_counter()
@@ -160,8 +163,14 @@ def lsr_stage(b: Bench, lm, d: Data, args) -> None:
     lsr_hybrid = fuse(bm25_test, lsr_test, 20, [w, 1 - w], fusion["method"])
     rec["LSR dense"] = recall(d, test, lsr_test[0])
     rec["LSR hybrid"] = recall(d, test, lsr_hybrid[0])
-    b.data["stages"]["lsr"] = {"recall": rec, "preference_seconds": pref_s, "train": stats, "questions": len(train), "n": n,
-                               "config": {"gamma": cfg.gamma, "beta": cfg.beta, "epochs": cfg.epochs, "lr": cfg.lr}}  # fmt: skip
+    b.data["stages"]["lsr"] = {
+        "recall": rec,
+        "preference_seconds": pref_s,
+        "train": stats,
+        "questions": len(train),
+        "n": n,
+        "config": {"gamma": cfg.gamma, "beta": cfg.beta, "epochs": cfg.epochs, "lr": cfg.lr},
+    }
     log(f"lsr recall: {rec}")
     b.save()
     c = cfg_for("rag", 3, args, "nb")
@@ -215,8 +224,17 @@ def speed_stage(b: Bench, lm, d: Data, args) -> None:
             x = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=lm.device)
             m = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=lm.device)
             with torch.inference_mode(), autocast_context(lm.device, lm.autocast):
-                y = lm.model.generate(input_ids=x, attention_mask=m, max_new_tokens=20, do_sample=False, eos_token_id=stop,
-                                      pad_token_id=pad, temperature=None, top_p=None, top_k=None)  # fmt: skip
+                y = lm.model.generate(
+                    input_ids=x,
+                    attention_mask=m,
+                    max_new_tokens=20,
+                    do_sample=False,
+                    eos_token_id=stop,
+                    pad_token_id=pad,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                )
             outs.append(y)
         return outs
 
@@ -240,9 +258,14 @@ def speed_stage(b: Bench, lm, d: Data, args) -> None:
         sync()  # noqa: E702
         times["bare_sorted"].append(time.perf_counter() - t)
     best = {k: min(v) for k, v in times.items()}
-    b.data["stages"]["speed"] = {"seconds": times, "best": best, "prompts": len(prompts), "batch_size": args.batch_size,
-                                 "ours_vs_bare_sorted": best["ours"] / best["bare_sorted"],
-                                 "ours_vs_bare_file_order": best["ours"] / best["bare_file_order"]}  # fmt: skip
+    b.data["stages"]["speed"] = {
+        "seconds": times,
+        "best": best,
+        "prompts": len(prompts),
+        "batch_size": args.batch_size,
+        "ours_vs_bare_sorted": best["ours"] / best["bare_sorted"],
+        "ours_vs_bare_file_order": best["ours"] / best["bare_file_order"],
+    }
     log(f"speed: {b.data['stages']['speed']}")
     b.save()
 

@@ -58,8 +58,10 @@ class Bench:
             {"row": label, **{k: v for k, v in r.items() if k != "prompt" or keep_prompt}}
             for r in run.records
         )
-        log(f"{dataset} | {label}: EM {m.get('em', 0):.2f} F1 {m.get('f1', 0):.2f} contains {m.get('contains', 0):.2f} "
-            f"R@k {[v for k, v in m.items() if k.startswith('recall@')]} ({m['seconds_per_question']:.3f} s/q)")  # fmt: skip
+        log(
+            f"{dataset} | {label}: EM {m.get('em', 0):.2f} F1 {m.get('f1', 0):.2f} contains {m.get('contains', 0):.2f} "
+            f"R@k {[v for k, v in m.items() if k.startswith('recall@')]} ({m['seconds_per_question']:.3f} s/q)"
+        )
         self.save()
         return rec
 
@@ -121,8 +123,13 @@ def finetune(lm, base_sd, qs, ps, k, args, *, gold="off", lora_r=0, lr=None):
     lm.model.load_state_dict(base_sd)
     builder = PromptBuilder(lm.tokenizer, 1024)
     ex = training_examples(builder, qs, ps, k, gold=gold, seed=0)
-    cfg = GeneratorTrainConfig(epochs=args.epochs, lr=lr or (2e-4 if lora_r else args.lr), batch_size=args.train_batch,
-                               lora_r=lora_r, seed=0)  # fmt: skip
+    cfg = GeneratorTrainConfig(
+        epochs=args.epochs,
+        lr=lr or (2e-4 if lora_r else args.lr),
+        batch_size=args.train_batch,
+        lora_r=lora_r,
+        seed=0,
+    )
     model, stats = train_generator(
         lm.model, lm.tokenizer, ex, cfg, device=lm.device, autocast=lm.autocast, log=log
     )

@@ -15,8 +15,12 @@ def _row_map(rows: list[dict]) -> dict[tuple[str, str], dict]:
 
 
 def table(rows: list[dict], dataset: str) -> list[str]:
-    lines = [f"### {dataset}", "", "| row | questions | EM | F1 | contains | R@1 | R@3 | R@5 | s/question |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        f"### {dataset}",
+        "",
+        "| row | questions | EM | F1 | contains | R@1 | R@3 | R@5 | s/question |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         if r["dataset"] != dataset:
             continue
@@ -94,9 +98,13 @@ def report(args) -> None:
         "speed/ours_over_bare_generate_sorted": "<= 1.10",
     }
     env = data["meta"]["env"]
-    md = ["# RAG QA with SmolLM2-135M-Instruct (issue 27)", "",
-          f"Device: {env.get('cuda') or 'CPU'}; torch {env['torch']}, transformers {env['transformers']}. "
-          "EM/F1/contains in percent; R@k: answer recall of the passages the row used.", ""]  # fmt: skip
+    md = [
+        "# RAG QA with SmolLM2-135M-Instruct (issue 27)",
+        "",
+        f"Device: {env.get('cuda') or 'CPU'}; torch {env['torch']}, transformers {env['transformers']}. "
+        "EM/F1/contains in percent; R@k: answer recall of the passages the row used.",
+        "",
+    ]
     for ds in dict.fromkeys(r["dataset"] for r in rows):
         md += table(rows, ds)
     if "lsr" in st:

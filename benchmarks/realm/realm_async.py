@@ -48,9 +48,17 @@ def main() -> None:
 
     store = ensure_store(Path(args.work) / "enwiki-64", 64)
     common = dict(
-        docstore=str(store), steps=args.steps, batch_size=4, k=4, encoder_max_length=64, reader_max_length=160,
-        checkpoint_every=0, tensorboard=False, warmup_steps=5, heldout=200,
-    )  # fmt: skip
+        docstore=str(store),
+        steps=args.steps,
+        batch_size=4,
+        k=4,
+        encoder_max_length=64,
+        reader_max_length=160,
+        checkpoint_every=0,
+        tensorboard=False,
+        warmup_steps=5,
+        heldout=200,
+    )
     runs = {
         "none": dict(refresh_every=0),
         "async": dict(refresh_mode="async", refresh_every=1, builder_threads=1, builder_cores=[builder_core]),

@@ -80,17 +80,49 @@ def towers(work: Path) -> Path:
     contrastive = work / "contrastive"
     if not (contrastive / "results.json").is_file():
         ralm(
-            "retriever", "train", "contrastive", unsup, "--out", contrastive, "--lang", "nb",
-            "--steps", 600, "--batch-size", 64, "--lr", 5e-5, "--quiet",
-        )  # fmt: skip
+            "retriever",
+            "train",
+            "contrastive",
+            unsup,
+            "--out",
+            contrastive,
+            "--lang",
+            "nb",
+            "--steps",
+            600,
+            "--batch-size",
+            64,
+            "--lr",
+            5e-5,
+            "--quiet",
+        )
     out = work / "dpr-cc"
     if not (out / "results.json").is_file():
         ralm(
-            "retriever", "train", "dpr", NORQUAD / "training_dataset_flattened.reconstructed.json",
-            "--corpus", pool, "--dev", NORQUAD / "validation_dataset_flattened.json", "--lang", "nb",
-            "--quiet", "--encoder", contrastive / "encoder", "--epochs", 4, "--batch-size", 64,
-            "--grad-cache", 32, "--lr", 3e-5, "--out", out,
-        )  # fmt: skip
+            "retriever",
+            "train",
+            "dpr",
+            NORQUAD / "training_dataset_flattened.reconstructed.json",
+            "--corpus",
+            pool,
+            "--dev",
+            NORQUAD / "validation_dataset_flattened.json",
+            "--lang",
+            "nb",
+            "--quiet",
+            "--encoder",
+            contrastive / "encoder",
+            "--epochs",
+            4,
+            "--batch-size",
+            64,
+            "--grad-cache",
+            32,
+            "--lr",
+            3e-5,
+            "--out",
+            out,
+        )
     return out / "encoder"
 
 
@@ -103,9 +135,20 @@ def corpora(work: Path) -> tuple[Path, Path]:
     nb = work / "unsup-nb-spans"
     if not (nb / "manifest.json").is_file():
         ralm(
-            "corpus", "build", work / "pool.jsonl", work / "nordic_nb.jsonl", "--out", nb, "--chunk-size", 128,
-            "--lang", "nb", "--names", "--numbers", "--quiet",
-        )  # fmt: skip
+            "corpus",
+            "build",
+            work / "pool.jsonl",
+            work / "nordic_nb.jsonl",
+            "--out",
+            nb,
+            "--chunk-size",
+            128,
+            "--lang",
+            "nb",
+            "--names",
+            "--numbers",
+            "--quiet",
+        )
     en = work / "enwiki-64"
     if not (en / "manifest.json").is_file():
         ralm("corpus", "build", "--sample", "enwiki", "--out", en, "--chunk-size", 64, "--quiet")
@@ -128,8 +171,21 @@ def pretrain_pair(
         done = (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file()
         if not done:
             resume = ["--resume"] if (run / "config.toml").is_file() else []
-            ralm("pretrain", config, "--docstore", store, "--out", run, "--mode", mode, "--steps", steps, "--quiet",
-                 *extra, *resume)  # fmt: skip
+            ralm(
+                "pretrain",
+                config,
+                "--docstore",
+                store,
+                "--out",
+                run,
+                "--mode",
+                mode,
+                "--steps",
+                steps,
+                "--quiet",
+                *extra,
+                *resume,
+            )
     realm, closed = runs["realm"], runs["closed"]
     n = [] if eval_n is None else ["--n", eval_n]
     if not (realm / "eval_mlm_initial.json").is_file():
@@ -164,8 +220,14 @@ def table2_stage(work: Path) -> None:
         return
     realm = work / "nb-realm"
     if not (work / "nb-realm-towers" / "ralm_encoder.json").is_file():
-        ralm("export-reader", realm, work / "nb-realm-reader", "--retriever-out", work / "nb-realm-towers",
-             "--overwrite")  # fmt: skip
+        ralm(
+            "export-reader",
+            realm,
+            work / "nb-realm-reader",
+            "--retriever-out",
+            work / "nb-realm-towers",
+            "--overwrite",
+        )
     ev = evaluate(
         work,
         work / "pool",
@@ -204,15 +266,62 @@ def downstream_stage(
             ralm("index", "build", work / "pool", "--encoder", enc, "--out", index, "--overwrite", "--quiet")
         gen = work / f"rag-{arm}"
         if not (gen / "model" / "config.json").is_file():
-            ralm("rag", "train", train_q, "--lm", lm, "--index", index, "--retriever", "dense", "-k", 3,
-                 "--lang", "nb", "--epochs", epochs, "--limit", limit, "--batch-size", 8, "--lora-r", 16,
-                 "--no-chat", "--out", gen, "--no-progress")  # fmt: skip
+            ralm(
+                "rag",
+                "train",
+                train_q,
+                "--lm",
+                lm,
+                "--index",
+                index,
+                "--retriever",
+                "dense",
+                "-k",
+                3,
+                "--lang",
+                "nb",
+                "--epochs",
+                epochs,
+                "--limit",
+                limit,
+                "--batch-size",
+                8,
+                "--lora-r",
+                16,
+                "--no-chat",
+                "--out",
+                gen,
+                "--no-progress",
+            )
         ev = work / f"rag-eval-{arm}"
         if not (ev / "rag-k3" / "results.json").is_file():
-            ralm("rag", "eval", test_q, "--lm", gen / "model", "--index", index, "--retriever", "dense",
-                 "--mode", "rag", "closed-book", "-k", 3, "--lang", "nb", "--no-chat", "--batch-size", 16,
-                 "--name", arm, "--out", ev, "--no-progress",
-                 *([] if test_limit is None else ["--limit", test_limit]))  # fmt: skip
+            ralm(
+                "rag",
+                "eval",
+                test_q,
+                "--lm",
+                gen / "model",
+                "--index",
+                index,
+                "--retriever",
+                "dense",
+                "--mode",
+                "rag",
+                "closed-book",
+                "-k",
+                3,
+                "--lang",
+                "nb",
+                "--no-chat",
+                "--batch-size",
+                16,
+                "--name",
+                arm,
+                "--out",
+                ev,
+                "--no-progress",
+                *([] if test_limit is None else ["--limit", test_limit]),
+            )
 
 
 # ----------------------------------------------------------------------------- speed
@@ -236,9 +345,13 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
     if cfg is None:
         nb, _ = corpora(work)
         cfg = PretrainConfig.from_toml(
-            NB_CONFIG, docstore=str(nb), out="-", retriever=str(work / "dpr-cc" / "encoder"), warmup_steps=0,
+            NB_CONFIG,
+            docstore=str(nb),
+            out="-",
+            retriever=str(work / "dpr-cc" / "encoder"),
+            warmup_steps=0,
             grad_accum=1,  # one micro-batch a step: the bare passes below run one batch's rows
-        )  # fmt: skip
+        )
     store = DocStore(cfg.docstore)
     torch.manual_seed(0)
     model, tok = build_model(cfg, store)

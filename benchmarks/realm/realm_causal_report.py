@@ -140,8 +140,10 @@ def markdown(m: dict, extra: dict) -> str:
                 f"{st[f'{p}_heldout_chunks_scored']} held-out chunks scored"
             )
     lines.append("")
-    lines += ["| | step 0: REALM / closed-book | end: REALM | end: closed-book | ratio (target <= 0.5) |",
-              "|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "| | step 0: REALM / closed-book | end: REALM | end: closed-book | ratio (target <= 0.5) |",
+        "|---|---|---|---|---|",
+    ]
     for p, name in (("nb", "Norwegian, Gemma-3-270M"), ("en", "English, SmolLM2-135M")):
         lines.append(
             f"| {name} | {f(p + '_span_ppl_realm_step0')} / {f(p + '_span_ppl_closed_book_step0')} "
@@ -151,8 +153,13 @@ def markdown(m: dict, extra: dict) -> str:
     for p in ("nb", "en"):
         kinds = extra.get(f"{p}_by_kind")
         if kinds:
-            lines += ["", f"{p}: span perplexity by kind (REALM / closed-book = ratio; spans)", "",
-                      "| kind | step 0 | end |", "|---|---|---|"]  # fmt: skip
+            lines += [
+                "",
+                f"{p}: span perplexity by kind (REALM / closed-book = ratio; spans)",
+                "",
+                "| kind | step 0 | end |",
+                "|---|---|---|",
+            ]
             for k, v in kinds.items():
                 cells = [
                     f"{v[w]['realm']:.2f} / {v[w]['closed_book']:.2f} = {v[w]['ratio']:.3f} ({v[w]['spans']})"

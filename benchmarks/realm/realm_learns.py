@@ -84,11 +84,18 @@ ARMS: dict[str, dict[str, object]] = {
     "lr": {"lr_retriever": 1e-4},
     "distill": {"retriever_loss": "distill"},
     "all": {
-        "score_scale": "learned", "null_doc": "logit", "marginal": "span", "masking.max_spans": 2,
-        "candidates": "hybrid", "candidate_depth": 32, "k": 8, "reader_backprop_top": 2,
-        "retriever_train": "query", "lr_retriever": 1e-4,
+        "score_scale": "learned",
+        "null_doc": "logit",
+        "marginal": "span",
+        "masking.max_spans": 2,
+        "candidates": "hybrid",
+        "candidate_depth": 32,
+        "k": 8,
+        "reader_backprop_top": 2,
+        "retriever_train": "query",
+        "lr_retriever": 1e-4,
     },
-}  # fmt: skip
+}
 # the levers together with the packed query-first reader rows (the speed lever: the same model
 # reading the query before each chunk, the query's tokens computed once for its k chunks): the
 # Norwegian pair, where a Gemma-3 step is the budget
@@ -188,9 +195,23 @@ def train(work: Path, lang: str, name: str, mode: str, steps: int, settings: dic
     }
     if OVERRIDES.get("data_offset"):
         settings = {**settings, "data_offset": OVERRIDES["data_offset"]}
-    ralm("pretrain", *base_flags(work, lang), "--out", run, "--mode", mode, "--steps", steps, "--quiet",
-         "--checkpoint-every", every, "--keep-checkpoints", 8,
-         *sets({**LANG_EXTRA[lang], **settings}), *resume)  # fmt: skip
+    ralm(
+        "pretrain",
+        *base_flags(work, lang),
+        "--out",
+        run,
+        "--mode",
+        mode,
+        "--steps",
+        steps,
+        "--quiet",
+        "--checkpoint-every",
+        every,
+        "--keep-checkpoints",
+        8,
+        *sets({**LANG_EXTRA[lang], **settings}),
+        *resume,
+    )
     return run
 
 
@@ -211,8 +232,17 @@ def diagnose(run: Path, closed: Path | None, *, initial: bool, n: int | None = N
     out = run / ("diagnose_initial.json" if initial else "diagnose.json")
     if not out.is_file() and not OVERRIDES.get("no_diagnose"):
         base = ["--baseline", closed] if closed is not None else []
-        ralm("evaluate-mlm", run, *base, "--diagnose", "--n", n, "--json-out", out,
-             *(["--initial"] if initial else []))  # fmt: skip
+        ralm(
+            "evaluate-mlm",
+            run,
+            *base,
+            "--diagnose",
+            "--n",
+            n,
+            "--json-out",
+            out,
+            *(["--initial"] if initial else []),
+        )
     return out
 
 
@@ -275,10 +305,20 @@ def compute_stage(work: Path, lang: str, arm: str, steps: int) -> None:
     n = max(steps, int(round(steps * ratio / 4)) * 4)
     matched = train(work, lang, f"closed-compute-{arm}", "mlm", n, {})
     (matched / "compute_match.json").write_text(
-        json.dumps({"arm": arm, "arm_seconds": wall(run), "closed_seconds_per_step": wall(closed) / steps,
-                    "step_time_ratio": ratio, "ratio_from": basis, "steps": n}, indent=2) + "\n",
-        encoding="utf-8"
-    )  # fmt: skip
+        json.dumps(
+            {
+                "arm": arm,
+                "arm_seconds": wall(run),
+                "closed_seconds_per_step": wall(closed) / steps,
+                "step_time_ratio": ratio,
+                "ratio_from": basis,
+                "steps": n,
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     evaluate(run, matched, out=run / "eval_mlm_compute.json")
 
 
@@ -403,8 +443,13 @@ def towers_stage(work: Path, name: str, run_work: Path) -> None:
     if not (towers / "ralm_encoder.json").is_file():
         ralm("export-reader", run, run_work / f"nb-{name}-reader", "--retriever-out", towers, "--overwrite")
     # the pool's embeddings are cached under the run, so that two runs' "after" towers never share them
-    ev = eval_retrieval(run, work / "pool", {"before": work / "dpr-cc" / "encoder", "after": towers},
-                        qa_jsonl("test", work / "test.jsonl"), "test")  # fmt: skip
+    ev = eval_retrieval(
+        run,
+        work / "pool",
+        {"before": work / "dpr-cc" / "encoder", "after": towers},
+        qa_jsonl("test", work / "test.jsonl"),
+        "test",
+    )
     rows = {
         k: {f"recall@{n}": round(rep.recall[n], 4) for n in (1, 5, 20)} for k, rep in ev["reports"].items()
     }
@@ -469,10 +514,17 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str], accum: i
         # the candidates the trainer would use (hybrid ones wrap the index's search)
         search = candidate_search(cfg, model, ref.search) if ref is not None else None
         setups[name] = dict(
-            cfg=cfg, model=model, opt=opt, sched=warmup_schedule(opt, cfg.schedule, 0, cfg.steps),
-            col=make_collator(cfg, store, tok, model, return_tensors="pt"), ids=split_ids(cfg, store)[0],
-            ref=ref, search=search, ac=autocast_dtype(dev, cfg.autocast, torch.float32), t=[],
-        )  # fmt: skip
+            cfg=cfg,
+            model=model,
+            opt=opt,
+            sched=warmup_schedule(opt, cfg.schedule, 0, cfg.steps),
+            col=make_collator(cfg, store, tok, model, return_tensors="pt"),
+            ids=split_ids(cfg, store)[0],
+            ref=ref,
+            search=search,
+            ac=autocast_dtype(dev, cfg.autocast, torch.float32),
+            t=[],
+        )
     for step in range(1, steps + 2):  # the first step of each variant is a warm-up
         for name, s in setups.items():
             t0 = time.perf_counter()
@@ -604,8 +656,15 @@ def main() -> None:
         help="report: keep what the committed realm_learns.json holds of runs the --work folder lacks",
     )
     args = ap.parse_args()
-    OVERRIDES.update(store=args.store, reader=args.reader, batch_size=args.batch_size, device=args.device,
-                     heldout=args.heldout, eval_n=args.eval_n, no_diagnose=args.no_diagnose)  # fmt: skip
+    OVERRIDES.update(
+        store=args.store,
+        reader=args.reader,
+        batch_size=args.batch_size,
+        device=args.device,
+        heldout=args.heldout,
+        eval_n=args.eval_n,
+        no_diagnose=args.no_diagnose,
+    )
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

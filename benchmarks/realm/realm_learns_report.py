@@ -207,8 +207,11 @@ def arm_record(work: Path, lang: str, arm: str) -> dict | None:
     if comp is not None:
         r = _ratio(comp, "realm (retrieval)", True)
         if r is not None:
-            rec["ratio_content_end_compute_matched"], rec["ratio_content_end_compute_matched_low"], rec[
-                "ratio_content_end_compute_matched_high"] = r  # fmt: skip
+            (
+                rec["ratio_content_end_compute_matched"],
+                rec["ratio_content_end_compute_matched_low"],
+                rec["ratio_content_end_compute_matched_high"],
+            ) = r
     if "ratio_content_step0" in rec and "ratio_content_end" in rec:
         rec["gain_from_training"] = rec["ratio_content_step0"] - rec["ratio_content_end"]
         interval = gain_interval(start, end)
@@ -642,8 +645,12 @@ def markdown(metrics: dict, extra: dict) -> str:
             lines.append(
                 f"| {src} | " + " | ".join(f"{row.get(d, math.nan):.3f}" for d in ("3", "8", "20")) + " |"
             )
-        lines += ["", "| span ratio to closed-book (95% interval) | " + " | ".join(
-            k for k in d0["ratios"]["content"] if k != "closed_book_ppl") + " |"]  # fmt: skip
+        lines += [
+            "",
+            "| span ratio to closed-book (95% interval) | "
+            + " | ".join(k for k in d0["ratios"]["content"] if k != "closed_book_ppl")
+            + " |",
+        ]
         blocks = [k for k in d0["ratios"]["content"] if k != "closed_book_ppl"]
         lines.append("|---|" + "---|" * len(blocks))
         names = list(d0["ratios"]["content"][blocks[0]])

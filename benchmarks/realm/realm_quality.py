@@ -34,10 +34,22 @@ from common import script_command, write_result  # noqa: E402
 def ensure_store(path: Path, chunk_size: int) -> Path:
     if not (path / "manifest.json").is_file():
         subprocess.run(
-            [sys.executable, "-m", "ralm", "corpus", "build", "--sample", "enwiki", "--out", str(path),
-             "--chunk-size", str(chunk_size), "--overwrite"],
+            [
+                sys.executable,
+                "-m",
+                "ralm",
+                "corpus",
+                "build",
+                "--sample",
+                "enwiki",
+                "--out",
+                str(path),
+                "--chunk-size",
+                str(chunk_size),
+                "--overwrite",
+            ],
             check=True,
-        )  # fmt: skip
+        )
     return path
 
 
@@ -63,14 +75,18 @@ def main() -> None:
     ap.add_argument("--backbone", help="HF encoder dir for the towers and the first reader (default: MiniLM)")
     ap.add_argument("--name", default="realm_quality")
     ap.add_argument(
-        "--set", action="append", default=[], metavar="NAME=VALUE",
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
         help="a PretrainConfig setting of the REALM run (TOML value; masking.NAME for the [masking] table), "
         "e.g. --set score_scale='\"learned\"' (repeatable; masking.NAME goes to the MLM-only run too, the rest not)",
-    )  # fmt: skip
+    )
     ap.add_argument(
-        "--reuse", action="store_true",
+        "--reuse",
+        action="store_true",
         help="keep a stage whose run under --work finished with the same config (its time is read from its metrics)",
-    )  # fmt: skip
+    )
     args = ap.parse_args()
 
     from ralm.realm.config import PretrainConfig
@@ -103,10 +119,19 @@ def main() -> None:
     seconds = {}
     if args.warm_steps:
         warm = PretrainConfig(
-            docstore=str(store), out=str(work / "warm"), mode="mlm", steps=args.warm_steps, reader=reader,
-            batch_size=args.warm_batch_size, lr_reader=args.warm_lr, warmup_steps=50, heldout=args.heldout,
-            checkpoint_every=0, tensorboard=False, masking=MaskingConfig(strategy="uniform", replace_probs=BERT_REPLACE),
-        )  # fmt: skip
+            docstore=str(store),
+            out=str(work / "warm"),
+            mode="mlm",
+            steps=args.warm_steps,
+            reader=reader,
+            batch_size=args.warm_batch_size,
+            lr_reader=args.warm_lr,
+            warmup_steps=50,
+            heldout=args.heldout,
+            checkpoint_every=0,
+            tensorboard=False,
+            masking=MaskingConfig(strategy="uniform", replace_probs=BERT_REPLACE),
+        )
         seconds["warm"] = run_stage(warm)
         reader = str(export_reader(load_run(work / "warm"), work / "warm-reader", overwrite=True))
     common = dict(

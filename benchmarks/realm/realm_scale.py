@@ -124,13 +124,34 @@ def main() -> None:
         src = work / "synthetic.jsonl"
         synthetic_jsonl(sample, src, args.copies)
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "ralm", "corpus", "build", str(src), "--out", str(big), "--chunk-size",
-                        "64", "--workers", "2", "--overwrite"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ralm",
+                "corpus",
+                "build",
+                str(src),
+                "--out",
+                str(big),
+                "--chunk-size",
+                "64",
+                "--workers",
+                "2",
+                "--overwrite",
+            ],
+            check=True,
+        )
         print(f"corpus build: {time.perf_counter() - t:.0f}s", flush=True)
     store = DocStore(big)
     N = len(store)
-    cfg = PretrainConfig(docstore=str(big), out="-", encoder_max_length=64, heldout=0,
-                         masking=MaskingConfig(strategy="uniform"))  # fmt: skip
+    cfg = PretrainConfig(
+        docstore=str(big),
+        out="-",
+        encoder_max_length=64,
+        heldout=0,
+        masking=MaskingConfig(strategy="uniform"),
+    )
     torch.manual_seed(0)
     model, tok = build_model(cfg, store)
     model.eval()
@@ -169,8 +190,11 @@ def main() -> None:
         idx = DenseIndex.build(
             np.load(vec_path, mmap_mode="r"), kind=kind, docstore_fingerprint=fp, encoder_fingerprint=efp
         )
-        built[kind] = {"build_seconds": time.perf_counter() - t, "memory_bytes": idx.memory_bytes(),
-                       "estimate": estimate(kind, N, d)["text"]}  # fmt: skip
+        built[kind] = {
+            "build_seconds": time.perf_counter() - t,
+            "memory_bytes": idx.memory_bytes(),
+            "estimate": estimate(kind, N, d)["text"],
+        }
         idx.save(work / f"index-{kind}")
         print(kind, built[kind], flush=True)
         del idx
@@ -178,8 +202,12 @@ def main() -> None:
     col = MaskingCollator(store, tok, MaskingConfig(strategy="uniform"), return_tensors="pt")
     qids = np.random.default_rng(2).choice(N, size=args.queries, replace=False)
     with torch.inference_mode():
-        q = np.concatenate([model.embed_queries(col(qids[s : s + 64], rng=np.random.default_rng(s))).float().numpy()
-                            for s in range(0, len(qids), 64)])  # fmt: skip
+        q = np.concatenate(
+            [
+                model.embed_queries(col(qids[s : s + 64], rng=np.random.default_rng(s))).float().numpy()
+                for s in range(0, len(qids), 64)
+            ]
+        )
     flat = DenseIndex.load(work / "index-flat")
     exact = flat.search(q, 10).ids
     del flat
@@ -192,13 +220,44 @@ def main() -> None:
         del idx
     # trainer peak RSS per index kind (subprocesses), and on the 12k-chunk sample
     rss = {}
-    base = ["pretrain", "--steps", str(args.steps), "--batch-size", "4", "--k", "4",
-            "--refresh-every", "0", "--checkpoint-every", "0", "--heldout", "0", "--set", "encoder_max_length=64",
-            "--set", "reader_max_length=160", "--set", "tensorboard=false", "--set", "masking.strategy=\"uniform\"",
-            "--quiet", "--overwrite"]  # fmt: skip
+    base = [
+        "pretrain",
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        "4",
+        "--k",
+        "4",
+        "--refresh-every",
+        "0",
+        "--checkpoint-every",
+        "0",
+        "--heldout",
+        "0",
+        "--set",
+        "encoder_max_length=64",
+        "--set",
+        "reader_max_length=160",
+        "--set",
+        "tensorboard=false",
+        "--set",
+        'masking.strategy="uniform"',
+        "--quiet",
+        "--overwrite",
+    ]
     for kind in ("flat", "sq8", "ivf-pq"):
-        rss[kind], secs = peak_rss_of(base + ["--docstore", str(big), "--out", str(work / f"run-{kind}"),
-                                              "--set", f"initial_index=\"{work / f'index-{kind}'}\""], work)  # fmt: skip
+        rss[kind], secs = peak_rss_of(
+            base
+            + [
+                "--docstore",
+                str(big),
+                "--out",
+                str(work / f"run-{kind}"),
+                "--set",
+                f'initial_index="{work / f"index-{kind}"}"',
+            ],
+            work,
+        )
         print(f"trainer RSS with {kind}: {rss[kind]:.0f} MiB ({secs:.0f}s)", flush=True)
     rss["sample"], _ = peak_rss_of(
         base + ["--docstore", str(sample), "--out", str(work / "run-sample")], work

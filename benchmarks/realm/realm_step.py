@@ -57,10 +57,16 @@ def main() -> None:
 
     store_dir = ensure_store(Path(args.work) / f"enwiki-{args.chunk_size}", args.chunk_size)
     cfg = PretrainConfig(
-        docstore=str(store_dir), out="-", batch_size=args.batch_size, k=args.k, steps=1000,
-        encoder_max_length=args.chunk_size, reader_max_length=2 * args.chunk_size + 32,
-        autocast=args.autocast, warmup_steps=0,
-    )  # fmt: skip
+        docstore=str(store_dir),
+        out="-",
+        batch_size=args.batch_size,
+        k=args.k,
+        steps=1000,
+        encoder_max_length=args.chunk_size,
+        reader_max_length=2 * args.chunk_size + 32,
+        autocast=args.autocast,
+        warmup_steps=0,
+    )
     store = DocStore(store_dir)
     torch.manual_seed(0)
     model, tok = build_model(cfg, store)

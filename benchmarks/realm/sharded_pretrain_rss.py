@@ -111,8 +111,23 @@ def corpus(work: Path, chunks: int) -> Path:
         for a in range(-(-chunks // 24)):
             text = " ".join(" ".join(rng.choice(WORDS, 9)).capitalize() + "." for _ in range(24))
             f.write(json.dumps({"title": f"Article {a}", "text": text}) + "\n")
-    cmd = [sys.executable, "-m", "ralm", "corpus", "build", str(src), "--out", str(store), "--chunk-size", "16",
-           "--min-chunk-tokens", "0", "--no-auto-annotate", "--no-dates", "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "ralm",
+        "corpus",
+        "build",
+        str(src),
+        "--out",
+        str(store),
+        "--chunk-size",
+        "16",
+        "--min-chunk-tokens",
+        "0",
+        "--no-auto-annotate",
+        "--no-dates",
+        "--quiet",
+    ]
     subprocess.run(cmd, check=True)
     return store
 
@@ -127,8 +142,14 @@ def reader(work: Path) -> Path:
     from ralm.models.names import default_backbone_path
 
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=1, num_attention_heads=6,
-                     intermediate_size=512, max_position_embeddings=128)  # fmt: skip
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=384,
+        num_hidden_layers=1,
+        num_attention_heads=6,
+        intermediate_size=512,
+        max_position_embeddings=128,
+    )
     BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
     for f in TOKENIZER_FILES:
         shutil.copy(default_backbone_path() / f, d / f)
@@ -172,12 +193,46 @@ def main() -> None:
     for mode, init in (("replicated", whole), ("sharded", shards)):
         run = work / f"run-{mode}"
         shutil.rmtree(run, ignore_errors=True)
-        argv = ["pretrain", "--docstore", str(store.root), "--out", str(run), "--reader", str(rdir),
-                "--steps", str(args.steps), "--batch-size", "4", "--k", "3", "--refresh-every", "0",
-                "--checkpoint-every", "0", "--heldout", "0", "--device", "cpu", "--autocast", "off",
-                "--warmup-steps", "1", "--set", "encoder_max_length=16", "--set", "reader_max_length=48",
-                "--set", "tensorboard=false", "--set", "masking.strategy=uniform", "--set", f"initial_index={init}",
-                "--set", f"index_sharding={'rank' if mode == 'sharded' else 'none'}", "--quiet"]  # fmt: skip
+        argv = [
+            "pretrain",
+            "--docstore",
+            str(store.root),
+            "--out",
+            str(run),
+            "--reader",
+            str(rdir),
+            "--steps",
+            str(args.steps),
+            "--batch-size",
+            "4",
+            "--k",
+            "3",
+            "--refresh-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--heldout",
+            "0",
+            "--device",
+            "cpu",
+            "--autocast",
+            "off",
+            "--warmup-steps",
+            "1",
+            "--set",
+            "encoder_max_length=16",
+            "--set",
+            "reader_max_length=48",
+            "--set",
+            "tensorboard=false",
+            "--set",
+            "masking.strategy=uniform",
+            "--set",
+            f"initial_index={init}",
+            "--set",
+            f"index_sharding={'rank' if mode == 'sharded' else 'none'}",
+            "--quiet",
+        ]
         cmd = torchrun_command(2, argv)
         cmd = [*cmd[: cmd.index("-m", 3)], str(work / "wrapper.py"), str(work / f"hwm-{mode}"), *argv]
         t0 = time.perf_counter()

@@ -46,8 +46,21 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ralm-recall-"))
     t = time.perf_counter()
     # `ralm ict` (an alias of `ralm retriever train ict`: the one retriever training loop)
-    argv = ["ict", str(store.root), "--out", str(work / "ict"), "--steps", str(args.steps), "--batch-size",
-            str(args.batch_size), "--lr", str(args.lr), "--eval-every", str(max(1, args.steps // 3)), "--quiet"]  # fmt: skip
+    argv = [
+        "ict",
+        str(store.root),
+        "--out",
+        str(work / "ict"),
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--lr",
+        str(args.lr),
+        "--eval-every",
+        str(max(1, args.steps // 3)),
+        "--quiet",
+    ]
     if ralm_main(argv) != 0:
         raise SystemExit("ralm ict failed")
     ict_seconds = time.perf_counter() - t

@@ -141,26 +141,61 @@ def train(work: Path, pool: Path, unsup: Path, args) -> dict[str, Path]:
         out = work / "dpr-cc"
         if not (out / "results.json").is_file():
             ralm(
-                "retriever", "train", "dpr", *dpr_common, "--encoder", enc["contrastive"], "--epochs", args.cc_epochs,
-                "--batch-size", 64, "--grad-cache", 32, "--lr", 3e-5, "--out", out,
-            )  # fmt: skip
+                "retriever",
+                "train",
+                "dpr",
+                *dpr_common,
+                "--encoder",
+                enc["contrastive"],
+                "--epochs",
+                args.cc_epochs,
+                "--batch-size",
+                64,
+                "--grad-cache",
+                32,
+                "--lr",
+                3e-5,
+                "--out",
+                out,
+            )
         enc["dpr-cc"] = out / "encoder"
     if args.with_gc128:
         out = work / "dpr-gc128"
         if not (out / "results.json").is_file():
             ralm(
-                "retriever", "train", "dpr", *dpr_common, "--epochs", args.gc_epochs, "--batch-size", 128,
-                "--grad-cache", 32, "--lr", 4e-5, "--out", out,
-            )  # fmt: skip
+                "retriever",
+                "train",
+                "dpr",
+                *dpr_common,
+                "--epochs",
+                args.gc_epochs,
+                "--batch-size",
+                128,
+                "--grad-cache",
+                32,
+                "--lr",
+                4e-5,
+                "--out",
+                out,
+            )
         enc["dpr:gc128"] = out / "encoder"
     realm = work / "realm"
     if not (work / "realm-towers" / "ralm_encoder.json").is_file():
         if not (realm / "eval_mlm.json").is_file():
             resume = ["--resume"] if (realm / "checkpoints").is_dir() else []
             ralm(
-                "pretrain", BENCH / "data" / "realm_nb.toml", "--docstore", unsup, "--out", realm,
-                "--set", f"retriever={enc['contrastive']}", "--set", f"steps={args.realm_steps}", *resume,
-            )  # fmt: skip
+                "pretrain",
+                BENCH / "data" / "realm_nb.toml",
+                "--docstore",
+                unsup,
+                "--out",
+                realm,
+                "--set",
+                f"retriever={enc['contrastive']}",
+                "--set",
+                f"steps={args.realm_steps}",
+                *resume,
+            )
         ralm(
             "export-reader",
             realm,

@@ -67,9 +67,22 @@ def main() -> None:
     cc_da = work / "contrastive-da"
     if not (cc_da / "results.json").is_file():
         ralm(
-            "retriever", "train", "contrastive", store_dir, "--out", cc_da, "--lang", "da", "--steps", args.unsup_steps,
-            "--batch-size", args.unsup_batch, "--lr", args.unsup_lr, "--quiet",
-        )  # fmt: skip
+            "retriever",
+            "train",
+            "contrastive",
+            store_dir,
+            "--out",
+            cc_da,
+            "--lang",
+            "da",
+            "--steps",
+            args.unsup_steps,
+            "--batch-size",
+            args.unsup_batch,
+            "--lr",
+            args.unsup_lr,
+            "--quiet",
+        )
     store = DocStore(store_dir)
     pairs = load_qa(str(BENCH / "data" / "retrieval_da.jsonl"), store)
     encoders = {

@@ -85,7 +85,7 @@ def main() -> None:
         notes=[
             f"target: {path}; MiniLM query tower, doc tower and reader for a demo-shaped run; in-process, "
             "no HTTP; shared 2-core machine, best of --reps"
-        ],  # fmt: skip
+        ],
     )
     print(metrics)
 

@@ -70,8 +70,19 @@ class Server:
     """`ralm serve TARGET` in a subprocess on 127.0.0.1 and a free port; stderr is drained."""
 
     def __init__(self, target: Path, threads: int, extra: Sequence[str] = (), wait: bool = True) -> None:
-        cmd = [sys.executable, "-m", "ralm", "serve", str(target), "--port", "0", "--quiet",
-               "--threads", str(threads), *extra]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "ralm",
+            "serve",
+            str(target),
+            "--port",
+            "0",
+            "--quiet",
+            "--threads",
+            str(threads),
+            *extra,
+        ]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.lines: list[str] = []
         self.url: str | None = None

@@ -29,9 +29,15 @@ from serve.serve_target import DEFAULT_TARGET, build_small_realm, tiny_bert  # n
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 WORK = Path(tempfile.gettempdir()) / "ralm-serve-screenshots"
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 FILL_TEXT = "Abraham Lincoln was born in [MASK] in 1809."
 SEARCH_QUERY = "Where was Abraham Lincoln born?"
 DIALOGUES = [
@@ -70,9 +76,19 @@ def tiny_surealm(work: Path) -> Path:
     build_datastore(sents, work / "datastore", cfg, overwrite=True, progress=False, log=lambda m: None)
     torch.manual_seed(0)
     tcfg = TrainConfig(
-        datastore=str(work / "datastore"), out=str(run), lm=str(bert), k=4, steps=400, batch_size=8, lr=2e-3,
-        warmup_steps=20, eval_every=100, device="cpu", autocast="off", tensorboard=False,
-    )  # fmt: skip
+        datastore=str(work / "datastore"),
+        out=str(run),
+        lm=str(bert),
+        k=4,
+        steps=400,
+        batch_size=8,
+        lr=2e-3,
+        warmup_steps=20,
+        eval_every=100,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+    )
     return train(tcfg, progress=False)
 
 

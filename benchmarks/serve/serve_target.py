@@ -27,14 +27,47 @@ def build_demo_like(work: Path) -> Path:
     corpus = work / "demo-corpus"
     ralm = [sys.executable, "-m", "ralm"]
     if not (corpus / "manifest.json").is_file():
-        subprocess.run([*ralm, "corpus", "build", "--sample", "enwiki", "--out", str(corpus), "--chunk-size", "64",
-                        "--overwrite"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                *ralm,
+                "corpus",
+                "build",
+                "--sample",
+                "enwiki",
+                "--out",
+                str(corpus),
+                "--chunk-size",
+                "64",
+                "--overwrite",
+            ],
+            check=True,
+        )
     subprocess.run(
-        [*ralm, "pretrain", str(REPO / "configs/demo.toml"), "--docstore", str(corpus), "--out", str(run),
-         "--steps", "2", "--warmup-steps", "1", "--refresh-every", "0", "--checkpoint-every", "0",
-         "--heldout", "10", "--device", "cpu", "--overwrite", "--quiet"],
+        [
+            *ralm,
+            "pretrain",
+            str(REPO / "configs/demo.toml"),
+            "--docstore",
+            str(corpus),
+            "--out",
+            str(run),
+            "--steps",
+            "2",
+            "--warmup-steps",
+            "1",
+            "--refresh-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--heldout",
+            "10",
+            "--device",
+            "cpu",
+            "--overwrite",
+            "--quiet",
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return run
 
 
@@ -51,9 +84,13 @@ def tiny_bert(out: Path) -> Path:
         return out
     torch.manual_seed(0)
     cfg = BertConfig(
-        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        vocab_size=30522,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
         max_position_embeddings=256,
-    )  # fmt: skip
+    )
     BertModel(cfg, add_pooling_layer=False).save_pretrained(out)
     src = default_backbone_path()
     for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
@@ -79,13 +116,29 @@ def build_small_realm(work: Path, articles: int = 40) -> Path:
     store = work / "corpus"
     if not (store / "manifest.json").is_file():
         build_docstore(
-            [sample_path("enwiki")], store, BuildConfig(chunk_size=64, tokenizer=str(bert), max_articles=articles),
-            overwrite=True, progress=False, log=lambda m: None,
-        )  # fmt: skip
+            [sample_path("enwiki")],
+            store,
+            BuildConfig(chunk_size=64, tokenizer=str(bert), max_articles=articles),
+            overwrite=True,
+            progress=False,
+            log=lambda m: None,
+        )
     torch.manual_seed(0)
     cfg = PretrainConfig(
-        docstore=str(store), out=str(run), reader=str(bert), steps=2, batch_size=2, k=4, encoder_max_length=64,
-        reader_max_length=160, heldout=2, refresh_every=0, checkpoint_every=0, warmup_steps=1, device="cpu",
-        autocast="off", tensorboard=False,
-    )  # fmt: skip
+        docstore=str(store),
+        out=str(run),
+        reader=str(bert),
+        steps=2,
+        batch_size=2,
+        k=4,
+        encoder_max_length=64,
+        reader_max_length=160,
+        heldout=2,
+        refresh_every=0,
+        checkpoint_every=0,
+        warmup_steps=1,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+    )
     return pretrain(cfg, progress=False)

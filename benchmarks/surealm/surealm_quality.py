@@ -50,18 +50,21 @@ def main() -> None:
     ap.add_argument("--memory-window", type=int, default=None, help="latest retrievals each position sees")
     ap.add_argument("--lr-memory", type=float, default=None, help="lr of the memory maps (default 10 x --lr)")
     ap.add_argument(
-        "--include-current-word", action="store_true",
+        "--include-current-word",
+        action="store_true",
         help="SUREALM's data store keeps the current word in the suffix (the paper's section 5 variant)",
-    )  # fmt: skip
+    )
     ap.add_argument(
-        "--init-from", default=None,
+        "--init-from",
+        default=None,
         help="a finished run under --work (e.g. baseline): both runs start from its LM weights (two-stage)",
-    )  # fmt: skip
+    )
     ap.add_argument("--name", default="surealm_quality", help="results/NAME.json")
     ap.add_argument(
-        "--reuse", action="store_true",
+        "--reuse",
+        action="store_true",
         help="keep a run under --work that finished with the same settings (its time is not remeasured)",
-    )  # fmt: skip
+    )
     args = ap.parse_args()
 
     from ralm.surealm.datastore import Datastore
@@ -99,13 +102,28 @@ def main() -> None:
     todo = {}
     for name, retrieval in runs.items():
         cfg = TrainConfig(
-            datastore=str(sds if retrieval else ds), out=str(work / name), retrieval=retrieval, k=args.k, delta=args.delta,
-            steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
-            tensorboard=False, init_from=init,
-            **(dict(memory_init=args.memory_init, memory_gain=args.memory_gain,
-                    memory_window=args.memory_window, lr_memory=args.lr_memory)
-               if retrieval else {}),
-        )  # fmt: skip
+            datastore=str(sds if retrieval else ds),
+            out=str(work / name),
+            retrieval=retrieval,
+            k=args.k,
+            delta=args.delta,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            eval_every=args.eval_every,
+            tensorboard=False,
+            init_from=init,
+            **(
+                dict(
+                    memory_init=args.memory_init,
+                    memory_gain=args.memory_gain,
+                    memory_window=args.memory_window,
+                    lr_memory=args.lr_memory,
+                )
+                if retrieval
+                else {}
+            ),
+        )
         done = work / name / "train.json"
         if args.reuse and done.is_file():
             # a saved config lacks the fields added after it was written: those had their defaults;

@@ -64,9 +64,17 @@ def train_config(args, ds: Path, work: Path, name: str):
     from ralm.surealm.train import TrainConfig
 
     common = dict(
-        datastore=str(ds), out=str(work / name), k=args.k, steps=args.steps, batch_size=args.batch_size,
-        lr=args.lr, eval_every=args.eval_every, tensorboard=False, seed=args.seed, device=args.train_device,
-    )  # fmt: skip
+        datastore=str(ds),
+        out=str(work / name),
+        k=args.k,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        eval_every=args.eval_every,
+        tensorboard=False,
+        seed=args.seed,
+        device=args.train_device,
+    )
     if name == "baseline":
         return TrainConfig(retrieval=False, **common)
     return TrainConfig(
@@ -150,9 +158,13 @@ def step0_ratio(args, ds: Path, n: int = 400) -> dict:
     ids = store.split_ids("valid")[:n]
     c_s = evaluate(sure, SentenceBatcher(store, tok, k=args.k, delta=1), ids, device=dev)
     c_b = evaluate(base, SentenceBatcher(store, tok, k=args.k, delta=1, retrieval=False), ids, device=dev)
-    return {"step0_ppl_surealm": c_s.token_ppl, "step0_ppl_baseline": c_b.token_ppl,
-            "step0_ratio": c_s.token_ppl / c_b.token_ppl, "step0_sentences": int(len(ids)),
-            "step0_nll_diff": float(np.abs(c_s.nll - c_b.nll))}  # fmt: skip
+    return {
+        "step0_ppl_surealm": c_s.token_ppl,
+        "step0_ppl_baseline": c_b.token_ppl,
+        "step0_ratio": c_s.token_ppl / c_b.token_ppl,
+        "step0_sentences": int(len(ids)),
+        "step0_nll_diff": float(np.abs(c_s.nll - c_b.nll)),
+    }
 
 
 def memory_ablation(run: Path, split: str = "test") -> dict:
@@ -163,8 +175,12 @@ def memory_ablation(run: Path, split: str = "test") -> dict:
     model, tok, store, batcher = load_trained(run)
     ids = store.split_ids(split)
     out = {}
-    for name, kw in (("retrieved", {}), ("random", {"neighbours": "random"}), ("null", {"neighbours": "null"}),
-                     ("masked", {"retrieval": False})):  # fmt: skip
+    for name, kw in (
+        ("retrieved", {}),
+        ("random", {"neighbours": "random"}),
+        ("null", {"neighbours": "null"}),
+        ("masked", {"retrieval": False}),
+    ):
         b = SentenceBatcher(
             store, tok, k=model.config.k, delta=model.config.delta, **{"retrieval": True, **kw}
         )
@@ -295,8 +311,13 @@ def main() -> None:
     if not (ds / "manifest.json").is_file():
         log(f"data store {ds}")
         sents = read_sentences([args.sentences or "chitchat"], limit_groups=args.groups)
-        build_datastore(sents, ds, DatastoreConfig(k=args.k, device=args.device, suffix=args.suffix),
-                        overwrite=True, progress=False)  # fmt: skip
+        build_datastore(
+            sents,
+            ds,
+            DatastoreConfig(k=args.k, device=args.device, suffix=args.suffix),
+            overwrite=True,
+            progress=False,
+        )
     store = Datastore(ds)
     s0 = step0_ratio(args, ds)
     log(f"step 0: {s0}")
@@ -320,8 +341,14 @@ def main() -> None:
         for n, c in cfgs.items():
             log(f"train {n}")
             seconds[n] = timed_train(c)
-    rows = evaluate_models([str(work / n) for n in names], "test", None,
-                           str(work / "baseline") if "baseline" in names else None, "auto", args.knn_k)  # fmt: skip
+    rows = evaluate_models(
+        [str(work / n) for n in names],
+        "test",
+        None,
+        str(work / "baseline") if "baseline" in names else None,
+        "auto",
+        args.knn_k,
+    )
     test = {n: r for n, r in zip(names, rows, strict=False)}
     p = args.metric_prefix
     m: dict[str, float] = {f"{p}surealm_step0_ppl_ratio": s0["step0_ratio"]}

@@ -245,18 +245,27 @@ def bad_input(tmp_path):
     ("argv", "message"),
     [
         (["--lang", "xx"], "--lang xx: no date patterns for language 'xx'"),
-        (["--entity-vocab", "{tmp}/nope.tsv"], "--entity-vocab {tmp}/nope.tsv: no such file; pass an entities.tsv or a DocStore directory"),
-        (["--entity-vocab", "{tmp}"], "--entity-vocab {tmp}: not a DocStore directory (no manifest.json); pass an entities.tsv or a DocStore directory"),
+        (
+            ["--entity-vocab", "{tmp}/nope.tsv"],
+            "--entity-vocab {tmp}/nope.tsv: no such file; pass an entities.tsv or a DocStore directory",
+        ),
+        (
+            ["--entity-vocab", "{tmp}"],
+            "--entity-vocab {tmp}: not a DocStore directory (no manifest.json); pass an entities.tsv or a DocStore directory",
+        ),
         (["--ner-model", "no_such_pipeline_xx"], "spaCy pipeline 'no_such_pipeline_xx' is not installed"),
         (["--tokenizer", "{tmp}/none"], "{tmp}/none: no such model directory"),
         (["--chunk-size", "4"], "--chunk-size 4: too small; use at least 8 tokens (BRENT used 128)"),
         (["--min-chunk-tokens", "-1"], "--min-chunk-tokens -1: must be >= 0 (0 turns it off)"),
-        (["--rows-per-shard", "100", "--row-group-size", "64"], "--rows-per-shard 100: must be a multiple of --row-group-size 64"),
+        (
+            ["--rows-per-shard", "100", "--row-group-size", "64"],
+            "--rows-per-shard 100: must be a multiple of --row-group-size 64",
+        ),
         (["--workers", "0"], "--workers 0: must be >= 1"),
         (["--max-articles", "0"], "--max-articles 0: must be >= 1"),
         (["--min-entity-count", "0"], "--min-entity-count 0: must be >= 1"),
     ],
-)  # fmt: skip
+)
 def test_arguments_are_checked_before_any_input_is_read(tmp_path, bad_input, cli, argv, message):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     message = message.replace("{tmp}", str(tmp_path))
@@ -279,12 +288,15 @@ def test_lang_matters_only_for_dates(tmp_path, bad_input, cli):
         ({"text_mode": "para"}, "--text-mode para: use file or line"),
         ({"format": "csv"}, "--format csv: use auto, wiki, jsonl, text or hf"),
         ({"row_group_size": 0}, "--row-group-size 0: must be >= 1"),
-        ({"rows_per_shard": 100, "row_group_size": 64}, "--rows-per-shard 100: must be a multiple of --row-group-size 64"),
+        (
+            {"rows_per_shard": 100, "row_group_size": 64},
+            "--rows-per-shard 100: must be a multiple of --row-group-size 64",
+        ),
         ({"batch_articles": 0}, "batch_articles 0: must be >= 1"),
         ({"max_articles": -3}, "--max-articles -3: must be >= 1"),
         ({"lang": "xx"}, "--lang xx: no date patterns for language 'xx'"),
     ],
-)  # fmt: skip
+)
 def test_library_checks_every_option_first(tmp_path, bad_input, option, message):
     with pytest.raises(CorpusError) as exc:
         build_docstore([bad_input], tmp_path / "out", BuildConfig(**option), progress=False, log=print)

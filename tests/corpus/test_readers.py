@@ -25,13 +25,17 @@ def gensim_sample(name: str) -> Path:
 
 
 RECORDS = [
-    {"title": "Oslo", "text": "Oslo is the capital of Norway.", "id": 7,
-     "links": [{"start": 23, "end": 29, "target": "norway"}]},
+    {
+        "title": "Oslo",
+        "text": "Oslo is the capital of Norway.",
+        "id": 7,
+        "links": [{"start": 23, "end": 29, "target": "norway"}],
+    },
     {"text": "No title here.", "id": "doc-2"},
     {"title": "Blank", "text": "   "},
     {"title": "Float id", "text": "x", "id": 1.5},
     {"title": "Null id", "text": "y", "id": None, "links": []},
-]  # fmt: skip
+]
 EXPECTED = [
     Article("Oslo", "Oslo is the capital of Norway.", "7", [LinkSpan(23, 29, "Norway")]),
     Article("", "No title here.", "doc-2"),
@@ -77,23 +81,38 @@ def test_jsonl_bom_and_crlf(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('{"title": "A", "text": "unterminated}', r"docs.jsonl:3: not valid JSON \(Unterminated string starting at column 24\); each line must be"),
+        (
+            '{"title": "A", "text": "unterminated}',
+            r"docs.jsonl:3: not valid JSON \(Unterminated string starting at column 24\); each line must be",
+        ),
         ('["a", "list"]', r"docs.jsonl:3: expected a JSON object"),
         ('{"title": "A"}', r'docs.jsonl:3: "text" is missing'),
         ('{"title": "A", "text": 5}', r'docs.jsonl:3: "text" is a int, not a string'),
         ('{"title": 5, "text": "t"}', r'docs.jsonl:3: "title" must be a string'),
         ('{"text": "t", "id": [1]}', r'docs.jsonl:3: "id" must be a string or a number'),
-        ('{"text": "abc", "links": [{"start": 1, "end": 4, "target": "X"}]}',
-         r"docs.jsonl:3: links\[0\] span \[1, 4\) is out of bounds for a text of 3 characters"),
-        ('{"text": "abc", "links": [{"start": 0, "end": 1, "target": "X"}, {"start": 2, "end": 2, "target": "Y"}]}',
-         r"docs.jsonl:3: links\[1\] span \[2, 2\) is out of bounds"),
-        ('{"text": "abc", "links": [{"start": -1, "end": 2, "target": "X"}]}', r"docs.jsonl:3: links\[0\] span"),
-        ('{"text": "abc", "links": [{"start": "0", "end": 2, "target": "X"}]}',
-         r'docs.jsonl:3: links\[0\] needs integer "start" and "end"'),
-        ('{"text": "abc", "links": [{"start": 0, "end": 2}]}', r'docs.jsonl:3: links\[0\] needs a string "target"'),
+        (
+            '{"text": "abc", "links": [{"start": 1, "end": 4, "target": "X"}]}',
+            r"docs.jsonl:3: links\[0\] span \[1, 4\) is out of bounds for a text of 3 characters",
+        ),
+        (
+            '{"text": "abc", "links": [{"start": 0, "end": 1, "target": "X"}, {"start": 2, "end": 2, "target": "Y"}]}',
+            r"docs.jsonl:3: links\[1\] span \[2, 2\) is out of bounds",
+        ),
+        (
+            '{"text": "abc", "links": [{"start": -1, "end": 2, "target": "X"}]}',
+            r"docs.jsonl:3: links\[0\] span",
+        ),
+        (
+            '{"text": "abc", "links": [{"start": "0", "end": 2, "target": "X"}]}',
+            r'docs.jsonl:3: links\[0\] needs integer "start" and "end"',
+        ),
+        (
+            '{"text": "abc", "links": [{"start": 0, "end": 2}]}',
+            r'docs.jsonl:3: links\[0\] needs a string "target"',
+        ),
         ('{"text": "abc", "links": {"start": 0}}', r'docs.jsonl:3: "links" must be a list'),
     ],
-)  # fmt: skip
+)
 def test_jsonl_bad_line(tmp_path: Path, line: str, message: str) -> None:
     good = '{"title": "ok", "text": "fine"}'
     path = write_jsonl(tmp_path / "docs.jsonl", [good, "", line, good])

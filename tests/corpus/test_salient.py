@@ -109,11 +109,29 @@ def test_numeric_dates_and_years_in_context_danish():
         "ca. 1850, omkring 1900 og i 1940 og 1945."
     )
     assert spans(text, "da") == [
-        (10, 14), (26, 30), (45, 49), (56, 60), (67, 71), (78, 88), (95, 99), (109, 113), (119, 123), (127, 131),
-    ]  # fmt: skip
+        (10, 14),
+        (26, 30),
+        (45, 49),
+        (56, 60),
+        (67, 71),
+        (78, 88),
+        (95, 99),
+        (109, 113),
+        (119, 123),
+        (127, 131),
+    ]
     assert dates(text, "da") == [
-        "1849", "1866", "1915", "1864", "2024", "2024-02-29", "1850", "1900", "1940", "1945",
-    ]  # fmt: skip
+        "1849",
+        "1866",
+        "1915",
+        "1864",
+        "2024",
+        "2024-02-29",
+        "1850",
+        "1900",
+        "1940",
+        "1945",
+    ]
 
 
 def test_numeric_dates_and_years_in_context_norwegian():
@@ -133,9 +151,18 @@ def test_years_in_context_english():
         "since 1990 the site, open before 1900 and after 1945, dated 2024-01-31."
     )
     assert spans(text, "en") == [
-        (9, 13), (14, 18), (35, 39), (53, 57), (64, 68), (78, 82), (87, 91), (99, 103), (126, 130),
-        (141, 145), (153, 163),
-    ]  # fmt: skip
+        (9, 13),
+        (14, 18),
+        (35, 39),
+        (53, 57),
+        (64, 68),
+        (78, 82),
+        (87, 91),
+        (99, 103),
+        (126, 130),
+        (141, 145),
+        (153, 163),
+    ]
     # day-month numbers are not English dates (month/day or day/month is ambiguous there)
     assert dates("Due 31.01.2024 or 17/4 1974 or 17/4-1974.", "en") == []
 

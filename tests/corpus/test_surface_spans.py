@@ -52,16 +52,31 @@ def test_build_with_names_and_numbers(tmp_path, tiny_dir):
         + "\n",
         encoding="utf-8",
     )
-    build_docstore([src], tmp_path / "s", BuildConfig(tokenizer=str(tiny_dir), lang="nb", names=True, numbers=True),
-                   progress=False, log=lambda m: None)  # fmt: skip
+    build_docstore(
+        [src],
+        tmp_path / "s",
+        BuildConfig(tokenizer=str(tiny_dir), lang="nb", names=True, numbers=True),
+        progress=False,
+        log=lambda m: None,
+    )
     store = DocStore(tmp_path / "s")
     row = store.get(0)
     got = [(row["text"][s["start"] : s["end"]], s["source"]) for s in row["salient"]]
-    assert got == [("Bergen", "name"), ("1070", "date"), ("Olav Kyrre", "name"), ("Bergen", "name"),
-                   ("285 900", "number")]  # fmt: skip
+    assert got == [
+        ("Bergen", "name"),
+        ("1070", "date"),
+        ("Olav Kyrre", "name"),
+        ("Bergen", "name"),
+        ("285 900", "number"),
+    ]
     codes = store.salient_tokens(0)[:, 2].tolist()
     assert [SALIENT_SOURCES[c] for c in codes] == [s for _, s in got]
     assert store.manifest["counts"]["salient"]["name"] == 3
-    build_docstore([src], tmp_path / "plain", BuildConfig(tokenizer=str(tiny_dir), lang="nb"),
-                   progress=False, log=lambda m: None)  # fmt: skip
+    build_docstore(
+        [src],
+        tmp_path / "plain",
+        BuildConfig(tokenizer=str(tiny_dir), lang="nb"),
+        progress=False,
+        log=lambda m: None,
+    )
     assert [s["source"] for s in DocStore(tmp_path / "plain").get(0)["salient"]] == ["date"]  # off by default

@@ -15,14 +15,26 @@ datasets = pytest.importorskip("datasets")
 datasets.disable_progress_bars()
 
 ROWS = [
-    {"id": "7", "title": "Oslo", "text": "Oslo is the capital of Norway. It was founded in 1040.",
-     "links": [{"start": 23, "end": 29, "target": "Norway"}]},
-    {"id": "8", "title": "Bergen", "text": "Bergen is a city in Norway, on the west coast.",
-     "links": [{"start": 20, "end": 26, "target": "Norway"}]},
+    {
+        "id": "7",
+        "title": "Oslo",
+        "text": "Oslo is the capital of Norway. It was founded in 1040.",
+        "links": [{"start": 23, "end": 29, "target": "Norway"}],
+    },
+    {
+        "id": "8",
+        "title": "Bergen",
+        "text": "Bergen is a city in Norway, on the west coast.",
+        "links": [{"start": 20, "end": 26, "target": "Norway"}],
+    },
     {"id": "9", "title": "Blank", "text": "   ", "links": []},
-    {"id": "10", "title": "Norway", "text": "Norway is a country. Its capital is Oslo.",
-     "links": [{"start": 36, "end": 40, "target": "Oslo"}]},
-]  # fmt: skip
+    {
+        "id": "10",
+        "title": "Norway",
+        "text": "Norway is a country. Its capital is Oslo.",
+        "links": [{"start": 36, "end": 40, "target": "Oslo"}],
+    },
+]
 
 
 def rows_of(store):

@@ -67,8 +67,11 @@ def test_normalize_title(raw: str, expected: str) -> None:
         ("[[A]]", "A", [(0, 1, "A")]),
         ("x [[a_b#Sec|shown]] y", "x shown y", [(2, 7, "A b")]),
         # link trail: lower-case letters glued to the link belong to the anchor
-        ("[[Paris]]ian food, [[A|b]]s and [[A]]'s", "Parisian food, bs and A's",
-         [(0, 8, "Paris"), (15, 17, "A"), (22, 23, "A")]),
+        (
+            "[[Paris]]ian food, [[A|b]]s and [[A]]'s",
+            "Parisian food, bs and A's",
+            [(0, 8, "Paris"), (15, 17, "A"), (22, 23, "A")],
+        ),
         ("[[A]]B [[c]]1", "AB c1", [(0, 1, "A"), (3, 4, "C")]),
         # templates, nested ones and ones containing links, vanish
         ("x {{a|{{b|c}}|d=[[L]]}} y", "x y", []),
@@ -76,21 +79,28 @@ def test_normalize_title(raw: str, expected: str) -> None:
         # refs: self-closing, paired, with attributes, with links inside
         ('x<ref name=n/> y<ref>{{cite|t}} [[L]]</ref> z<ref name="q">t</ref>.', "x y z.", []),
         ("a\n{| class=wikitable\n|-\n| [[x]] || y\n|}\nb", "a\n\nb", []),
-        ("[[File:X.jpg|thumb|cap [[L]]]] a [[Image:y.png]] [[Category:C]] [[category:D|sort]] b",
-         "a b", []),
+        ("[[File:X.jpg|thumb|cap [[L]]]] a [[Image:y.png]] [[Category:C]] [[category:D|sort]] b", "a b", []),
         ("a [[de:Foo]] [[zh-min-nan:Foo]] [[simple:Foo]] b", "a b", []),
         # a leading colon makes an inline link out of a category; sister-project links keep text
-        ("[[:Category:C]] and [[wikt:go|went]] and [[Wikipedia:About|about]]",
-         "Category:C and went and about", []),
+        (
+            "[[:Category:C]] and [[wikt:go|went]] and [[Wikipedia:About|about]]",
+            "Category:C and went and about",
+            [],
+        ),
         ("[[Star Wars: Episode IV]] won", "Star Wars: Episode IV won", [(0, 21, "Star Wars: Episode IV")]),
         ("[[#History|below]]", "below", []),
         ("'''Bold''' and ''it'' and '''''both''''' [[A|''b'']]", "Bold and it and both b", [(21, 22, "A")]),
-        ("[http://x.org label here] and http://bare.com and [http://y] end",
-         "label here and and end", []),
-        ("Intro\n== Head [[x]] ==\nBody\n=== Sub ===\nmore",
-         "Intro\n\nHead x\n\nBody\n\nSub\n\nmore", [(12, 13, "X")]),
-        ("* one\n* [[two]]\n# three\n: indented\n;term: def\n** deep",
-         "one\ntwo\nthree\nindented\nterm def\ndeep", [(4, 7, "Two")]),
+        ("[http://x.org label here] and http://bare.com and [http://y] end", "label here and and end", []),
+        (
+            "Intro\n== Head [[x]] ==\nBody\n=== Sub ===\nmore",
+            "Intro\n\nHead x\n\nBody\n\nSub\n\nmore",
+            [(12, 13, "X")],
+        ),
+        (
+            "* one\n* [[two]]\n# three\n: indented\n;term: def\n** deep",
+            "one\ntwo\nthree\nindented\nterm def\ndeep",
+            [(4, 7, "Two")],
+        ),
         ("a&nbsp;b &amp; c&ndash;d &lt;e&gt; &#233;", "a b & c–d <e> é", []),
         ("&lt;small&gt; &amp;amp; [[A&amp;B|A&amp;B]]", "<small> &amp; A&B", [(14, 17, "A&B")]),
         ("stray </div> <center>tags</center> and <ref>unclosed", "stray\ntags\nand unclosed", []),
@@ -103,7 +113,7 @@ def test_normalize_title(raw: str, expected: str) -> None:
         ("[[A|]] [[A| ]]x [[A|<!-- c -->]]y", "x y", []),
         ("", "", []),
     ],
-)  # fmt: skip
+)
 def test_wikitext_to_text_exact(wikitext: str, text: str, links: list[tuple[int, int, str]]) -> None:
     got_text, got_links = wikitext_to_text(wikitext)
     assert got_text == text
@@ -148,10 +158,30 @@ def test_link_spans_match_anchors_randomised() -> None:
     """Mix links with every kind of markup and whitespace; each span must be its anchor."""
     rng = random.Random(1234)
     fillers = [
-        " ", "  ", "\n", "\n\n\n", "\t", " x ", "{{t|[[Z]]}}", "<ref>[[R]] r</ref>", "<!-- c -->",
-        "''", "'''", "&nbsp;", "&amp;", "\n* ", "\n: ", "\n== H ==\n", "[[File:f.png|thumb|[[F]]]]",
-        "[[Category:K]]", "[http://u.org w]", "<small>s</small>", "word", ". ", "\n{|\n| c\n|}\n",
-    ]  # fmt: skip
+        " ",
+        "  ",
+        "\n",
+        "\n\n\n",
+        "\t",
+        " x ",
+        "{{t|[[Z]]}}",
+        "<ref>[[R]] r</ref>",
+        "<!-- c -->",
+        "''",
+        "'''",
+        "&nbsp;",
+        "&amp;",
+        "\n* ",
+        "\n: ",
+        "\n== H ==\n",
+        "[[File:f.png|thumb|[[F]]]]",
+        "[[Category:K]]",
+        "[http://u.org w]",
+        "<small>s</small>",
+        "word",
+        ". ",
+        "\n{|\n| c\n|}\n",
+    ]
     for _ in range(300):
         pieces, expected = [], []
         for _ in range(rng.randint(1, 12)):

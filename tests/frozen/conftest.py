@@ -30,9 +30,15 @@ def llama_dir(tmp_path_factory):
     tok = _word_tokenizer()
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, architectures=["LlamaForCausalLM"],
-    )  # fmt: skip
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        architectures=["LlamaForCausalLM"],
+    )
     LlamaForCausalLM(cfg).save_pretrained(d)
     tok.save_pretrained(d)
     return d

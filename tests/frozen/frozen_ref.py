@@ -8,22 +8,40 @@ import torch
 from ralm.retrieval.base import SearchResult
 
 ARTICLES = [
-    ("Oslo", "Oslo is the capital of Norway . The city lies at the end of the fjord and many ships sail "
-             "into the harbour every day while the old fortress watches over the water ."),
-    ("Bergen", "Bergen is a city on the west coast of Norway . It rains a lot in Bergen and the fish "
-               "market by the harbour sells salmon and crab to visitors from many countries ."),
-    ("Albedo", "Albedo is the fraction of sunlight that a surface reflects . Snow has a high albedo and "
-               "dark forests have a low albedo so they warm faster in the summer sun ."),
-    ("Lincoln", "Abraham Lincoln was the president of the United States during the civil war . He was "
-                "born in a small cabin in Kentucky and later worked as a lawyer in Illinois ."),
-    ("Aristotle", "Aristotle was a Greek philosopher and a student of Plato . He wrote about logic and "
-                  "biology and physics and he taught the young Alexander in Macedonia ."),
-    ("River", "The river starts high in the mountains where snow melts in spring . It runs through deep "
-              "valleys and green farms and past the old mill where the miller grinds wheat into flour . "
-              "Near the coast the river grows wide and slow and boats carry timber and grain down to the "
-              "harbour where the ships wait for the tide . In winter the river freezes and children skate "
-              "on the ice while the farmers cut holes to catch fish for their families ."),
-]  # fmt: skip
+    (
+        "Oslo",
+        "Oslo is the capital of Norway . The city lies at the end of the fjord and many ships sail "
+        "into the harbour every day while the old fortress watches over the water .",
+    ),
+    (
+        "Bergen",
+        "Bergen is a city on the west coast of Norway . It rains a lot in Bergen and the fish "
+        "market by the harbour sells salmon and crab to visitors from many countries .",
+    ),
+    (
+        "Albedo",
+        "Albedo is the fraction of sunlight that a surface reflects . Snow has a high albedo and "
+        "dark forests have a low albedo so they warm faster in the summer sun .",
+    ),
+    (
+        "Lincoln",
+        "Abraham Lincoln was the president of the United States during the civil war . He was "
+        "born in a small cabin in Kentucky and later worked as a lawyer in Illinois .",
+    ),
+    (
+        "Aristotle",
+        "Aristotle was a Greek philosopher and a student of Plato . He wrote about logic and "
+        "biology and physics and he taught the young Alexander in Macedonia .",
+    ),
+    (
+        "River",
+        "The river starts high in the mountains where snow melts in spring . It runs through deep "
+        "valleys and green farms and past the old mill where the miller grinds wheat into flour . "
+        "Near the coast the river grows wide and slow and boats carry timber and grain down to the "
+        "harbour where the ships wait for the tide . In winter the river freezes and children skate "
+        "on the ice while the farmers cut holes to catch fish for their families .",
+    ),
+]
 EVAL_ARTICLE = "River"
 GRID_WORDS = [f"w{i}" for i in range(64)]  # "w0 w1 ... w63": one token each under the word vocabulary
 

@@ -51,14 +51,34 @@ def test_one_table_for_all_modes_and_strides(capsys, llama_dir, llama, text_file
     from ralm.frozen.text import read_eval_text
 
     code, out, err = run(
-        capsys, "lm-eval", llama_dir, text_file, "--corpus", corpus, "--mode", "none", "in-context", "replug",
-        "--stride", "4", "8", "--k", "2", *COMMON, "--json",
-    )  # fmt: skip
+        capsys,
+        "lm-eval",
+        llama_dir,
+        text_file,
+        "--corpus",
+        corpus,
+        "--mode",
+        "none",
+        "in-context",
+        "replug",
+        "--stride",
+        "4",
+        "8",
+        "--k",
+        "2",
+        *COMMON,
+        "--json",
+    )
     assert code == 0, err
     res = json.loads(out)
     assert [(r["mode"], r["stride"]) for r in res["rows"]] == [
-        ("none", 4), ("none", 8), ("in-context", 4), ("in-context", 8), ("replug", 4), ("replug", 8)
-    ]  # fmt: skip
+        ("none", 4),
+        ("none", 8),
+        ("in-context", 4),
+        ("in-context", 8),
+        ("replug", 4),
+        ("replug", 8),
+    ]
     assert res["excluded_articles"] == [EVAL_ARTICLE] and res["excluded_chunks"] >= 3
     assert res["tokens"] == 83 and res["words"] == 84
     assert {r["tokens"] for r in res["rows"]} == {83}  # every row scores the same tokens
@@ -83,9 +103,25 @@ def test_one_table_for_all_modes_and_strides(capsys, llama_dir, llama, text_file
 @pytest.mark.parametrize("retriever", ["bm25", "dense", "hybrid"])
 def test_retrievers_from_an_index_directory(capsys, llama_dir, text_file, index_dir, retriever):
     code, out, err = run(
-        capsys, "lm-eval", llama_dir, text_file, "--index", index_dir, "--retriever", retriever,
-        "--mode", "in-context", "--rerank", "2", "--rerank-tokens", "4", "--stride", "6", *COMMON, "--json",
-    )  # fmt: skip
+        capsys,
+        "lm-eval",
+        llama_dir,
+        text_file,
+        "--index",
+        index_dir,
+        "--retriever",
+        retriever,
+        "--mode",
+        "in-context",
+        "--rerank",
+        "2",
+        "--rerank-tokens",
+        "4",
+        "--stride",
+        "6",
+        *COMMON,
+        "--json",
+    )
     assert code == 0, err
     res = json.loads(out)
     assert res["retriever"] == f"{retriever} over {index_dir}"

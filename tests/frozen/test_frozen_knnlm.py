@@ -141,15 +141,49 @@ def test_cli_datastore_and_knnlm_rows(capsys, tmp_path, llama_dir, gpt2_dir, cor
     text = tmp_path / "river.txt"
     text.write_text(eval_text() + "\n", encoding="utf-8")
     ds = tmp_path / "ds"
-    code, out, _ = run(capsys, "lm-datastore", llama_dir, "--corpus", corpus, "--out", ds, "--max-length", "16",
-                       "--stride", "8", "--autocast", "off", "--device", "cpu")  # fmt: skip
+    code, out, _ = run(
+        capsys,
+        "lm-datastore",
+        llama_dir,
+        "--corpus",
+        corpus,
+        "--out",
+        ds,
+        "--max-length",
+        "16",
+        "--stride",
+        "8",
+        "--autocast",
+        "off",
+        "--device",
+        "cpu",
+    )
     assert code == 0 and "entries" in out
     assert run(capsys, "lm-datastore", llama_dir, "--corpus", corpus, "--out", ds)[2] == [
         f"ralm: error: {ds}: exists; pass --overwrite to replace it"
     ]
-    code, out, err = run(capsys, "lm-eval", llama_dir, text, "--datastore", ds, "--mode", "none", "knnlm",
-                         "--stride", "8", "--max-length", "16", "--knn-k", "4", "--json", "--autocast", "off",
-                         "--device", "cpu")  # fmt: skip
+    code, out, err = run(
+        capsys,
+        "lm-eval",
+        llama_dir,
+        text,
+        "--datastore",
+        ds,
+        "--mode",
+        "none",
+        "knnlm",
+        "--stride",
+        "8",
+        "--max-length",
+        "16",
+        "--knn-k",
+        "4",
+        "--json",
+        "--autocast",
+        "off",
+        "--device",
+        "cpu",
+    )
     assert code == 0, err
     res = json.loads(out)
     assert [r["mode"] for r in res["rows"]] == ["none", "knnlm"]
@@ -172,8 +206,10 @@ def test_cli_datastore_and_knnlm_rows(capsys, tmp_path, llama_dir, gpt2_dir, cor
     )
     assert code == 2 and len(err) == 1 and "0 <= lambda <= 1" in err[0]
     code, _, err = run(capsys, "lm-eval", llama_dir, text, "--datastore", tmp_path, "--mode", "knnlm")
-    assert code == 2 and err == [f"ralm: error: {tmp_path}: not a kNN-LM data store (no datastore.json); build one "
-                                 "with `ralm lm-datastore`"]  # fmt: skip
+    assert code == 2 and err == [
+        f"ralm: error: {tmp_path}: not a kNN-LM data store (no datastore.json); build one "
+        "with `ralm lm-datastore`"
+    ]
 
 
 def test_damaged_store_is_one_error(tmp_path, store_dir):

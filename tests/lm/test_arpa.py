@@ -14,8 +14,17 @@ from ralm.errors import RalmError
 from ralm.lm import NGramLM
 from ralm.lm.arpa import read_arpa, write_arpa
 
-TOY = [s.split() for s in ["the cat sat on the mat", "the dog sat on the log", "a cat saw a dog",
-                           "the cat ran", "a dog ran on the mat", "the mat"]]  # fmt: skip
+TOY = [
+    s.split()
+    for s in [
+        "the cat sat on the mat",
+        "the dog sat on the log",
+        "a cat saw a dog",
+        "the cat ran",
+        "a dog ran on the mat",
+        "the mat",
+    ]
+]
 
 
 @pytest.fixture()
@@ -168,8 +177,14 @@ def test_layouts_read_the_same(tmp_path, good_lines):
     n3 = int(good_lines[_header(good_lines, 3)].split("=")[1])
     shuffled = list(good_lines)
     shuffled[first_tri : first_tri + n3] = shuffled[first_tri : first_tri + n3][::-1]
-    for path in [_write(tmp_path, spaces, "spaces.arpa"), crlf_path, _write(tmp_path, trailing, "trail.arpa"),
-                 _write(tmp_path, no_zero_bow, "srilm.arpa"), nofinal, _write(tmp_path, shuffled, "shuf.arpa")]:  # fmt: skip
+    for path in [
+        _write(tmp_path, spaces, "spaces.arpa"),
+        crlf_path,
+        _write(tmp_path, trailing, "trail.arpa"),
+        _write(tmp_path, no_zero_bow, "srilm.arpa"),
+        nofinal,
+        _write(tmp_path, shuffled, "shuf.arpa"),
+    ]:
         _tables_equal(read_arpa(path), ref)
 
 

@@ -51,8 +51,14 @@ def test_run_ladder_rows():
     )
     out = run_ladder(DOCS, cfg)
     names = [r["model"] for r in out["rows"]]
-    assert names[:6] == ["add-one unigram", "add-one bigram", "Katz trigram", "interpolated KN trigram",
-                         "modified KN trigram", "modified KN 5-gram"]  # fmt: skip
+    assert names[:6] == [
+        "add-one unigram",
+        "add-one bigram",
+        "Katz trigram",
+        "interpolated KN trigram",
+        "modified KN trigram",
+        "modified KN 5-gram",
+    ]
     assert names[6:] == ["fixed-window FFNN (Bengio 2003)", "transformer (pre-LN)"]
     for r in out["rows"]:
         assert math.isfinite(r["test_ppl"]) and r["test_ppl"] > 1 and r["params"] > 0
@@ -65,8 +71,22 @@ def test_cli_ladder(tmp_path, capsys):
     text = tmp_path / "docs.txt"
     text.write_text("\n".join(DOCS) + "\n", encoding="utf-8")
     js = tmp_path / "ladder.json"
-    rc = main(["lm", "ladder", str(text), "--models", "ngram,ffnn", "--epochs", "1", "--quiet",
-               "--json-out", str(js), "--save-dir", str(tmp_path / "models")])  # fmt: skip
+    rc = main(
+        [
+            "lm",
+            "ladder",
+            str(text),
+            "--models",
+            "ngram,ffnn",
+            "--epochs",
+            "1",
+            "--quiet",
+            "--json-out",
+            str(js),
+            "--save-dir",
+            str(tmp_path / "models"),
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "modified KN 5-gram" in out and "fixed-window FFNN" in out and "test ppl" in out

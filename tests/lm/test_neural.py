@@ -123,8 +123,20 @@ def test_learns_a_repetitive_corpus_better_than_unigram(kind):
     unigram = NGramLM.fit(sents, order=1, estimator="laplace").perplexity(sents)
     m = build_model(kind, vocab_size=len(vocab), seed=0, **SMALL[kind], dropout=0.0)
     before = perplexity(m, enc)
-    res = train_lm(m, enc, enc, TrainConfig(lr=1e-2, max_epochs=200, max_steps=120, warmup_steps=5,
-                                            batch_tokens=256, patience=100, autocast="off"))  # fmt: skip
+    res = train_lm(
+        m,
+        enc,
+        enc,
+        TrainConfig(
+            lr=1e-2,
+            max_epochs=200,
+            max_steps=120,
+            warmup_steps=5,
+            batch_tokens=256,
+            patience=100,
+            autocast="off",
+        ),
+    )
     after = perplexity(m, enc)
     assert res.steps == 120 and res.stopped_by == "steps"
     assert after < before and after < unigram / 2, (kind, before, after, unigram)

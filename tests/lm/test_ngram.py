@@ -53,8 +53,16 @@ def predicted_vocab(lm):
 # --------------------------------------------------------------------------- tokenisation
 def test_word_tokenize_unicode_and_lowercase():
     assert word_tokenize("Æble-tærte, 3.5 kr!", lowercase=True) == [
-        "æble", "-", "tærte", ",", "3", ".", "5", "kr", "!",
-    ]  # fmt: skip
+        "æble",
+        "-",
+        "tærte",
+        ",",
+        "3",
+        ".",
+        "5",
+        "kr",
+        "!",
+    ]
     assert word_tokenize("Straße  Œuvre") == ["Straße", "Œuvre"]
     assert word_tokenize("") == []
 
@@ -308,9 +316,15 @@ def test_arpa_scores_match_kenlm(tmp_path, lee_sentences, estimator, order):
 # --------------------------------------------------------------------------- ARPA round trip
 @pytest.mark.parametrize(
     ("estimator", "order", "params"),
-    [("mkn", 3, {}), ("kn", 2, {}), ("katz", 4, {}), ("laplace", 1, {}), ("lidstone", 1, {"delta": 0.3}),
-     ("mkn", 1, {})],
-)  # fmt: skip
+    [
+        ("mkn", 3, {}),
+        ("kn", 2, {}),
+        ("katz", 4, {}),
+        ("laplace", 1, {}),
+        ("lidstone", 1, {"delta": 0.3}),
+        ("mkn", 1, {}),
+    ],
+)
 def test_arpa_round_trip_is_identical(tmp_path, lee_sentences, estimator, order, params):
     train, held = lee_sentences
     lm = NGramLM.fit(train[:600], order=order, estimator=estimator, **params)
@@ -419,7 +433,7 @@ def test_malformed_arpa_errors_name_the_line(tmp_path):
         ("garbage", ["hello world", *lines], 0, "expected \\\\data"),
         ("header", variant(header2, "ngram 2 = x"), header2, "ngram 2=COUNT"),
         ("ctx", variant(first_trigram, f"{tri_p}\tmat mat the"), first_trigram, "context 'mat mat'"),
-    ]  # fmt: skip
+    ]
     for name, content, line0, pattern in cases:
         path = _write_variant(tmp_path, content, f"{name}.arpa")
         with pytest.raises(RalmError, match=pattern) as info:

@@ -25,8 +25,23 @@ def text_file(tmp_path):
 
 def test_train_score_sample(tmp_path, text_file, capsys):
     model = tmp_path / "m.arpa"
-    assert main(["ngram", "train", str(text_file), "--order", "3", "--estimator", "mkn",
-                 "--out", str(model), "--lowercase"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "ngram",
+                "train",
+                str(text_file),
+                "--order",
+                "3",
+                "--estimator",
+                "mkn",
+                "--out",
+                str(model),
+                "--lowercase",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "order 3 mkn" in out and "15 sentences" in out
     assert model.read_text(encoding="utf-8").count("\\end\\") == 1
@@ -61,8 +76,12 @@ def test_train_score_sample(tmp_path, text_file, capsys):
 def test_cli_errors_exit_2_with_one_line(tmp_path, text_file, capsys, args, pattern):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
-    fill = {"text": str(text_file), "out": str(tmp_path / "o.arpa"), "missing": str(tmp_path / "no"),
-            "empty": str(empty)}  # fmt: skip
+    fill = {
+        "text": str(text_file),
+        "out": str(tmp_path / "o.arpa"),
+        "missing": str(tmp_path / "no"),
+        "empty": str(empty),
+    }
     assert main(["ngram", *[a.format(**fill) for a in args]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ralm: error: ")
@@ -104,15 +123,32 @@ def test_estimators_without_arpa_form(tmp_path, text_file, capsys, estimator):
     """train refuses ARPA output for them in one line that says why and what to run instead;
     score --train fits them in memory and prints their perplexity."""
     out = tmp_path / "m.arpa"
-    assert main(["ngram", "train", str(text_file), "--order", "3", "--estimator", estimator,
-                 "--out", str(out)]) == 2  # fmt: skip
+    assert (
+        main(["ngram", "train", str(text_file), "--order", "3", "--estimator", estimator, "--out", str(out)])
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no ARPA form" in err[0] and "ralm ngram score --train" in err[0], err
     assert not out.exists()
     held = tmp_path / "held.txt"
     held.write_text("The cat sat on the log.\nA dog ran.\n", encoding="utf-8")
-    assert main(["ngram", "score", "--train", str(text_file), "--order", "3", "--estimator", estimator,
-                 "--lowercase", str(held)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "ngram",
+                "score",
+                "--train",
+                str(text_file),
+                "--order",
+                "3",
+                "--estimator",
+                estimator,
+                "--lowercase",
+                str(held),
+            ]
+        )
+        == 0
+    )
     line = capsys.readouterr().out.strip().splitlines()[-1]
     train = [word_tokenize(s, lowercase=True) for s in text_file.read_text(encoding="utf-8").splitlines()]
     lm = NGramLM.fit([s for s in train if s], order=3, estimator=estimator)

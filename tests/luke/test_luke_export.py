@@ -110,13 +110,25 @@ def test_export_span_classifier_loads_in_hf(tmp_path, tiny_luke_config, minilm_d
     starts = torch.tensor([[1, 6, 3], [1, 0, 0]])
     ends = torch.tensor([[1, 7, 5], [2, 0, 0]])
     with torch.no_grad():
-        ref = ours(enc["input_ids"], enc["attention_mask"], ent, ent_mask, pos, starts, ends, **{
-            "token_type_ids": enc["token_type_ids"]})  # fmt: skip
+        ref = ours(
+            enc["input_ids"],
+            enc["attention_mask"],
+            ent,
+            ent_mask,
+            pos,
+            starts,
+            ends,
+            **{"token_type_ids": enc["token_type_ids"]},
+        )
         hf = LukeForEntitySpanClassification.from_pretrained(str(out)).eval()
         got = hf(
-            **enc, entity_ids=ent, entity_attention_mask=ent_mask, entity_position_ids=pos,
-            entity_start_positions=starts, entity_end_positions=ends,
-        )  # fmt: skip
+            **enc,
+            entity_ids=ent,
+            entity_attention_mask=ent_mask,
+            entity_position_ids=pos,
+            entity_start_positions=starts,
+            entity_end_positions=ends,
+        )
     assert hf.config.id2label == {0: "O", 1: "PER", 2: "LOC"}
     real = ent_mask.bool()
     close(got.logits[real], ref["logits"][real])

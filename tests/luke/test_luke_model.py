@@ -30,11 +30,22 @@ TOL = 1e-5
 
 def tiny_hf_config(**kw) -> HFLukeConfig:
     base = dict(
-        vocab_size=100, entity_vocab_size=20, hidden_size=32, entity_emb_size=16, num_hidden_layers=2,
-        num_attention_heads=4, intermediate_size=64, max_position_embeddings=65, type_vocab_size=2,
-        use_entity_aware_attention=True, pad_token_id=0, bos_token_id=None, eos_token_id=None,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
+        vocab_size=100,
+        entity_vocab_size=20,
+        hidden_size=32,
+        entity_emb_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=65,
+        type_vocab_size=2,
+        use_entity_aware_attention=True,
+        pad_token_id=0,
+        bos_token_id=None,
+        eos_token_id=None,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     base.update(kw)
     return HFLukeConfig(**base)
 
@@ -91,9 +102,14 @@ def test_word_and_entity_outputs_equal_hf_luke_model():
     tt[0, 5:] = 1
     with torch.no_grad():
         ref = hf(
-            input_ids=ids, attention_mask=mask, token_type_ids=tt, entity_ids=ent, entity_attention_mask=ent_mask,
-            entity_position_ids=pos, entity_token_type_ids=ett,
-        )  # fmt: skip
+            input_ids=ids,
+            attention_mask=mask,
+            token_type_ids=tt,
+            entity_ids=ent,
+            entity_attention_mask=ent_mask,
+            entity_position_ids=pos,
+            entity_token_type_ids=ett,
+        )
         w, e = ours(ids, mask, ent, ent_mask, pos, token_type_ids=tt, entity_token_type_ids=ett)
     real_w, real_e = mask.bool(), ent_mask.bool()
     assert w.shape == (3, 9, 32) and e.shape == (3, 4, 32)
@@ -131,9 +147,14 @@ def test_masked_lm_logits_and_losses_equal_hf():
     ent_labels = torch.where(ent_mask.bool(), ent, torch.full_like(ent, -100))
     with torch.no_grad():
         ref = hf(
-            input_ids=ids, attention_mask=mask, entity_ids=ent, entity_attention_mask=ent_mask,
-            entity_position_ids=pos, labels=mlm, entity_labels=ent_labels,
-        )  # fmt: skip
+            input_ids=ids,
+            attention_mask=mask,
+            entity_ids=ent,
+            entity_attention_mask=ent_mask,
+            entity_position_ids=pos,
+            labels=mlm,
+            entity_labels=ent_labels,
+        )
         out = ours(ids, mask, ent, ent_mask, pos, mlm_labels=mlm, entity_labels=ent_labels)
     assert out["mlm_logits"].shape == (3, 9, 100) and out["entity_logits"].shape == (3, 4, 20)
     assert_close(out["mlm_logits"][mask.bool()], ref.logits[mask.bool()], 1e-4)
@@ -239,9 +260,14 @@ def table_param_count(V, P, Tt, L, le, H, I, Ie, Ne, emb, layers):  # noqa: E741
 )
 def test_reduced_parameter_count_is_the_table_formula(tiny_luke_config, L, le, H, I, Ie, emb):  # noqa: E741
     cfg = tiny_luke_config(
-        hidden_size=L, entity_hidden_size=le, num_attention_heads=H, intermediate_size=I,
-        entity_intermediate_size=Ie, entity_emb_size=emb, num_hidden_layers=3,
-    )  # fmt: skip
+        hidden_size=L,
+        entity_hidden_size=le,
+        num_attention_heads=H,
+        intermediate_size=I,
+        entity_intermediate_size=Ie,
+        entity_emb_size=emb,
+        num_hidden_layers=3,
+    )
     n = sum(p.numel() for p in LukeForPretraining(cfg).parameters())
     assert n == table_param_count(100, 64, 2, L, le, H, I, Ie, 20, emb, 3)
 

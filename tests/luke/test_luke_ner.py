@@ -104,8 +104,16 @@ class SpanTable(torch.nn.Module):
         )
         self.calls = 0
 
-    def forward(self, input_ids, attention_mask, entity_ids, entity_attention_mask, entity_position_ids,
-                entity_start_positions, entity_end_positions):  # fmt: skip
+    def forward(
+        self,
+        input_ids,
+        attention_mask,
+        entity_ids,
+        entity_attention_mask,
+        entity_position_ids,
+        entity_start_positions,
+        entity_end_positions,
+    ):
         self.calls += 1
         real = entity_attention_mask == 1
         assert (entity_ids[real] == 2).all() and (
@@ -162,10 +170,19 @@ def luke_run(tmp_path_factory, minilm_dir):
     run = tmp_path_factory.mktemp("luke") / "tiny-run"
     torch.manual_seed(0)
     cfg = LukeConfig(
-        vocab_size=30522, hidden_size=32, entity_hidden_size=16, entity_vocab_size=8, entity_emb_size=8,
-        num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, entity_intermediate_size=32,
-        max_position_embeddings=64, type_vocab_size=2, max_mention_length=4,
-    )  # fmt: skip
+        vocab_size=30522,
+        hidden_size=32,
+        entity_hidden_size=16,
+        entity_vocab_size=8,
+        entity_emb_size=8,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        entity_intermediate_size=32,
+        max_position_embeddings=64,
+        type_vocab_size=2,
+        max_mention_length=4,
+    )
     save_model(LukeForPretraining(cfg), run / "model")
     for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(minilm_dir / f, run / "model" / f)

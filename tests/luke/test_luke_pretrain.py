@@ -223,9 +223,25 @@ def test_stats_only(capsys, store):
 
 def _cli_args(store, tiny_dir, out, *extra):
     return [
-        "--docstore", store, "--out", out, "--backbone", tiny_dir, "--steps", 2, "--batch-size", 2, "--quiet",
-        "--set", "device='cpu'", "--set", "autocast='off'", "--set", "tensorboard=false", *extra,
-    ]  # fmt: skip
+        "--docstore",
+        store,
+        "--out",
+        out,
+        "--backbone",
+        tiny_dir,
+        "--steps",
+        2,
+        "--batch-size",
+        2,
+        "--quiet",
+        "--set",
+        "device='cpu'",
+        "--set",
+        "autocast='off'",
+        "--set",
+        "tensorboard=false",
+        *extra,
+    ]
 
 
 def test_cli_run_and_resume(capsys, store, tiny_dir, tmp_path):
@@ -371,8 +387,14 @@ def test_entity_first_stage_leaves_the_word_side_bit_identical(make_cfg, tmp_pat
     from ralm.luke.pretrain_run import prepare
     from ralm.luke.stages import entity_side
 
-    cfg = make_cfg(out=str(tmp_path / "staged"), steps=4, entity_first_steps=2, checkpoint_every=1,
-                   keep_checkpoints=8, entity_first_lr=1e-2)  # fmt: skip
+    cfg = make_cfg(
+        out=str(tmp_path / "staged"),
+        steps=4,
+        entity_first_steps=2,
+        checkpoint_every=1,
+        keep_checkpoints=8,
+        entity_first_lr=1e-2,
+    )
     start = {k: v.clone() for k, v in prepare(cfg).model.state_dict().items()}
     run = pretrain(cfg, progress=False)
     two, four = weights(run / "checkpoints" / "step-0000002"), weights(run / "checkpoints" / "step-0000004")

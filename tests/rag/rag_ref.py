@@ -31,9 +31,12 @@ def chat_tokenizer():
         ),
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>", bos_token="<|im_start|>",
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        bos_token="<|im_start|>",
         chat_template=CHATML,
-    )  # fmt: skip
+    )
 
 
 def sigkill_at_checkpoint(argv: list[str], out, step: int = 10, timeout: float = 120.0) -> None:
@@ -50,8 +53,12 @@ def sigkill_at_checkpoint(argv: list[str], out, step: int = 10, timeout: float =
     code = (
         "import sys, torch; torch.set_num_threads(1); from ralm.cli import main; sys.exit(main(sys.argv[1:]))"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, *map(str, argv)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, argv)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ckpt = Path(out) / "checkpoints" / f"step-{step:07d}"
     deadline = time.monotonic() + timeout
     while not ckpt.is_dir():

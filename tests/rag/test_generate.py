@@ -70,8 +70,10 @@ def _naive_replug(lm, group, weights, n, stop):
 
 def test_replug_mixture_equals_a_naive_per_passage_loop(chat_lm):
     b = PromptBuilder(chat_lm.tokenizer, 400)
-    passages = [["Abraham Lincoln was the 16th president.", "Oslo er hovedstaden i Norge.", "København"],
-                ["Det bor mange mennesker der.", "Abraham Lincoln"]]  # fmt: skip
+    passages = [
+        ["Abraham Lincoln was the 16th president.", "Oslo er hovedstaden i Norge.", "København"],
+        ["Det bor mange mennesker der.", "Abraham Lincoln"],
+    ]
     groups = [[b.ids(q, [p]) for p in ps] for q, ps in zip(["Who?", "Hvor?"], passages, strict=True)]
     weights = [passage_weights([2.0, 1.0, 0.5]), passage_weights([0.3, 0.1], temperature=0.5)]
     stop = [chat_lm.tokenizer.eos_token_id]

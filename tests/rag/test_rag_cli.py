@@ -48,8 +48,15 @@ def index(tmp_path_factory, store, tiny_dir):
     from ralm.retrieval.index.build import build_index_dir
 
     out = tmp_path_factory.mktemp("rag-index") / "index"
-    build_index_dir(DocStore(store), out, encoder=str(tiny_dir), encoder_config=EncoderConfig(max_length=32),
-                    bm25=True, progress=False, log=lambda m: None)  # fmt: skip
+    build_index_dir(
+        DocStore(store),
+        out,
+        encoder=str(tiny_dir),
+        encoder_config=EncoderConfig(max_length=32),
+        bm25=True,
+        progress=False,
+        log=lambda m: None,
+    )
     return out
 
 
@@ -71,8 +78,29 @@ def test_eval_rows_predictions_and_results(capsys, chat_lm_dir, chat_lm, store, 
     from ralm.retrieval.bm25 import BM25Retriever
 
     out = tmp_path / "rag"
-    code, stdout, err = run(capsys, "rag", "eval", questions, "--lm", chat_lm_dir, "--corpus", store, "--mode",
-                            "closed-book", "rag", "replug", "-k", "1", "2", "--max-new-tokens", "5", "--no-progress", "--out", out, *LM)  # fmt: skip
+    code, stdout, err = run(
+        capsys,
+        "rag",
+        "eval",
+        questions,
+        "--lm",
+        chat_lm_dir,
+        "--corpus",
+        store,
+        "--mode",
+        "closed-book",
+        "rag",
+        "replug",
+        "-k",
+        "1",
+        "2",
+        "--max-new-tokens",
+        "5",
+        "--no-progress",
+        "--out",
+        out,
+        *LM,
+    )
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == [
         "closed-book",
@@ -134,8 +162,26 @@ def test_a_retrieval_file_gives_the_same_answers(capsys, chat_lm_dir, store, que
 
 
 def test_cut_prompts_are_said_once(capsys, chat_lm_dir, store, questions, tmp_path):
-    code, _, err = run(capsys, "rag", "eval", questions, "--lm", chat_lm_dir, "--corpus", store, "-k", "3",
-                       "--max-prompt-tokens", "120", "--max-new-tokens", "2", "--no-progress", "--out", tmp_path / "o", *LM)  # fmt: skip
+    code, _, err = run(
+        capsys,
+        "rag",
+        "eval",
+        questions,
+        "--lm",
+        chat_lm_dir,
+        "--corpus",
+        store,
+        "-k",
+        "3",
+        "--max-prompt-tokens",
+        "120",
+        "--max-new-tokens",
+        "2",
+        "--no-progress",
+        "--out",
+        tmp_path / "o",
+        *LM,
+    )
     assert code == 0, err
     notes = [line for line in err if "cut to fit" in line]
     assert notes == ["note: 3 prompts had their passages cut to fit 120 tokens"]
@@ -192,12 +238,45 @@ def test_oracle_uses_the_chunk_of_a_squad_context(capsys, chat_lm_dir, store, tm
     from ralm.corpus.docstore import DocStore
 
     ctx = ARTICLES[3][1]
-    squad = {"data": [{"title": "Aristotle", "paragraphs": [{"context": ctx, "qas": [
-        {"id": "q1", "question": "Who taught Aristotle ?", "answers": [{"text": "Plato", "answer_start": ctx.index("Plato")}]}]}]}]}  # fmt: skip
+    squad = {
+        "data": [
+            {
+                "title": "Aristotle",
+                "paragraphs": [
+                    {
+                        "context": ctx,
+                        "qas": [
+                            {
+                                "id": "q1",
+                                "question": "Who taught Aristotle ?",
+                                "answers": [{"text": "Plato", "answer_start": ctx.index("Plato")}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     f = tmp_path / "squad.json"
     f.write_text(json.dumps(squad))
-    code, _, err = run(capsys, "rag", "eval", f, "--lm", chat_lm_dir, "--corpus", store, "--mode", "oracle",
-                       "--max-new-tokens", "2", "--no-progress", "--out", tmp_path / "o", *LM)  # fmt: skip
+    code, _, err = run(
+        capsys,
+        "rag",
+        "eval",
+        f,
+        "--lm",
+        chat_lm_dir,
+        "--corpus",
+        store,
+        "--mode",
+        "oracle",
+        "--max-new-tokens",
+        "2",
+        "--no-progress",
+        "--out",
+        tmp_path / "o",
+        *LM,
+    )
     assert code == 0, err
     ds = DocStore(store)
     chunk = next(ds.get(i) for i in range(len(ds)) if "Plato" in ds.get(i)["text"])
@@ -207,8 +286,26 @@ def test_oracle_uses_the_chunk_of_a_squad_context(capsys, chat_lm_dir, store, tm
 
 def test_train_saves_a_generator_that_eval_loads(capsys, chat_lm_dir, store, questions, tmp_path):
     out = tmp_path / "gen"
-    code, stdout, err = run(capsys, "rag", "train", questions, "--lm", chat_lm_dir, "--corpus", store, "-k", "2",
-                            "--epochs", "2", "--batch-size", "2", "--no-progress", "--out", out, *LM)  # fmt: skip
+    code, stdout, err = run(
+        capsys,
+        "rag",
+        "train",
+        questions,
+        "--lm",
+        chat_lm_dir,
+        "--corpus",
+        store,
+        "-k",
+        "2",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--no-progress",
+        "--out",
+        out,
+        *LM,
+    )
     assert code == 0, err
     stats = json.loads((out / "train.json").read_text())
     assert stats["stats"]["steps"] == 4 and stats["stats"]["examples"] == 3 and stats["k"] == 2
@@ -218,8 +315,22 @@ def test_train_saves_a_generator_that_eval_loads(capsys, chat_lm_dir, store, que
     card = ModelCard.load(out / "model" / "README.md")
     assert card.data.pipeline_tag == "text-generation" and card.data.library_name == "transformers"
     assert "| fine-tuning | full, 4 steps, lr 5e-05, batch 2 |" in card.text
-    code, _, err = run(capsys, "rag", "eval", questions, "--lm", out / "model", "--mode", "closed-book",
-                       "--max-new-tokens", "2", "--no-progress", "--out", tmp_path / "e", *LM)  # fmt: skip
+    code, _, err = run(
+        capsys,
+        "rag",
+        "eval",
+        questions,
+        "--lm",
+        out / "model",
+        "--mode",
+        "closed-book",
+        "--max-new-tokens",
+        "2",
+        "--no-progress",
+        "--out",
+        tmp_path / "e",
+        *LM,
+    )
     assert code == 0, err
 
 
@@ -239,12 +350,52 @@ def test_lsr_supervised_by_a_fine_tuned_generator_lowers_the_kl(
     from ralm.retrieval.index.open import load_retriever
 
     gen = tmp_path / "gen"
-    code, _, err = run(capsys, "rag", "train", questions, "--lm", chat_lm_dir, "--index", index, "--retriever", "dense",
-                       "-k", "1", "--epochs", "2", "--batch-size", "3", "--no-progress", "--out", gen, *LM)  # fmt: skip
+    code, _, err = run(
+        capsys,
+        "rag",
+        "train",
+        questions,
+        "--lm",
+        chat_lm_dir,
+        "--index",
+        index,
+        "--retriever",
+        "dense",
+        "-k",
+        "1",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "3",
+        "--no-progress",
+        "--out",
+        gen,
+        *LM,
+    )
     assert code == 0, err
     out = tmp_path / "lsr"
-    code, stdout, err = run(capsys, "rag", "lsr", questions, "--lm", gen / "model", "--index", index, "-n", "3",
-                            "--epochs", "2", "--lr", "1e-3", "--batch-size", "2", "--no-progress", "--out", out, *LM)  # fmt: skip
+    code, stdout, err = run(
+        capsys,
+        "rag",
+        "lsr",
+        questions,
+        "--lm",
+        gen / "model",
+        "--index",
+        index,
+        "-n",
+        "3",
+        "--epochs",
+        "2",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "2",
+        "--no-progress",
+        "--out",
+        out,
+        *LM,
+    )
     assert code == 0, err
     assert verify_index_dir(out / "index").problems == []
     store, before = load_retriever(index, "dense")
@@ -280,8 +431,24 @@ def test_oracle_without_contexts_uses_the_answer_bearing_passage(
 ):
     from ralm.corpus.docstore import DocStore
 
-    code, _, err = run(capsys, "rag", "eval", questions, "--lm", chat_lm_dir, "--corpus", store, "--mode", "oracle",
-                       "--max-new-tokens", "2", "--no-progress", "--out", tmp_path / "o", *LM)  # fmt: skip
+    code, _, err = run(
+        capsys,
+        "rag",
+        "eval",
+        questions,
+        "--lm",
+        chat_lm_dir,
+        "--corpus",
+        store,
+        "--mode",
+        "oracle",
+        "--max-new-tokens",
+        "2",
+        "--no-progress",
+        "--out",
+        tmp_path / "o",
+        *LM,
+    )
     assert code == 0, err
     note = "note: oracle: 3 questions without a gold passage use their best-ranked retrieved passage that holds an answer"
     assert note in err
@@ -307,9 +474,29 @@ def test_lsr_killed_with_sigkill_resumes_to_the_uninterrupted_query_tower(
     from ralm.retrieval.encoders import DualEncoder
 
     def argv(out):
-        return ["rag", "lsr", str(questions), "--lm", str(chat_lm_dir), "--index", str(index), "-n", "3",
-                "--epochs", "60", "--lr", "1e-3", "--batch-size", "1", "--save-every", "5", "--no-progress",
-                "--out", str(out), *LM]  # fmt: skip
+        return [
+            "rag",
+            "lsr",
+            str(questions),
+            "--lm",
+            str(chat_lm_dir),
+            "--index",
+            str(index),
+            "-n",
+            "3",
+            "--epochs",
+            "60",
+            "--lr",
+            "1e-3",
+            "--batch-size",
+            "1",
+            "--save-every",
+            "5",
+            "--no-progress",
+            "--out",
+            str(out),
+            *LM,
+        ]
 
     assert main(argv(tmp_path / "whole")) == 0
     capsys.readouterr()

@@ -26,17 +26,51 @@ def data(tmp_path):
     q = tmp_path / "q.jsonl"
     q.write_text("".join(json.dumps(x) + "\n" for x in QUESTIONS), encoding="utf-8")
     r = tmp_path / "q.retrieved.jsonl"  # `ralm rag retrieve`'s format: one passage per question
-    r.write_text("".join(json.dumps({"id": str(i), "question": x["question"], "passages": [
-        {"id": i, "score": 1.0, "title": "", "text": PASSAGES[i]}]}) + "\n" for i, x in enumerate(QUESTIONS)),
-        encoding="utf-8")  # fmt: skip
+    r.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": str(i),
+                    "question": x["question"],
+                    "passages": [{"id": i, "score": 1.0, "title": "", "text": PASSAGES[i]}],
+                }
+            )
+            + "\n"
+            for i, x in enumerate(QUESTIONS)
+        ),
+        encoding="utf-8",
+    )
     return q, r
 
 
 def _argv(chat_lm_dir, data, out: Path) -> list[str]:
     q, r = data
-    return ["rag", "train", str(q), "--lm", str(chat_lm_dir), "--retrieved", str(r), "-k", "1", "--epochs", "200",
-            "--batch-size", "1", "--lora-r", "4", "--save-every", "5", "--no-progress", "--device", "cpu",
-            "--autocast", "off", "--out", str(out)]  # fmt: skip
+    return [
+        "rag",
+        "train",
+        str(q),
+        "--lm",
+        str(chat_lm_dir),
+        "--retrieved",
+        str(r),
+        "-k",
+        "1",
+        "--epochs",
+        "200",
+        "--batch-size",
+        "1",
+        "--lora-r",
+        "4",
+        "--save-every",
+        "5",
+        "--no-progress",
+        "--device",
+        "cpu",
+        "--autocast",
+        "off",
+        "--out",
+        str(out),
+    ]
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:

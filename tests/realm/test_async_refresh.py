@@ -18,9 +18,15 @@ def _refresher(cfg, tmp_path, every=1):
 
     model, _ = build_model(cfg, DocStore(cfg.docstore))
     ref = AsyncRefresher(
-        model.docs, every=every, kind="flat", batch_size=8, autocast="off", root=tmp_path / "index",
-        encoder_src=cfg.reader, encoder_config=model.encoder.config,
-    )  # fmt: skip
+        model.docs,
+        every=every,
+        kind="flat",
+        batch_size=8,
+        autocast="off",
+        root=tmp_path / "index",
+        encoder_src=cfg.reader,
+        encoder_config=model.encoder.config,
+    )
     return model, ref
 
 

@@ -48,8 +48,11 @@ def test_span_query_and_merging():
 
     text = "Ibsen ble født i Skien i 1828 og døde i Kristiania."
     q = span_query(text, [(17, 22, "link"), (25, 29, "date"), (40, 50, "random")])
-    assert q == SpanQuery("Ibsen ble født i [1] i [2] og døde i [3].", ["Skien", "1828", "Kristiania"],
-                          ["link", "date", "random"])  # fmt: skip
+    assert q == SpanQuery(
+        "Ibsen ble født i [1] i [2] og døde i [3].",
+        ["Skien", "1828", "Kristiania"],
+        ["link", "date", "random"],
+    )
     assert q.target() == ("[1] Skien\n[2] 1828\n[3] Kristiania\n", [(4, 9), (14, 18), (23, 33)])
     # touching spans (or only whitespace apart) become one; the kind is the first non-random one
     assert merge_char_spans([(0, 5, "random"), (6, 11, "date")], "Skien 1828 x") == [(0, 10, "date")]
@@ -371,11 +374,26 @@ def causal_runs(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
     out = {}
     for mode in ("realm", "mlm"):
         cfg = PretrainConfig(
-            docstore=str(realm_store), out=str(root / mode), mode=mode, reader=str(causal_dirs["gemma3"]),
-            retriever=str(tiny_dir), steps=2, batch_size=3, k=3, encoder_max_length=32, reader_max_length=200,
-            heldout=3, refresh_every=1, checkpoint_every=2, warmup_steps=1, lr_reader=1e-3, lr_retriever=1e-3,
-            device="cpu", autocast="off", tensorboard=False,
-        )  # fmt: skip
+            docstore=str(realm_store),
+            out=str(root / mode),
+            mode=mode,
+            reader=str(causal_dirs["gemma3"]),
+            retriever=str(tiny_dir),
+            steps=2,
+            batch_size=3,
+            k=3,
+            encoder_max_length=32,
+            reader_max_length=200,
+            heldout=3,
+            refresh_every=1,
+            checkpoint_every=2,
+            warmup_steps=1,
+            lr_reader=1e-3,
+            lr_retriever=1e-3,
+            device="cpu",
+            autocast="off",
+            tensorboard=False,
+        )
         out[mode] = pretrain(cfg, progress=False)
     torch.set_num_threads(n)
     return out
@@ -409,8 +427,20 @@ def test_evaluate_causal_run_by_kind_and_initial(causal_runs):
 def test_evaluate_cli_initial(causal_runs, capsys):
     from ralm.cli import main
 
-    assert main(["evaluate-mlm", str(causal_runs["realm"]), "--baseline", str(causal_runs["mlm"]), "--initial",
-                 "--device", "cpu"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "evaluate-mlm",
+                str(causal_runs["realm"]),
+                "--baseline",
+                str(causal_runs["mlm"]),
+                "--initial",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "closed-book baseline" in out and "perplexity by span kind" in out
     saved = json.loads((causal_runs["realm"] / "eval_mlm_initial.json").read_text())
@@ -479,8 +509,24 @@ def test_diagnose_agrees_with_evaluate(causal_runs, capsys):
         np.array([rec["lp_content"][:4] for rec in diag.records]),
     )
     assert s["score_utility"] == by_hand and s["score_utility"]["top_chance"] == 0.25
-    assert main(["evaluate-mlm", str(causal_runs["realm"]), "--baseline", str(causal_runs["mlm"]), "--diagnose",
-                 "--depth", "10", "--reader-depth", "4", "--device", "cpu"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "evaluate-mlm",
+                str(causal_runs["realm"]),
+                "--baseline",
+                str(causal_runs["mlm"]),
+                "--diagnose",
+                "--depth",
+                "10",
+                "--reader-depth",
+                "4",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert (
         "answers in candidates" in printed and "scores vs the reader's log p(y|x,z) over 4 chunks" in printed
@@ -563,25 +609,81 @@ def test_lora_reader_trains_adapters_and_exports_merged(causal_cfg, tmp_path):
 def test_errors_are_one_line_and_exit_2(realm_store, tiny_dir, causal_dirs, tmp_path, capsys):
     from ralm.cli import main
 
-    common = ["pretrain", "--docstore", str(realm_store), "--steps", "1", "--batch-size", "2", "--k", "3",
-              "--heldout", "2", "--device", "cpu", "--quiet"]  # fmt: skip
+    common = [
+        "pretrain",
+        "--docstore",
+        str(realm_store),
+        "--steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--k",
+        "3",
+        "--heldout",
+        "2",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     # a reader that is no causal LM
-    code = main([*common, "--out", str(tmp_path / "a"), "--reader", str(tiny_dir), "--reader-kind", "causal",
-                 "--retriever", str(tiny_dir)])  # fmt: skip
+    code = main(
+        [
+            *common,
+            "--out",
+            str(tmp_path / "a"),
+            "--reader",
+            str(tiny_dir),
+            "--reader-kind",
+            "causal",
+            "--retriever",
+            str(tiny_dir),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "is not a causal LM" in err[0]
     # a masked text with its spans longer than the reader's budget
-    code = main([*common, "--out", str(tmp_path / "b"), "--reader", str(causal_dirs["llama"]),
-                 "--retriever", str(tiny_dir), "--set", "reader_max_length=8"])  # fmt: skip
+    code = main(
+        [
+            *common,
+            "--out",
+            str(tmp_path / "b"),
+            "--reader",
+            str(causal_dirs["llama"]),
+            "--retriever",
+            str(tiny_dir),
+            "--set",
+            "reader_max_length=8",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "reader_max_length=8" in err[0]
     # towers whose tokenizer is not the DocStore's
-    code = main([*common, "--out", str(tmp_path / "c"), "--reader", str(causal_dirs["llama"]), "--mode", "mlm",
-                 "--retriever", str(causal_dirs["llama"])])  # fmt: skip
+    code = main(
+        [
+            *common,
+            "--out",
+            str(tmp_path / "c"),
+            "--reader",
+            str(causal_dirs["llama"]),
+            "--mode",
+            "mlm",
+            "--retriever",
+            str(causal_dirs["llama"]),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "tokenizer" in err[0]
-    code = main([*common, "--out", str(tmp_path / "d"), "--reader", str(causal_dirs["llama"]),
-                 "--set", "causal_blank=[x]"])  # fmt: skip
+    code = main(
+        [
+            *common,
+            "--out",
+            str(tmp_path / "d"),
+            "--reader",
+            str(causal_dirs["llama"]),
+            "--set",
+            "causal_blank=[x]",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "causal_blank" in err[0]
 

@@ -33,16 +33,34 @@ def nodrop_dir(tmp_path_factory, tiny_dir):
 
 def _args(store, reader, out, **kw):
     base = {
-        "docstore": store, "out": out, "reader": reader, "steps": 3, "batch-size": 4, "k": 3, "refresh-every": 2,
-        "checkpoint-every": 1, "heldout": 3, "device": "cpu", "autocast": "off", "lr-reader": 1e-3,
-        "lr-retriever": 1e-3, "warmup-steps": 1,
-    }  # fmt: skip
+        "docstore": store,
+        "out": out,
+        "reader": reader,
+        "steps": 3,
+        "batch-size": 4,
+        "k": 3,
+        "refresh-every": 2,
+        "checkpoint-every": 1,
+        "heldout": 3,
+        "device": "cpu",
+        "autocast": "off",
+        "lr-reader": 1e-3,
+        "lr-retriever": 1e-3,
+        "warmup-steps": 1,
+    }
     base.update(kw)
     argv = ["pretrain"]
     for k, v in base.items():
         argv += [f"--{k}", str(v)]
-    return argv + ["--set", "encoder_max_length=32", "--set", "reader_max_length=96", "--set", "tensorboard=false",
-                   "--quiet"]  # fmt: skip
+    return argv + [
+        "--set",
+        "encoder_max_length=32",
+        "--set",
+        "reader_max_length=96",
+        "--set",
+        "tensorboard=false",
+        "--quiet",
+    ]
 
 
 def _env():

@@ -143,8 +143,13 @@ def test_unrecorded_checkpoint_that_safetensors_cannot_read_is_one_line(tiny_cfg
     )
     with pytest.raises(RalmError, match=pat):
         load_run(run)
-    with pytest.raises(RalmError, match=pat.replace("use the previous checkpoint", "resume from the previous "
-                                                     "checkpoint, or start over with --overwrite")):  # fmt: skip
+    with pytest.raises(
+        RalmError,
+        match=pat.replace(
+            "use the previous checkpoint",
+            "resume from the previous checkpoint, or start over with --overwrite",
+        ),
+    ):
         pretrain(tiny_cfg(steps=2), resume=True, progress=False)
     capsys.readouterr()
     for argv in (["evaluate-mlm", str(run)], ["export-reader", str(run), str(run.parent / "x")]):
@@ -304,8 +309,9 @@ def test_resume_on_a_rebuilt_corpus_says_what_fits(tiny_cfg, realm_store, tmp_pa
     src = tmp_path / "wiki.jsonl"  # the corpus's source (beside the session's store), one word changed
     src.write_text((realm_store.parent / "wiki.jsonl").read_text().replace("capital", "chief city"))
     shutil.rmtree(store)
-    build_docstore([src], store, BuildConfig(chunk_size=24, tokenizer=str(tiny_dir)), progress=False,
-                   log=lambda m: None)  # fmt: skip
+    build_docstore(
+        [src], store, BuildConfig(chunk_size=24, tokenizer=str(tiny_dir)), progress=False, log=lambda m: None
+    )
     with pytest.raises(RalmError) as exc:
         pretrain(cfg, resume=True, progress=False)
     assert str(exc.value) == (
@@ -395,11 +401,14 @@ def test_config_types_in_code_and_numbers_that_fit():
         ("steps=ten", "--set steps=ten: expected an integer"),
         ("masking.salient_rate=abc", "--set masking.salient_rate=abc: expected a number"),
         ("tensorboard=yes", "--set tensorboard=yes: expected true or false"),
-        ("masking.bogus=1", "--set masking.bogus: unknown [masking] setting; known: max_salient_tokens, max_spans, "
-         "random_span_rate, replace_probs, salient_rate, sources, span_max_len, span_p, span_rate, strategy, "
-         "uniform_rate"),
+        (
+            "masking.bogus=1",
+            "--set masking.bogus: unknown [masking] setting; known: max_salient_tokens, max_spans, "
+            "random_span_rate, replace_probs, salient_rate, sources, span_max_len, span_p, span_rate, strategy, "
+            "uniform_rate",
+        ),
     ],
-)  # fmt: skip
+)
 def test_set_values_of_the_wrong_type_are_one_line(tmp_path, capsys, setting, want):
     from ralm.cli import main
 
@@ -446,8 +455,10 @@ def test_fallback_past_a_newer_index_version_keeps_the_one_it_resumes_with(tiny_
     )  # no refresh at step 2
     pretrain(again, resume=True, progress=False)
     assert "using step-0000001" in capsys.readouterr().err
-    versions = [json.loads((run / "checkpoints" / f"step-000000{s}" / "state.json").read_text())["index_version"]
-                for s in (1, 2, 3)]  # fmt: skip
+    versions = [
+        json.loads((run / "checkpoints" / f"step-000000{s}" / "state.json").read_text())["index_version"]
+        for s in (1, 2, 3)
+    ]
     assert versions == [0, 0, 1]  # v1 again from the final refresh
     assert sorted(p.name for p in (run / "index").iterdir()) == ["v00001"]
 

@@ -186,9 +186,15 @@ def test_top_m_backprop_gives_the_same_loss_and_retriever_gradient(store, tiny_d
     grads, losses = [], []
     for m in (0, 1):
         model, tok = _model(
-            store, tiny_dir, causal_dirs, k=4, reader_backprop_top=m, marginal=marginal,
-            score_scale="learned", null_doc="logit",
-        )  # fmt: skip
+            store,
+            tiny_dir,
+            causal_dirs,
+            k=4,
+            reader_backprop_top=m,
+            marginal=marginal,
+            score_scale="learned",
+            null_doc="logit",
+        )
         if batch is None:
             batch = _batch(store, tiny_dir, tok, salient_rate=0.4)
             ref = _search(model)
@@ -309,10 +315,17 @@ def test_query_side_only_leaves_doc_tower_and_index_bit_identical(causal_cfg, tm
         progress=False,
     )
     start = pretrain(
-        causal_cfg(out=str(tmp_path / "s"), retriever_train="query", steps=1, refresh_every=1, lr_retriever=0.0,
-                   lr_reader=0.0, checkpoint_every=1),
+        causal_cfg(
+            out=str(tmp_path / "s"),
+            retriever_train="query",
+            steps=1,
+            refresh_every=1,
+            lr_retriever=0.0,
+            lr_reader=0.0,
+            checkpoint_every=1,
+        ),
         progress=False,
-    )  # fmt: skip
+    )
     end, first = _weights(run, 3), _weights(start, 1)
     doc = [k for k in end if k.startswith("encoder.doc_tower.")]
     query = [k for k in end if k.startswith("encoder.query_tower.")]
@@ -339,10 +352,17 @@ def test_fixed_scale_stays_fixed_and_learned_ones_move(causal_cfg, tmp_path):
 
     fixed = pretrain(causal_cfg(out=str(tmp_path / "f"), steps=2, checkpoint_every=2), progress=False)
     learned = pretrain(
-        causal_cfg(out=str(tmp_path / "l"), steps=2, checkpoint_every=2, score_scale="learned", null_doc="logit",
-                   lr_scale=0.1, warmup_steps=0),
+        causal_cfg(
+            out=str(tmp_path / "l"),
+            steps=2,
+            checkpoint_every=2,
+            score_scale="learned",
+            null_doc="logit",
+            lr_scale=0.1,
+            warmup_steps=0,
+        ),
         progress=False,
-    )  # fmt: skip
+    )
     rows_f = [json.loads(x) for x in (fixed / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
     rows_l = [json.loads(x) for x in (learned / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
     assert [r["score_scale"] for r in rows_f] == [1.0, 1.0] and "null_logit" not in rows_f[0]

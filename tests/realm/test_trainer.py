@@ -56,8 +56,21 @@ def test_run_directory_metrics_and_checkpoints(tiny_cfg, tmp_path):
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
-    want = {"loss", "ppl", "entropy", "null_mass", "utility_1", "utility_2", "lr_reader", "lr_retriever", "answers_in_docs",
-            "grad_norm", "index_version", "step_seconds", "examples_seen"}  # fmt: skip
+    want = {
+        "loss",
+        "ppl",
+        "entropy",
+        "null_mass",
+        "utility_1",
+        "utility_2",
+        "lr_reader",
+        "lr_retriever",
+        "answers_in_docs",
+        "grad_norm",
+        "index_version",
+        "step_seconds",
+        "examples_seen",
+    }
     assert want <= set(steps[0])
     assert [r["index_version"] for r in steps] == [0, 0, 1, 1]  # the version each step searched
     assert [r["step"] for r in rows if "refresh_seconds" in r] == [0, 2, 4]
@@ -207,8 +220,10 @@ def test_initial_index_is_used_and_must_match_the_corpus(tiny_cfg, tmp_path):
     ref = SyncRefresher(model.docs, every=0, autocast="off")
     ref.refresh(model.encoder, 0)
     ref.index.save(tmp_path / "prebuilt")
-    run = pretrain(tiny_cfg(out=str(tmp_path / "b"), steps=3, refresh_every=2, initial_index=str(tmp_path / "prebuilt")),
-                   progress=False)  # fmt: skip
+    run = pretrain(
+        tiny_cfg(out=str(tmp_path / "b"), steps=3, refresh_every=2, initial_index=str(tmp_path / "prebuilt")),
+        progress=False,
+    )
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["index_version"] for r in rows if "loss" in r] == [0, 0, 1]
     assert all(r["elapsed_seconds"] >= r["step_seconds"] for r in rows if "loss" in r)

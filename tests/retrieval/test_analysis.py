@@ -32,10 +32,19 @@ def test_languages_resolve():
         assert a.stopwords == tuple(resolve_stopwords("no")) and a == norwegian, code
     assert Analyzer.from_lang("nb-NO").lang == "nb" and Analyzer.from_lang("Norwegian").lang == "norwegian"
     for code, algorithm in (
-        ("da", "danish"), ("sv", "swedish"), ("de", "german"), ("en", "english"), ("nl", "dutch"),
-        ("fr", "french"), ("es", "spanish"), ("pt", "portuguese"), ("it", "italian"),
-        ("ru", "russian"), ("fi", "finnish"), ("tr", "turkish"),
-    ):  # fmt: skip
+        ("da", "danish"),
+        ("sv", "swedish"),
+        ("de", "german"),
+        ("en", "english"),
+        ("nl", "dutch"),
+        ("fr", "french"),
+        ("es", "spanish"),
+        ("pt", "portuguese"),
+        ("it", "italian"),
+        ("ru", "russian"),
+        ("fi", "finnish"),
+        ("tr", "turkish"),
+    ):
         a = Analyzer.from_lang(code)
         assert a.stemmer == algorithm and a.lang == code, code
         assert a == Analyzer.from_lang(algorithm), code  # the name gives the same analysis
@@ -119,9 +128,23 @@ def test_stopwords_are_dropped_before_stemming():
     assert en.stopwords == ("running",)
     assert en.analyze("RUNNING runs Run running") == ["run", "run"]
     assert da.analyze(DANISH) == [
-        "opret", "pivottabel", "excel", "diagram", "opdat", "pivottabel", "vis", "sum",
-        "pivottabel", "feltlist", "ændr", "ræk", "hus", "hus", "hus", "tag",
-    ]  # fmt: skip
+        "opret",
+        "pivottabel",
+        "excel",
+        "diagram",
+        "opdat",
+        "pivottabel",
+        "vis",
+        "sum",
+        "pivottabel",
+        "feltlist",
+        "ændr",
+        "ræk",
+        "hus",
+        "hus",
+        "hus",
+        "tag",
+    ]
 
 
 def test_equality_describe_and_manifest():

@@ -108,8 +108,16 @@ def test_nordic_and_cyrillic_tokens(bm25):
     # NFD input is composed, one-letter words kept, case folded; bm25s's default pattern would
     # give "bla", "bærsyltetøy", "pa", "lesund" and drop "å".
     assert split_words(DOCS[6][1]) == [
-        "blåbærsyltetøy", "fra", "ålesund", "smaker", "godt", "på", "brødskiva", "å", "ja",
-    ]  # fmt: skip
+        "blåbærsyltetøy",
+        "fra",
+        "ålesund",
+        "smaker",
+        "godt",
+        "på",
+        "brødskiva",
+        "å",
+        "ja",
+    ]
     assert split_words("МОСКВА — столица") == ["москва", "столица"]
     for query, want in (
         ("ÅLESUND", 6),
@@ -184,8 +192,11 @@ def test_default_analysis_is_unchanged(bm25):
     assert bm25.describe() == "no stopwords, no stemmer"
     assert bm25.manifest["version"] == FORMAT_VERSION == 3
     assert {k: bm25.manifest[k] for k in ("lang", "stopwords", "stemmer", "pystemmer_version")} == {
-        "lang": None, "stopwords": [], "stemmer": None, "pystemmer_version": None,
-    }  # fmt: skip
+        "lang": None,
+        "stopwords": [],
+        "stemmer": None,
+        "pystemmer_version": None,
+    }
     assert bm25.scores("fjord")[1] == 0 and bm25.scores("fjords")[1] > 0  # no stemming
 
 

@@ -270,8 +270,16 @@ def test_eval_retrieval_on_an_index_with_hybrid_measures_and_run_files(built, tm
     # the index's own BM25 (built for the DocStore's language, en) serves "bm25:en"; plain is built in memory
     assert "most retrieved chunk" in out
     files = sorted(p.name for p in runs.iterdir())
-    assert files == ["bm25.trec", "bm25_en.trec", "dense_index.trec", "hybrid_rrf_bm25_dense_index_.trec",
-                     "hybrid_weighted_bm25_dense_index_.trec", "qrels.trec", "qrels.tsv", "queries.tsv"]  # fmt: skip
+    assert files == [
+        "bm25.trec",
+        "bm25_en.trec",
+        "dense_index.trec",
+        "hybrid_rrf_bm25_dense_index_.trec",
+        "hybrid_weighted_bm25_dense_index_.trec",
+        "qrels.trec",
+        "qrels.tsv",
+        "queries.tsv",
+    ]
     first = (runs / "bm25.trec").read_text().splitlines()[0].split()
     assert first[:2] == ["q1", "Q0"] and first[3] == "1" and first[5] == "bm25"
     assert (runs / "queries.tsv").read_text().splitlines()[1] == "q2\twho taught aristotle"
@@ -290,9 +298,19 @@ def test_eval_retrieval_on_an_index_with_hybrid_measures_and_run_files(built, tm
 
 def test_index_build_with_lang_and_hybrid_search(built, tmp_path, capsys, tiny_dir):
     code = main(
-        ["index", "build", str(built / "store"), "--out", str(tmp_path / "da"), "--encoder", str(tiny_dir),
-         "--lang", "da", "--quiet"]
-    )  # fmt: skip
+        [
+            "index",
+            "build",
+            str(built / "store"),
+            "--out",
+            str(tmp_path / "da"),
+            "--encoder",
+            str(tiny_dir),
+            "--lang",
+            "da",
+            "--quiet",
+        ]
+    )
     assert code == 0
     bm = json.loads((tmp_path / "da" / "bm25" / "bm25.json").read_text())
     assert bm["stemmer"] == "danish" and "og" in bm["stopwords"]
@@ -302,8 +320,19 @@ def test_index_build_with_lang_and_hybrid_search(built, tmp_path, capsys, tiny_d
     rows = [json.loads(x) for x in out.splitlines()]
     assert code == 0 and len(rows) == 3 and len({r["id"] for r in rows}) == 3
     # an analysis other than the index's: BM25 is built in memory, with a note
-    code, out, _ = run(capsys, "search", built / "index", "capitals of Norway", "-k", "1", "--retriever", "bm25",
-                       "--lang", "en", "--json")  # fmt: skip
+    code, out, _ = run(
+        capsys,
+        "search",
+        built / "index",
+        "capitals of Norway",
+        "-k",
+        "1",
+        "--retriever",
+        "bm25",
+        "--lang",
+        "en",
+        "--json",
+    )
     assert code == 0 and json.loads(out)["title"] == "Oslo"  # "capitals" stems to "capit", as "capital"
     code, _, err = run(capsys, "search", built / "index", "x", "-k", "0")
     assert code == 2 and "-k 0" in err[0]

@@ -136,8 +136,20 @@ def test_index_build_and_search_with_a_decoder_encoder(causal_dirs, tmp_path):
         progress=False,
         log=lambda m: None,
     )
-    args = ["index", "build", str(tmp_path / "store"), "--out", str(tmp_path / "idx"), "--encoder", str(causal_dirs["gemma3"]),
-            "--pooling", "last", "--bidirectional", "--query-instruction", "query: "]  # fmt: skip
+    args = [
+        "index",
+        "build",
+        str(tmp_path / "store"),
+        "--out",
+        str(tmp_path / "idx"),
+        "--encoder",
+        str(causal_dirs["gemma3"]),
+        "--pooling",
+        "last",
+        "--bidirectional",
+        "--query-instruction",
+        "query: ",
+    ]
     assert main(args) == 0
     meta = json.loads((tmp_path / "idx" / "encoder" / "ralm_encoder.json").read_text())
     assert meta["config"]["pooling"] == "last" and meta["config"]["bidirectional"] is True

@@ -77,13 +77,50 @@ def _run(capsys, *argv):
 def test_ralm_ict_is_retriever_train_ict(capsys, tiny_store, tiny_dir, tmp_path):
     """`ralm ict` runs the one retriever training loop: the same metrics, results and encoder as
     `ralm retriever train ict` given the flags it maps to (lr, held-out count from the fraction)."""
-    common = ["--steps", "4", "--batch-size", "8", "--eval-every", "2", "--seed", "3", "--encoder", tiny_dir,
-              "--pooling", "mean", "--quiet"]  # fmt: skip
-    code, out, err = _run(capsys, "ict", tiny_store.root, "--out", tmp_path / "a", "--lr", "5e-4",
-                          "--heldout-frac", "0.2", *common)  # fmt: skip
+    common = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--eval-every",
+        "2",
+        "--seed",
+        "3",
+        "--encoder",
+        tiny_dir,
+        "--pooling",
+        "mean",
+        "--quiet",
+    ]
+    code, out, err = _run(
+        capsys,
+        "ict",
+        tiny_store.root,
+        "--out",
+        tmp_path / "a",
+        "--lr",
+        "5e-4",
+        "--heldout-frac",
+        "0.2",
+        *common,
+    )
     assert code == 0, err
-    code, out2, err = _run(capsys, "retriever", "train", "ict", tiny_store.root, "--out", tmp_path / "b", "--lr", "5e-4",
-                           "--heldout", "12", "--similarity", "dot", *common)  # fmt: skip
+    code, out2, err = _run(
+        capsys,
+        "retriever",
+        "train",
+        "ict",
+        tiny_store.root,
+        "--out",
+        tmp_path / "b",
+        "--lr",
+        "5e-4",
+        "--heldout",
+        "12",
+        "--similarity",
+        "dot",
+        *common,
+    )
     assert code == 0, err
     a = json.loads(out.strip().splitlines()[-1])
     b = json.loads(out2.strip().splitlines()[-1])

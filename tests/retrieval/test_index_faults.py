@@ -357,8 +357,9 @@ def test_a_full_disk_during_index_build_is_one_line(built, tmp_path, capsys, tin
         raise RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr(DualEncoder, "save", full)
-    code, _, err = run(capsys, "index", "build", built / "store", "--out", tmp_path / "i", "--encoder", tiny_dir,
-                       "--quiet")  # fmt: skip
+    code, _, err = run(
+        capsys, "index", "build", built / "store", "--out", tmp_path / "i", "--encoder", tiny_dir, "--quiet"
+    )
     assert (
         code == 2
         and len(err) == 1

@@ -94,8 +94,14 @@ def tiny_dir(tmp_path_factory, minilm_dir):
     d = tmp_path_factory.mktemp("tiny-bert")
     vocab_size = len((minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines())
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=128, max_position_embeddings=256)  # fmt: skip
+    cfg = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=256,
+    )
     BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
     for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (minilm_dir / name).is_file():
@@ -162,8 +168,15 @@ def test_rerank_keeps_candidates_and_orders_by_naive_maxsim(tiny, store):
         flat, off = tiny.encode_docs([f"{t} | {x}" for t, x in DOCS])
         for i in range(2):
             ids = [c for c in cand[i].tolist() if c >= 0]
-            naive = {c: naive_maxsim(q[i], qm[i], flat[off[c] : off[c + 1]].float(),
-                                     torch.ones(off[c + 1] - off[c], dtype=torch.bool)) for c in ids}  # fmt: skip
+            naive = {
+                c: naive_maxsim(
+                    q[i],
+                    qm[i],
+                    flat[off[c] : off[c + 1]].float(),
+                    torch.ones(off[c + 1] - off[c], dtype=torch.bool),
+                )
+                for c in ids
+            }
             expected = sorted(ids, key=lambda c: (-naive[c], c))
             assert sorted(res.ids[i].tolist()) == sorted(cand[i].tolist())  # same candidate set
             assert res.ids[i].tolist()[: len(ids)] == expected
@@ -186,6 +199,7 @@ def test_real_minilm_obvious_document_wins(tmp_path):
         [src], tmp_path / "store", BuildConfig(chunk_size=64), progress=False, log=lambda m: None
     )
     li = LateInteractionRetriever.from_pretrained(None, st).index()
-    res = li.search_text(["What is the capital of Norway?", "how to cook pasta", "biggest planet",
-                          "racket sports"], 1)  # fmt: skip
+    res = li.search_text(
+        ["What is the capital of Norway?", "how to cook pasta", "biggest planet", "racket sports"], 1
+    )
     assert res.ids[:, 0].tolist() == [0, 1, 2, 3]

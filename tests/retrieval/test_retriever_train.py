@@ -125,8 +125,9 @@ def lee_store(tmp_path_factory, tiny_dir):
 def test_contrastive_recipes_beat_the_untrained_encoder_on_held_out_chunks(
     tmp_path, lee_store, tiny_dir, one_thread, recipe
 ):
-    cfg = RetrieverTrainConfig(mode="contrastive", recipe=recipe, steps=20, batch_size=16, heldout=40,
-                               log_every=1, lr=1e-3)  # fmt: skip
+    cfg = RetrieverTrainConfig(
+        mode="contrastive", recipe=recipe, steps=20, batch_size=16, heldout=40, log_every=1, lr=1e-3
+    )
     enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(max_length=64))
     res = train_retriever(
         enc, StorePassages(lee_store), tmp_path / "run", cfg, progress=False, log=lambda m: None
@@ -227,10 +228,27 @@ def test_cli_trains_and_the_encoder_works_in_index_build_and_eval_retrieval(
 ):
     d = pair_files["dir"]
     code, out, err = run(
-        capsys, "retriever", "train", "dpr", d / "squad.json", "--corpus", context_store.root,
-        "--dev", d / "qa.jsonl", "--out", tmp_path / "dpr", "--encoder", tiny_dir, "--epochs", "1",
-        "--batch-size", "4", "--max-length", "32", "--quiet",
-    )  # fmt: skip
+        capsys,
+        "retriever",
+        "train",
+        "dpr",
+        d / "squad.json",
+        "--corpus",
+        context_store.root,
+        "--dev",
+        d / "qa.jsonl",
+        "--out",
+        tmp_path / "dpr",
+        "--encoder",
+        tiny_dir,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--max-length",
+        "32",
+        "--quiet",
+    )
     assert code == 0 and not err
     summary = json.loads(out)
     assert summary["encoder"] == str(tmp_path / "dpr" / "encoder") and summary["best_step"] == 3
@@ -254,9 +272,21 @@ def test_cli_trains_and_the_encoder_works_in_index_build_and_eval_retrieval(
     )
     assert code == 0 and len(out.splitlines()) == 2
     code, out, err = run(
-        capsys, "eval-retrieval", context_store.root, "--qa", d / "qa.jsonl", "--dense", enc, "--no-bm25",
-        "-k", "1", "5", "--json-out", tmp_path / "eval.json", "--quiet",
-    )  # fmt: skip
+        capsys,
+        "eval-retrieval",
+        context_store.root,
+        "--qa",
+        d / "qa.jsonl",
+        "--dense",
+        enc,
+        "--no-bm25",
+        "-k",
+        "1",
+        "5",
+        "--json-out",
+        tmp_path / "eval.json",
+        "--quiet",
+    )
     assert code == 0 and not err
     report = json.loads((tmp_path / "eval.json").read_text())
     assert report["questions"] == len(QUESTIONS) and f"dense:{enc}" in report["recall"]
@@ -264,8 +294,14 @@ def test_cli_trains_and_the_encoder_works_in_index_build_and_eval_retrieval(
     from ralm.realm.build import build_model
     from ralm.realm.config import PretrainConfig
 
-    cfg = PretrainConfig(docstore=str(context_store.root), out=str(tmp_path / "realm"), reader=str(tiny_dir),
-                         retriever=str(enc), encoder_max_length=32, autocast="off")  # fmt: skip
+    cfg = PretrainConfig(
+        docstore=str(context_store.root),
+        out=str(tmp_path / "realm"),
+        reader=str(tiny_dir),
+        retriever=str(enc),
+        encoder_max_length=32,
+        autocast="off",
+    )
     model, _ = build_model(cfg, context_store)
     saved = DualEncoder.from_pretrained(enc)
     saved.config.max_length = 32
@@ -273,14 +309,18 @@ def test_cli_trains_and_the_encoder_works_in_index_build_and_eval_retrieval(
     saved.eval()
     queries = [q for q, *_ in QUESTIONS]
     np.testing.assert_allclose(
-        model.encoder.encode_queries(queries, autocast="off"), saved.encode_queries(queries, autocast="off"),
-        rtol=0, atol=1e-6,
-    )  # fmt: skip
+        model.encoder.encode_queries(queries, autocast="off"),
+        saved.encode_queries(queries, autocast="off"),
+        rtol=0,
+        atol=1e-6,
+    )
     docs = [a for _, a, _ in QUESTIONS]
     np.testing.assert_allclose(
-        model.encoder.encode_docs(None, docs, autocast="off"), saved.encode_docs(None, docs, autocast="off"),
-        rtol=0, atol=1e-6,
-    )  # fmt: skip
+        model.encoder.encode_docs(None, docs, autocast="off"),
+        saved.encode_docs(None, docs, autocast="off"),
+        rtol=0,
+        atol=1e-6,
+    )
     untrained = DualEncoder.from_pretrained(tiny_dir)
     untrained.eval()
     assert not np.allclose(
@@ -291,9 +331,23 @@ def test_cli_trains_and_the_encoder_works_in_index_build_and_eval_retrieval(
     # ict and contrastive from the CLI
     for mode in ("ict", "contrastive"):
         code, out, err = run(
-            capsys, "retriever", "train", mode, context_store.root, "--out", tmp_path / mode,
-            "--encoder", tiny_dir, "--steps", "2", "--batch-size", "4", "--max-length", "32", "--quiet",
-        )  # fmt: skip
+            capsys,
+            "retriever",
+            "train",
+            mode,
+            context_store.root,
+            "--out",
+            tmp_path / mode,
+            "--encoder",
+            tiny_dir,
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--max-length",
+            "32",
+            "--quiet",
+        )
         assert code == 0 and not err and Path(json.loads(out)["encoder"]).is_dir()
 
 
@@ -321,8 +375,19 @@ def test_cli_device_without_a_gpu_is_one_line(tmp_path, pair_files, context_stor
     d = pair_files["dir"]
     for device, want in (("cuda", "no CUDA GPU is available here"), ("tpu7", "use auto, cpu, cuda")):
         code, _, err = run(
-            capsys, "retriever", "train", "dpr", d / "squad.json", "--corpus", context_store.root,
-            "--out", tmp_path / "x", "--encoder", tiny_dir, "--device", device,
-        )  # fmt: skip
+            capsys,
+            "retriever",
+            "train",
+            "dpr",
+            d / "squad.json",
+            "--corpus",
+            context_store.root,
+            "--out",
+            tmp_path / "x",
+            "--encoder",
+            tiny_dir,
+            "--device",
+            device,
+        )
         assert code == 2 and len(err) == 1 and f"device {device!r}" in err[0] and want in err[0]
     assert not (tmp_path / "x").exists()

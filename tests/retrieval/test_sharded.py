@@ -142,8 +142,12 @@ def test_each_shard_is_a_plain_index_directory(tmp_path):
     raw = faiss.read_index(str(shard / "index.faiss"))
     np.testing.assert_array_equal(raw.reconstruct_n(0, 3), x[4:7])
     assert json.loads((shard / "index.json").read_text())["shard"] == {
-        "index": 1, "of": 3, "start": 4, "stop": 7, "total": 10
-    }  # fmt: skip
+        "index": 1,
+        "of": 3,
+        "start": 4,
+        "stop": 7,
+        "total": 10,
+    }
     assert verify_sharded(tmp_path / "s") == ([], 6)
     np.testing.assert_array_equal(flat_rows(tmp_path / "s", 2, 9), x[2:9])  # re-sharding reads these
 

@@ -144,7 +144,10 @@ def test_index_build_under_torchrun_one_shard_per_process(pair, tmp_path, capsys
     # more processes than shards asked for: one line from every rank, nothing built
     res = subprocess.run(
         torchrun_command(2, [*argv[:4], str(tmp_path / "x"), *argv[5:], "--shards", "1", "--quiet"]),
-        capture_output=True, text=True, env=env, timeout=240,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert res.returncode != 0 and "--shards 1: fewer shards than the 2 processes" in res.stderr
     assert not (tmp_path / "x").exists()

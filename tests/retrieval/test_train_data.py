@@ -32,9 +32,10 @@ def test_squad_positive_is_the_chunk_of_the_context_holding_the_answer(pair_file
         start = CONTEXTS[c].index(a)
         first, n = arts[c]["first_chunk"], arts[c]["n_chunks"]
         want = [
-            i for i in range(first, first + n)
+            i
+            for i in range(first, first + n)
             if context_store.get(i)["char_start"] <= start < context_store.get(i)["char_end"]
-        ]  # fmt: skip
+        ]
         assert ex.positives == want
         assert a in context_store.get(ex.positives[0])["text"]
 
@@ -153,7 +154,8 @@ def test_mined_negatives_are_bm25_order_without_positives_or_answers(pair_files,
     for ex, negs in zip(pairs.examples, mined, strict=True):
         ranked = bm25.search_text([ex.query], len(context_store)).ids[0].tolist()
         want = [
-            c for c in ranked
+            c
+            for c in ranked
             if c not in ex.positives and not has_answer(context_store.get(c)["text"], ex.answers)
-        ][:3]  # fmt: skip
+        ][:3]
         assert negs == want and len(negs) == 3

@@ -130,10 +130,22 @@ def serve_realm(serve_store, tiny_dir, tmp_path_factory):
 
     torch.set_num_threads(1)
     cfg = PretrainConfig(
-        docstore=str(serve_store), out=str(tmp_path_factory.mktemp("serve-runs") / "realm"), reader=str(tiny_dir),
-        steps=2, batch_size=2, k=3, encoder_max_length=32, reader_max_length=96, heldout=2, refresh_every=0,
-        checkpoint_every=0, warmup_steps=1, device="cpu", autocast="off", tensorboard=False,
-    )  # fmt: skip
+        docstore=str(serve_store),
+        out=str(tmp_path_factory.mktemp("serve-runs") / "realm"),
+        reader=str(tiny_dir),
+        steps=2,
+        batch_size=2,
+        k=3,
+        encoder_max_length=32,
+        reader_max_length=96,
+        heldout=2,
+        refresh_every=0,
+        checkpoint_every=0,
+        warmup_steps=1,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+    )
     return pretrain(cfg, progress=False)
 
 
@@ -154,8 +166,18 @@ def serve_surealm(tiny_dir, tmp_path_factory):
         lm=str(tiny_dir), encoder=str(tiny_dir), m=3, k=3, batch_sentences=8, autocast="off"
     )
     build_datastore(sents, tmp / "ds", cfg, progress=False, log=lambda m: None)
-    tcfg = TrainConfig(datastore=str(tmp / "ds"), out=str(tmp / "run"), lm=str(tiny_dir), k=3, steps=1,
-                       eval_every=1, batch_size=4, device="cpu", autocast="off", tensorboard=False)  # fmt: skip
+    tcfg = TrainConfig(
+        datastore=str(tmp / "ds"),
+        out=str(tmp / "run"),
+        lm=str(tiny_dir),
+        k=3,
+        steps=1,
+        eval_every=1,
+        batch_size=4,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+    )
     return train(tcfg, progress=False)
 
 
@@ -180,22 +202,34 @@ def serve_chat_lm(tmp_path_factory):
     bpe.train_from_iterator(
         (text + [f"{t}\n{x}" for t, x in ARTICLES]) * 10,
         trainers.BpeTrainer(
-            vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            vocab_size=300,
+            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         ),
-    )  # fmt: skip
+    )
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|im_end|>", bos_token="<|im_start|>",
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        bos_token="<|im_start|>",
         chat_template=CHATML,
-    )  # fmt: skip
+    )
     d = tmp_path_factory.mktemp("serve-ask") / "chat-llama"
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, architectures=["LlamaForCausalLM"],
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        architectures=["LlamaForCausalLM"],
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
         tie_word_embeddings=True,
-    )  # fmt: skip
+    )
     model = LlamaForCausalLM(cfg)
     # a random tiny LM with tied embeddings echoes its last input token: the prompt's "\n" then the
     # end of turn. With the special tokens' and "\n"'s embeddings (so their logits) 0, answers have words.
@@ -272,9 +306,15 @@ NO_CHROMIUM = (
 # headless, and nothing that dials out: the machine may have no network, and Chromium's background
 # connections (component updates, sync, QUIC probes) would be refused many at a time
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -50,8 +50,13 @@ def test_info_says_what_each_target_serves(serve_clients, serve_store):
         )
         assert info["chunks"] == (None if kind == "surealm" else n)
         assert info["caps"] == {
-            "query_chars": 1000, "k": 100, "top": 20, "max_new_tokens": 200, "beams": 8, "ask_k": 20,
-        }  # fmt: skip
+            "query_chars": 1000,
+            "k": 100,
+            "top": 20,
+            "max_new_tokens": 200,
+            "beams": 8,
+            "ask_k": 20,
+        }
 
 
 def test_every_page_renders_and_others_are_404(serve_clients):
@@ -82,10 +87,16 @@ def test_openapi_lists_the_endpoints_and_docs_are_served_locally(serve_clients):
     c = serve_clients["realm"]
     spec = c.get("/openapi.json").json()
     assert {p: sorted(m) for p, m in spec["paths"].items()} == {
-        "/api/info": ["get"], "/api/config": ["get"], "/api/metrics": ["get"], "/api/search": ["get"],
-        "/api/fill": ["post"], "/api/chunk/{chunk_id}": ["get"], "/api/corpus": ["get"], "/api/generate": ["post"],
+        "/api/info": ["get"],
+        "/api/config": ["get"],
+        "/api/metrics": ["get"],
+        "/api/search": ["get"],
+        "/api/fill": ["post"],
+        "/api/chunk/{chunk_id}": ["get"],
+        "/api/corpus": ["get"],
+        "/api/generate": ["post"],
         "/api/ask": ["post"],
-    }  # fmt: skip
+    }
     schemas = spec["components"]["schemas"]
     assert schemas["FillRequest"]["properties"]["text"]["maxLength"] == 1000
     assert schemas["GenerateRequest"]["properties"]["max_new_tokens"]["maximum"] == 200
@@ -109,7 +120,11 @@ def test_search_equals_the_retriever_called_directly(serve_clients, serve_index,
     for h in got["results"]:
         row = store.get(h["id"])
         assert (h["title"], h["text"], h["article"], h["position"]) == (
-            row["title"], row["text"], row["article"], row["position"])  # fmt: skip
+            row["title"],
+            row["text"],
+            row["article"],
+            row["position"],
+        )
     if kind == "dense":  # and DenseIndex.search on the query tower's vector, by hand
         q_vec = retriever.encoder.encode_queries([q], autocast=retriever.autocast)
         assert _hits(retriever.index.search(q_vec, 5)) == (ids, scores)
@@ -169,9 +184,13 @@ def test_search_caps_and_bad_requests_are_4xx_with_one_line(serve_clients):
         ({"q": "oslo", "k": 0}, 422, "query parameter k: Input should be greater than or equal to 1"),
         ({"q": "oslo", "k": 22}, 400, "k=22 is more than the 21 chunks of the corpus; ask for at most 21"),
         ({"q": "   "}, 400, "empty query; pass some words to search for"),
-        ({"q": "oslo", "retriever": "magic"}, 422, "query parameter retriever: Input should be 'dense', 'bm25' or 'hybrid'"),
+        (
+            {"q": "oslo", "retriever": "magic"},
+            422,
+            "query parameter retriever: Input should be 'dense', 'bm25' or 'hybrid'",
+        ),
         ({}, 422, "query parameter q: Field required"),
-    ]  # fmt: skip
+    ]
     for params, status, line in cases:
         r = c.get("/api/search", params=params)
         assert (r.status_code, r.json()["error"], r.json()["status"]) == (status, line, status)
@@ -202,10 +221,21 @@ def test_fill_on_an_mlm_only_run_is_the_reader_alone(serve_store, tiny_dir, tmp_
     from ralm.serve.app import create_app
 
     cfg = PretrainConfig(
-        docstore=str(serve_store), out=str(tmp_path / "mlm"), mode="mlm", reader=str(tiny_dir), steps=1,
-        batch_size=2, encoder_max_length=32, reader_max_length=96, heldout=2, checkpoint_every=0,
-        warmup_steps=1, device="cpu", autocast="off", tensorboard=False,
-    )  # fmt: skip
+        docstore=str(serve_store),
+        out=str(tmp_path / "mlm"),
+        mode="mlm",
+        reader=str(tiny_dir),
+        steps=1,
+        batch_size=2,
+        encoder_max_length=32,
+        reader_max_length=96,
+        heldout=2,
+        checkpoint_every=0,
+        warmup_steps=1,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+    )
     run = pretrain(cfg, progress=False)
     c = TestClient(create_app(run, device="cpu"), raise_server_exceptions=False)
     info = c.get("/api/info").json()
@@ -227,11 +257,23 @@ def test_fill_on_a_causal_reader_run(serve_store, tiny_dir, causal_dirs, tmp_pat
     from ralm.serve.app import create_app
 
     cfg = PretrainConfig(
-        docstore=str(serve_store), out=str(tmp_path / "causal"), reader=str(causal_dirs["llama"]),
-        retriever=str(tiny_dir), steps=1, batch_size=2, k=3, encoder_max_length=32, reader_max_length=160,
-        heldout=2, refresh_every=0, checkpoint_every=0, warmup_steps=1, device="cpu", autocast="off",
+        docstore=str(serve_store),
+        out=str(tmp_path / "causal"),
+        reader=str(causal_dirs["llama"]),
+        retriever=str(tiny_dir),
+        steps=1,
+        batch_size=2,
+        k=3,
+        encoder_max_length=32,
+        reader_max_length=160,
+        heldout=2,
+        refresh_every=0,
+        checkpoint_every=0,
+        warmup_steps=1,
+        device="cpu",
+        autocast="off",
         tensorboard=False,
-    )  # fmt: skip
+    )
     run = pretrain(cfg, progress=False)
     c = TestClient(create_app(run, device="cpu"), raise_server_exceptions=False)
     text = "Oslo is the capital of [MASK] [MASK]."
@@ -281,8 +323,11 @@ def test_chunk_equals_docstore_get_with_neighbours_of_the_same_article(serve_cli
 
     store = DocStore(serve_store)
     arts = store.articles(["first_chunk", "n_chunks"]).to_pylist()
-    first = {a["first_chunk"] + j: (a["first_chunk"], a["first_chunk"] + a["n_chunks"] - 1) for a in arts
-             for j in range(a["n_chunks"])}  # fmt: skip
+    first = {
+        a["first_chunk"] + j: (a["first_chunk"], a["first_chunk"] + a["n_chunks"] - 1)
+        for a in arts
+        for j in range(a["n_chunks"])
+    }
     for i in range(len(store)):
         got = serve_clients["docstore"].get(f"/api/chunk/{i}").json()
         assert got["chunk"] == _as_json(store.get(i))
@@ -361,9 +406,17 @@ def test_generate_errors(serve_clients):
     cases = [
         ({"prefix": "i", "max_new_tokens": 201}, 422, "max_new_tokens=201 is over the cap of 200"),
         ({"prefix": "  "}, 400, "the prefix is empty; give the start of a sentence"),
-        ({"prefix": "i", "num_return": 2}, 400, "num_return=2: greedy decoding gives one continuation; use top-p or beam"),
-        ({"prefix": "i", "strategy": "beam", "num_beams": 2, "num_return": 3}, 400, "--num-return 3 is more than --beams 2"),
-    ]  # fmt: skip
+        (
+            {"prefix": "i", "num_return": 2},
+            400,
+            "num_return=2: greedy decoding gives one continuation; use top-p or beam",
+        ),
+        (
+            {"prefix": "i", "strategy": "beam", "num_beams": 2, "num_return": 3},
+            400,
+            "--num-return 3 is more than --beams 2",
+        ),
+    ]
     for body, status, line in cases:
         r = c.post("/api/generate", json=body)
         assert (r.status_code, r.json()["error"]) == (status, line)

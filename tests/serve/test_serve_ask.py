@@ -66,7 +66,11 @@ def test_ask_equals_asker_called_directly(client, lm, serve_index, mode, retriev
     assert list(got) == KEYS
     assert got["answer"] == want["answer"] and got["answer"].strip() != ""
     assert (got["question"], got["mode"], got["retriever"], got["prompt"]) == (
-        QUESTION, mode, retriever, want["prompt"])  # fmt: skip
+        QUESTION,
+        mode,
+        retriever,
+        want["prompt"],
+    )
     assert [{key: p[key] for key in ("id", "score", "title", "text")} for p in got["passages"]] == want[
         "passages"
     ]
@@ -81,10 +85,16 @@ def test_passages_are_the_retrievers_top_k_in_rank_order_with_links(client, serv
         assert all(s > 0 for s in scores)  # no BM25 hit without a query term is left out
         got = client.post("/api/ask", json={"question": QUESTION, "retriever": kind}).json()["passages"]
         assert got == [
-            {"rank": rank, "id": i, "score": s, "title": store.get(i)["title"], "text": store.get(i)["text"],
-             "url": f"/corpus/{i}"}
+            {
+                "rank": rank,
+                "id": i,
+                "score": s,
+                "title": store.get(i)["title"],
+                "text": store.get(i)["text"],
+                "url": f"/corpus/{i}",
+            }
             for rank, (i, s) in enumerate(zip(ids, scores, strict=True), start=1)
-        ]  # fmt: skip
+        ]
         page = client.get(got[0]["url"])  # the link opens the chunk in the corpus browser
         assert (
             page.status_code == 200
@@ -116,7 +126,11 @@ def test_closed_book_gives_no_passages(client, lm):
         "/api/ask", json={"question": QUESTION, "mode": "closed-book", "retriever": "bm25"}
     ).json()
     assert (got["passages"], got["retriever"], got["answer"], got["prompt"]) == (
-        [], None, want["answer"], want["prompt"])  # fmt: skip
+        [],
+        None,
+        want["answer"],
+        want["prompt"],
+    )
     assert "Passage" not in got["prompt"]
 
 
@@ -127,12 +141,24 @@ def test_ask_errors_are_4xx_with_one_line(client, serve_clients):
         ({"question": "x" * 1001}, 422, "question has 1001 characters, over the cap of 1000"),
         ({"question": QUESTION, "k": 0}, 422, "k: Input should be greater than or equal to 1"),
         ({"question": QUESTION, "k": 21}, 422, "k=21 is over the cap of 20"),
-        ({"question": QUESTION, "k": "three"}, 422, "k: Input should be a valid integer, unable to parse string as an integer"),
-        ({"question": QUESTION, "mode": "oracle"}, 422, "mode: Input should be 'rag', 'replug' or 'closed-book'"),
-        ({"question": QUESTION, "retriever": "magic"}, 422, "retriever: Input should be 'dense', 'bm25' or 'hybrid'"),
+        (
+            {"question": QUESTION, "k": "three"},
+            422,
+            "k: Input should be a valid integer, unable to parse string as an integer",
+        ),
+        (
+            {"question": QUESTION, "mode": "oracle"},
+            422,
+            "mode: Input should be 'rag', 'replug' or 'closed-book'",
+        ),
+        (
+            {"question": QUESTION, "retriever": "magic"},
+            422,
+            "retriever: Input should be 'dense', 'bm25' or 'hybrid'",
+        ),
         ({"question": QUESTION, "top": 3}, 422, "unknown field 'top'"),
         ({"k": 3}, 422, "question: Field required"),
-    ]  # fmt: skip
+    ]
     for body, status, line in cases:
         r = client.post("/api/ask", json=body)
         assert (r.status_code, r.json()["error"], r.json()["status"]) == (status, line, status)
@@ -159,8 +185,13 @@ def test_k_over_the_corpus_and_a_retriever_not_served_are_400(tmp_path, tiny_dir
         '{"title": "Oslo", "text": "Oslo was founded by Harald."}\n{"title": "Bergen", "text": "Bergen is wet."}\n',
         encoding="utf-8",
     )
-    build_docstore([tmp_path / "two.jsonl"], tmp_path / "store", BuildConfig(tokenizer=str(tiny_dir)),
-                   progress=False, log=lambda m: None)  # fmt: skip
+    build_docstore(
+        [tmp_path / "two.jsonl"],
+        tmp_path / "store",
+        BuildConfig(tokenizer=str(tiny_dir)),
+        progress=False,
+        log=lambda m: None,
+    )
     cfg = AskConfig(str(serve_chat_lm), k=2, max_new_tokens=2, autocast="off")
     t = load_target(tmp_path / "store", "cpu", ask=cfg)  # a DocStore: BM25 only, 2 chunks
     c = TestClient(create_app(t), raise_server_exceptions=False)
@@ -211,17 +242,33 @@ def test_questions_run_one_at_a_time_and_searches_do_not_wait(serve_ask, lm, ser
         for q, got in zip(questions, answers, strict=True):
             want = Asker(lm, r, store, k=3, max_new_tokens=6).ask(q).as_dict()
             assert (got["question"], got["answer"], [p["id"] for p in got["passages"]]) == (
-                q, want["answer"], [p["id"] for p in want["passages"]])  # fmt: skip
-        assert queue() == {"waiting": 0, "running": 0, "batches": 3, "requests": 3, "dropped": 0, "rejected": 0,
-                           "batch_sizes": {"1": 3}}  # fmt: skip
+                q,
+                want["answer"],
+                [p["id"] for p in want["passages"]],
+            )
+        assert queue() == {
+            "waiting": 0,
+            "running": 0,
+            "batches": 3,
+            "requests": 3,
+            "dropped": 0,
+            "rejected": 0,
+            "batch_sizes": {"1": 3},
+        }
 
 
 # ----------------------------------------------------------------------------- info, page, docs
 def test_info_openapi_and_page(client, serve_chat_lm):
     info = client.get("/api/info").json()
     assert info["pages"] == ["ask", "search", "corpus"]
-    assert info["generator"] == {"name": str(serve_chat_lm), "device": "cpu", "dtype": "float32", "mode": "rag",
-                                 "k": 3, "max_new_tokens": 6}  # fmt: skip
+    assert info["generator"] == {
+        "name": str(serve_chat_lm),
+        "device": "cpu",
+        "dtype": "float32",
+        "mode": "rag",
+        "k": 3,
+        "max_new_tokens": 6,
+    }
     assert "generator" in info["batching"]["queues"] and info["caps"]["ask_k"] == 20
     spec = client.get("/openapi.json").json()
     assert sorted(spec["paths"]["/api/ask"]) == ["post"]
@@ -260,17 +307,34 @@ def test_cli_generator_options(capsys, monkeypatch, serve_store, serve_surealm, 
     assert "(ask, search, corpus)" in capsys.readouterr().err
     app, port = served[-1]
     c = TestClient(app, base_url=f"http://127.0.0.1:{port}")
-    assert c.get("/api/info").json()["generator"] == {"name": lm, "device": "cpu", "dtype": "float32",
-                                                      "mode": "closed-book", "k": 2, "max_new_tokens": 32}  # fmt: skip
+    assert c.get("/api/info").json()["generator"] == {
+        "name": lm,
+        "device": "cpu",
+        "dtype": "float32",
+        "mode": "closed-book",
+        "k": 2,
+        "max_new_tokens": 32,
+    }
     assert c.post("/api/ask", json={"question": QUESTION}).json()["passages"] == []
     cases = [
         ([*args, "--generator", lm, "--ask-k", "0"], "--ask-k 0: choose 1 to 20 passages"),
-        ([*args, "--generator", lm, "--ask-max-new-tokens", "201"], "--ask-max-new-tokens 201: choose 1 to 200"),
-        ([*args, "--generator-gguf-file", "x.gguf"], "--generator-gguf-file names a file of the generator; give --generator LM too"),
-        ([*args, "--generator", str(tiny_dir)], f"{tiny_dir}: BertModel is not a causal LM (no next-token head)"),
-        (["serve", str(serve_surealm), "--port", "0", "--generator", lm],
-         f"{serve_surealm}: --generator needs a corpus to retrieve from; serve a REALM run, an index directory or a DocStore with it"),
-    ]  # fmt: skip
+        (
+            [*args, "--generator", lm, "--ask-max-new-tokens", "201"],
+            "--ask-max-new-tokens 201: choose 1 to 200",
+        ),
+        (
+            [*args, "--generator-gguf-file", "x.gguf"],
+            "--generator-gguf-file names a file of the generator; give --generator LM too",
+        ),
+        (
+            [*args, "--generator", str(tiny_dir)],
+            f"{tiny_dir}: BertModel is not a causal LM (no next-token head)",
+        ),
+        (
+            ["serve", str(serve_surealm), "--port", "0", "--generator", lm],
+            f"{serve_surealm}: --generator needs a corpus to retrieve from; serve a REALM run, an index directory or a DocStore with it",
+        ),
+    ]
     for argv, line in cases:
         assert main(argv) == 2
         assert line in _one_error_line(capsys)

@@ -64,8 +64,17 @@ def _same_fill(got: dict, want: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- batched == alone
-@pytest.mark.parametrize(("kind", "retriever"), [("index", "dense"), ("index", "bm25"), ("index", "hybrid"),
-                                                 ("realm", "dense"), ("realm", "hybrid"), ("docstore", "bm25")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "retriever"),
+    [
+        ("index", "dense"),
+        ("index", "bm25"),
+        ("index", "hybrid"),
+        ("realm", "dense"),
+        ("realm", "hybrid"),
+        ("docstore", "bm25"),
+    ],
+)
 def test_batched_search_equals_each_search_alone(serve_targets, kind, retriever):
     from ralm.serve.api import search
     from ralm.serve.batched import search_many
@@ -107,15 +116,23 @@ def test_a_failing_batch_is_run_request_by_request():
 
     async def go():
         queue = ModelQueue("m", BatchConfig(max_batch=4))
-        return await asyncio.gather(*(queue.submit("k", upper, w) for w in ["a", "b", "bad", "d"]),
-                                    return_exceptions=True), queue  # fmt: skip
+        return await asyncio.gather(
+            *(queue.submit("k", upper, w) for w in ["a", "b", "bad", "d"]), return_exceptions=True
+        ), queue
 
     answers, queue = asyncio.run(go())
     assert answers[:2] == ["A", "B"] and answers[3] == "D"
     assert isinstance(answers[2], RalmError) and str(answers[2]) == "bad word"
     assert calls == [["a", "b", "bad", "d"], ["a"], ["b"], ["bad"], ["d"]]
-    assert queue.stats() == {"waiting": 0, "running": 0, "batches": 1, "requests": 4, "dropped": 0,
-                             "rejected": 0, "batch_sizes": {"4": 1}}  # fmt: skip
+    assert queue.stats() == {
+        "waiting": 0,
+        "running": 0,
+        "batches": 1,
+        "requests": 4,
+        "dropped": 0,
+        "rejected": 0,
+        "batch_sizes": {"4": 1},
+    }
 
 
 def test_bad_batch_settings_are_one_line_errors():
@@ -226,8 +243,15 @@ def test_waiting_requests_run_as_one_batch_per_kind_with_their_own_answers(serve
         for q, f in zip(QUERIES, futures, strict=False):
             _same_search(f.result().json(), search(t, q, 4, r))
     b = h.info()
-    assert b["queues"]["model"] == {"waiting": 0, "running": 0, "batches": 4, "requests": 13, "dropped": 0,
-                                    "rejected": 0, "batch_sizes": {"1": 1, "4": 3}}  # fmt: skip
+    assert b["queues"]["model"] == {
+        "waiting": 0,
+        "running": 0,
+        "batches": 4,
+        "requests": 13,
+        "dropped": 0,
+        "rejected": 0,
+        "batch_sizes": {"1": 1, "4": 3},
+    }
     assert (b["enabled"], b["max_batch"], b["max_wait_ms"], b["max_queue"]) == (True, 8, 0.0, 64)
 
 
@@ -297,7 +321,12 @@ def test_clients_that_leave_leave_no_work_behind(serve_targets, held):
 def test_info_reports_the_default_batching(serve_clients):
     b = serve_clients["docstore"].get("/api/info").json()["batching"]
     assert {k: v for k, v in b.items() if k != "queues"} == {
-        "enabled": True, "max_batch": 32, "max_fill_batch": 4, "max_wait_ms": 0.0, "max_queue": 256}  # fmt: skip
+        "enabled": True,
+        "max_batch": 32,
+        "max_fill_batch": 4,
+        "max_wait_ms": 0.0,
+        "max_queue": 256,
+    }
     assert sorted(b["queues"]) == ["bm25", "model"]
     assert set(b["queues"]["bm25"]) == {
         "waiting",
@@ -311,8 +340,10 @@ def test_info_reports_the_default_batching(serve_clients):
 
 
 # ----------------------------------------------------------------------------- defects
-@pytest.mark.parametrize(("kind", "first", "page_default"),
-                         [("realm", "dense", "both"), ("index", "dense", "both"), ("docstore", "bm25", "bm25")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "first", "page_default"),
+    [("realm", "dense", "both"), ("index", "dense", "both"), ("docstore", "bm25", "bm25")],
+)
 def test_the_default_retriever_is_the_first_the_target_offers(
     serve_clients, serve_targets, kind, first, page_default
 ):

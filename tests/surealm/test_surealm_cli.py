@@ -20,24 +20,81 @@ def _run(capsys, *argv):
 def test_whole_path(capsys, tmp_path, tiny_dir, dialogue_file):
     tiny = str(tiny_dir)
     ds = tmp_path / "ds"
-    code, out, _ = _run(capsys, "surealm", "datastore", str(dialogue_file), "--out", str(ds), "--lm", tiny,
-                        "--encoder", tiny, "--k", "3", "--m", "3", "--valid-frac", "0.2", "--test-frac", "0.2", "--quiet")  # fmt: skip
+    code, out, _ = _run(
+        capsys,
+        "surealm",
+        "datastore",
+        str(dialogue_file),
+        "--out",
+        str(ds),
+        "--lm",
+        tiny,
+        "--encoder",
+        tiny,
+        "--k",
+        "3",
+        "--m",
+        "3",
+        "--valid-frac",
+        "0.2",
+        "--test-frac",
+        "0.2",
+        "--quiet",
+    )
     assert code == 0 and f"data store: {ds}" in out
-    common = ["--lm", tiny, "--k", "3", "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--device", "cpu",
-              "--autocast", "off", "--quiet"]  # fmt: skip
+    common = [
+        "--lm",
+        tiny,
+        "--k",
+        "3",
+        "--steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--eval-every",
+        "2",
+        "--device",
+        "cpu",
+        "--autocast",
+        "off",
+        "--quiet",
+    ]
     assert _run(capsys, "surealm", "train", str(ds), "--out", str(tmp_path / "s"), *common)[0] == 0
     code, out, _ = _run(
         capsys, "surealm", "train", str(ds), "--out", str(tmp_path / "b"), "--no-retrieval", *common
     )
     assert code == 0 and "valid token ppl" in out
-    code, out, _ = _run(capsys, "surealm", "evaluate", str(tmp_path / "s"), str(tmp_path / "b"), "--knnlm",
-                        str(tmp_path / "b"), "--knn-k", "4", "--device", "cpu", "--json-out", str(tmp_path / "e.json"))  # fmt: skip
+    code, out, _ = _run(
+        capsys,
+        "surealm",
+        "evaluate",
+        str(tmp_path / "s"),
+        str(tmp_path / "b"),
+        "--knnlm",
+        str(tmp_path / "b"),
+        "--knn-k",
+        "4",
+        "--device",
+        "cpu",
+        "--json-out",
+        str(tmp_path / "e.json"),
+    )
     assert code == 0
     rows = json.loads((tmp_path / "e.json").read_text())["rows"]
     assert [r["kind"].split(" ")[0] for r in rows] == ["surealm", "no", "kNN-LM"]
     assert len({r["tokens"] for r in rows}) == 1 and all(r["token_ppl"] > 1 for r in rows)
-    code, out, _ = _run(capsys, "surealm", "generate", str(tmp_path / "s"), "i would like", "--max-new-tokens", "3",
-                        "--show-retrievals", "--device", "cpu")  # fmt: skip
+    code, out, _ = _run(
+        capsys,
+        "surealm",
+        "generate",
+        str(tmp_path / "s"),
+        "i would like",
+        "--max-new-tokens",
+        "3",
+        "--show-retrievals",
+        "--device",
+        "cpu",
+    )
     assert code == 0 and out.startswith("i would like") and "query 'i':" in out and "suffix" in out
 
 
@@ -46,8 +103,18 @@ def trained(tiny_store, tiny_dir, tmp_path_factory):
     from ralm.surealm.train import TrainConfig, train
 
     out = tmp_path_factory.mktemp("cli-run") / "m"
-    cfg = TrainConfig(datastore=str(tiny_store), out=str(out), lm=str(tiny_dir), k=3, steps=1, eval_every=1,
-                      batch_size=4, device="cpu", autocast="off", tensorboard=False)  # fmt: skip
+    cfg = TrainConfig(
+        datastore=str(tiny_store),
+        out=str(out),
+        lm=str(tiny_dir),
+        k=3,
+        steps=1,
+        eval_every=1,
+        batch_size=4,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+    )
     return train(cfg, progress=False)
 
 
@@ -58,16 +125,46 @@ def test_bad_input_exits_2_with_one_line(capsys, tmp_path, tiny_dir, trained, ti
     one = tmp_path / "one.txt"
     one.write_text("hi\nyes\n\nno\nok\n")
     cases = [
-        (["surealm", "datastore", str(empty), "--out", str(tmp_path / "x"), "--lm", tiny, "--encoder", tiny],
-         'e.jsonl:2: empty "text"'),
-        (["surealm", "datastore", str(one), "--out", str(tmp_path / "y"), "--lm", tiny, "--encoder", tiny,
-          "--valid-frac", "0", "--test-frac", "0"], "no training sentence has two or more tokens"),
-        (["surealm", "train", str(tiny_store), "--out", str(tmp_path / "z"), "--lm", tiny, "--k", "9"],
-         "K=9 but .* kept only 3 neighbours"),
+        (
+            [
+                "surealm",
+                "datastore",
+                str(empty),
+                "--out",
+                str(tmp_path / "x"),
+                "--lm",
+                tiny,
+                "--encoder",
+                tiny,
+            ],
+            'e.jsonl:2: empty "text"',
+        ),
+        (
+            [
+                "surealm",
+                "datastore",
+                str(one),
+                "--out",
+                str(tmp_path / "y"),
+                "--lm",
+                tiny,
+                "--encoder",
+                tiny,
+                "--valid-frac",
+                "0",
+                "--test-frac",
+                "0",
+            ],
+            "no training sentence has two or more tokens",
+        ),
+        (
+            ["surealm", "train", str(tiny_store), "--out", str(tmp_path / "z"), "--lm", tiny, "--k", "9"],
+            "K=9 but .* kept only 3 neighbours",
+        ),
         (["surealm", "generate", str(trained), "  "], "the prompt is empty"),
         (["surealm", "generate", str(tmp_path), "hello"], "not a SUREALM model"),
         (["surealm", "datastore", "--out", str(tmp_path / "w")], "give sentence files"),
-    ]  # fmt: skip
+    ]
     import re
 
     for argv, message in cases:
@@ -94,11 +191,28 @@ def test_store_built_with_another_encoder_is_refused(capsys, tmp_path, tiny_dir,
             p.add_(0.01 * torch.randn_like(p))
     m.save_pretrained(other)
     ds = tmp_path / "ds2"
-    code, _, _ = _run(capsys, "surealm", "datastore", str(dialogue_file), "--out", str(ds), "--lm", str(tiny_dir),
-                      "--encoder", str(other), "--k", "3", "--m", "3", "--quiet")  # fmt: skip
+    code, _, _ = _run(
+        capsys,
+        "surealm",
+        "datastore",
+        str(dialogue_file),
+        "--out",
+        str(ds),
+        "--lm",
+        str(tiny_dir),
+        "--encoder",
+        str(other),
+        "--k",
+        "3",
+        "--m",
+        "3",
+        "--quiet",
+    )
     assert code == 0
-    for argv in (["surealm", "evaluate", str(trained), "--datastore", str(ds), "--device", "cpu"],
-                 ["surealm", "generate", str(trained), "hello", "--datastore", str(ds), "--device", "cpu"]):  # fmt: skip
+    for argv in (
+        ["surealm", "evaluate", str(trained), "--datastore", str(ds), "--device", "cpu"],
+        ["surealm", "generate", str(trained), "hello", "--datastore", str(ds), "--device", "cpu"],
+    ):
         code, _, err = _run(capsys, *argv)
         assert (
             code == 2 and "built with another sentence encoder" in err and len(err.strip().splitlines()) == 1
@@ -131,8 +245,24 @@ def ungrouped_store(tmp_path_factory, tiny_dir):
         encoding="utf-8",
     )
     ds = d / "ds"
-    code = main(["surealm", "datastore", str(plain), "--out", str(ds), "--lm", str(tiny_dir), "--encoder",
-                 str(tiny_dir), "--k", "3", "--m", "3", "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "surealm",
+            "datastore",
+            str(plain),
+            "--out",
+            str(ds),
+            "--lm",
+            str(tiny_dir),
+            "--encoder",
+            str(tiny_dir),
+            "--k",
+            "3",
+            "--m",
+            "3",
+            "--quiet",
+        ]
+    )
     assert code == 0
     return plain, ds
 
@@ -140,8 +270,23 @@ def ungrouped_store(tmp_path_factory, tiny_dir):
 def test_datastore_warns_about_each_empty_split(capsys, tmp_path, tiny_dir):
     plain = tmp_path / "plain.txt"
     plain.write_text("i would like to book a room\nsure , for how many nights ?\ntwo nights please\n")
-    code, out, err = _run(capsys, "surealm", "datastore", str(plain), "--out", str(tmp_path / "ds"), "--lm",
-                          str(tiny_dir), "--encoder", str(tiny_dir), "--k", "3", "--m", "3", "--quiet")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "surealm",
+        "datastore",
+        str(plain),
+        "--out",
+        str(tmp_path / "ds"),
+        "--lm",
+        str(tiny_dir),
+        "--encoder",
+        str(tiny_dir),
+        "--k",
+        "3",
+        "--m",
+        "3",
+        "--quiet",
+    )
     assert code == 0 and out.splitlines()[-1] == f"data store: {tmp_path / 'ds'}"
     assert err.splitlines() == [
         f"ralm: warning: the valid split is empty: {plain} gave 1 group and {SPLITS_HOW}; "
@@ -153,8 +298,23 @@ def test_datastore_warns_about_each_empty_split(capsys, tmp_path, tiny_dir):
 
 def test_train_refuses_a_store_without_valid_sentences(capsys, tmp_path, tiny_dir, ungrouped_store):
     plain, ds = ungrouped_store
-    code, out, err = _run(capsys, "surealm", "train", str(ds), "--out", str(tmp_path / "run"), "--lm",
-                          str(tiny_dir), "--k", "3", "--steps", "1", "--device", "cpu", "--quiet")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "surealm",
+        "train",
+        str(ds),
+        "--out",
+        str(tmp_path / "run"),
+        "--lm",
+        str(tiny_dir),
+        "--k",
+        "3",
+        "--steps",
+        "1",
+        "--device",
+        "cpu",
+        "--quiet",
+    )
     assert code == 2 and out == ""
     assert err.splitlines() == [
         f"ralm: error: {ds}: the valid split is empty: {plain} gave 1 group and {SPLITS_HOW}; training "
@@ -169,15 +329,37 @@ def test_evaluate_refuses_an_empty_split_and_never_prints_a_perplexity(
 ):
     plain, ds = ungrouped_store
     for split in ("test", "valid"):
-        code, out, err = _run(capsys, "surealm", "evaluate", str(trained), "--datastore", str(ds), "--split",
-                              split, "--device", "cpu")  # fmt: skip
+        code, out, err = _run(
+            capsys,
+            "surealm",
+            "evaluate",
+            str(trained),
+            "--datastore",
+            str(ds),
+            "--split",
+            split,
+            "--device",
+            "cpu",
+        )
         assert code == 2 and out == ""
         assert err.splitlines() == [
             f"ralm: error: {ds}: the {split} split is empty: {plain} gave 1 group and {SPLITS_HOW}; there is "
             f"no {split} perplexity over 0 tokens; rebuild the data store ({FILL}) or evaluate another --split"
         ]
-    code, out, err = _run(capsys, "surealm", "evaluate", str(trained), "--datastore", str(ds), "--split", "train",
-                          "--knnlm", str(trained), "--device", "cpu")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "surealm",
+        "evaluate",
+        str(trained),
+        "--datastore",
+        str(ds),
+        "--split",
+        "train",
+        "--knnlm",
+        str(trained),
+        "--device",
+        "cpu",
+    )
     assert code == 2 and out == ""
     assert err.splitlines() == [
         f"ralm: error: {ds}: the valid split is empty: {plain} gave 1 group and {SPLITS_HOW}; --knnlm tunes "
@@ -190,8 +372,19 @@ def test_datastore_refuses_an_empty_train_split(capsys, tmp_path, tiny_dir):
     j.write_text(
         '{"text": "i would like to book a room", "split": "valid"}\n{"text": "two nights please", "split": "test"}\n'
     )
-    code, out, err = _run(capsys, "surealm", "datastore", str(j), "--out", str(tmp_path / "ds"), "--lm",
-                          str(tiny_dir), "--encoder", str(tiny_dir), "--quiet")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "surealm",
+        "datastore",
+        str(j),
+        "--out",
+        str(tmp_path / "ds"),
+        "--lm",
+        str(tiny_dir),
+        "--encoder",
+        str(tiny_dir),
+        "--quiet",
+    )
     assert code == 2 and out == ""
     assert err.splitlines() == [
         f"ralm: error: the train split is empty: {j} gave 2 groups and {SPLITS_HOW}; the data store is built "

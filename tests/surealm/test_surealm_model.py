@@ -78,9 +78,15 @@ def _llama():
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=120, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa",
-    )  # fmt: skip
+        vocab_size=120,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation="sdpa",
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -145,9 +151,15 @@ def test_with_a_window_of_one_a_position_reads_only_its_latest_block():
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=120, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa",
-    )  # fmt: skip
+        vocab_size=120,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation="sdpa",
+    )
     ids = torch.randint(5, 100, (1, 8))  # N = 7 words -> 3 blocks (t = 2, 4, 6)
     keys, values, blk = _memory(1, 3, 2)
     k2, v2 = keys.clone(), values.clone()

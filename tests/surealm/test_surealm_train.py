@@ -16,9 +16,20 @@ def _cfg(store, out, **kw):
     from ralm.surealm.train import TrainConfig
 
     base = dict(
-        datastore=str(store), out=str(out), lm=str(kw.pop("lm")), k=3, delta=1, steps=12, batch_size=6,
-        lr=1e-3, warmup_steps=2, eval_every=6, device="cpu", autocast="off", tensorboard=False,
-    )  # fmt: skip
+        datastore=str(store),
+        out=str(out),
+        lm=str(kw.pop("lm")),
+        k=3,
+        delta=1,
+        steps=12,
+        batch_size=6,
+        lr=1e-3,
+        warmup_steps=2,
+        eval_every=6,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+    )
     base.update(kw)
     return TrainConfig(**base)
 

@@ -200,10 +200,17 @@ def test_finetune_end_to_end_on_a_causal_backbone(task, sub, metric, task_data, 
     assert res["config"]["bidirectional"] is False
     # the saved model is the evaluated one: `finetune --eval-only` on it scores dev and test the same
     again = finetune(
-        FinetuneConfig(task=task, data=str(task_data / sub), out=str(tmp_path / "again"), model=str(out / "seed-1" / "model"),
-                       seeds=[1], eval_only=True, **kw),
+        FinetuneConfig(
+            task=task,
+            data=str(task_data / sub),
+            out=str(tmp_path / "again"),
+            model=str(out / "seed-1" / "model"),
+            seeds=[1],
+            eval_only=True,
+            **kw,
+        ),
         log=lambda m: None,
-    )  # fmt: skip
+    )
     first = res["seeds"][0]
     assert again["seeds"][0]["steps"] == 0 and not (tmp_path / "again" / "seed-1" / "model").exists()
     assert again["seeds"][0]["test"] == pytest.approx(first["test"], abs=1e-9)

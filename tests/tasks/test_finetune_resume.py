@@ -36,9 +36,29 @@ sys.exit(main(sys.argv[1:]))
 
 
 def argv(task_data, tiny_dir, out, *extra):
-    return ["finetune", "classify", str(task_data / "classify"), "--model", str(tiny_dir), "--out", str(out),
-            "--seeds", "1,2", "--max-steps", "4", "--batch-size", "4", "--max-length", "48", "--device", "cpu",
-            "--autocast", "off", "--no-progress", *extra]  # fmt: skip
+    return [
+        "finetune",
+        "classify",
+        str(task_data / "classify"),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        "--seeds",
+        "1,2",
+        "--max-steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--max-length",
+        "48",
+        "--device",
+        "cpu",
+        "--autocast",
+        "off",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def count_seeds(monkeypatch) -> list[int]:
@@ -61,8 +81,11 @@ def test_killed_job_resumes_with_the_uninterrupted_results(
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", KILL_AT_SEED_2, *argv(task_data, tiny_dir, out)],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     partial = tmp_path / ".out.partial"
     seed1 = partial / "seed-1" / "eval.json"

@@ -53,8 +53,10 @@ def test_auto_rule_trec_names_and_answer_type_records(tmp_path):
         write(tmp_path / "trec-covid" / "q.jsonl", '{"question": "q", "answers": ["(a"]}\n'), "open-qa"
     )[0][0].regex
     data = load_task_data(tmp_path / "CuratedTREC", "open-qa", dev_fraction=0)
-    assert data.notes == [f"1 questions with regular-expression answers in {flashrag}, matched as patterns "
-                          "(--answers string matches them as text)"]  # fmt: skip
+    assert data.notes == [
+        f"1 questions with regular-expression answers in {flashrag}, matched as patterns "
+        "(--answers string matches them as text)"
+    ]
     data = load_task_data(tmp_path / "CuratedTREC", "open-qa", answers="string", dev_fraction=0)
     assert data.splits["test"] == [OpenQAExample("0", "q", ["a+"])] and not data.notes
 
@@ -69,8 +71,20 @@ def test_bad_patterns_and_modes_are_one_line_errors(tmp_path):
         read_file(kind, "open-qa")
     with pytest.raises(RalmError, match="--answers 'pattern'"):
         read_file(kind, "open-qa", answers="pattern")
-    squad = {"data": [{"paragraphs": [{"context": "Oslo", "qas": [{"id": "a", "question": "?",
-             "answers": [{"text": "Oslo", "answer_start": 0}]}]}]}]}  # fmt: skip
+    squad = {
+        "data": [
+            {
+                "paragraphs": [
+                    {
+                        "context": "Oslo",
+                        "qas": [
+                            {"id": "a", "question": "?", "answers": [{"text": "Oslo", "answer_start": 0}]}
+                        ],
+                    }
+                ]
+            }
+        ]
+    }
     sq = write(tmp_path / "squad.json", json.dumps(squad))
     with pytest.raises(RalmError, match=r"squad\.json: a SQuAD file's answers are spans"):
         read_file(sq, "open-qa", answers="regex")
@@ -106,17 +120,37 @@ def test_finetune_open_qa_with_regex_answers(fact_store, tiny_dir, tmp_path, cap
     from ralm.retrieval.index.open import load_retriever
     from ralm.tasks.finetune import FinetuneConfig, finetune
 
-    cities = [("Oslo", "Norway"), ("Bergen", "Norway"), ("Copenhagen", "Denmark"), ("Stockholm", "Sweden"),
-              ("Helsinki", "Finland"), ("Reykjavik", "Iceland"), ("Aarhus", "Denmark"), ("Trondheim", "Norway")]  # fmt: skip
+    cities = [
+        ("Oslo", "Norway"),
+        ("Bergen", "Norway"),
+        ("Copenhagen", "Denmark"),
+        ("Stockholm", "Sweden"),
+        ("Helsinki", "Finland"),
+        ("Reykjavik", "Iceland"),
+        ("Aarhus", "Denmark"),
+        ("Trondheim", "Norway"),
+    ]
     rows = [
         json.dumps({"question": f"which country is {c} in", "answers": [n[:3] + r"\w+"]}) for c, n in cities
     ]
     data = tmp_path / "curatedtrec"
     for split in ("train", "test"):
         write(data / f"{split}.jsonl", "\n".join(rows) + "\n")
-    common = dict(task="open-qa", data=str(data), model=str(tiny_dir), index=str(fact_store / "index"), k=3,
-                  retriever="bm25", max_steps=2, batch_size=4, device="cpu", autocast="off", progress=False,
-                  max_length=48, eval_batch_size=8)  # fmt: skip
+    common = dict(
+        task="open-qa",
+        data=str(data),
+        model=str(tiny_dir),
+        index=str(fact_store / "index"),
+        k=3,
+        retriever="bm25",
+        max_steps=2,
+        batch_size=4,
+        device="cpu",
+        autocast="off",
+        progress=False,
+        max_length=48,
+        eval_batch_size=8,
+    )
     res = finetune(FinetuneConfig(out=str(tmp_path / "o"), **common), log=lambda m: None)
     rec = res["seeds"][0]
     assert set(rec["test"]) == {"em", "recall@1", "recall@3"}  # no F1 for patterns
@@ -139,8 +173,18 @@ def test_finetune_open_qa_with_regex_answers(fact_store, tiny_dir, tmp_path, cap
     write(
         data / "test.jsonl", "\n".join(rows[:2] + [json.dumps({"question": "q", "answers": ["(x"]})]) + "\n"
     )
-    argv = ["finetune", "open-qa", str(data), "--out", str(tmp_path / "bad"), "--model", str(tiny_dir),
-            "--index", str(fact_store / "index"), "--no-progress"]  # fmt: skip
+    argv = [
+        "finetune",
+        "open-qa",
+        str(data),
+        "--out",
+        str(tmp_path / "bad"),
+        "--model",
+        str(tiny_dir),
+        "--index",
+        str(fact_store / "index"),
+        "--no-progress",
+    ]
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

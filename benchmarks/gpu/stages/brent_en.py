@@ -87,10 +87,24 @@ SAME = ["--k", 8, "--no-scale", "--lr-reader", 1e-4, "--lr-retriever", 1e-5, "--
 # issue 45's levers on the REALM run (the MLM-only run keeps its settings): a learned score scale and
 # null logit, the per-masked-token marginal, hybrid candidates 32 deep with the reader's gradient from
 # the top 2 and the null document, query-side training at lr 1e-4 (the last --lr-retriever wins)
-LEVERS = ["--lr-retriever", 1e-4, *[x for kv in (
-    'score_scale="learned"', 'null_doc="logit"', 'marginal="span"', 'candidates="hybrid"', "candidate_depth=32",
-    'bm25_lang="en"', "reader_backprop_top=2", 'retriever_train="query"',
-) for x in ("--set", kv)]]  # fmt: skip
+LEVERS = [
+    "--lr-retriever",
+    1e-4,
+    *[
+        x
+        for kv in (
+            'score_scale="learned"',
+            'null_doc="logit"',
+            'marginal="span"',
+            'candidates="hybrid"',
+            "candidate_depth=32",
+            'bm25_lang="en"',
+            "reader_backprop_top=2",
+            'retriever_train="query"',
+        )
+        for x in ("--set", kv)
+    ],
+]
 # time model (seconds): MARGIN x (FIXED_S + steps x (STEP_S + batch x QUERY_S)), 55 + 1000 x 0.246 = 301
 FIXED_S, STEP_S, QUERY_S, MARGIN = 55.0, 0.030, 0.00135, 1.05
 TINY = {"steps": 2, "batch": 4, "warm_steps": 2, "warm_batch": 4, "heldout": 8, "refresh_every": 1}
@@ -110,8 +124,19 @@ def prep(ctx: StageContext) -> None:
     """The sample's DocStore in 64-token chunks (tiny: its first article, and a random tiny backbone)."""
     ctx.inputs.mkdir(parents=True, exist_ok=True)
     limit = ["--max-articles", 1] if ctx.tiny else []
-    ctx.ralm("corpus", "build", "--sample", "enwiki", "--out", ctx.inputs / STORE, "--chunk-size", CHUNK_SIZE,
-             "--overwrite", "--quiet", *limit)  # fmt: skip
+    ctx.ralm(
+        "corpus",
+        "build",
+        "--sample",
+        "enwiki",
+        "--out",
+        ctx.inputs / STORE,
+        "--chunk-size",
+        CHUNK_SIZE,
+        "--overwrite",
+        "--quiet",
+        *limit,
+    )
     if ctx.tiny:
         tiny_backbone(ctx.inputs / BACKBONE)
 
@@ -122,8 +147,14 @@ def plan(ctx: StageContext) -> dict:
         return TINY
     fit = (ctx.left() / MARGIN - FIXED_S) / (STEP_S + BATCH * QUERY_S)
     steps = min(STEPS, max(REFRESH_EVERY, int(fit) // REFRESH_EVERY * REFRESH_EVERY))
-    return {"steps": steps, "batch": BATCH, "warm_steps": WARM_STEPS, "warm_batch": 16, "heldout": 200,
-            "refresh_every": REFRESH_EVERY}  # fmt: skip
+    return {
+        "steps": steps,
+        "batch": BATCH,
+        "warm_steps": WARM_STEPS,
+        "warm_batch": 16,
+        "heldout": 200,
+        "refresh_every": REFRESH_EVERY,
+    }
 
 
 def run(ctx: StageContext) -> dict:
@@ -134,9 +165,28 @@ def run(ctx: StageContext) -> dict:
     work = ctx.work / "runs"
     if work.exists():
         shutil.rmtree(work)
-    args = [*SAME, *LEVERS, "--store", store, "--work", work, "--name", NAME, "--steps", p["steps"],
-            "--batch-size", p["batch"], "--warm-steps", p["warm_steps"], "--warm-batch-size", p["warm_batch"],
-            "--heldout", p["heldout"], "--refresh-every", p["refresh_every"]]  # fmt: skip
+    args = [
+        *SAME,
+        *LEVERS,
+        "--store",
+        store,
+        "--work",
+        work,
+        "--name",
+        NAME,
+        "--steps",
+        p["steps"],
+        "--batch-size",
+        p["batch"],
+        "--warm-steps",
+        p["warm_steps"],
+        "--warm-batch-size",
+        p["warm_batch"],
+        "--heldout",
+        p["heldout"],
+        "--refresh-every",
+        p["refresh_every"],
+    ]
     if ctx.tiny:
         args += ["--backbone", ctx.inputs / BACKBONE]
     ctx.log(f"{NAME}: {p['steps']} steps x {p['batch']} queries ({ctx.left():.0f} s left)")
@@ -208,8 +258,9 @@ def chunk_tokens(cfg: dict) -> tuple[np.ndarray, np.ndarray]:
     names = [t or "" for t in arts.column("title").to_pylist()]
     title_len = [len(e.ids) for e in tok.encode_batch(names, add_special_tokens=False)]
     title = np.zeros(len(text), dtype=np.int64)
-    for first, count, n in zip(arts.column("first_chunk").to_pylist(), arts.column("n_chunks").to_pylist(),
-                               title_len, strict=True):  # fmt: skip
+    for first, count, n in zip(
+        arts.column("first_chunk").to_pylist(), arts.column("n_chunks").to_pylist(), title_len, strict=True
+    ):
         title[first : first + count] = n
     return text, title
 
@@ -289,8 +340,12 @@ def tiny_backbone(out: Path, hidden: int = 32, ffn: int = 64) -> None:
             shutil.copy2(src / f, out / f)
     vocab = json.loads((src / "config.json").read_text(encoding="utf-8"))["vocab_size"]
     rng = np.random.default_rng(0)
-    shapes = {"embeddings.word_embeddings": (vocab, hidden), "embeddings.position_embeddings": (512, hidden),
-              "embeddings.token_type_embeddings": (2, hidden), "pooler.dense": (hidden, hidden)}  # fmt: skip
+    shapes = {
+        "embeddings.word_embeddings": (vocab, hidden),
+        "embeddings.position_embeddings": (512, hidden),
+        "embeddings.token_type_embeddings": (2, hidden),
+        "pooler.dense": (hidden, hidden),
+    }
     for name in ("self.query", "self.key", "self.value", "output.dense"):
         shapes[f"encoder.layer.0.attention.{name}"] = (hidden, hidden)
     shapes |= {
@@ -306,7 +361,17 @@ def tiny_backbone(out: Path, hidden: int = 32, ffn: int = 64) -> None:
         t[f"{name}.LayerNorm.weight"] = np.ones(hidden, np.float32)
         t[f"{name}.LayerNorm.bias"] = np.zeros(hidden, np.float32)
     save_file(t, str(out / "model.safetensors"), metadata={"format": "pt"})
-    config = {"architectures": ["BertModel"], "model_type": "bert", "vocab_size": vocab, "pad_token_id": 0,
-              "hidden_size": hidden, "num_hidden_layers": 1, "num_attention_heads": 2, "hidden_act": "gelu",
-              "intermediate_size": ffn, "max_position_embeddings": 512, "type_vocab_size": 2}  # fmt: skip
+    config = {
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "vocab_size": vocab,
+        "pad_token_id": 0,
+        "hidden_size": hidden,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "hidden_act": "gelu",
+        "intermediate_size": ffn,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+    }
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

@@ -53,8 +53,21 @@ def run(ctx: StageContext) -> dict:
     if not (store / "manifest.json").is_file():
         raise FileNotFoundError(f"{store}: brent_en's DocStore is needed (stash brent_en's parts too)")
     work = ctx.work / "runs"
-    common = ["--work", work, "--store", store, "--reader", ctx.inputs / GGUF, "--steps", s["steps"],
-              "--batch-size", s["batch"], "--device", ctx.device, *s["extra"]]  # fmt: skip
+    common = [
+        "--work",
+        work,
+        "--store",
+        store,
+        "--reader",
+        ctx.inputs / GGUF,
+        "--steps",
+        s["steps"],
+        "--batch-size",
+        s["batch"],
+        "--device",
+        ctx.device,
+        *s["extra"],
+    ]
     with progress_on_stop(lambda: [work / f"en-{n}" for n in ("closed", *s["arms"])]):
         for arm in s["arms"]:
             ctx.python("realm/realm_learns.py", "arm", "en", arm, *common)

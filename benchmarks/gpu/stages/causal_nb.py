@@ -142,8 +142,14 @@ def _prep_tiny(ctx: StageContext) -> None:
     from serve.serve_target import tiny_bert
 
     corpus = ctx.inputs / CORPUS  # `ralm corpus build --sample lee --max-articles 40 --chunk-size 64 ...`
-    cfg = BuildConfig(chunk_size=64, format=sample_format("lee"), lang="nb", names=True, numbers=True,
-                      max_articles=TINY_ARTICLES)  # fmt: skip
+    cfg = BuildConfig(
+        chunk_size=64,
+        format=sample_format("lee"),
+        lang="nb",
+        names=True,
+        numbers=True,
+        max_articles=TINY_ARTICLES,
+    )
     build_docstore([sample_path("lee")], corpus, cfg, overwrite=True, progress=False, log=ctx.log)
     shutil.rmtree(ctx.inputs / POOL, ignore_errors=True)
     shutil.copytree(corpus, ctx.inputs / POOL)
@@ -190,11 +196,23 @@ def _tiny_reader(texts: list[str], out: Path) -> None:
     )
     torch.manual_seed(0)
     cfg = Gemma3TextConfig(
-        architectures=["Gemma3ForCausalLM"], vocab_size=len(fast), hidden_size=32, intermediate_size=64,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=512,
-        sliding_window=16, layer_types=["sliding_attention", "full_attention"], final_logit_softcapping=30.0,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
-    )  # fmt: skip
+        architectures=["Gemma3ForCausalLM"],
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=512,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+        final_logit_softcapping=30.0,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+    )
     shutil.rmtree(out, ignore_errors=True)
     Gemma3ForCausalLM(cfg).save_pretrained(out)
     fast.save_pretrained(out)
@@ -226,9 +244,29 @@ def run(ctx: StageContext) -> dict:
     runs = {"realm": work / "nb-realm", "mlm": work / "nb-closed"}
     # checkpoints every quarter, all kept: where the REALM run is stopped before its end, both runs
     # are evaluated at the newest step both reached
-    common = ["--docstore", work / CORPUS, "--retriever", towers, "--reader", reader, "--steps", steps,
-              "--batch-size", s["batch"], "--grad-accum", s["accum"], "--checkpoint-every", max(1, steps // 4),
-              "--keep-checkpoints", 4, "--device", ctx.device, "--quiet", "--set", "tensorboard=false"]  # fmt: skip
+    common = [
+        "--docstore",
+        work / CORPUS,
+        "--retriever",
+        towers,
+        "--reader",
+        reader,
+        "--steps",
+        steps,
+        "--batch-size",
+        s["batch"],
+        "--grad-accum",
+        s["accum"],
+        "--checkpoint-every",
+        max(1, steps // 4),
+        "--keep-checkpoints",
+        4,
+        "--device",
+        ctx.device,
+        "--quiet",
+        "--set",
+        "tensorboard=false",
+    ]
     if ctx.tiny:
         common += ["--heldout", s["heldout"]]
 
@@ -246,8 +284,16 @@ def run(ctx: StageContext) -> dict:
         ctx.log(f"{NAME}: {errors[0]}; both runs evaluated at step {step}")
 
     realm, closed = runs["realm"], runs["mlm"]
-    evaluate = ["evaluate-mlm", realm, "--baseline", closed, "--device", ctx.device,
-                "--batch-size", s["eval_batch"]]  # fmt: skip
+    evaluate = [
+        "evaluate-mlm",
+        realm,
+        "--baseline",
+        closed,
+        "--device",
+        ctx.device,
+        "--batch-size",
+        s["eval_batch"],
+    ]
     initial = [*evaluate, "--initial", "--json-out", realm / "eval_mlm_initial.json"]
     ev_error, ev0_error, table2_error = _parallel(
         lambda: ctx.ralm(*evaluate),

@@ -37,13 +37,29 @@ TARGETS = {"gpu_luke_minus_word_f1": "> 0", "gpu_luke_init_word_cosine": ">= 0.9
 
 WNUT17 = ROOT.parent / "shared" / "data" / "wnut17"
 FULL = {
-    "chunk": 128, "articles": None, "steps": 3000, "batch": 16, "seeds": "1,2,3",
-    "train_limit": 1000, "max_eval": 300, "epochs": 3, "max_span": 5, "mep_chunks": 256,
-}  # fmt: skip
+    "chunk": 128,
+    "articles": None,
+    "steps": 3000,
+    "batch": 16,
+    "seeds": "1,2,3",
+    "train_limit": 1000,
+    "max_eval": 300,
+    "epochs": 3,
+    "max_span": 5,
+    "mep_chunks": 256,
+}
 TINY = {
-    "chunk": 64, "articles": 1, "steps": 2, "batch": 2, "seeds": "1",
-    "train_limit": 16, "max_eval": 6, "epochs": 1, "max_span": 3, "mep_chunks": 8,
-}  # fmt: skip
+    "chunk": 64,
+    "articles": 1,
+    "steps": 2,
+    "batch": 2,
+    "seeds": "1",
+    "train_limit": 16,
+    "max_eval": 6,
+    "epochs": 1,
+    "max_span": 3,
+    "mep_chunks": 8,
+}
 
 
 def _settings(ctx: StageContext) -> dict:
@@ -103,12 +119,36 @@ def run(ctx: StageContext) -> dict:
     shutil.rmtree(work, ignore_errors=True)
     try:
         ctx.python(
-            "luke/luke_entities.py", "--work", work, "--corpus", ctx.inputs / "corpus", "--data", ctx.inputs / "ner",
-            "--pretrain-steps", s["steps"], "--pretrain-batch", s["batch"], "--seq", s["chunk"],
-            "--seeds", s["seeds"], "--train-limit", s["train_limit"], "--max-eval", s["max_eval"],
-            "--epochs", s["epochs"], "--max-span-length", s["max_span"], "--mep-chunks", s["mep_chunks"],
-            "--name", "gpu_luke_entities", "--metric-prefix", "gpu_",
-        )  # fmt: skip
+            "luke/luke_entities.py",
+            "--work",
+            work,
+            "--corpus",
+            ctx.inputs / "corpus",
+            "--data",
+            ctx.inputs / "ner",
+            "--pretrain-steps",
+            s["steps"],
+            "--pretrain-batch",
+            s["batch"],
+            "--seq",
+            s["chunk"],
+            "--seeds",
+            s["seeds"],
+            "--train-limit",
+            s["train_limit"],
+            "--max-eval",
+            s["max_eval"],
+            "--epochs",
+            s["epochs"],
+            "--max-span-length",
+            s["max_span"],
+            "--mep-chunks",
+            s["mep_chunks"],
+            "--name",
+            "gpu_luke_entities",
+            "--metric-prefix",
+            "gpu_",
+        )
     except StageTimeout as exc:  # say how far it got, for the next budget
         done = [
             r

