@@ -106,6 +106,19 @@ def cell_dir(work: Path, column: str, row: str) -> Path:
     return work / "cells" / f"{column}-{row}"
 
 
+def finished_cells(work: Path, tasks: list[str], rows: list[str]) -> list[tuple[str, str, Path]]:
+    """(column, row, folder) of every cell of `tasks` x `rows`, then of the generation columns x `rows`,
+    that has its results.json: what a table over those rows and tasks can show."""
+    columns = [*tasks, *[g for g in GEN_MODES if g not in tasks]]
+    cells = [(c, r, cell_dir(work, c, r)) for c in columns for r in rows]
+    return [cell for cell in cells if (cell[2] / "results.json").is_file()]
+
+
+def grid_complete(work: Path) -> bool:
+    """Whether every cell of the default grid (TASKS x ROWS) has its results in `work`."""
+    return all((cell_dir(work, t, r) / "results.json").is_file() for t in TASKS for r in ROWS)
+
+
 def ralm(*args: str, log: Path) -> None:
     env = {
         **os.environ,
@@ -458,20 +471,18 @@ def main() -> None:
         gen_cells(args, work)
         return
     if args.report_only:
-        names = args.tasks.split(",")
-        cells = [(t, r, cell_dir(work, t, r)) for t in names for r in args.rows.split(",")]
-        cells = [c for c in cells if (c[2] / "results.json").is_file()]
-    else:
-        cells = run_grid(args, work)
-        every = [cell_dir(work, t, r) for t in TASKS for r in ROWS]
-        if not all((c / "results.json").is_file() for c in every):
-            print(
-                f"{work}: not every default cell has results; the committed table is left as it is "
-                "(write it with --report-only --rows gemma-plain,gemma-realm,minilm once the grid is complete)"
-            )
-            return
-    gen = [(t, r, cell_dir(work, t, r)) for t in GEN_MODES for r in args.rows.split(",")]
-    report(cells + [c for c in gen if (c[2] / "results.json").is_file()], args)
+        report(finished_cells(work, args.tasks.split(","), args.rows.split(",")), args)
+        return
+    run_grid(args, work)
+    if not grid_complete(work):
+        print(
+            f"{work}: not every default cell has results; the committed table is left as it is "
+            "(write it with --report-only --rows gemma-plain,gemma-realm,minilm once the grid is complete)"
+        )
+        return
+    # the table shows the whole default grid, not only the cells this run trained (a run of some
+    # --rows or --tasks that completes the folder must not write a table of just those)
+    report(finished_cells(work, list(TASKS), list(ROWS)), args)
 
 
 if __name__ == "__main__":
