@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from tests.realm.conftest import tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -365,7 +366,6 @@ def test_reader_kind_auto(causal_dirs, tiny_dir, tmp_path):
 # ----------------------------------------------------------------------------- inference on runs
 @pytest.fixture(scope="module")
 def causal_runs(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
-    from ralm.realm.config import PretrainConfig
     from ralm.realm.trainer import pretrain
 
     root = tmp_path_factory.mktemp("causal-runs")
@@ -373,26 +373,16 @@ def causal_runs(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
     torch.set_num_threads(1)
     out = {}
     for mode in ("realm", "mlm"):
-        cfg = PretrainConfig(
-            docstore=str(realm_store),
+        cfg = tiny_config(
+            realm_store,
+            tiny_dir,
             out=str(root / mode),
             mode=mode,
             reader=str(causal_dirs["gemma3"]),
             retriever=str(tiny_dir),
             steps=2,
-            batch_size=3,
-            k=3,
-            encoder_max_length=32,
             reader_max_length=200,
-            heldout=3,
             refresh_every=1,
-            checkpoint_every=2,
-            warmup_steps=1,
-            lr_reader=1e-3,
-            lr_retriever=1e-3,
-            device="cpu",
-            autocast="off",
-            tensorboard=False,
         )
         out[mode] = pretrain(cfg, progress=False)
     torch.set_num_threads(n)

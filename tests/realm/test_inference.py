@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from tests.realm.conftest import tiny_config
 
 from ralm.errors import RalmError
 
@@ -15,30 +16,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def runs(realm_store, tiny_dir, tmp_path_factory):
-    from ralm.realm.config import PretrainConfig
     from ralm.realm.trainer import pretrain
 
     root = tmp_path_factory.mktemp("runs")
-    base = dict(
-        docstore=str(realm_store),
-        reader=str(tiny_dir),
-        steps=3,
-        batch_size=3,
-        k=3,
-        encoder_max_length=32,
-        reader_max_length=96,
-        heldout=4,
-        refresh_every=2,
-        checkpoint_every=0,
-        warmup_steps=1,
-        lr_reader=1e-3,
-        lr_retriever=1e-3,
-        device="cpu",
-        autocast="off",
-        tensorboard=False,
+    base = dict(steps=3, heldout=4, checkpoint_every=0)
+    realm = pretrain(tiny_config(realm_store, tiny_dir, out=str(root / "realm"), **base), progress=False)
+    mlm = pretrain(
+        tiny_config(realm_store, tiny_dir, out=str(root / "mlm"), mode="mlm", **base), progress=False
     )
-    realm = pretrain(PretrainConfig(out=str(root / "realm"), **base), progress=False)
-    mlm = pretrain(PretrainConfig(out=str(root / "mlm"), mode="mlm", **base), progress=False)
     return realm, mlm
 
 
