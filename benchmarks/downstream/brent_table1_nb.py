@@ -204,23 +204,21 @@ METRICS = {**{t: v[3] for t, v in TASKS.items()}, **{c: ("em", "f1") for c in GE
 COUNTED = ("norne", "ud-bokmaal", "norec", "norquad-rag")
 
 
-def gen_cells(args, work: Path) -> list[tuple[str, str, Path]]:
+def gen_cells(args, work: Path) -> None:
     """NorQuAD answered by generation (`ralm rag train` + `rag eval`), per Gemma row and seed, both
     closed-book (the question alone: what the reader knows) and RAG k=3 (dense top 3 of one fixed
     index, --rag-index, the same for both rows: how the reader reads passages). Each (mode, row) is
-    a cell directory whose results.json `ralm table` reads. Returns the finished cells."""
+    a cell directory whose results.json `ralm table` reads; `finished_cells` lists those done."""
     from retrieval.retriever_train import qa_jsonl
 
     train_q = qa_jsonl("train", work / "train.jsonl")
     test_q = qa_jsonl("test", work / "test.jsonl")
     index = Path(args.rag_index)
-    cells = []
     rows = [r for r in ("gemma-plain", "gemma-realm") if r in args.rows.split(",")]
     for col in args.gen_cols.split(","):
         mode = GEN_MODES[col]
         for row in rows:
             out = cell_dir(work, col, row)
-            cells.append((col, row, out))
             if (out / "results.json").is_file():
                 continue
             if mode == "rag" and not (index / "retrieval.json").is_file():
@@ -322,10 +320,10 @@ def gen_cells(args, work: Path) -> list[tuple[str, str, Path]]:
             }
             out.mkdir(parents=True, exist_ok=True)
             (out / "results.json").write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
-    return [c for c in cells if (c[2] / "results.json").is_file()]
 
 
-def run_grid(args, work: Path) -> list[tuple[str, str, Path]]:
+def run_grid(args, work: Path) -> None:
+    """`ralm finetune` of every cell of --tasks x --rows without its results.json, --jobs at a time."""
     cells = [(t, r, cell_dir(work, t, r)) for t in args.tasks.split(",") for r in args.rows.split(",")]
     todo = [c for c in cells if not (c[2] / "results.json").is_file()]
     todo.sort(key=lambda c: -COST[c[0]] * (1 if c[1].startswith("gemma") else 0.15))
@@ -352,7 +350,6 @@ def run_grid(args, work: Path) -> list[tuple[str, str, Path]]:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, todo))
-    return [c for c in cells if (c[2] / "results.json").is_file()]
 
 
 def report(cells: list[tuple[str, str, Path]], args) -> None:
