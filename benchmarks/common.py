@@ -73,3 +73,18 @@ def write_result(name: str, command: str, metrics: dict, targets: dict, **extra)
     tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, out)
     return result
+
+
+def log(msg: str) -> None:
+    """A timestamped progress line on stderr: '[20:41:07] msg'."""
+    import time
+
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def ralm(*args: object) -> None:
+    """Run `ralm ARGS...` with this interpreter, as a user would from the shell; fails on a non-zero exit."""
+    import subprocess
+
+    log("ralm " + " ".join(str(a) for a in args))
+    subprocess.run([sys.executable, "-m", "ralm", *[str(a) for a in args]], check=True)
