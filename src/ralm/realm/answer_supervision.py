@@ -113,7 +113,7 @@ def answer_records(
         batch = {k: v.to(run.device) for k, v in batch.items()}
         qn = model.embed_queries(batch).float().cpu().numpy()
         src = batch["source_ids"].cpu().numpy()
-        cands = np.asarray(run.refresher.search(qn, src, depth), dtype=np.int64).tolist()
+        cands = np.asarray(run.search(qn, src, depth), dtype=np.int64).tolist()
         rows = [[*docs, -1] if has_null else docs for docs in cands]
         target, _ = answer_target(model.reader, batch, rows, nats)
         spans = model.reader.span_texts(batch)

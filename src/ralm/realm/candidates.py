@@ -10,7 +10,11 @@ English encoder on Danish text) and the index collapses onto a few hub chunks.
 BM25 sees what the towers see: chunks are indexed as the tower tokenizer's decoding of their
 token ids, and a masked query as the decoding of its visible tokens ([MASK] and special tokens
 dropped), so no masked word reaches BM25, and an uncased tokenizer folds both sides alike.
-The query's own source chunk is excluded from both lists (REALM's trivial retrieval).
+The query's own source chunk is excluded from both lists (REALM's trivial retrieval). Which chunk
+that is has one rule for every path (training, evaluation, diagnosis, answer supervision, a run's
+searcher): `trivial_ids`. Queries drawn from the knowledge corpus itself exclude their own chunk;
+queries from another DocStore (`queries = ...`) exclude nothing, since their chunk ids are not
+ids of the corpus. `run_search` is the search a run uses, with that rule applied.
 """
 
 from __future__ import annotations
@@ -25,6 +29,41 @@ from ralm.retrieval.bm25_spec import bm25_options
 from ralm.retrieval.hybrid import fuse_rankings
 
 DenseSearch = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+
+
+def queries_are_corpus(store, qstore) -> bool:
+    """Whether the query DocStore `qstore` is the knowledge corpus `store` (the same object or the
+    same build, by fingerprint), so that a query's chunk id is a chunk id of the corpus."""
+    return qstore is store or qstore.fingerprint == store.fingerprint
+
+
+def trivial_ids(source_ids: np.ndarray, same_corpus: bool) -> np.ndarray:
+    """(B,) int64 chunk ids of the knowledge corpus to exclude for queries made from chunks
+    `source_ids` (B,) of the query store: the ids themselves when the queries are the corpus's own
+    chunks (REALM's trivial retrieval), -1 (nothing excluded) when they come from another store.
+
+    Example: trivial_ids([4, 9], True) -> [4, 9]; trivial_ids([4, 9], False) -> [-1, -1].
+    """
+    src = np.asarray(source_ids, dtype=np.int64)
+    return src if same_corpus else np.full(src.shape, -1, dtype=np.int64)
+
+
+class TrivialExclusion:
+    """A REALM `search` (dense or hybrid) with `trivial_ids` applied to the source ids it is given,
+    so callers pass a batch's `source_ids` as they are, whatever store the queries come from."""
+
+    def __init__(self, search, same_corpus: bool) -> None:
+        self.search = search
+        self.same_corpus = bool(same_corpus)
+        self.wants_query_ids = bool(getattr(search, "wants_query_ids", False))
+
+    def __call__(
+        self, q: np.ndarray, source_ids: np.ndarray, k: int, query_ids: np.ndarray | None = None
+    ) -> np.ndarray:
+        src = trivial_ids(source_ids, self.same_corpus)
+        if self.wants_query_ids:
+            return self.search(q, src, k, query_ids=query_ids)
+        return self.search(q, src, k)
 
 
 class HybridCandidates:
@@ -108,6 +147,14 @@ def candidate_search(cfg, model, dense_search: DenseSearch):
         return dense_search
     bm25 = bm25_for_docs(model.docs, lang=cfg.bm25_lang)
     return HybridCandidates(dense_search, bm25, model.docs.inputs.tower.tokenizer, depth=cfg.candidate_depth)
+
+
+def run_search(cfg, model, dense_search: DenseSearch, *, same_corpus: bool):
+    """The `search` of a run under `cfg`: `candidate_search` with the trivial-retrieval rule
+    (`trivial_ids`) applied, for the trainer and for a loaded run alike. Queries from the corpus
+    itself pass their source ids through unchanged, so the search is `candidate_search`'s own."""
+    search = candidate_search(cfg, model, dense_search)
+    return search if same_corpus else TrivialExclusion(search, same_corpus=False)
 
 
 def in_batch_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

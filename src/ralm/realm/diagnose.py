@@ -131,9 +131,11 @@ def diagnose(
             qn, src = q.float().cpu().numpy(), batch["source_ids"].cpu().numpy()
             texts = hybrid.query_texts(batch["input_ids"].cpu().numpy())
             cands = {
-                "dense": np.asarray(run.refresher.search(qn, src, depth), dtype=np.int64),
-                "bm25": _bm25(bm25, texts, src, depth),
-                "hybrid": np.asarray(hybrid(qn, src, depth, query_ids=batch["input_ids"].cpu().numpy())),
+                "dense": np.asarray(run.search(qn, src, depth), dtype=np.int64),
+                "bm25": _bm25(bm25, texts, run.trivial(src), depth),
+                "hybrid": np.asarray(
+                    hybrid(qn, run.trivial(src), depth, query_ids=batch["input_ids"].cpu().numpy())
+                ),
             }
             own = cands["hybrid" if run.cfg.candidates == "hybrid" else "dense"][:, :reader_depth]
             lpz_k = model.prior_over(q, own[:, :kr]).float()  # the run's own p(z|x) over its k documents
@@ -181,13 +183,17 @@ def diagnose(
     return Diagnosis(records, summary)
 
 
-def _bm25(bm25, texts: Sequence[str], src: np.ndarray, depth: int) -> np.ndarray:
-    """(B, depth) BM25 candidates of the visible query words, the query's own chunk left out; a query
-    with no visible word gets -1s."""
+def _bm25(bm25, texts: Sequence[str], exclude: np.ndarray, depth: int) -> np.ndarray:
+    """(B, depth) BM25 candidates of the visible query words, the chunks `exclude` (B,) left out (-1:
+    none; `LoadedRun.trivial`); a query with no visible word gets -1s."""
     out = np.full((len(texts), depth), -1, dtype=np.int64)
     live = [i for i, t in enumerate(texts) if t.strip()]
     if live:
-        res = bm25.search_text([texts[i] for i in live], depth, exclude_ids=[int(src[i]) for i in live])
+        res = bm25.search_text(
+            [texts[i] for i in live],
+            depth,
+            exclude_ids=[int(exclude[i]) if exclude[i] >= 0 else None for i in live],
+        )
         for i, row in zip(live, res.ids, strict=True):
             out[i, : len(row)] = row
     return out

@@ -240,12 +240,15 @@ class SyncRefresher:
     def search(self, q: np.ndarray, source_ids: np.ndarray, k: int) -> np.ndarray:
         if self.index is None:
             raise RuntimeError("no index yet: call refresh() (or load()) before searching")
-        if k > self.index.count - 1:
+        src = np.asarray(source_ids, dtype=np.int64)
+        own = int(bool((src >= 0).any()))  # a query's own chunk is left out (-1: another store's query)
+        if k > self.index.count - own:
             raise RalmError(
-                f"k={k} retrieved documents per query, but the corpus has {self.index.count} chunks "
-                "(one is the query's own); lower k"
+                f"k={k} retrieved documents per query, but the corpus has {self.index.count} chunks"
+                + (" (one is the query's own)" if own else "")
+                + "; lower k"
             )
-        return self.index.search(q, k, exclude_ids=np.asarray(source_ids, dtype=np.int64)).ids
+        return self.index.search(q, k, exclude_ids=src).ids
 
     def maybe_refresh(self, step: int, encoder: DualEncoder) -> float | None:
         if self.every and step > 0 and step % self.every == 0 and step != self.built_at_step:

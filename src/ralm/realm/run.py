@@ -23,6 +23,7 @@ from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
 from ralm.realm.build import build_model
+from ralm.realm.candidates import queries_are_corpus, run_search, trivial_ids
 from ralm.realm.config import CONFIG_FILE, PretrainConfig
 from ralm.realm.model import RealmModel
 from ralm.realm.refresh import SyncRefresher
@@ -78,11 +79,18 @@ class LoadedRun:
     checkpoint: Path
     state: dict[str, Any]
     device: torch.device
-    searcher: Any = None  # the `search` the model uses (the index's, or hybrid candidates)
+    searcher: Any = None  # the `search` the model uses (`run_search`: the index's or hybrid candidates)
+    same_corpus: bool = True  # the queries are the knowledge corpus's own chunks (`queries` unset)
+
+    def trivial(self, source_ids: np.ndarray) -> np.ndarray:
+        """(B,) corpus chunk ids to exclude for queries of chunks `source_ids` (`trivial_ids`)."""
+        return trivial_ids(source_ids, self.same_corpus)
 
     def search(self, q: np.ndarray, source_ids: np.ndarray, k: int) -> np.ndarray:
+        """(B, k) chunk ids of the index's top k for query vectors q (B, d) of query chunks
+        `source_ids` (B,), the trivial retrieval excluded by the one rule (`trivial_ids`)."""
         assert self.refresher is not None
-        return self.refresher.search(q, source_ids, k)
+        return self.refresher.search(q, self.trivial(source_ids), k)
 
 
 def open_stores(cfg: PretrainConfig) -> tuple[DocStore, DocStore]:
@@ -216,11 +224,8 @@ def load_run(
     if model.retrieval:
         refresher = SyncRefresher(model.docs, every=0, kind=cfg.index_kind, autocast=cfg.autocast)
     load_checkpoint(ckpt, model, refresher=refresher, purpose="load")
-    searcher = None
-    if refresher is not None:
-        from ralm.realm.candidates import candidate_search
-
-        searcher = candidate_search(cfg, model, refresher.search)
+    same = queries_are_corpus(store, qstore)
+    searcher = None if refresher is None else run_search(cfg, model, refresher.search, same_corpus=same)
     return LoadedRun(
         cfg=cfg,
         model=model.eval(),
@@ -234,6 +239,7 @@ def load_run(
         state=state,
         device=dev,
         searcher=searcher,
+        same_corpus=same,
     )
 
 
@@ -244,6 +250,7 @@ def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedR
     torch.manual_seed(cfg.seed)
     model, tokenizer = build_model(cfg, store)
     model.to(dev)
+    same = queries_are_corpus(store, qstore)
     refresher = searcher = None
     if model.retrieval:
         refresher = SyncRefresher(model.docs, every=0, kind=cfg.index_kind, autocast=cfg.autocast)
@@ -251,9 +258,7 @@ def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedR
             refresher.load(cfg.initial_index)
         else:
             refresher.refresh(model.encoder, 0)
-        from ralm.realm.candidates import candidate_search
-
-        searcher = candidate_search(cfg, model, refresher.search)
+        searcher = run_search(cfg, model, refresher.search, same_corpus=same)
     return LoadedRun(
         cfg=cfg,
         model=model.eval(),
@@ -267,6 +272,7 @@ def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedR
         state={"step": 0},
         device=dev,
         searcher=searcher,
+        same_corpus=same,
     )
 
 

@@ -62,6 +62,7 @@ from ralm.realm.build import (
     make_refresher,
     optimizer_for,
 )
+from ralm.realm.candidates import queries_are_corpus, run_search
 from ralm.realm.config import PretrainConfig
 from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
 from ralm.realm.masking import MaskingCollator
@@ -252,7 +253,7 @@ def _pretrain(
     dev = dist.device if dist.enabled else resolve_device(cfg.device)
     model, tokenizer = build_model(cfg, store)
     model.to(dev)
-    same_corpus = qstore is store
+    same_corpus = queries_are_corpus(store, qstore)
     train_ids, held_out = split_ids(cfg, qstore)
     if dist.is_main:
         run.mkdir(parents=True, exist_ok=True)
@@ -283,16 +284,9 @@ def _pretrain(
     if metrics is not None and start == 0 and refresher is not None:
         metrics.log(0, refresh_seconds=refresher.last_seconds, index_version=refresher.version)
     per_step = cfg.batch_size * cfg.grad_accum
-    search = refresher.search if refresher is not None else None
-    if refresher is not None and not same_corpus:
-
-        def search(q, _src, k):  # another query corpus: its chunk ids mean nothing in Z
-            return refresher.search(q, np.full(len(q), -1, dtype=np.int64), k)
-
-    if search is not None:
-        from ralm.realm.candidates import candidate_search
-
-        search = candidate_search(cfg, model, search)
+    search = None
+    if refresher is not None:  # the query's own chunk excluded only when the queries are Z's chunks
+        search = run_search(cfg, model, refresher.search, same_corpus=same_corpus)
 
     net = dist.wrap(model)
     fault = _fault_injection(dist)
