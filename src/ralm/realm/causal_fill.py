@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ from ralm.errors import RalmError
 from ralm.realm.causal_masking import SpanQuery, lm_tensors
 from ralm.realm.run import LoadedRun
 
-__all__ = ["fill_causal", "masked_query"]
+__all__ = ["SpanPrediction", "fill_causal", "generate_spans", "masked_query", "predict_spans"]
 
 MAX_SPAN_TOKENS = 24  # generated tokens per span at most
 
@@ -69,8 +70,9 @@ def _generate(reader, prompts: list[list[int]], max_new: int) -> list[str]:
     return [t.split("\n", 1)[0].strip() for t in texts]
 
 
-def _answers(run: LoadedRun, queries: list[SpanQuery], docs: list[list[int]]) -> list[list[list[str]]]:
-    """Per text, per document (chunk id, -1 = none), the generated spans."""
+def generate_spans(run: LoadedRun, queries: list[SpanQuery], docs: list[list[int]]) -> list[list[list[str]]]:
+    """Per query, per document of its row in `docs` (chunk id, -1 = none), the spans the reader
+    generates greedily given that document (a list of one string per span)."""
     reader, blank = run.model.reader, run.cfg.causal_blank
     tok = reader.tokenizer
     n_spans = [len(q.spans) for q in queries]
@@ -100,6 +102,61 @@ def _answers(run: LoadedRun, queries: list[SpanQuery], docs: list[list[int]]) ->
         for (b, d), text in zip(where, _generate(reader, prompts, MAX_SPAN_TOKENS), strict=True):
             answers[b][d].append(text)
     return answers
+
+
+@dataclass
+class SpanPrediction:
+    """REALM's prediction for one masked text: the answers generated given each document and the
+    one with the highest marginal p(y|x) = sum_z p(z|x) p(y|x,z).
+
+    answers: per document of the row, the generated spans; candidates: the distinct non-empty
+    answers (C of them); lp (C, K) log p(y|x,z) of each candidate under each document; log_p_z (K,);
+    marginal (C,) log p(y|x); best: the index of the prediction in candidates."""
+
+    answers: list[list[str]]
+    candidates: list[tuple[str, ...]]
+    lp: torch.Tensor
+    log_p_z: torch.Tensor
+    marginal: torch.Tensor
+    best: int
+
+    @property
+    def spans(self) -> list[str]:
+        """The predicted spans, one per mask."""
+        return list(self.candidates[self.best])
+
+    @property
+    def p(self) -> float:
+        """The prediction's marginal probability."""
+        return float(self.marginal[self.best].exp())
+
+
+@torch.inference_mode()
+def predict_spans(
+    run: LoadedRun, queries: Sequence[SpanQuery], docs: list[list[int]], log_p_z: torch.Tensor
+) -> list[SpanPrediction]:
+    """The marginal prediction of each query given its documents `docs` (B rows of K chunk ids, -1
+    the null document) and their log p(z|x) `log_p_z` (B, K): generate given each document
+    (`generate_spans`), score every distinct answer under every document, pick the best marginal.
+    With one document a row (closed-book: [[-1]], an oracle: [[the right chunk]]) it is the answer
+    generated given that document."""
+    model, dev = run.model, run.device
+    answers = generate_spans(run, list(queries), docs)
+    out = []
+    for b, q in enumerate(queries):
+        cands = list(dict.fromkeys(tuple(a) for a in answers[b] if all(a)))
+        if not cands:  # every generation was empty: nothing to score
+            cands = [tuple(answers[b][0])]
+        cq = [SpanQuery(q.masked_text, list(c), q.kinds) for c in cands]
+        lm = {
+            kx: torch.from_numpy(v).to(dev)
+            for kx, v in lm_tensors(cq, model.reader.tokenizer, run.cfg.causal_blank).items()
+        }
+        lp = model.reader.log_p_y_given_docs(lm, [docs[b]] * len(cands)).float().cpu()  # (C, K)
+        lpz = log_p_z[b].float().cpu()
+        marg = torch.logsumexp(lpz[None, :] + lp, dim=1)  # (C,)
+        out.append(SpanPrediction(answers[b], cands, lp, lpz, marg, int(marg.argmax())))
+    return out
 
 
 @torch.inference_mode()
@@ -140,24 +197,12 @@ def fill_causal(run: LoadedRun, texts: Sequence[str], *, k: int | None = None, t
     else:
         log_p_z = torch.zeros((B, 1))
         docs = [[-1] for _ in range(B)]
-    answers = _answers(run, queries, docs)
     out = []
-    for b, q in enumerate(queries):
-        cands = list(dict.fromkeys(tuple(a) for a in answers[b] if all(a)))
-        if not cands:  # every generation was empty: nothing to score
-            cands = [tuple(answers[b][0])]
-        cq = [SpanQuery(q.masked_text, list(c), q.kinds) for c in cands]
-        lm = {
-            kx: torch.from_numpy(v).to(dev)
-            for kx, v in lm_tensors(cq, model.reader.tokenizer, run.cfg.causal_blank).items()
-        }
-        lp = model.reader.log_p_y_given_docs(lm, [docs[b]] * len(cands)).float().cpu()  # (C, K)
-        lpz = log_p_z[b].cpu()
-        marg = torch.logsumexp(lpz[None, :] + lp, dim=1)  # (C,)
-        best = int(marg.argmax())
+    for b, (q, pred) in enumerate(zip(queries, predict_spans(run, queries, docs, log_p_z), strict=True)):
+        answers, cands, lp, lpz, best = pred.answers, pred.candidates, pred.lp, pred.log_p_z, pred.best
         fdocs = []
         for j, cid in enumerate(docs[b]):
-            own = cands.index(tuple(answers[b][j])) if tuple(answers[b][j]) in cands else best
+            own = cands.index(tuple(answers[j])) if tuple(answers[j]) in cands else best
             row = run.store.get(cid) if cid >= 0 else {"title": "", "text": ""}
             fdocs.append(
                 FillDoc(
@@ -165,13 +210,13 @@ def fill_causal(run: LoadedRun, texts: Sequence[str], *, k: int | None = None, t
                     row.get("title") or "",
                     row.get("text") or "",
                     float(lpz[j].exp()),
-                    list(answers[b][j]),
+                    list(answers[j]),
                     float(lp[own, j].exp()),
                 )
             )
         null = [x for x in fdocs if x.chunk_id < 0]
         ranked = sorted((x for x in fdocs if x.chunk_id >= 0), key=lambda x: -x.p_z) + null
-        p = marg.exp()
+        p = pred.marginal.exp()
         alts = []
         for s in range(len(q.spans)):
             agg: dict[str, float] = {}

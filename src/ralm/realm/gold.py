@@ -1,0 +1,174 @@
+"""A REALM run scored on queries whose right document is known: does the retriever find it, does
+p(z|x) put its mass there, and does the reader fill the span with and without it.
+
+For a query DocStore (the run's own, or another one such as a controlled world's held-out
+queries) and each query's gold chunk in the knowledge corpus, `evaluate_gold` masks every query
+as `evaluate-mlm` masks held-out chunks (one salient span, seeded per chunk) and reports, per
+query and on average:
+
+* `rank`: the gold chunk's place in the run's dense search (1 = first; 0 = not in the top
+  `depth`); recall@1 and recall@3 from it;
+* `p_right`: the run's p(z|x) of the gold chunk over its k documents (the top k - 1 and the null
+  document), 0 when it is not among them;
+* content-token log-likelihoods of the span: with retrieval (REALM's marginal over the k
+  documents), closed-book (no document) and given the gold chunk alone (the oracle);
+* with `generate`: the span the reader generates under each of the three (`predict_spans`: with
+  retrieval, the answer with the highest marginal), and exact match against the masked span.
+
+The trivial retrieval follows the run's one rule (`ralm.realm.candidates.trivial_ids`): queries from
+another store exclude nothing. Left out: more than one span a query (the first masked span is the
+one scored) and masked-LM readers (generation needs a causal reader).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from ralm.answers import normalize_answer
+from ralm.corpus.docstore import DocStore
+from ralm.errors import RalmError
+from ralm.models.precision import autocast_context, autocast_dtype
+from ralm.realm.candidates import queries_are_corpus
+from ralm.realm.causal_fill import predict_spans
+from ralm.realm.evaluate import _eval_collator, heldout_batches
+from ralm.realm.run import LoadedRun
+
+__all__ = ["evaluate_gold", "gold_chunks", "summarize_gold", "with_queries"]
+
+
+def with_queries(run: LoadedRun, queries: DocStore) -> LoadedRun:
+    """`run` reading its queries from `queries` instead (its exclusion rule follows the store)."""
+    return replace(run, query_store=queries, same_corpus=queries_are_corpus(run.store, queries))
+
+
+def _content_lp(model, batch, rows: list[list[int]]) -> torch.Tensor:
+    """(B, K) content-token log p(y|x,z) of each query's spans under each chunk of its row."""
+    rr = model.reader.build_rows(batch, rows)
+    return rr.sums(model.reader.token_log_probs(rr).float(), content_only=True).cpu()
+
+
+@torch.inference_mode()
+def evaluate_gold(
+    run: LoadedRun,
+    queries: DocStore,
+    gold: np.ndarray,
+    *,
+    ids: np.ndarray | None = None,
+    depth: int = 20,
+    reader: bool = True,
+    generate: bool = True,
+    batch_size: int = 16,
+) -> dict[str, Any]:
+    """Score `run` on the chunks `ids` (default: all) of the query store `queries`, whose right
+    documents are `gold` (N,) chunk ids of the run's corpus, one per query chunk (see the module
+    docstring). `reader=False` gives the retrieval measures alone (rank, p_right, p_null: the towers
+    only, no reader pass); `generate=False` leaves out the generated spans. Returns
+    {"summary": {...}, "records": [one dict per query]}."""
+    model = run.model
+    if not model.retrieval or not model.causal:
+        raise RalmError(f"{run.cfg.out}: gold evaluation needs a REALM run with a causal reader")
+    gold = np.asarray(gold, dtype=np.int64)
+    if len(gold) != len(queries):
+        raise RalmError(f"{queries.root}: {len(queries)} query chunks but {len(gold)} gold documents")
+    if ((gold < 0) | (gold >= len(run.store))).any():
+        raise RalmError(f"gold documents must be chunk ids of {run.store.root} (0..{len(run.store) - 1})")
+    qrun = with_queries(run, queries)
+    ids = np.arange(len(queries), dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
+    depth = min(depth, len(run.store) - (1 if qrun.same_corpus else 0))
+    has_null = model.null_doc != "none"
+    ac = autocast_dtype(run.device, run.cfg.autocast, torch.float32)
+    col = _eval_collator(qrun)
+    records: list[dict[str, Any]] = []
+    for batch in heldout_batches(qrun, ids, batch_size):
+        src = batch["source_ids"].numpy()
+        examples = [col.mask(int(c), np.random.default_rng([run.cfg.seed, 3, int(c)])) for c in src]
+        spans = [col.span_query(int(c), ex) for c, ex in zip(src, examples, strict=True)]
+        batch = {k: v.to(run.device) for k, v in batch.items()}
+        g = gold[src]
+        with autocast_context(run.device, ac):
+            q = model.embed_queries(batch)
+            found = np.asarray(qrun.search(q.float().cpu().numpy(), src, depth), dtype=np.int64)
+            log_p_z, doc_ids = model.log_p_z(batch, qrun.searcher)
+            log_p_z = log_p_z.float().cpu()
+            rows = [[*r, -1] if has_null else list(r) for r in doc_ids.tolist()]
+            if reader:
+                lp = _content_lp(model, batch, rows)
+                scores = {
+                    "lp_retrieval": torch.logsumexp(log_p_z + lp, dim=1),
+                    "lp_closed_book": _content_lp(model, batch, [[-1]] * len(src))[:, 0],
+                    "lp_oracle": _content_lp(model, batch, [[int(x)] for x in g])[:, 0],
+                }
+        preds = {}
+        if reader and generate:
+            preds = {
+                "retrieval": predict_spans(qrun, spans, rows, log_p_z),
+                "closed_book": predict_spans(qrun, spans, [[-1]] * len(src), torch.zeros(len(src), 1)),
+                "oracle": predict_spans(qrun, spans, [[int(x)] for x in g], torch.zeros(len(src), 1)),
+            }
+        for b, cid in enumerate(src.tolist()):
+            hit = np.flatnonzero(found[b] == g[b])
+            in_k = [j for j, d in enumerate(doc_ids[b].tolist()) if d == g[b]]
+            rec: dict[str, Any] = {
+                "query": int(cid),
+                "gold": int(g[b]),
+                "span": spans[b].spans[0],
+                "rank": int(hit[0]) + 1 if len(hit) else 0,
+                "p_right": float(log_p_z[b, in_k[0]].exp()) if in_k else 0.0,
+                "p_null": float(log_p_z[b, -1].exp()) if has_null else 0.0,
+                "top_docs": doc_ids[b].tolist(),
+            }
+            if reader:
+                rec.update({name: float(v[b]) for name, v in scores.items()})
+            for name, pr in preds.items():
+                rec[f"fill_{name}"] = pr[b].spans[0]
+                rec[f"em_{name}"] = float(
+                    normalize_answer(pr[b].spans[0]) == normalize_answer(spans[b].spans[0])
+                )
+            records.append(rec)
+    if not records:
+        raise RalmError(f"{queries.root}: none of the {len(ids)} query chunks has a salient span to mask")
+    return {"summary": summarize_gold(records), "records": records}
+
+
+def summarize_gold(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Means over the records of `evaluate_gold`: recall@1/@3, p_right, p_null, the per-query mean
+    content NLL of each row, and the exact match of each generated row present."""
+    rank = np.array([r["rank"] for r in records])
+    out = {
+        "queries": float(len(records)),
+        "recall@1": float(np.mean(rank == 1)),
+        "recall@3": float(np.mean((rank >= 1) & (rank <= 3))),
+        "p_right": float(np.mean([r["p_right"] for r in records])),
+        "p_null": float(np.mean([r["p_null"] for r in records])),
+    }
+    for row in ("retrieval", "closed_book", "oracle"):
+        if f"lp_{row}" in records[0]:
+            out[f"nll_{row}"] = float(-np.mean([r[f"lp_{row}"] for r in records]))
+        if f"em_{row}" in records[0]:
+            out[f"em_{row}"] = float(np.mean([r[f"em_{row}"] for r in records]))
+    return out
+
+
+def gold_chunks(queries: DocStore, corpus: DocStore, gold: dict[str, str]) -> np.ndarray:
+    """(N,) the gold chunk of each of the N chunks of `queries`, from `gold` (a query's source id ->
+    its document's source id, the JSONL "id"s): a document's first chunk, -1 for a query with no
+    entry. RalmError when a gold document is not in `corpus`."""
+    q_art = queries.articles(["source_id", "first_chunk", "n_chunks"]).to_pylist()
+    c_art = {
+        a["source_id"]: a["first_chunk"] for a in corpus.articles(["source_id", "first_chunk"]).to_pylist()
+    }
+    out = np.full(len(queries), -1, dtype=np.int64)
+    for a in q_art:
+        doc = gold.get(a["source_id"])
+        if doc is None:
+            continue
+        if doc not in c_art:
+            raise RalmError(
+                f"{corpus.root}: no document {doc!r} (the gold document of query {a['source_id']!r})"
+            )
+        out[a["first_chunk"] : a["first_chunk"] + a["n_chunks"]] = c_art[doc]
+    return out
