@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.realm.conftest import wiki_jsonl
 
 from ralm.realm.candidates import TrivialExclusion, queries_are_corpus, trivial_ids
-from tests.realm.conftest import wiki_jsonl
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -54,4 +54,3 @@ class Lexicon:
             if c.lower() not in self.used:
                 self.used.add(c.lower())
                 return c
-
