@@ -9,8 +9,8 @@ retrieved documents + the null one, fixed score scale, lr_retriever 1e-5), and e
 
 - at step 0 and every checkpoint: dense recall@1 / @3 of the right document (a fresh index of the
   checkpoint's document tower), mean p(right | x) and p(null | x) over the run's k documents;
-- at step 0 and at the end: span exact match and content NLL with retrieval, closed-book and given
-  the right document (the oracle).
+- at the end (and at step 0 for today's recipe): span exact match and content NLL with retrieval,
+  closed-book and given the right document (the oracle).
 
 Stages (each skipped when its output exists under --work; training resumes after an interruption):
 
@@ -61,6 +61,7 @@ ARMS: dict[str, dict[str, object]] = {
     "distill": {"retriever_loss": "distill"},
     "answer": {"retriever_loss": "answer"},
     "shuffled": {},  # the control: the same recipe on the control world
+    "closed": {"mode": "mlm"},  # BRENT's comparison: the same reader, the same steps, closed-book
 }
 WHY = {
     "today": "issue 45's English recipe",
@@ -74,6 +75,7 @@ WHY = {
     "distill": "Atlas's perplexity distillation for the towers",
     "answer": "the query tower learns where the span is, not from the reader",
     "shuffled": "control: the documents' values shuffled, the reader's signal cut from the gold",
+    "closed": "the reader alone on the same queries and steps (closed-book continued pre-training)",
 }
 
 
@@ -169,16 +171,19 @@ def evaluate(work: Path, arm: str, run: Path) -> dict:
     last = points[-1][0]
     curve_ids = np.arange(len(held))[:: max(1, len(held) // CURVE_N)][:CURVE_N]
     full_ids = curve_ids[:: max(1, len(curve_ids) // EVAL_N)][:EVAL_N]
+    retrieval = ARMS[arm].get("mode", "realm") == "realm"
     for step, ckpt in points:
-        want_full = step in (0, last) and str(step) not in done["full"]
-        if str(step) in done["curve"] and not want_full:
+        # the full evaluation at the end, and at step 0 for today's recipe (the other arms start from
+        # the same reader: their step-0 closed-book and oracle rows are today's)
+        want_full = (step == last or (step == 0 and arm == "today")) and str(step) not in done["full"]
+        if (str(step) in done["curve"] or not retrieval) and not want_full:
             continue
         loaded = load_run(run, initial=True) if ckpt is None else load_run(run, checkpoint=ckpt)
-        if ckpt is not None:  # a fresh index of this checkpoint's document tower
+        if ckpt is not None and retrieval:  # a fresh index of this checkpoint's document tower
             loaded.refresher.refresh(loaded.model.encoder, step)
         if gold is None:
             gold = gold_chunks(held, loaded.store, read_gold(work / "data" / "gold.jsonl"))
-        if str(step) not in done["curve"]:
+        if retrieval and str(step) not in done["curve"]:
             t0 = time.time()
             res = evaluate_gold(loaded, held, gold, ids=curve_ids, reader=False)
             done["curve"][str(step)] = {**res["summary"], "seconds": time.time() - t0}
@@ -221,8 +226,11 @@ def report(work: Path) -> None:
             continue
         ev = read_json(f)
         curve, full = ev["curve"], ev["full"]
-        end = max(curve, key=int)
         secs = work / "arms" / name / "train_seconds.json"
+        if not curve:  # the closed-book run: the reader rows only
+            arms[name] = {"what": WHY[name], "settings": ARMS[name], "full": full}
+            continue
+        end = max(curve, key=int)
         arms[name] = {
             "what": WHY[name],
             "settings": ARMS[name],
@@ -254,6 +262,13 @@ def report(work: Path) -> None:
         metrics["realm_world_p_right_learned_scale"] = max(scaled)
     if "shuffled" in arms:
         metrics["realm_world_cut_signal_r1_gain"] = arms["shuffled"]["r1_end"] - arms["shuffled"]["r1_step0"]
+    if "closed" in arms:
+        closed = arms["closed"]["full"]
+        copy_closed = closed[max(closed, key=int)]["em_oracle"]
+        metrics["brent_world_copy_realm"] = end_full["em_oracle"]
+        metrics["brent_world_copy_closed_book"] = copy_closed
+        metrics["brent_world_copy_step0"] = today["full"]["0"]["em_oracle"]
+        metrics["brent_world_copy_gain_points"] = 100 * (end_full["em_oracle"] - copy_closed)
     targets = {
         "realm_world_r1_step0": "<= 0.5",
         "realm_world_r1_end": ">= 0.9",
@@ -262,6 +277,7 @@ def report(work: Path) -> None:
         "realm_world_em_retrieval": ">= 0.9",
         "realm_world_em_closed_book": "<= 0.1",
         "realm_world_cut_signal_r1_gain": "<= 0.05",
+        "brent_world_copy_gain_points": ">= 20",
     }
     write_result(
         "world_realm",

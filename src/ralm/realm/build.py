@@ -305,9 +305,11 @@ def make_collator(
     cfg: PretrainConfig, qstore: DocStore, tokenizer, model: RealmModel, masking=None, **kwargs
 ):
     """The batch maker of a run: `MaskingCollator`, plus the LM's view for a causal reader."""
+    from ralm.realm.data import span_keep
     from ralm.realm.masking import MaskingCollator
 
     masking = masking if masking is not None else cfg.masking
+    kwargs.setdefault("span_keep", span_keep(cfg, qstore) if masking.retrievable_only else None)
     if getattr(model.reader, "kind", "mlm") == "causal":
         from ralm.realm.causal_masking import CausalMaskingCollator
 

@@ -3,6 +3,7 @@ per-example mask generators (see `ralm.realm.trainer` on determinism)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -12,19 +13,38 @@ from ralm.errors import RalmError
 from ralm.realm.config import PretrainConfig
 from ralm.realm.masking import eligible_ids
 
-__all__ = ["answer_query_ids", "batch_positions", "example_rngs", "micro_batch_ids", "split_ids"]
+__all__ = ["answer_query_ids", "batch_positions", "example_rngs", "micro_batch_ids", "span_keep", "split_ids"]
+
+
+def span_keep(cfg: PretrainConfig, qstore: DocStore) -> np.ndarray | None:
+    """The salient spans of the query store `qstore` a run may mask (S,) bool, or None for all:
+    with `masking.retrievable_only` the ones whose tokens occur in another chunk of the run's
+    knowledge corpus (`ralm.realm.retrievable`, computed once a process per pair of stores)."""
+    if not cfg.masking.retrievable_only:
+        return None
+    return _retrievable(str(qstore.root), cfg.docstore)
+
+
+@functools.lru_cache(maxsize=4)
+def _retrievable(queries: str, corpus: str) -> np.ndarray:
+    from ralm.realm.candidates import queries_are_corpus
+    from ralm.realm.retrievable import retrievable_spans
+
+    q, c = DocStore(queries), DocStore(corpus)
+    return retrievable_spans(q, c, same_corpus=queries_are_corpus(c, q))
 
 
 def split_ids(cfg: PretrainConfig, qstore: DocStore) -> tuple[np.ndarray, np.ndarray]:
     """(train ids, held-out ids): `cfg.heldout` query chunks held out (seeded), the rest eligible.
 
     Held-out chunks are drawn from the chunks with a salient span (the only ones `evaluate-mlm`
-    can score), whatever the training strategy, so runs with the same seed and `heldout` hold
+    can score; with `masking.retrievable_only`, a retrievable one), whatever the training strategy, so runs with the same seed and `heldout` hold
     out the same chunks: an MLM warm-up with uniform masking never sees the chunks that the
     REALM run and its baseline are later evaluated on.
     """
+    keep = span_keep(cfg, qstore)
     scorable = (
-        eligible_ids(qstore, replace(cfg.masking, strategy="salient"))
+        eligible_ids(qstore, replace(cfg.masking, strategy="salient"), keep)
         if cfg.heldout
         else np.zeros(0, np.int64)
     )
@@ -35,7 +55,7 @@ def split_ids(cfg: PretrainConfig, qstore: DocStore) -> tuple[np.ndarray, np.nda
         )
     rng = np.random.default_rng([cfg.seed, 7])
     held = np.sort(rng.choice(scorable, size=cfg.heldout, replace=False)) if cfg.heldout else scorable[:0]
-    train = np.setdiff1d(eligible_ids(qstore, cfg.masking), held)
+    train = np.setdiff1d(eligible_ids(qstore, cfg.masking, keep), held)
     if not len(train):
         raise RalmError(
             f"{qstore.root}: no chunk left to train on with strategy {cfg.masking.strategy!r} "

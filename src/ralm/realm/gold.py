@@ -15,9 +15,13 @@ query and on average:
 * with `generate`: the span the reader generates under each of the three (`predict_spans`: with
   retrieval, the answer with the highest marginal), and exact match against the masked span.
 
+A closed-book run (`mode = "mlm"` with a causal reader) gets the closed-book and oracle rows only:
+how often its reader copies the value from the right document is BRENT's question (does retrieval
+pre-training teach the reader to use its context?).
+
 The trivial retrieval follows the run's one rule (`ralm.realm.candidates.trivial_ids`): queries from
-another store exclude nothing. Left out: more than one span a query (the first masked span is the
-one scored) and masked-LM readers (generation needs a causal reader).
+another store exclude nothing. Left out: more than one span a query (each query's first masked span
+is the one generated; its NLL counts all) and masked-LM readers (generation needs a causal reader).
 """
 
 from __future__ import annotations
@@ -69,8 +73,10 @@ def evaluate_gold(
     only, no reader pass); `generate=False` leaves out the generated spans. Returns
     {"summary": {...}, "records": [one dict per query]}."""
     model = run.model
-    if not model.retrieval or not model.causal:
-        raise RalmError(f"{run.cfg.out}: gold evaluation needs a REALM run with a causal reader")
+    if not model.causal:
+        raise RalmError(f"{run.cfg.out}: gold evaluation needs a run with a causal reader")
+    if model.reader.store is None:  # a closed-book run's reader: the oracle row reads the corpus's chunks
+        model.reader.store = run.store
     gold = np.asarray(gold, dtype=np.int64)
     if len(gold) != len(queries):
         raise RalmError(f"{queries.root}: {len(queries)} query chunks but {len(gold)} gold documents")
@@ -79,7 +85,6 @@ def evaluate_gold(
     qrun = with_queries(run, queries)
     ids = np.arange(len(queries), dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
     depth = min(depth, len(run.store) - (1 if qrun.same_corpus else 0))
-    has_null = model.null_doc != "none"
     ac = autocast_dtype(run.device, run.cfg.autocast, torch.float32)
     col = _eval_collator(qrun)
     records: list[dict[str, Any]] = []
@@ -89,62 +94,61 @@ def evaluate_gold(
         spans = [col.span_query(int(c), ex) for c, ex in zip(src, examples, strict=True)]
         batch = {k: v.to(run.device) for k, v in batch.items()}
         g = gold[src]
+        recs: list[dict[str, Any]] = [
+            {"query": int(c), "gold": int(x), "span": q.spans[0]}
+            for c, x, q in zip(src, g, spans, strict=True)
+        ]
+        # each row of the reader: its documents and their log p(z|x) (closed-book and oracle: one)
+        one = torch.zeros(len(src), 1)
+        rows = {"closed_book": ([[-1]] * len(src), one), "oracle": ([[int(x)] for x in g], one)}
         with autocast_context(run.device, ac):
-            q = model.embed_queries(batch)
-            found = np.asarray(qrun.search(q.float().cpu().numpy(), src, depth), dtype=np.int64)
-            log_p_z, doc_ids = model.log_p_z(batch, qrun.searcher)
-            log_p_z = log_p_z.float().cpu()
-            rows = [[*r, -1] if has_null else list(r) for r in doc_ids.tolist()]
+            if model.retrieval:
+                rows["retrieval"] = _retrieval(qrun, batch, src, g, depth, recs)
             if reader:
-                lp = _content_lp(model, batch, rows)
-                scores = {
-                    "lp_retrieval": torch.logsumexp(log_p_z + lp, dim=1),
-                    "lp_closed_book": _content_lp(model, batch, [[-1]] * len(src))[:, 0],
-                    "lp_oracle": _content_lp(model, batch, [[int(x)] for x in g])[:, 0],
-                }
-        preds = {}
+                for name, (docs, lpz) in rows.items():
+                    lp = torch.logsumexp(lpz + _content_lp(model, batch, docs), dim=1)
+                    for rec, v in zip(recs, lp.tolist(), strict=True):
+                        rec[f"lp_{name}"] = v
         if reader and generate:
-            preds = {
-                "retrieval": predict_spans(qrun, spans, rows, log_p_z),
-                "closed_book": predict_spans(qrun, spans, [[-1]] * len(src), torch.zeros(len(src), 1)),
-                "oracle": predict_spans(qrun, spans, [[int(x)] for x in g], torch.zeros(len(src), 1)),
-            }
-        for b, cid in enumerate(src.tolist()):
-            hit = np.flatnonzero(found[b] == g[b])
-            in_k = [j for j, d in enumerate(doc_ids[b].tolist()) if d == g[b]]
-            rec: dict[str, Any] = {
-                "query": int(cid),
-                "gold": int(g[b]),
-                "span": spans[b].spans[0],
-                "rank": int(hit[0]) + 1 if len(hit) else 0,
-                "p_right": float(log_p_z[b, in_k[0]].exp()) if in_k else 0.0,
-                "p_null": float(log_p_z[b, -1].exp()) if has_null else 0.0,
-                "top_docs": doc_ids[b].tolist(),
-            }
-            if reader:
-                rec.update({name: float(v[b]) for name, v in scores.items()})
-            for name, pr in preds.items():
-                rec[f"fill_{name}"] = pr[b].spans[0]
-                rec[f"em_{name}"] = float(
-                    normalize_answer(pr[b].spans[0]) == normalize_answer(spans[b].spans[0])
-                )
-            records.append(rec)
+            for name, (docs, lpz) in rows.items():
+                for rec, q, pr in zip(recs, spans, predict_spans(qrun, spans, docs, lpz), strict=True):
+                    rec[f"fill_{name}"] = pr.spans[0]
+                    rec[f"em_{name}"] = float(normalize_answer(pr.spans[0]) == normalize_answer(q.spans[0]))
+        records += recs
     if not records:
         raise RalmError(f"{queries.root}: none of the {len(ids)} query chunks has a salient span to mask")
     return {"summary": summarize_gold(records), "records": records}
 
 
+def _retrieval(qrun: LoadedRun, batch, src: np.ndarray, gold: np.ndarray, depth: int, recs: list[dict]):
+    """The retrieval measures of a batch into `recs` (rank, p_right, p_null, top_docs); returns the
+    retrieval row's (documents with the null last, log p(z|x) (B, K))."""
+    model = qrun.model
+    q = model.embed_queries(batch)
+    found = np.asarray(qrun.search(q.float().cpu().numpy(), src, depth), dtype=np.int64)
+    log_p_z, doc_ids = model.log_p_z(batch, qrun.searcher)
+    log_p_z = log_p_z.float().cpu()
+    has_null = model.null_doc != "none"
+    for b, rec in enumerate(recs):
+        hit = np.flatnonzero(found[b] == gold[b])
+        in_k = [j for j, d in enumerate(doc_ids[b].tolist()) if d == gold[b]]
+        rec["rank"] = int(hit[0]) + 1 if len(hit) else 0
+        rec["p_right"] = float(log_p_z[b, in_k[0]].exp()) if in_k else 0.0
+        rec["p_null"] = float(log_p_z[b, -1].exp()) if has_null else 0.0
+        rec["top_docs"] = doc_ids[b].tolist()
+    return [[*r, -1] if has_null else list(r) for r in doc_ids.tolist()], log_p_z
+
+
 def summarize_gold(records: list[dict[str, Any]]) -> dict[str, float]:
     """Means over the records of `evaluate_gold`: recall@1/@3, p_right, p_null, the per-query mean
     content NLL of each row, and the exact match of each generated row present."""
-    rank = np.array([r["rank"] for r in records])
-    out = {
-        "queries": float(len(records)),
-        "recall@1": float(np.mean(rank == 1)),
-        "recall@3": float(np.mean((rank >= 1) & (rank <= 3))),
-        "p_right": float(np.mean([r["p_right"] for r in records])),
-        "p_null": float(np.mean([r["p_null"] for r in records])),
-    }
+    out = {"queries": float(len(records))}
+    if "rank" in records[0]:
+        rank = np.array([r["rank"] for r in records])
+        out["recall@1"] = float(np.mean(rank == 1))
+        out["recall@3"] = float(np.mean((rank >= 1) & (rank <= 3)))
+        out["p_right"] = float(np.mean([r["p_right"] for r in records]))
+        out["p_null"] = float(np.mean([r["p_null"] for r in records]))
     for row in ("retrieval", "closed_book", "oracle"):
         if f"lp_{row}" in records[0]:
             out[f"nll_{row}"] = float(-np.mean([r[f"lp_{row}"] for r in records]))

@@ -67,6 +67,9 @@ class MaskingConfig:
     # tokens); None = no cap. A causal reader with the per-span marginal explains each span by its
     # own documents: few spans a chunk keep a chunk's query about one or two facts.
     max_spans: int | None = None
+    # only the salient spans whose tokens occur in another chunk of the knowledge corpus
+    # (`ralm.realm.retrievable`): the spans a retrieved chunk can help the reader with
+    retrievable_only: bool = False
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -284,8 +287,19 @@ def _salient_array(store: DocStore) -> RaggedArray:
     return store._salient
 
 
-def eligible_ids(store: DocStore, cfg: MaskingConfig) -> np.ndarray:
-    """(E,) int64 sorted ids of the chunks `mask_example` can mask under `cfg`.
+def kept_salient(store: DocStore, chunk_id: int, span_keep: np.ndarray | None) -> np.ndarray:
+    """Chunk `chunk_id`'s salient spans (S_c, 3) as `DocStore.salient_tokens` gives them, only those
+    `span_keep` (S,) keeps (a flag per salient span of the store, in stored order; None: all)."""
+    sal = store.salient_tokens(chunk_id)
+    if span_keep is None:
+        return sal
+    o = _salient_array(store).offsets
+    return sal[np.asarray(span_keep[o[chunk_id] : o[chunk_id + 1]], dtype=bool)]
+
+
+def eligible_ids(store: DocStore, cfg: MaskingConfig, span_keep: np.ndarray | None = None) -> np.ndarray:
+    """(E,) int64 sorted ids of the chunks `mask_example` can mask under `cfg` (with only the salient
+    spans `span_keep` keeps, see `MaskingCollator`).
 
     "salient": chunks with at least one salient span of an allowed source within
     `max_salient_tokens` (read once from the ragged salient index, no per-chunk Python; a span made
@@ -300,6 +314,8 @@ def eligible_ids(store: DocStore, cfg: MaskingConfig) -> np.ndarray:
     ok = np.isin(data[:, 2], cfg.source_codes) & (data[:, 1] > data[:, 0])
     if cfg.max_salient_tokens is not None:
         ok &= data[:, 1] - data[:, 0] <= cfg.max_salient_tokens
+    if span_keep is not None:
+        ok &= np.asarray(span_keep, dtype=bool)
     row = np.repeat(np.arange(len(n_spans), dtype=np.int64), n_spans)
     counts = np.bincount(row[ok], minlength=len(n_spans))
     return np.flatnonzero(counts).astype(np.int64)
@@ -312,7 +328,9 @@ class MaskingCollator:
       input_ids (B, L) masked, padded with the pad id; attention_mask (B, L) 1 on [CLS] x [SEP];
       labels (B, L) original ids at masked positions (shifted by +1 for [CLS]), -100 elsewhere;
       source_ids (B,) the chunk ids (REALM excludes a query's own chunk from its retrievals).
-    L = longest chunk + 2 (rounded up to `pad_to_multiple_of`). Chunks that cannot be masked
+    L = longest chunk + 2 (rounded up to `pad_to_multiple_of`). `span_keep` (S,) bool over the
+    store's salient spans in stored order: only the kept ones may be masked (None: all; see
+    `ralm.realm.retrievable`). Chunks that cannot be masked
     (`mask_example` -> None) are dropped, with their ids, so B <= len(ids); pass ids from
     `eligible_ids` to keep B fixed. `return_tensors="np"` gives numpy arrays instead.
     """
@@ -327,6 +345,7 @@ class MaskingCollator:
         rng: np.random.Generator | None = None,
         pad_to_multiple_of: int | None = None,
         return_tensors: str = "pt",
+        span_keep: np.ndarray | None = None,
     ) -> None:
         self.store = store
         self.cfg = cfg or MaskingConfig()
@@ -338,15 +357,16 @@ class MaskingCollator:
         self.vocab_size = len(tokenizer)
         self.special_ids = tuple(sorted(set(tokenizer.all_special_ids)))
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.span_keep = span_keep
         if return_tensors not in ("pt", "np"):
             raise ValueError(f"return_tensors must be 'pt' or 'np', not {return_tensors!r}")
         self.return_tensors = return_tensors
 
     def mask(self, chunk_id: int, rng: np.random.Generator | None = None) -> MaskedExample | None:
-        """`mask_example` on chunk `chunk_id` of the store."""
+        """`mask_example` on chunk `chunk_id` of the store (its salient spans kept by `span_keep`)."""
         return mask_example(
             self.store.input_ids(chunk_id),
-            self.store.salient_tokens(chunk_id),
+            kept_salient(self.store, chunk_id, self.span_keep),
             self.cfg,
             rng if rng is not None else self.rng,
             mask_id=self.mask_id,

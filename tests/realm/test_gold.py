@@ -1,0 +1,145 @@
+"""`ralm.realm.gold`: a causal REALM run scored on queries whose right document is known, checked
+against references computed apart (a brute-force search over every chunk, the evaluation's own
+span scores, the reader's greedy generation) on a tiny records world."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ralm.errors import RalmError
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tiny_dir):
+    """A 12-record world (36 documents) as DocStores on the tiny BERT's vocabulary, and its gold."""
+    from ralm.corpus.build import BuildConfig, build_docstore
+    from ralm.worlds.records import RecordsWorldConfig, write_records_world
+
+    root = tmp_path_factory.mktemp("gold")
+    w = write_records_world(root / "data", RecordsWorldConfig(records=12, heldout_records=3, n_attributes=3))
+    for name in ("corpus", "queries", "heldout"):
+        build_docstore(
+            [root / "data" / f"{name}.jsonl"],
+            root / name,
+            BuildConfig(chunk_size=32, tokenizer=str(tiny_dir), auto_annotate=False, dates=False),
+            progress=False,
+            log=lambda m: None,
+        )
+    return root, w
+
+
+def _runs(world, causal_cfg, tmp_path):
+    from ralm.realm.run import load_run
+    from ralm.realm.trainer import pretrain
+
+    root, _ = world
+    common = dict(
+        docstore=str(root / "corpus"),
+        queries=str(root / "queries"),
+        heldout=0,
+        steps=1,
+        refresh_every=0,
+        checkpoint_every=1,
+        k=3,
+        masking={"sources": ("link",), "random_span_rate": 0.0},
+    )
+    realm = load_run(pretrain(causal_cfg(out=str(tmp_path / "realm"), **common), progress=False))
+    closed = load_run(
+        pretrain(causal_cfg(out=str(tmp_path / "closed"), mode="mlm", **common), progress=False)
+    )
+    return realm, closed
+
+
+def test_gold_chunks_map_queries_to_the_documents_that_state_their_values(world):
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.gold import gold_chunks
+    from ralm.worlds.records import read_gold
+
+    root, w = world
+    corpus, held = DocStore(root / "corpus"), DocStore(root / "heldout")
+    gold = gold_chunks(held, corpus, read_gold(root / "data" / "gold.jsonl"))
+    assert len(gold) == len(held) == len(w.heldout)
+    for i, g in enumerate(gold.tolist()):
+        value = held.get(i)["links"][0]["target"]
+        assert value in corpus.get(g)["text"]
+    with pytest.raises(RalmError, match="no document"):
+        gold_chunks(held, corpus, {w.heldout[0]["id"]: "XX-0000/owner"})
+
+
+def test_measures_match_their_references(world, causal_cfg, tmp_path):
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.causal_fill import generate_spans
+    from ralm.realm.evaluate import causal_span_scores, heldout_batches
+    from ralm.realm.gold import evaluate_gold, gold_chunks, with_queries
+    from ralm.worlds.records import read_gold
+
+    root, _ = world
+    realm, closed = _runs(world, causal_cfg, tmp_path)
+    held = DocStore(root / "heldout")
+    gold = gold_chunks(held, realm.store, read_gold(root / "data" / "gold.jsonl"))
+    ids = np.arange(0, len(held), 3)
+    res = evaluate_gold(realm, held, gold, ids=ids, depth=8, batch_size=4)
+    recs = res["records"]
+    assert [r["query"] for r in recs] == ids.tolist()
+
+    model, qrun = realm.model, with_queries(realm, held)
+    assert not qrun.same_corpus
+    n = len(realm.store)
+    with torch.no_grad():
+        docs = model.doc_vectors(model.docs.tower_batch(np.arange(n)), realm.device).float()
+        batch = next(iter(heldout_batches(qrun, ids, len(ids))))
+        q = model.embed_queries(batch).float()
+        scores = (q @ docs.T).numpy()  # the brute-force search: every chunk, nothing excluded
+        order = np.argsort(-scores, axis=1, kind="stable")
+        ref_rank = [int(np.flatnonzero(order[b] == gold[c])[0]) + 1 for b, c in enumerate(ids)]
+        lpz = model.prior_over(q, order[:, :2]).exp()  # k = 3: the top 2 and the null document
+        cb = causal_span_scores(model, batch)["content"]
+        rt = causal_span_scores(model, batch, qrun.searcher)["content"]
+    for b, r in enumerate(recs):
+        assert r["rank"] == (ref_rank[b] if ref_rank[b] <= 8 else 0)
+        assert r["top_docs"] == order[b, :2].tolist()
+        assert r["p_right"] == pytest.approx(
+            float(lpz[b, ref_rank[b] - 1]) if ref_rank[b] <= 2 else 0.0, abs=1e-5
+        )
+        assert r["p_null"] == pytest.approx(float(lpz[b, -1]), abs=1e-5)
+        assert r["lp_closed_book"] == pytest.approx(float(cb[b]), abs=1e-4)
+        assert r["lp_retrieval"] == pytest.approx(float(rt[b]), abs=1e-4)
+        assert r["lp_oracle"] <= 0 and r["span"] == held.get(int(ids[b]))["links"][0]["target"]
+    # the oracle's fill is the reader's greedy generation given the gold chunk
+    col_spans = [r["span"] for r in recs]
+    from ralm.realm.evaluate import _eval_collator
+
+    col = _eval_collator(qrun)
+    sq = [
+        col.span_query(int(c), col.mask(int(c), np.random.default_rng([realm.cfg.seed, 3, int(c)])))
+        for c in ids
+    ]
+    assert [q.spans[0] for q in sq] == col_spans
+    gen = generate_spans(qrun, sq, [[int(gold[c])] for c in ids])
+    assert [r["fill_oracle"] for r in recs] == [g[0][0] for g in gen]
+    summary = res["summary"]
+    assert summary["queries"] == len(ids)
+    assert summary["recall@1"] == pytest.approx(np.mean([x == 1 for x in ref_rank]))
+    assert summary["em_oracle"] == pytest.approx(np.mean([r["em_oracle"] for r in recs]))
+
+    # a closed-book run: its reader given the right document, no retrieval measures
+    cres = evaluate_gold(closed, held, gold, ids=ids[:2], generate=False)
+    assert set(cres["summary"]) == {"queries", "nll_closed_book", "nll_oracle"}
+    assert "rank" not in cres["records"][0]
+
+
+def test_bad_gold_is_refused(world, causal_cfg, tmp_path):
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.gold import evaluate_gold
+
+    root, _ = world
+    realm, _ = _runs(world, causal_cfg, tmp_path)
+    held = DocStore(root / "heldout")
+    with pytest.raises(RalmError, match="gold documents"):
+        evaluate_gold(realm, held, np.zeros(3, dtype=np.int64))
+    with pytest.raises(RalmError, match="chunk ids of"):
+        evaluate_gold(realm, held, np.full(len(held), len(realm.store), dtype=np.int64))
