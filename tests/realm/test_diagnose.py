@@ -52,3 +52,36 @@ def test_shapes_are_checked():
         score_utility_agreement(np.zeros((3, 4)), np.zeros((3, 5)))
     with pytest.raises(RalmError, match=r"\(N, R>=2\)"):
         score_utility_agreement(np.zeros((3, 1)), np.zeros((3, 1)))
+
+
+def test_query_signal_hand_computed():
+    from ralm.realm.diagnose import query_signal
+
+    recs = [
+        # the docstring's case: chunk 0 holds the span; the prior ranks it second
+        {
+            "has_answer": {"dense": [True, False, False]},
+            "lp_content": [-1.0, -5.0, -3.0, -9.0],
+            "log_p_z_r": [-2.0, -1.0, -3.0, -4.0],
+        },
+        # every chunk holds it: a right chunk (ranked first) but no signal
+        {
+            "has_answer": {"dense": [True, True, True]},
+            "lp_content": [-1.0, -2.0, -3.0, -9.0],
+            "log_p_z_r": [-1.0, -2.0, -3.0, -4.0],
+        },
+        # none holds it
+        {
+            "has_answer": {"dense": [False, False, False]},
+            "lp_content": [-1.0, -2.0, -3.0, -9.0],
+            "log_p_z_r": [-1.0, -2.0, -3.0, -4.0],
+        },
+    ]
+    got = query_signal(recs, has_null=True)
+    assert got == {
+        "mixed": pytest.approx(1 / 3),
+        "signal_nats": pytest.approx(3.0),
+        "with_right": pytest.approx(2 / 3),
+        "right_rank": pytest.approx(1.5),
+        "right_top": pytest.approx(0.5),
+    }

@@ -20,7 +20,9 @@ candidates). Also answers-in-candidates at depths 3, 8 and 20 per source, the en
 p(z|x) over ln K, the prior and posterior mass of the null document, and whether the retriever
 ranks the chunks as the reader values them (`score_utility_agreement`: the per-span Spearman
 correlation of log p(z|x) with the reader's log p(y|x,z) over the top `reader_depth` chunks, and
-how often the highest-scored chunk is the reader's best).
+how often the highest-scored chunk is the reader's best), and how much each query tells the
+retriever (`query_signal`: the share of spans whose chunks differ in holding the span, the reader's
+preference in nats for the chunk that holds it, and that chunk's rank under p(z|x)).
 
 Left out: masked-LM readers (their "span" is a set of word pieces; `evaluate-mlm` scores them).
 """
@@ -170,7 +172,8 @@ def diagnose(
                 "log_p_z_r": lpz_r[b].cpu().tolist(),
             }
             records.append(rec)
-    summary = summarize(records, k=kr, has_null=has_null)
+    source = "hybrid" if run.cfg.candidates == "hybrid" else "dense"
+    summary = summarize(records, k=kr, has_null=has_null, source=source)
     summary.update(
         run=str(run.cfg.out),
         checkpoint=str(run.checkpoint.name),
@@ -270,9 +273,47 @@ def records_score_utility(records: Sequence[dict[str, Any]], *, has_null: bool) 
     )
 
 
-def summarize(records: Sequence[dict[str, Any]], *, k: int, has_null: bool = True) -> dict[str, Any]:
+def query_signal(
+    records: Sequence[dict[str, Any]], *, has_null: bool, source: str = "dense"
+) -> dict[str, float]:
+    """How much each query tells the retriever, from diagnosis records (the reader's top R chunks of
+    the run's candidate `source`, the null document left out):
+
+    * `mixed`: the share of spans whose R chunks hold the span in some and not in others (the only
+      spans whose marginal ranks the chunks by the span: the rest give the towers no direction);
+    * `signal_nats`: over the mixed spans, the mean of the best holding chunk's content log p(y|x,z)
+      minus the mean over the chunks that do not hold it (how much the reader prefers the right one);
+    * `right_rank`: over the spans with a holding chunk, the mean rank (1 = first) under p(z|x) of the
+      holding chunk the prior ranks highest, and `right_top`, the share where it is first.
+
+    Example: one span, lp_content [-1, -5, -3] over 3 chunks of which the first holds it, log p(z|x)
+    [-2, -1, -3] -> mixed 1, signal_nats -1 - (-4) = 3, right_rank 2, right_top 0.
+    """
+    R = len(records[0]["lp_content"]) - int(has_null)
+    gaps, ranks = [], []
+    for r in records:
+        holds = np.array(r["has_answer"][source][:R], dtype=bool)
+        lp = np.array(r["lp_content"][:R])
+        lpz = np.array(r["log_p_z_r"][:R])
+        if holds.any():
+            order = np.argsort(-lpz, kind="stable")
+            ranks.append(int(np.flatnonzero(holds[order])[0]) + 1)
+            if not holds.all():
+                gaps.append(float(lp[holds].max() - lp[~holds].mean()))
+    return {
+        "mixed": len(gaps) / len(records),
+        "signal_nats": float(np.mean(gaps)) if gaps else float("nan"),
+        "with_right": len(ranks) / len(records),
+        "right_rank": float(np.mean(ranks)) if ranks else float("nan"),
+        "right_top": float(np.mean(np.array(ranks) == 1)) if ranks else float("nan"),
+    }
+
+
+def summarize(
+    records: Sequence[dict[str, Any]], *, k: int, has_null: bool = True, source: str = "dense"
+) -> dict[str, Any]:
     """The report of `diagnose` from its per-query records (see the module docstring); `k` retrieved
-    chunks a query in the run (its k minus the null document)."""
+    chunks a query in the run (its k minus the null document); `source` the run's candidates."""
     if not records:
         raise RalmError("no held-out query to diagnose")
     out: dict[str, Any] = {"queries": len(records), "k": k + int(has_null)}
@@ -306,6 +347,7 @@ def summarize(records: Sequence[dict[str, Any]], *, k: int, has_null: bool = Tru
         ratios[part] = block
     out["ratios"] = ratios
     out["score_utility"] = records_score_utility(records, has_null=has_null)
+    out["query_signal"] = query_signal(records, has_null=has_null, source=source)
     p = np.exp(lpz_k)
     out["entropy_ratio"] = float((-(p * lpz_k).sum(1) / math.log(lpz_k.shape[1])).mean())
     if has_null:
@@ -345,5 +387,12 @@ def format_diagnosis(summary: dict[str, Any]) -> str:
             f"scores vs the reader's log p(y|x,z) over {summary.get('reader_depth', '?')} chunks: Spearman "
             f"{su['spearman']:.3f} [{su['spearman_low']:.3f}, {su['spearman_high']:.3f}] ({su['spans']} spans); "
             f"top chunk is the reader's best {su['top_agreement']:.3f} (chance {su['top_chance']:.3f})"
+        )
+    qs = summary.get("query_signal")
+    if qs:
+        lines.append(
+            f"query signal: {qs['mixed']:.3f} of spans have chunks that hold the span and chunks that do not; "
+            f"the reader prefers the holding one by {qs['signal_nats']:.2f} nats; {qs['with_right']:.3f} have "
+            f"a holding chunk, ranked {qs['right_rank']:.2f} on average under p(z|x) (first: {qs['right_top']:.3f})"
         )
     return "\n".join(lines)
