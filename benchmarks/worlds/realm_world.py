@@ -157,9 +157,8 @@ def evaluate(work: Path, arm: str, run: Path) -> dict:
     import torch
 
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.gold import evaluate_gold, gold_chunks
+    from ralm.realm.gold import evaluate_gold, gold_chunks, read_gold
     from ralm.realm.run import load_run
-    from ralm.worlds.records import read_gold
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out_file = run.parent / "eval.json"

@@ -56,8 +56,7 @@ def _runs(world, causal_cfg, tmp_path):
 
 def test_gold_chunks_map_queries_to_the_documents_that_state_their_values(world):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.gold import gold_chunks
-    from ralm.worlds.records import read_gold
+    from ralm.realm.gold import gold_chunks, read_gold
 
     root, w = world
     corpus, held = DocStore(root / "corpus"), DocStore(root / "heldout")
@@ -74,8 +73,7 @@ def test_measures_match_their_references(world, causal_cfg, tmp_path):
     from ralm.corpus.docstore import DocStore
     from ralm.realm.causal_fill import generate_spans
     from ralm.realm.evaluate import causal_span_scores, heldout_batches
-    from ralm.realm.gold import evaluate_gold, gold_chunks, with_queries
-    from ralm.worlds.records import read_gold
+    from ralm.realm.gold import evaluate_gold, gold_chunks, read_gold, with_queries
 
     root, _ = world
     realm, closed = _runs(world, causal_cfg, tmp_path)
@@ -143,3 +141,29 @@ def test_bad_gold_is_refused(world, causal_cfg, tmp_path):
         evaluate_gold(realm, held, np.zeros(3, dtype=np.int64))
     with pytest.raises(RalmError, match="chunk ids of"):
         evaluate_gold(realm, held, np.full(len(held), len(realm.store), dtype=np.int64))
+
+
+def test_evaluate_mlm_gold_cli_writes_the_summary_and_records(world, causal_cfg, tmp_path, capsys):
+    import json
+
+    from ralm.cli import main
+
+    root, _ = world
+    realm, _ = _runs(world, causal_cfg, tmp_path)
+    out = tmp_path / "gold.json"
+    argv = [
+        "evaluate-mlm",
+        str(realm.cfg.out),
+        "--gold",
+        str(root / "heldout"),
+        str(root / "data" / "gold.jsonl"),
+    ]
+    assert main([*argv, "--n", "4", "--fresh-index", "--json-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "right document first (dense recall@1)" in printed and "span exact match, closed-book" in printed
+    payload = json.loads(out.read_text())
+    assert payload["summary"]["queries"] == 4 and len(payload["records"]) == 4
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "x"}\n')
+    assert main(["evaluate-mlm", str(realm.cfg.out), "--gold", str(root / "heldout"), str(bad)]) == 2
+    assert "bad.jsonl:1" in capsys.readouterr().err

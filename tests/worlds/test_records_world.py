@@ -9,12 +9,12 @@ import json
 import pytest
 
 from ralm.errors import RalmError
+from ralm.realm.gold import read_gold
 from ralm.worlds.records import (
     ATTRIBUTES,
     RecordsWorldConfig,
     check_heldout,
     make_records_world,
-    read_gold,
     write_records_world,
 )
 
@@ -33,7 +33,9 @@ def test_the_same_seed_gives_the_same_world_and_another_seed_another(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     c = make_records_world(RecordsWorldConfig(records=20, heldout_records=5, n_attributes=3, seed=2))
     assert a.documents == b.documents and c.documents != a.documents
-    assert {d["id"].split("/")[0] for d in c.documents}.isdisjoint({d["id"].split("/")[0] for d in a.documents})
+    assert {d["id"].split("/")[0] for d in c.documents}.isdisjoint(
+        {d["id"].split("/")[0] for d in a.documents}
+    )
 
 
 def test_counts_and_layout():

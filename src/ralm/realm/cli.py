@@ -151,6 +151,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     run = _load(args.run, args.device, args.initial)
     base = _load(args.baseline, args.device, args.initial) if args.baseline else None
+    if args.gold:
+        return _evaluate_gold(args, run)
     if args.diagnose:
         from ralm.realm.diagnose import diagnose, format_diagnosis
 
@@ -176,6 +178,47 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "ratios": ratios(rows) if len(rows) > 1 else [],
     }
     write_json_atomic(out, payload)
+    print(f"written: {out}")
+    return 0
+
+
+def _evaluate_gold(args: argparse.Namespace, run) -> int:
+    """`evaluate-mlm --gold QUERIES GOLD`: the run on a query store whose right documents are known."""
+    import numpy as np
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.errors import CorpusError
+    from ralm.realm.gold import evaluate_gold, format_gold, gold_chunks, read_gold
+
+    queries_dir, gold_file = args.gold
+    try:
+        queries = DocStore(queries_dir)
+    except CorpusError as exc:
+        raise RalmError(str(exc)) from None
+    if args.fresh_index and not args.initial and run.refresher is not None:
+        # the index as the checkpoint's document tower embeds the corpus now
+        run.refresher.refresh(run.model.encoder, int(run.state.get("step", 0)))
+    gold = gold_chunks(queries, run.store, read_gold(gold_file))
+    ids = np.flatnonzero(gold >= 0)
+    if args.n is not None:
+        ids = ids[: args.n]
+    if not len(ids):
+        raise RalmError(f"{gold_file}: names the gold document of none of the queries in {queries_dir}")
+    res = evaluate_gold(run, queries, gold, ids=ids, batch_size=args.batch_size)
+    print(format_gold(res["summary"]))
+    default = "eval_gold_initial.json" if args.initial else "eval_gold.json"
+    out = Path(args.json_out) if args.json_out else Path(args.run) / default
+    write_json_atomic(
+        out,
+        {
+            "run": args.run,
+            "queries": queries_dir,
+            "gold": gold_file,
+            "checkpoint": "initial" if args.initial else run.checkpoint.name,
+            "step": run.state.get("step"),
+            **res,
+        },
+    )
     print(f"written: {out}")
     return 0
 
@@ -309,6 +352,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="instead of the table, diagnose a causal REALM run: answers in dense/BM25/hybrid candidates at "
         "depth 3, 8, 20, and the span ratio to closed-book under the run's p(z|x), a uniform one, the score "
         "scale x0.5/2/4/8 and the best single document (default JSON: RUN/diagnose.json)",
+    )
+    p.add_argument(
+        "--gold",
+        nargs=2,
+        metavar=("QUERIES", "GOLD"),
+        help="instead of the table, score the run on the query DocStore QUERIES whose right documents GOLD "
+        'names (JSONL of {"query", "document"} source ids, as a world\'s gold.jsonl): recall@1/3 of the '
+        "right document, p(right|x), and the span's exact match and NLL with retrieval, closed-book and given "
+        "the right document (default JSON: RUN/eval_gold.json)",
+    )
+    p.add_argument(
+        "--fresh-index",
+        action="store_true",
+        help="--gold: re-embed the corpus with the checkpoint's document tower first (the saved index is as "
+        "of the run's last refresh)",
     )
     p.add_argument("--depth", type=int, default=20, help="--diagnose: candidates per source (default: 20)")
     p.add_argument(

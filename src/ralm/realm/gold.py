@@ -26,7 +26,10 @@ is the one generated; its NLL counts all) and masked-LM readers (generation need
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +44,7 @@ from ralm.realm.causal_fill import predict_spans
 from ralm.realm.evaluate import _eval_collator, heldout_batches
 from ralm.realm.run import LoadedRun
 
-__all__ = ["evaluate_gold", "gold_chunks", "summarize_gold", "with_queries"]
+__all__ = ["evaluate_gold", "format_gold", "gold_chunks", "read_gold", "summarize_gold", "with_queries"]
 
 
 def with_queries(run: LoadedRun, queries: DocStore) -> LoadedRun:
@@ -155,6 +158,48 @@ def summarize_gold(records: list[dict[str, Any]]) -> dict[str, float]:
         if f"em_{row}" in records[0]:
             out[f"em_{row}"] = float(np.mean([r[f"em_{row}"] for r in records]))
     return out
+
+
+def read_gold(path: str | os.PathLike) -> dict[str, str]:
+    """query source id -> document source id from a JSONL file of {"query", "document"} objects (a
+    controlled world's gold.jsonl); RalmError naming the file and line when one is not."""
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RalmError(f"{p}: cannot read ({exc}); give a JSONL file of query/document ids") from None
+    out: dict[str, str] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            out[str(rec["query"])] = str(rec["document"])
+        except (ValueError, KeyError, TypeError):
+            raise RalmError(f'{p}:{n}: expected {{"query": ID, "document": ID}}; fix the line') from None
+    return out
+
+
+def format_gold(summary: dict[str, float]) -> str:
+    """The summary of `evaluate_gold` as plain text, one measure a line."""
+    names = {
+        "queries": "queries",
+        "recall@1": "right document first (dense recall@1)",
+        "recall@3": "right document in the top 3 (dense recall@3)",
+        "p_right": "mean p(right | x) over the run's k documents",
+        "p_null": "mean p(null | x)",
+        "em_retrieval": "span exact match, with retrieval",
+        "em_closed_book": "span exact match, closed-book",
+        "em_oracle": "span exact match, given the right document",
+        "nll_retrieval": "span content NLL (nats), with retrieval",
+        "nll_closed_book": "span content NLL (nats), closed-book",
+        "nll_oracle": "span content NLL (nats), given the right document",
+    }
+    return "\n".join(
+        f"{names[k]:<48} {v:.0f}" if k == "queries" else f"{names[k]:<48} {v:.3f}"
+        for k, v in summary.items()
+        if k in names
+    )
 
 
 def gold_chunks(queries: DocStore, corpus: DocStore, gold: dict[str, str]) -> np.ndarray:

@@ -34,7 +34,8 @@ later would be. `check_heldout` verifies that no held-out code or value occurs i
 
 Files (`write_records_world`): corpus.jsonl (the documents), queries.jsonl (training queries),
 heldout.jsonl (queries about held-out records) and gold.jsonl (each query id -> its document id),
-plus world.json (the settings and counts). Build the first three with `ralm corpus build`.
+plus world.json (the settings and counts). Build the first three with `ralm corpus build`; gold.jsonl
+is what `ralm evaluate-mlm RUN --gold heldout/ gold.jsonl` reads (`ralm.realm.gold.read_gold`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ __all__ = [
     "RecordsWorldConfig",
     "check_heldout",
     "make_records_world",
-    "read_gold",
     "write_records_world",
 ]
 
@@ -256,13 +256,3 @@ def write_records_world(out: str | os.PathLike, config: RecordsWorldConfig | Non
         },
     )
     return world
-
-
-def read_gold(path: str | os.PathLike) -> dict[str, str]:
-    """query id -> document id from a world's gold.jsonl."""
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-        return {r["query"]: r["document"] for r in map(json.loads, filter(str.strip, lines))}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RalmError(f"{p}: not a gold file of query/document ids ({exc}); write it again") from None
