@@ -9,8 +9,8 @@ retrieved documents + the null one, fixed score scale, lr_retriever 1e-5), and e
 
 - at step 0 and every checkpoint: dense recall@1 / @3 of the right document (a fresh index of the
   checkpoint's document tower), mean p(right | x) and p(null | x) over the run's k documents;
-- at the end (and at step 0 for today's recipe): span exact match and content NLL with retrieval,
-  closed-book and given the right document (the oracle).
+- at the end (and at step 0 for today's recipe): the span's content NLL with retrieval, closed-book
+  and given the right document (the oracle), and for the arms in GENERATE its exact match under each.
 
 Stages (each skipped when its output exists under --work; training resumes after an interruption):
 
@@ -47,6 +47,7 @@ from common import log, ralm, script_command, write_result  # noqa: E402
 CONFIG = ROOT / "configs" / "realm_world.toml"
 EVAL_N = 120  # held-out queries of the full evaluation (reader rows and generation), step 0 and end
 CURVE_N = 240  # held-out queries of the retrieval curve (towers only), every checkpoint
+GENERATE = ("today", "closed", "shuffled")  # arms whose full evaluation generates the spans (exact match)
 
 # today's recipe and each lever of issue 45 (settings over configs/realm_world.toml)
 ARMS: dict[str, dict[str, object]] = {
@@ -189,7 +190,7 @@ def evaluate(work: Path, arm: str, run: Path) -> dict:
             log(f"{arm} step {step}: {done['curve'][str(step)]}")
         if want_full:
             t0 = time.time()
-            res = evaluate_gold(loaded, held, gold, ids=full_ids)
+            res = evaluate_gold(loaded, held, gold, ids=full_ids, generate=arm in GENERATE)
             done["full"][str(step)] = {**res["summary"], "seconds": time.time() - t0}
             write_json(run.parent / f"records_step{step}.json", res["records"])
             log(f"{arm} step {step} (full): {done['full'][str(step)]}")
