@@ -182,10 +182,15 @@ def base_flags(work: Path, lang: str) -> list:
     return flags
 
 
-def train(work: Path, lang: str, name: str, mode: str, steps: int, settings: dict) -> Path:
-    """`ralm pretrain` of one run, resumed when a checkpoint exists, skipped when finished."""
+def train(
+    work: Path, lang: str, name: str, mode: str, steps: int, settings: dict, stop_after: int | None = None
+) -> Path:
+    """`ralm pretrain` of one run, resumed when a checkpoint exists, skipped when finished;
+    `stop_after`: end after that step (the schedule still follows `steps`; a later call resumes)."""
     run = work / f"{lang}-{name}"
     if (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file():
+        return run
+    if stop_after is not None and (run / "checkpoints" / f"step-{stop_after:07d}" / "state.json").is_file():
         return run
     resume = ["--resume"] if (run / "config.toml").is_file() else []
     every = max(1, steps // 4)
@@ -211,6 +216,7 @@ def train(work: Path, lang: str, name: str, mode: str, steps: int, settings: dic
         8,
         *sets({**LANG_EXTRA[lang], **settings}),
         *resume,
+        *(["--stop-after", stop_after] if stop_after is not None else []),
     )
     return run
 
