@@ -46,7 +46,7 @@ from common import log, ralm, script_command, write_result  # noqa: E402
 
 CONFIG = ROOT / "configs" / "realm_world.toml"
 EVAL_N = 120  # held-out queries of the full evaluation (reader rows and generation), step 0 and end
-CURVE_N = 240  # held-out queries of the retrieval curve (towers only), every checkpoint
+CURVE_N = 240  # held-out queries of the retrieval curve (towers only), every checkpoint (of 720)
 GENERATE = ("today", "closed", "shuffled")  # arms whose full evaluation generates the spans (exact match)
 
 # today's recipe and each lever of issue 45 (settings over configs/realm_world.toml)
@@ -152,9 +152,18 @@ def checkpoints(run: Path) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- evaluation
+def eval_ids(n: int) -> tuple:
+    """(curve ids, full ids): a seeded choice of CURVE_N of the n held-out queries, spread over every
+    record, attribute and wording, and a seeded choice of EVAL_N of those, both sorted."""
+    import numpy as np
+
+    curve = np.sort(np.random.default_rng([64, 1]).choice(n, size=min(CURVE_N, n), replace=False))
+    full = np.sort(np.random.default_rng([64, 2]).choice(curve, size=min(EVAL_N, len(curve)), replace=False))
+    return curve, full
+
+
 def evaluate(work: Path, arm: str, run: Path) -> dict:
     """The retrieval curve over the checkpoints and the full evaluation at step 0 and the end."""
-    import numpy as np
     import torch
 
     from ralm.corpus.docstore import DocStore
@@ -169,8 +178,7 @@ def evaluate(work: Path, arm: str, run: Path) -> dict:
     gold = None
     points = [(0, None), *[(int(c.name.split("-")[1]), c) for c in checkpoints(run)]]
     last = points[-1][0]
-    curve_ids = np.arange(len(held))[:: max(1, len(held) // CURVE_N)][:CURVE_N]
-    full_ids = curve_ids[:: max(1, len(curve_ids) // EVAL_N)][:EVAL_N]
+    curve_ids, full_ids = eval_ids(len(held))
     retrieval = ARMS[arm].get("mode", "realm") == "realm"
     for step, ckpt in points:
         # the full evaluation at the end, and at step 0 for today's recipe (the other arms start from
@@ -199,14 +207,15 @@ def evaluate(work: Path, arm: str, run: Path) -> dict:
     return done
 
 
-def arm(work: Path, name: str, steps: int) -> None:
+def arm(work: Path, name: str, steps: int, prune: bool = False) -> None:
     if name not in ARMS:
         raise SystemExit(f"arm {name!r}: choose one of {', '.join(ARMS)}")
     prepare(work)
     run = train(work, name, steps)
     evaluate(work, name, run)
-    for c in checkpoints(run)[:-1]:  # the curve is measured: keep the last checkpoint only
-        shutil.rmtree(c)
+    if prune:
+        for c in checkpoints(run)[:-1]:  # the curve is measured: keep the last checkpoint only
+            shutil.rmtree(c)
 
 
 # ----------------------------------------------------------------------------- report
@@ -297,12 +306,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("name", nargs="?")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "worlds" / "realm")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument(
+        "--prune", action="store_true", help="arm: delete all but the last checkpoint once evaluated"
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.stage == "prepare":
         prepare(args.work)
     elif args.stage == "arm":
-        arm(args.work, args.name or "today", args.steps)
+        arm(args.work, args.name or "today", args.steps, args.prune)
     else:
         report(args.work)
 
