@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ralm.rag import cli as rag_cli
 
     rag_cli.register(sub)
+    from ralm.worlds import cli as worlds_cli
+
+    worlds_cli.register(sub)
     try:  # the lecture's LMs; optional while that subpackage is being built
         from ralm.lm import cli as lm_cli
     except ImportError:

@@ -107,3 +107,38 @@ def test_gold_file_round_trips_and_bad_config_is_refused(tmp_path):
         RecordsWorldConfig(records=3, heldout_records=3)
     with pytest.raises(RalmError, match="n_attributes"):
         RecordsWorldConfig(n_attributes=0)
+
+
+def test_the_world_command_writes_the_files_and_refuses_bad_sizes(tmp_path, capsys):
+    from ralm.cli import main
+
+    out = tmp_path / "data"
+    assert (
+        main(
+            [
+                "world",
+                "records",
+                "--out",
+                str(out),
+                "--records",
+                "20",
+                "--heldout-records",
+                "5",
+                "--seed",
+                "1",
+                "--attributes",
+                "3",
+            ]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "60 documents" in printed and "ralm evaluate-mlm" in printed
+    assert (out / "corpus.jsonl").read_bytes() == b"".join(
+        (json.dumps(d) + "\n").encode() for d in make_records_world(SMALL).documents
+    )
+    assert (
+        main(["world", "records", "--out", str(tmp_path / "x"), "--records", "3", "--heldout-records", "3"])
+        == 2
+    )
+    assert "heldout_records=3" in capsys.readouterr().err
