@@ -109,9 +109,9 @@ def test_measures_match_their_references(world, causal_cfg, tmp_path):
         assert r["lp_oracle"] <= 0 and r["span"] == held.get(int(ids[b]))["links"][0]["target"]
     # the oracle's fill is the reader's greedy generation given the gold chunk
     col_spans = [r["span"] for r in recs]
-    from ralm.realm.evaluate import _eval_collator
+    from ralm.realm.evaluate import eval_collator
 
-    col = _eval_collator(qrun)
+    col = eval_collator(qrun)
     sq = [
         col.span_query(int(c), col.mask(int(c), np.random.default_rng([realm.cfg.seed, 3, int(c)])))
         for c in ids

@@ -126,7 +126,7 @@ def test_masking_keeps_to_the_retrievable_spans(linked_store, bert_tokenizer):
 def test_a_run_with_retrievable_only_trains_and_evaluates_on_such_spans(tiny_cfg, linked_store):
     from ralm.corpus.docstore import DocStore
     from ralm.realm.data import span_keep, split_ids
-    from ralm.realm.evaluate import _eval_collator
+    from ralm.realm.evaluate import eval_collator
     from ralm.realm.masking import eligible_ids
     from ralm.realm.run import load_run
     from ralm.realm.trainer import pretrain
@@ -149,4 +149,4 @@ def test_a_run_with_retrievable_only_trains_and_evaluates_on_such_spans(tiny_cfg
     assert set(train.tolist()) <= ok and set(held.tolist()) <= ok
     run = load_run(pretrain(cfg, progress=False))
     assert run.train_ids.tolist() == train.tolist()
-    assert _eval_collator(run).span_keep is not None
+    assert eval_collator(run).span_keep is not None

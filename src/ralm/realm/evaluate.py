@@ -42,6 +42,7 @@ from ralm.realm.run import LoadedRun
 __all__ = [
     "EvalRow",
     "causal_span_scores",
+    "eval_collator",
     "evaluate_mlm",
     "format_table",
     "paired_ratio_interval",
@@ -87,7 +88,9 @@ class EvalRow:
         return d
 
 
-def _eval_collator(run: LoadedRun) -> MaskingCollator:
+def eval_collator(run: LoadedRun) -> MaskingCollator:
+    """The run's collator as evaluation masks with it: salient spans only, always [MASK], and for a
+    causal reader one span a chunk (`heldout_batches` draws each chunk's mask from its own seed)."""
     cfg = replace(run.cfg.masking, strategy="salient", random_span_rate=0.0, replace_probs=(1.0, 0.0, 0.0))
     if run.model.causal:
         cfg = replace(cfg, salient_rate=0.0)  # one salient span a chunk: each query's NLL is one span's
@@ -95,7 +98,7 @@ def _eval_collator(run: LoadedRun) -> MaskingCollator:
 
 
 def heldout_batches(run: LoadedRun, ids: np.ndarray, batch_size: int):
-    col = _eval_collator(run)
+    col = eval_collator(run)
     for s in range(0, len(ids), batch_size):
         kept, examples = [], []
         for c in ids[s : s + batch_size]:

@@ -41,7 +41,7 @@ from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.candidates import queries_are_corpus
 from ralm.realm.causal_fill import predict_spans
-from ralm.realm.evaluate import _eval_collator, heldout_batches
+from ralm.realm.evaluate import eval_collator, heldout_batches
 from ralm.realm.run import LoadedRun
 
 __all__ = ["evaluate_gold", "format_gold", "gold_chunks", "read_gold", "summarize_gold", "with_queries"]
@@ -89,7 +89,7 @@ def evaluate_gold(
     ids = np.arange(len(queries), dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
     depth = min(depth, len(run.store) - (1 if qrun.same_corpus else 0))
     ac = autocast_dtype(run.device, run.cfg.autocast, torch.float32)
-    col = _eval_collator(qrun)
+    col = eval_collator(qrun)
     records: list[dict[str, Any]] = []
     for batch in heldout_batches(qrun, ids, batch_size):
         src = batch["source_ids"].numpy()
