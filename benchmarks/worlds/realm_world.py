@@ -16,6 +16,9 @@ Stages (each skipped when its output exists under --work; training resumes after
 
   prepare            the world's files and DocStores (and the control world's)
   arm NAME           `ralm pretrain` for --steps with the arm's settings (ARMS), then the evaluations
+  signal NAME        the diagnosis (`ralm.realm.diagnose`) of the arm at step 0 and at the end on 60
+                     held-out queries: the same per-query signal measures as on the real corpus
+                     (benchmarks/realm/realm_signal.py), for comparison
   report             benchmarks/results/world_realm.json and .md from the arms evaluated
 
 The control arm `shuffled` trains on the control world (`shuffle_values`): the same queries and gold
@@ -207,6 +210,37 @@ def evaluate(work: Path, arm: str, run: Path) -> dict:
     return done
 
 
+def signal(work: Path, name: str) -> None:
+    """The diagnosis's summary of arm `name` at step 0 and at its last checkpoint (arms/NAME/signal.json)."""
+    import torch
+
+    from ralm.corpus.docstore import DocStore
+    from ralm.realm.diagnose import diagnose
+    from ralm.realm.gold import with_queries
+    from ralm.realm.run import load_run
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    run = work / "arms" / name / "run"
+    out = run.parent / "signal.json"
+    done = read_json(out) if out.is_file() else {}
+    held = DocStore(stores(work, name)["heldout"])
+    _, full_ids = eval_ids(len(held))
+    for tag, ckpt in (("0", None), ("end", checkpoints(run)[-1])):
+        if tag in done:
+            continue
+        loaded = load_run(run, initial=True) if ckpt is None else load_run(run, checkpoint=ckpt)
+        if ckpt is not None:
+            loaded.refresher.refresh(loaded.model.encoder, int(loaded.state["step"]))
+        summary = diagnose(
+            with_queries(loaded, held), None, ids=full_ids[:60], depth=8, reader_depth=8
+        ).summary
+        done[tag] = {
+            k: summary[k] for k in ("answers_in_candidates", "score_utility", "query_signal", "null_mass")
+        }
+        write_json(out, done)
+        log(f"{name} signal {tag}: {done[tag]['query_signal']} {done[tag]['score_utility']}")
+
+
 def arm(work: Path, name: str, steps: int, prune: bool = False) -> None:
     if name not in ARMS:
         raise SystemExit(f"arm {name!r}: choose one of {', '.join(ARMS)}")
@@ -253,6 +287,9 @@ def report(work: Path) -> None:
             "queries_to_r1_0_9": queries_to(curve, 0.9, 4),
             "train_seconds": read_json(secs)["seconds"] if secs.is_file() else None,
         }
+        sig = work / "arms" / name / "run" / "signal.json"
+        if sig.is_file():
+            arms[name]["signal"] = read_json(sig)
     if "today" not in arms:
         raise SystemExit(f"{work}: no evaluated `today` arm yet; run the arm stage first")
     today = arms["today"]
@@ -302,7 +339,7 @@ def report(work: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=("prepare", "arm", "report"))
+    ap.add_argument("stage", choices=("prepare", "arm", "signal", "report"))
     ap.add_argument("name", nargs="?")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "worlds" / "realm")
     ap.add_argument("--steps", type=int, default=60)
@@ -315,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
         prepare(args.work)
     elif args.stage == "arm":
         arm(args.work, args.name or "today", args.steps, args.prune)
+    elif args.stage == "signal":
+        signal(args.work, args.name or "today")
     else:
         report(args.work)
 
