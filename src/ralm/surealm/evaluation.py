@@ -1,11 +1,12 @@
 """`ralm surealm evaluate`'s table: held-out perplexity of trained SUREALM / no-retrieval runs, and a
-kNN-LM row on top of one of them (`evaluate_models`), printed by `format_rows`."""
+kNN-LM row on top of one of them (`evaluate_models`), printed by `format_rows`; and the check that a
+fresh SUREALM model's memory is inert (`step0_ratio`)."""
 
 from __future__ import annotations
 
 from ralm.surealm.sentences import FILL_SPLITS
 
-__all__ = ["evaluate_models", "format_rows"]
+__all__ = ["evaluate_models", "format_rows", "step0_ratio"]
 
 
 def evaluate_models(
@@ -68,3 +69,38 @@ def format_rows(rows: list[dict], split: str) -> str:
             f"{r['tokens']:>8} {r['words']:>8}"
         )
     return "\n".join(lines)
+
+
+def step0_ratio(
+    datastore: str, lm: str, k: int, window: int | None = None, split: str = "test", seed: int = 0
+) -> dict[str, float]:
+    """Perplexity on `split` of a fresh SUREALM model (the gated cross-attention pathway, retrieved
+    memory of `k` neighbours, `window` latest blocks visible) over that of its own backbone without
+    memory: {"ppl_surealm", "ppl_backbone", "ratio"}, the ratio 1 (to float precision) when the memory
+    is inert at step 0 as it should be. CPU, fp32."""
+    import torch
+
+    from ralm.models.causal import load_as_causal_lm
+    from ralm.models.tokenizers import load_lm_tokenizer
+    from ralm.surealm.data import SentenceBatcher
+    from ralm.surealm.datastore import Datastore
+    from ralm.surealm.model import SurealmConfig, SurealmLM
+    from ralm.surealm.train import evaluate
+
+    store = Datastore(datastore)
+    tok, _ = load_lm_tokenizer(str(lm))
+    torch.manual_seed(seed)
+    cfg = SurealmConfig(lm=str(lm), k=k, mem_dim=store.dim, pathway="cross", memory_window=window)
+    sure = SurealmLM(load_as_causal_lm(str(lm)), cfg).eval()
+    base = SurealmLM(sure.backbone, SurealmConfig(lm=str(lm), retrieval=False, mem_dim=store.dim)).eval()
+    ids = store.split_ids(split)
+    cpu = torch.device("cpu")
+    with_memory = evaluate(sure, SentenceBatcher(store, tok, k=k, delta=1), ids, device=cpu, autocast="off")
+    backbone = evaluate(
+        base, SentenceBatcher(store, tok, k=k, delta=1, retrieval=False), ids, device=cpu, autocast="off"
+    )
+    return {
+        "ppl_surealm": with_memory.token_ppl,
+        "ppl_backbone": backbone.token_ppl,
+        "ratio": with_memory.token_ppl / backbone.token_ppl,
+    }
