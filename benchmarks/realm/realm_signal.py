@@ -28,7 +28,7 @@ MiniLM towers, 3 chunks + null, fixed scale, lr_retriever 1e-5):
                      a reader that already copies a span from a given chunk)
 
 The runs live in --work (default runs/b64) beside the corpus `realm_causal.py corpus` builds there.
-Run: python benchmarks/realm/realm_signal.py STAGE [NAME] [--work runs/b64] [--steps 100]
+Run: python benchmarks/realm/realm_signal.py STAGE [NAME] [--work runs/b64] [--steps 60]
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 from common import log, ralm, script_command, write_result  # noqa: E402
 from realm import realm_learns as rl  # noqa: E402
+from realm import realm_learns_report as rlr  # noqa: E402
 
 RETRIEVABLE = {"masking.retrievable_only": True}
 SIGNAL = {
@@ -154,6 +155,84 @@ def arm(work: Path, name: str, steps: int) -> None:
 
 
 # ----------------------------------------------------------------------------- report
+# The GPU estimate's assumptions (stated in the result beside the figure): an H200's dense bf16 peak and
+# the share of it a 135M-parameter reader with batches of a few hundred sequences keeps busy.
+H200_BF16_FLOPS = 989e12
+MFU = 0.3
+PARAMS = {"reader": 134.5e6, "tower": 22.7e6}  # SmolLM2-135M, all-MiniLM-L6-v2
+# published pre-training budgets in queries (steps x batch): BRENT 50k x 1,024, REALM 200k x 512
+BUDGETS = {"cpu_600": 600, "one_million": 1_000_000, "brent": 50_000 * 1_024, "realm": 200_000 * 512}
+
+
+def flops_per_query(cfg: dict) -> float:
+    """Training FLOPs of one query under `cfg` (a run's config.toml as a dict): 6 x parameters x tokens
+    for the reader over its k inputs (a chunk plus the query, at most reader_max_length tokens) and for
+    both towers (the query and the k - 1 retrieved chunks, encoder_max_length tokens each)."""
+    k = int(cfg.get("k", 4))
+    enc = int(cfg.get("encoder_max_length", 64))
+    reader_tokens = min(2 * enc, int(cfg.get("reader_max_length", 256)))
+    return 6 * PARAMS["reader"] * reader_tokens * k + 6 * PARAMS["tower"] * enc * k
+
+
+def gpu_estimate(run: Path, chunks: int) -> dict:
+    """H200 hours for each budget of BUDGETS under the stated FLOP model, and the CPU's measured seconds a
+    query (metrics.jsonl's step_seconds over the batch) beside the FLOPs it implies."""
+    import tomllib
+
+    cfg = tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x]
+    secs = [r["step_seconds"] for r in rows if "step_seconds" in r][1:]  # the first step warms up
+    batch = int(cfg.get("batch_size", 4))
+    per_query = flops_per_query(cfg)
+    cpu_s = sum(secs) / len(secs) / batch if secs else None
+    refresh_flops = 2 * PARAMS["tower"] * int(cfg.get("encoder_max_length", 64)) * chunks
+    gpu_s_query = per_query / (H200_BF16_FLOPS * MFU)
+    hours = {name: n * gpu_s_query / 3600 for name, n in BUDGETS.items()}
+    return {
+        "flops_per_query": per_query,
+        "cpu_seconds_per_query": cpu_s,
+        "cpu_gflops_achieved": per_query / cpu_s / 1e9 if cpu_s else None,
+        "h200_seconds_per_query": gpu_s_query,
+        "refresh_h200_seconds": refresh_flops / (H200_BF16_FLOPS * MFU),
+        "h200_hours": hours,
+        "assumptions": (
+            f"6 x params x tokens a query (reader {PARAMS['reader']:.3g} params over k inputs of a chunk and "
+            f"the query, towers {PARAMS['tower']:.3g} over the query and the chunks), H200 dense bf16 "
+            f"{H200_BF16_FLOPS / 1e12:.0f} TFLOP/s at {MFU:.0%} utilisation; the budget that reaches "
+            "issue 45's targets is not measured here: BRENT's published budget (50k steps x 1,024) is "
+            "taken as the estimate"
+        ),
+    }
+
+
+def budget_curve(run: Path) -> list[dict]:
+    """The content ratio to closed-book (95% interval) at step 0, each intermediate checkpoint and the
+    end, with the training queries behind each point."""
+    import tomllib
+
+    batch = int(tomllib.loads((run / "config.toml").read_text(encoding="utf-8")).get("batch_size", 4))
+    points = []
+    for f in run.glob("eval_mlm*.json"):
+        ev = rl.read_json(f)
+        r = rlr._ratio(ev, "realm (retrieval)", True)
+        if r is None:
+            continue
+        step = 0 if "initial" in f.name else int(ev.get("step") or 0)
+        points.append(
+            {"step": step, "queries": step * batch, "content_ratio": r[0], "low": r[1], "high": r[2]}
+        )
+    return sorted(points, key=lambda p: p["step"])
+
+
+def diag_summary(d: dict) -> dict:
+    return {
+        "answers_in_candidates": d.get("answers_in_candidates"),
+        "score_utility": d.get("score_utility"),
+        "query_signal": d.get("query_signal"),
+        "ratio_content_run_k": d["ratios"]["content"]["run_k"]["run"],
+    }
+
+
 def report(work: Path) -> None:
     res: dict = {"share": share(work) if (work / "retrievable_share.json").is_file() else None, "arms": {}}
     metrics: dict = {}
@@ -162,26 +241,44 @@ def report(work: Path) -> None:
         metrics["en_heldout_with_retrievable_span"] = res["share"]["heldout_with_a_retrievable_span"]
     for name in ARMS:
         run = work / f"en-{name}"
+        if not (run / "config.toml").is_file():
+            continue
         entry: dict = {"settings": ARMS[name]}
         for tag, f in (("diag0", "diagnose_initial.json"), ("diag_end", "diagnose.json")):
             if (run / f).is_file():
-                d = rl.read_json(run / f)
-                entry[tag] = {
-                    "answers_in_candidates": d.get("answers_in_candidates"),
-                    "score_utility": d.get("score_utility"),
-                    "query_signal": d.get("query_signal"),
-                    "ratio_content_run_k": d["ratios"]["content"]["run_k"]["run"],
-                }
-        curve = {}
-        for f in sorted(run.glob("eval_mlm*.json")):
-            ev = rl.read_json(f)
-            step = 0 if "initial" in f.name else int(ev.get("step") or 0)
-            curve[step] = ev.get("ratios")
-        entry["curve"] = curve
+                entry[tag] = diag_summary(rl.read_json(run / f))
+        record = rlr.arm_record(work, "en", name)
+        if record is not None:
+            entry["record"] = {k: v for k, v in record.items() if not isinstance(v, dict)}
+        entry["curve"] = budget_curve(run)
         res["arms"][name] = entry
+    # the headline arm: the last of ARMS trained to its end
+    trained = [n for n in ARMS if "record" in res["arms"].get(n, {}) and "diag_end" in res["arms"][n]]
+    if trained:
+        name = trained[-1]
+        arm_res = res["arms"][name]
+        rec = arm_res["record"]
+        d0, d1 = arm_res["diag0"]["answers_in_candidates"], arm_res["diag_end"]["answers_in_candidates"]
+        metrics["en_arm"] = name
+        metrics["en_answers_top3_gain"] = d1["dense"]["3"] - d0["dense"]["3"]
+        if "hybrid" in d0 and "hybrid" in d1:
+            metrics["en_answers_hybrid_top3_gain"] = d1["hybrid"]["3"] - d0["hybrid"]["3"]
+        for key in ("ratio_content_step0", "ratio_content_end", "gain_from_training"):
+            if key in rec:
+                metrics[f"en_{key}" if key != "gain_from_training" else "en_ratio_gain_from_training"] = rec[
+                    key
+                ]
+        for end in ("low", "high"):
+            if f"gain_from_training_{end}" in rec:
+                metrics[f"en_ratio_gain_from_training_{end}"] = rec[f"gain_from_training_{end}"]
+        metrics["en_budget_points"] = sum(1 for p in arm_res["curve"] if p["step"] > 0)
+        run = work / f"en-{name}"
+        chunks = rl.read_json(work / rl.STORES["en"] / "manifest.json").get("chunks", 0)
+        res["gpu_estimate"] = gpu_estimate(run, int(chunks))
+        metrics["gpu_hours_for_issue45_targets"] = res["gpu_estimate"]["h200_hours"]["brent"]
     write_result(
         "realm_signal",
-        script_command(__file__, "STAGE NAME --work runs/b64 --steps 100"),
+        script_command(__file__, "STAGE NAME --work runs/b64 --steps 60"),
         metrics,
         {
             "en_answers_top3_gain": ">= 0.05",
@@ -192,6 +289,7 @@ def report(work: Path) -> None:
         },
         **res,
     )
+    log(json.dumps(metrics, indent=1))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -199,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("stage", choices=("share", "diag0", "arm", "report"))
     ap.add_argument("name", nargs="?", default="today", choices=list(ARMS))
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b64")
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--eval-n", type=int, help=f"held-out spans scored (default {rl.EVAL_N})")
     args = ap.parse_args(argv)
     if args.eval_n:
