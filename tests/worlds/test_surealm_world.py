@@ -123,3 +123,28 @@ def test_surealm_uses_its_memory_where_it_holds_the_reply(tmp_path):
 
 
 RATIO_BAR = 0.9
+
+
+def test_the_world_command_writes_dialogues_and_lm_and_refuses_bad_sizes(tmp_path, capsys):
+    from ralm.cli import main
+
+    out = tmp_path / "data"
+    argv = ["world", "dialogues", "--out", str(out), "--facts", "30", "--places", "30"]
+    assert main([*argv, "--valid-facts", "5", "--test-facts", "10", "--seed", "3", "--hidden", "32"]) == 0
+    printed = capsys.readouterr().out
+    assert "30 facts, 120 training sentences, 10 valid and 20 test sentences" in printed
+    assert "ralm surealm datastore" in printed
+    assert (out / "dialogues.jsonl").read_bytes() == write_world(
+        make_world(SMALL), tmp_path / "ref"
+    ).read_bytes()
+    cfg = json.loads((out / "lm" / "config.json").read_text())
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]) == (
+        32,
+        2,
+        len(world_vocabulary()),
+    )
+    assert (
+        main(["world", "dialogues", "--out", str(tmp_path / "x"), "--facts", "3", "--test-facts", "5"]) == 2
+    )
+    assert "valid_facts=50, test_facts=5" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

@@ -1,6 +1,7 @@
 """`ralm world NAME --out DIR`: write a controlled world's files (see `ralm.worlds`).
 
     ralm world records --out runs/world/data            # REALM / BRENT: records, queries, gold
+    ralm world dialogues --out runs/dworld/data         # SUREALM: dialogues and a world-sized LM
 
 Each world prints the commands that build and train on it. The worlds are deterministic under
 --seed; the defaults are the benchmarks' sizes.
@@ -20,11 +21,18 @@ RECORDS_NEXT = """next:
   ralm pretrain configs/realm_world.toml --set docstore={root}/corpus --set queries={root}/queries --out {root}/run
   ralm evaluate-mlm {root}/run --gold {root}/heldout {out}/gold.jsonl --fresh-index"""
 
+DIALOGUES_NEXT = """next:
+  ralm surealm datastore {out}/dialogues.jsonl --lm {lm} --k 8 --out {root}/datastore
+  ralm surealm train {root}/datastore --lm {lm} --steps 1000 --batch-size 32 --lr 1e-3 --memory-window 1 --out {root}/surealm
+  ralm surealm train {root}/datastore --lm {lm} --steps 1000 --batch-size 32 --lr 1e-3 --no-retrieval --out {root}/no_retrieval
+  ralm surealm evaluate {root}/surealm {root}/no_retrieval --split test"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "world",
-        help="write a controlled world: a synthetic corpus in which one mechanism must work (records: REALM, BRENT)",
+        help="write a controlled world: a synthetic corpus in which one mechanism must work (records: REALM, "
+        "BRENT; dialogues: SUREALM)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -46,6 +54,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the gold document",
     )
     r.set_defaults(func=cmd_records)
+    d = w.add_parser(
+        "dialogues",
+        help="SUREALM: two-turn dialogues about invented keepers, objects and places; held-out "
+        "conversations whose replies only the data store can complete",
+    )
+    d.add_argument("--out", required=True, help="directory to write dialogues.jsonl, world.json and lm/ into")
+    d.add_argument("--facts", type=int, default=400, help="facts, one an invented keeper (default 400)")
+    d.add_argument(
+        "--places", type=int, default=400, help="invented places the facts draw from (default 400)"
+    )
+    d.add_argument(
+        "--conversations", type=int, default=2, help="training conversations a fact, 1-5 (default 2)"
+    )
+    d.add_argument("--valid-facts", type=int, default=50, help="facts asked once more in valid (default 50)")
+    d.add_argument("--test-facts", type=int, default=100, help="facts asked once more in test (default 100)")
+    d.add_argument("--seed", type=int, default=0, help="the world's seed (default 0)")
+    d.add_argument(
+        "--hidden", type=int, default=128, help="hidden size of the world LM in OUT/lm (default 128)"
+    )
+    d.add_argument("--layers", type=int, default=2, help="layers of the world LM (default 2)")
+    d.add_argument("--no-lm", action="store_true", help="write the dialogues only, no world LM")
+    d.set_defaults(func=cmd_dialogues)
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
@@ -68,4 +98,35 @@ def cmd_records(args: argparse.Namespace) -> int:
         f"{len(world.heldout)} held-out queries ({cfg.heldout_records} records) -> {out}"
     )
     print(RECORDS_NEXT.format(out=out, root=out.parent))
+    return 0
+
+
+def cmd_dialogues(args: argparse.Namespace) -> int:
+    from ralm.worlds.dialogues import DialogueWorldConfig, make_world, world_vocabulary, write_world
+
+    cfg = DialogueWorldConfig(
+        facts=args.facts,
+        places=args.places,
+        train_conversations=args.conversations,
+        valid_facts=args.valid_facts,
+        test_facts=args.test_facts,
+        seed=args.seed,
+    )
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise RalmError(f"{out}: exists and is not a directory; choose another --out")
+    world = make_world(cfg)
+    write_world(world, out)
+    counts = {s: len(world.texts(s)) for s in ("train", "valid", "test")}
+    print(
+        f"dialogue world: {cfg.facts} facts, {counts['train']} training sentences, {counts['valid']} valid "
+        f"and {counts['test']} test sentences -> {out}"
+    )
+    lm = "minilm"
+    if not args.no_lm:
+        from ralm.worlds.world_lm import write_world_lm
+
+        lm = str(write_world_lm(out / "lm", world_vocabulary(), args.hidden, args.layers, seed=args.seed))
+        print(f"world LM: BERT, {args.layers} layers of {args.hidden}, random weights -> {lm}")
+    print(DIALOGUES_NEXT.format(out=out, root=out.parent, lm=lm))
     return 0
