@@ -92,6 +92,46 @@ def test_chunks_and_collate(bert_tokenizer):
                 )
 
 
+def test_link_entities_gives_named_spans_their_ids(bert_tokenizer):
+    """--link-entities: a span whose words name a vocabulary entity (case-folded, disambiguation dropped,
+    the more frequent entity first) gets that entity's id; every other span, and every span without
+    linking, is [MASK] (2)."""
+    from ralm.luke.spans import link_spans
+    from ralm.luke.vocab import EntityVocabulary
+
+    vocab = EntityVocabulary(["Oslo", "New York", "Bob (singer)", "bob", "York"], [9, 8, 7, 6, 5])
+    names = vocab.name_ids()
+    assert names == {"oslo": 3, "new york": 4, "bob": 5, "york": 7}  # "bob" (id 6) loses to "Bob (singer)"
+    words = ["Bob", "met", "Alice", "in", "NEW", "YORK"]
+    spans = enumerate_spans(len(words), 2)
+    ids = link_spans(words, spans, names).tolist()
+    assert {sp: i for sp, i in zip(spans, ids, strict=True) if i != 2} == {(0, 1): 5, (4, 6): 4, (5, 6): 7}
+    assert link_spans([], [], names).tolist() == []
+
+    sents = [_ex(0, "alice met bob in oslo", "B-PER O B-PER O B-LOC"), SENTS[1]]
+    feats, _ = encode_sentences(bert_tokenizer, sents, CLASSES, max_length=64, max_span_length=2, names=names)
+    linked = [{sp: i for sp, i in zip(x.spans, x.entity_ids.tolist(), strict=True) if i != 2} for x in feats]
+    assert linked == [{(2, 3): 5, (4, 5): 3}, {(3, 5): 4, (4, 5): 7}]
+    rows = chunk_rows(feats, range(2), 100)
+    b = collate(rows, feats, bert_tokenizer.pad_token_id, 3)
+    for r, x in enumerate(feats):
+        n = len(x.spans)
+        assert b["entity_ids"][r, :n].tolist() == x.entity_ids.tolist()
+        assert b["entity_ids"][r, n:].tolist() == [0] * (b["entity_ids"].shape[1] - n)
+    # with context words, the linked spans are those of the sentence itself, shifted to its words
+    ctx = [(["oslo"], ["bob"]), ([], [])]
+    feats_ctx, _ = encode_sentences(
+        bert_tokenizer, sents, CLASSES, max_length=64, max_span_length=2, context=ctx, names=names
+    )
+    assert [x.spans for x in feats_ctx] == [x.spans for x in feats]
+    assert [x.entity_ids.tolist() for x in feats_ctx] == [x.entity_ids.tolist() for x in feats]
+    # without linking: no entity ids, every span is [MASK]
+    plain, _ = encode_sentences(bert_tokenizer, sents, CLASSES, max_length=64, max_span_length=2)
+    assert all(x.entity_ids is None for x in plain)
+    b = collate(chunk_rows(plain, range(2), 100), plain, bert_tokenizer.pad_token_id, 3)
+    assert set(b["entity_ids"][b["entity_attention_mask"] == 1].tolist()) == {2}
+
+
 class SpanTable(torch.nn.Module):
     """A stand-in classifier whose logits depend only on a span's (first, last) token: chunking and
     batching cannot change them, so predict_tags must equal decoding the table directly."""
@@ -275,6 +315,40 @@ def test_bad_model_dir_one_line_exit_2(data_dir, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_link_entities_without_vocabulary_one_line_exit_2(luke_run, data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["luke", "ner", data_dir, "--model", luke_run, "--out", out, "--link-entities", "--max-steps", 1]
+    assert _main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"ralm: error: {luke_run}: no entity_vocab.tsv in the run or model directory")
+    assert "drop --link-entities" in err
+    assert not out.exists()
+
+
+def test_link_entities_end_to_end(luke_run, data_dir, tmp_path, one_thread):
+    """With the run's entity vocabulary beside the model, --link-entities links the named spans (counted
+    in eval.json) and trains; a vocabulary larger than the model's entity table is refused."""
+    from ralm.luke.vocab import EntityVocabulary
+
+    run = tmp_path / "run"
+    shutil.copytree(luke_run, run)
+    EntityVocabulary(["oslo", "bob", "Alice"], [3, 2, 1]).save(run / "entity_vocab.tsv")
+    out = tmp_path / "out"
+    argv = ["luke", "ner", data_dir, "--model", run, "--out", out, "--seeds", "1", "--max-steps", 2]
+    assert _main([*argv, "--link-entities", "--no-progress", "--no-save"]) == 0
+    rec = json.loads((out / "seed-1" / "eval.json").read_text())
+    assert rec["linked_spans"]["train"]["spans"] > 0
+    assert rec["linked_spans"]["train"]["gold_entity_spans"] == rec["linked_spans"]["train"]["spans"]
+    EntityVocabulary([f"e{i}" for i in range(10)]).save(run / "entity_vocab.tsv")  # 13 ids > 8 rows
+    with pytest.raises(Exception, match="13 entity ids, but the model's entity table has 8 rows"):
+        from ralm.luke.ner import LukeNerConfig, luke_ner
+
+        luke_ner(
+            LukeNerConfig(data=str(data_dir), out=str(tmp_path / "o2"), model=str(run), link_entities=True)
+        )
+
+
 def test_check_iob2_names_the_file_of_a_multi_file_split(tmp_path):
     from ralm.errors import RalmError
     from ralm.luke.spans import check_iob2
@@ -296,10 +370,10 @@ def test_failed_seed_leaves_nothing(luke_run, data_dir, tmp_path, capsys, monkey
 
     real = ner.run_seed
 
-    def second_fails(cfg, bb, splits, classes, seed, out):
+    def second_fails(cfg, bb, splits, classes, seed, out, names=None):
         if seed == 2:
             raise RalmError("seed 2 failed on purpose")
-        return real(cfg, bb, splits, classes, seed, out)
+        return real(cfg, bb, splits, classes, seed, out, names)
 
     monkeypatch.setattr(ner, "run_seed", second_fails)
     out = tmp_path / "out"

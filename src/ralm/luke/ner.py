@@ -29,6 +29,13 @@ classifier without entity tokens (concat(first, last) word states, the same head
 `context_words` reads each sentence with up to that many words of the sentences before and after
 it in its split (LUKE reads a sentence inside its document).
 
+`link_entities` is DaLUKE's auto-annotation applied at NER time: a candidate span whose words, joined
+by a space, name an entity of the run's entity vocabulary (entity_vocab.tsv, matched case-insensitively
+as the auto-annotator matches: `EntityVocabulary.name_ids`, `spans.link_spans`) enters the model as
+that entity's id instead of [MASK], so what pre-training stored in the entity's embedding reaches the
+classifier; every other span stays [MASK]. Without it (the default, the paper's setting) only what the
+encoder knows about the words reaches the classifier. The linked spans are counted per split.
+
 Left out: nested entities, resuming a seed, multi-process fine-tuning.
 """
 
@@ -47,6 +54,7 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.luke.config import ENTITY_MASK_ID
 from ralm.luke.ner_model import Backbone, decode_tags, load_backbone, score_tags, span_probs, tune_threshold
 from ralm.luke.spans import (
     check_iob2,
@@ -56,7 +64,7 @@ from ralm.luke.spans import (
     encode_sentences,
 )
 
-__all__ = ["LukeNerConfig", "luke_ner", "results_md", "run_seed"]
+__all__ = ["LukeNerConfig", "entity_names", "luke_ner", "results_md", "run_seed"]
 
 
 @dataclass
@@ -95,6 +103,7 @@ class LukeNerConfig:
     decode: str = "argmax"  # argmax (LUKE) | threshold: 1 - P(O) > a threshold tuned on dev
     words_only: bool = False  # the span classifier without entity tokens (DaLUKE's words_only)
     context_words: int = 0  # words of the neighbouring sentences read around each sentence (LUKE)
+    link_entities: bool = False  # a span naming a vocabulary entity enters as that entity, not [MASK]
     grad_clip: float = 1.0
     eval_batch_size: int = 32  # chunk rows per forward at evaluation
     device: str = "auto"
@@ -117,9 +126,19 @@ def _optimizer(cfg: LukeNerConfig, model) -> torch.optim.Optimizer:
 
 
 def run_seed(
-    cfg: LukeNerConfig, bb: Backbone, splits: dict[str, list], classes: list[str], seed: int, out: Path
+    cfg: LukeNerConfig,
+    bb: Backbone,
+    splits: dict[str, list],
+    classes: list[str],
+    seed: int,
+    out: Path,
+    names: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune one seed into `out` (metrics.jsonl, eval.json, predictions.jsonl, model/); its record."""
+    """Fine-tune one seed into `out` (metrics.jsonl, eval.json, predictions.jsonl, model/); its record.
+
+    names: folded entity name -> id (`EntityVocabulary.name_ids()`) to link spans with, None for
+    [MASK] on every span.
+    """
     from ralm.models.precision import autocast_context, autocast_dtype
     from ralm.progress import tqdm
     from ralm.tasks.adapters import shuffled
@@ -151,6 +170,7 @@ def run_seed(
             max_length=max_length,
             max_span_length=cfg.max_span_length,
             context=ctx,
+            names=names,
         )
 
     def probs(feats):
@@ -240,6 +260,12 @@ def run_seed(
         if test:
             record["test"] = score_tags(test, tags)
             preds = {ex.id: t for ex, t in zip(test, tags, strict=True)}
+    if names is not None:
+        record["linked_spans"] = {
+            "train": _linked(feats),
+            "dev": _linked(dev_feats),
+            "test": _linked(encode(test)[0]) if test else None,
+        }
     record.update(
         train_examples=len(train_set),
         train_spans=int(sum(len(f.spans) for f in feats)),
@@ -261,7 +287,47 @@ def run_seed(
     return record
 
 
+def _linked(feats: list) -> dict[str, int]:
+    """How many candidate spans were linked to an entity, and how many of those are gold entities."""
+    linked = gold = 0
+    for f in feats:
+        if f.entity_ids is None:
+            continue
+        hit = f.entity_ids != ENTITY_MASK_ID
+        linked += int(hit.sum())
+        gold += int((hit & (f.labels != 0)).sum())
+    return {"spans": linked, "gold_entity_spans": gold}
+
+
 # ----------------------------------------------------------------------------- the job
+
+
+def entity_names(bb: Backbone) -> dict[str, int]:
+    """`EntityVocabulary.name_ids()` of the run behind `bb` (its entity_vocab.tsv in the run or model
+    directory); RalmError naming the place looked in when there is none, or when it does not fit the
+    model's entity table."""
+    from ralm.luke.io import read_model_info
+    from ralm.luke.vocab import VOCAB_FILE, EntityVocabulary
+
+    run = Path(bb.source)
+    where = list(
+        dict.fromkeys((run / VOCAB_FILE, bb.model_dir / VOCAB_FILE, bb.model_dir.parent / VOCAB_FILE))
+    )
+    path = next((p for p in where if p.is_file()), None)
+    if path is None:
+        raise RalmError(
+            f"{run}: no {VOCAB_FILE} in the run or model directory; --link-entities matches spans "
+            "against the entity vocabulary that `ralm luke pretrain` writes into its run: pass that run "
+            "as --model, or drop --link-entities"
+        )
+    vocab = EntityVocabulary.load(path)
+    rows = read_model_info(bb.model_dir)["config"].entity_vocab_size
+    if len(vocab) > rows:
+        raise RalmError(
+            f"{path}: {len(vocab)} entity ids, but the model's entity table has {rows} rows; "
+            "--link-entities needs the vocabulary of the run the model comes from"
+        )
+    return vocab.name_ids()
 
 
 def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
@@ -299,6 +365,7 @@ def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
     labels = data.labels()
     classes = ["O"] + sorted({t[2:] for t in labels if t != "O"})
     bb = load_backbone(cfg.model, cfg.tokenizer)
+    names = entity_names(bb) if cfg.link_entities else None
     tmp = prepare_out(out, cfg.overwrite)
     try:
         init = {"model": str(bb.model_dir.resolve()), "tokenizer": str(Path(bb.tokenizer_dir).resolve())}
@@ -307,7 +374,7 @@ def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
         for seed in cfg.seeds:
             sd = tmp / f"seed-{seed}"
             sd.mkdir()
-            rec = run_seed(cfg, bb, data.splits, classes, seed, sd)
+            rec = run_seed(cfg, bb, data.splits, classes, seed, sd, names)
             shown = rec.get("test") or rec.get("dev") or {}
             rate = rec.get("inference", {}).get("sentences_per_s")
             log(

@@ -38,7 +38,7 @@ def register(group: argparse._SubParsersAction) -> None:
         help="fine-tune and evaluate NER by span classification (LUKE/DaLUKE), mean ± std over seeds",
         description="Every word span up to --max-span-length words is a [MASK] entity; the classifier "
         "reads the entity output and the span's first and last word outputs; non-overlapping spans are "
-        "kept by score. Writes results.json/results.md in `ralm finetune`'s format (see `ralm table`).",
+        "kept by score. With --link-entities a span that names a vocabulary entity is that entity instead. Writes results.json/results.md in `ralm finetune`'s format (see `ralm table`).",
     )
     p.add_argument("data", nargs="?", help="NER dataset file or directory (train/dev/test found by name)")
     p.add_argument("--model", required=True, help="`ralm luke pretrain` run (or a LUKE model directory)")
@@ -84,6 +84,14 @@ def register(group: argparse._SubParsersAction) -> None:
         "--context-words",
         type=int,
         help="read each sentence with up to N words of the sentences around it in its split (default 0)",
+    )
+    p.add_argument(
+        "--link-entities",
+        action="store_true",
+        default=None,
+        help="a candidate span whose words, joined by a space, name an entity of the run's entity_vocab.tsv "
+        "(case-insensitive, as corpus auto-annotation matches) enters the model as that entity instead of "
+        "[MASK] (DaLUKE's string-match annotation at NER time); other spans stay [MASK]",
     )
     p.add_argument("--eval-batch-size", type=int, help="chunk rows per forward at evaluation (default 32)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N")

@@ -12,9 +12,12 @@ one of the entity types or "O". This module holds everything but the model:
     check_iob2        the same check over a dataset, naming the file and sentence
     spans_to_iob2     typed spans -> IOB2 tags (the inverse, for seqeval)
     decode_spans      keep non-overlapping predicted spans by descending score (greedy, as LUKE)
+    link_spans        the entity id of each span whose words name a vocabulary entity ([MASK] for
+                      the others): exact-match linking with `EntityVocabulary.name_ids()`
     encode_sentences  tagged sentences -> `SentenceSpans` (word tokens, kept spans, their token
-                      bounds and gold class ids); `chunk_rows` splits a sentence's spans into rows
-                      of at most `max_entities`; `collate` turns rows into the model's tensors
+                      bounds, gold class ids and, when linking, entity ids); `chunk_rows` splits a
+                      sentence's spans into rows of at most `max_entities`; `collate` turns rows into
+                      the model's tensors
 
 Spans are half-open word ranges: (0, 2) is words 0 and 1. IOB1 input is rejected, not converted:
 ralm's readers promise IOB2 (`ralm.formats.conll`), an I- tag at an entity start is as likely
@@ -27,12 +30,13 @@ flat tagging).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ralm.corpus.entities import fold_case
 from ralm.errors import RalmError
 from ralm.luke.config import ENTITY_MASK_ID
 
@@ -45,6 +49,7 @@ __all__ = [
     "encode_sentences",
     "enumerate_spans",
     "iob2_spans",
+    "link_spans",
     "span_count",
     "spans_to_iob2",
     "token_spans",
@@ -206,13 +211,27 @@ def decode_spans(spans: Sequence[Span], labels: Sequence[str], scores: Sequence[
 # ----------------------------------------------------------------------------- sentence features
 
 
+def link_spans(words: Sequence[str], spans: Sequence[Span], names: Mapping[str, int]) -> np.ndarray:
+    """(S,) int64 entity id of each span: the id of the entity whose name its words, joined by one
+    space and case-folded, are exactly (`names`: `EntityVocabulary.name_ids()`), else [MASK] (2).
+
+    This is DaLUKE's auto-annotation done on NER input: a span that names a known entity enters the
+    model as that entity, every other span as LUKE's [MASK] entity.
+    Example: link_spans(["Ola", "met", "Kari", "Nord"], [(0, 1), (1, 2), (2, 4)], {"ola": 3, "kari nord": 7})
+    -> [3, 2, 7].
+    """
+    ids = [names.get(fold_case(" ".join(words[s:e])), ENTITY_MASK_ID) for s, e in spans]
+    return np.asarray(ids, dtype=np.int64).reshape(-1)
+
+
 @dataclass
 class SentenceSpans:
     """One sentence as the span classifier sees it.
 
     input_ids: word tokens, special tokens included (T,). spans: the candidate word spans kept
     (S, half-open); bounds: (S, 2) their first and last token positions; labels: (S,) class ids
-    (0 = "O"); n_words: words of the sentence (tags are predicted for all of them).
+    (0 = "O"); n_words: words of the sentence (tags are predicted for all of them); entity_ids: (S,)
+    each span's entity id (`link_spans`), None for LUKE's [MASK] on every span.
     """
 
     input_ids: list[int]
@@ -220,6 +239,7 @@ class SentenceSpans:
     bounds: np.ndarray
     labels: np.ndarray
     n_words: int
+    entity_ids: np.ndarray | None = None
 
 
 def context_words(examples: list, n: int) -> list[tuple[list[str], list[str]]]:
@@ -253,21 +273,24 @@ def encode_sentences(
     max_length: int,
     max_span_length: int,
     context: list[tuple[list[str], list[str]]] | None = None,
+    names: Mapping[str, int] | None = None,
 ) -> tuple[list[SentenceSpans], dict[str, int]]:
     """Features of TaggingExamples and counts of gold entities no span can reach.
 
     classes: "O" first, then the entity types; a gold entity of an unknown type is labelled "O".
     context: per example, words to read before and after it (`context_words`); spans stay inside the
     sentence. Context that would push the row past `max_length` is dropped from its outer ends.
+    names: folded entity name -> id (`EntityVocabulary.name_ids()`); given, each feature carries the
+    entity id of every span (`link_spans`: the named entity's id, else [MASK]).
     Returns (features, {"entities", "too_long", "cut"}): gold entities in all, those longer
     than `max_span_length`, those touching words that truncation cut.
     """
     if context is not None:
-        return _encode_with_context(tokenizer, examples, classes, context, max_length, max_span_length)
-    return _encode(tokenizer, examples, classes, max_length, max_span_length)
+        return _encode_with_context(tokenizer, examples, classes, context, max_length, max_span_length, names)
+    return _encode(tokenizer, examples, classes, max_length, max_span_length, names=names)
 
 
-def _encode_with_context(tokenizer, examples, classes, context, max_length, max_span_length):
+def _encode_with_context(tokenizer, examples, classes, context, max_length, max_span_length, names=None):
     """`encode_sentences` with context words: each example encoded with its left and right words,
     its spans shifted past the left context (context trimmed until the row fits)."""
     from types import SimpleNamespace
@@ -288,7 +311,13 @@ def _encode_with_context(tokenizer, examples, classes, context, max_length, max_
             id=ex.id, tokens=words, labels=["O"] * len(left) + list(ex.labels) + ["O"] * len(right)
         )
         (f,), c = _encode(
-            tokenizer, [padded], classes, max_length, max_span_length, keep=(len(left), len(ex.tokens))
+            tokenizer,
+            [padded],
+            classes,
+            max_length,
+            max_span_length,
+            keep=(len(left), len(ex.tokens)),
+            names=names,
         )
         feats.append(f)
         for k in counts:
@@ -296,9 +325,10 @@ def _encode_with_context(tokenizer, examples, classes, context, max_length, max_
     return feats, counts
 
 
-def _encode(tokenizer, examples, classes, max_length, max_span_length, keep=None):
+def _encode(tokenizer, examples, classes, max_length, max_span_length, keep=None, names=None):
     """The features of `encode_sentences`; `keep` = (first word, words): only spans inside those words
-    of the row are candidates, and the feature describes those words (their spans shifted to 0)."""
+    of the row are candidates, and the feature describes those words (their spans shifted to 0);
+    `names`: link the spans (`link_spans`)."""
     from ralm.models.quiet import quiet_transformers
 
     counts = {"entities": 0, "too_long": 0, "cut": 0}
@@ -334,9 +364,9 @@ def _encode(tokenizer, examples, classes, max_length, max_span_length, keep=None
         counts["too_long"] += sum(e - s > max_span_length for s, e in gold)
         counts["cut"] += sum(e - s <= max_span_length and (s, e) not in kept for s, e in gold)
         labels = np.array([gold.get(sp, 0) for sp in spans], dtype=np.int64)
-        out.append(
-            SentenceSpans(list(ids), spans, np.array(bounds, dtype=np.int64).reshape(-1, 2), labels, n_own)
-        )
+        linked = None if names is None else link_spans(ex.tokens, [cand[k] for k in kept_idx], names)
+        bounds_arr = np.array(bounds, dtype=np.int64).reshape(-1, 2)
+        out.append(SentenceSpans(list(ids), spans, bounds_arr, labels, n_own, linked))
     return out, counts
 
 
@@ -359,7 +389,8 @@ def collate(
 ) -> dict[str, torch.Tensor]:
     """Model inputs of chunk rows: words (R, T), entities (R, E), entity positions (R, E, M).
 
-    Padding entities have id 0, mask 0, positions -1, start/end 0 and label -100.
+    Span entities are [MASK] (id 2), or their linked ids when the features carry `entity_ids`;
+    padding entities have id 0, mask 0, positions -1, start/end 0 and label -100.
     """
     R = len(rows)
     T = max(len(features[f].input_ids) for f, _, _ in rows)
@@ -367,6 +398,7 @@ def collate(
     ids = np.full((R, T), pad_id, dtype=np.int64)
     mask = np.zeros((R, T), dtype=np.int64)
     ent_mask = np.zeros((R, E), dtype=np.int64)
+    ent_ids = np.zeros((R, E), dtype=np.int64)
     bounds = np.zeros((R, E, 2), dtype=np.int64)
     labels = np.full((R, E), IGNORE, dtype=np.int64)
     for r, (f, lo, hi) in enumerate(rows):
@@ -374,6 +406,7 @@ def collate(
         ids[r, : len(x.input_ids)] = x.input_ids
         mask[r, : len(x.input_ids)] = 1
         ent_mask[r, : hi - lo] = 1
+        ent_ids[r, : hi - lo] = ENTITY_MASK_ID if x.entity_ids is None else x.entity_ids[lo:hi]
         bounds[r, : hi - lo] = x.bounds[lo:hi]
         labels[r, : hi - lo] = x.labels[lo:hi]
     offsets = np.arange(mention_length)
@@ -383,7 +416,7 @@ def collate(
     return {
         "input_ids": t(ids),
         "attention_mask": t(mask),
-        "entity_ids": t(ent_mask * ENTITY_MASK_ID),
+        "entity_ids": t(ent_ids),
         "entity_attention_mask": t(ent_mask),
         "entity_position_ids": t(pos),
         "entity_start_positions": t(bounds[..., 0].copy()),

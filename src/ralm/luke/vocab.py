@@ -6,6 +6,10 @@ spans of the chosen sources ("link": the article authors' links, "auto": DaLUKE'
 annotation; both stored per chunk at corpus-build time with the entity title as the span label),
 ordered by count (descending), then title, so the same store and sources always give the same ids.
 
+`name_ids()` maps each entity's surface name, case-folded as DaLUKE's auto-annotation folds it
+(`ralm.corpus.entities.fold_case` of `entity_name`: no parenthesised disambiguation), to its id, so
+`ralm luke ner --link-entities` gives a candidate span the id of the entity its words name.
+
 Saved with the run as entity_vocab.tsv: a header `id title count`, one row per id, the three
 special tokens first (count 0); tabs, newlines and backslashes in titles are backslash-escaped as
 in the corpus's entities.tsv. Left out: redirects and aliases (the DocStore build already
@@ -21,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ralm.atomic import move_into_place
-from ralm.corpus.entities import _escape, _unescape
+from ralm.corpus.entities import _escape, _unescape, entity_name, fold_case
 from ralm.errors import RalmError
 
 __all__ = ["MASK_ID", "PAD_ID", "SPECIAL_TOKENS", "UNK_ID", "VOCAB_FILE", "EntityVocabulary"]
@@ -108,6 +112,19 @@ class EntityVocabulary:
 
     def __contains__(self, title: object) -> bool:
         return isinstance(title, str) and title in self._ids and self._ids[title] >= len(SPECIAL_TOKENS)
+
+    def name_ids(self) -> dict[str, int]:
+        """Folded surface name -> entity id, for exact-match entity linking of word spans.
+
+        The key of a title is `fold_case(entity_name(title))`, the name `ralm.corpus.entities.AutoAnnotator`
+        matches (case-insensitive, "Mercury (planet)" named "Mercury"); when two titles share a name the
+        lower id (the more frequent entity) wins, as in the auto-annotator. Special tokens are left out.
+        Example: EntityVocabulary(["Oslo", "oslo (city)", "Bergen"]).name_ids() -> {"oslo": 3, "bergen": 5}.
+        """
+        out: dict[str, int] = {}
+        for i, title in enumerate(self.titles, start=len(SPECIAL_TOKENS)):
+            out.setdefault(fold_case(entity_name(title)), i)
+        return out
 
     @property
     def titles(self) -> list[str]:
