@@ -190,13 +190,16 @@ def main() -> None:
         args.lr,
     ]
     shared += ["--eval-every", args.eval_every, "--seed", args.seed, "--device", "cpu", "--autocast", "off"]
-    shared += ["--memory-window", args.memory_window] if window else []
     for name in names:
         out = work / name
         if (out / "train.json").is_file() and (out / "done").is_file():
             continue
         t = time.perf_counter()
-        extra = [a for a in shared if name != "no_retrieval" or a not in ("--memory-window",)]
+        # the memory window is a setting of the memory: the LM without it takes none
+        extra = [
+            *shared,
+            *(["--memory-window", args.memory_window] if window and name != "no_retrieval" else []),
+        ]
         ralm("surealm", "train", ds, "--out", out, *extra, *RUNS[name], "--overwrite", "--quiet")
         seconds[f"train_{name}"] = time.perf_counter() - t
         (out / "done").write_text(f"{seconds[f'train_{name}']}\n")
