@@ -196,11 +196,11 @@ def main() -> None:
             continue
         t = time.perf_counter()
         # the memory window is a setting of the memory: the LM without it takes none
-        extra = [
+        opts = [
             *shared,
             *(["--memory-window", args.memory_window] if window and name != "no_retrieval" else []),
         ]
-        ralm("surealm", "train", ds, "--out", out, *extra, *RUNS[name], "--overwrite", "--quiet")
+        ralm("surealm", "train", ds, "--out", out, *opts, *RUNS[name], "--overwrite", "--quiet")
         seconds[f"train_{name}"] = time.perf_counter() - t
         (out / "done").write_text(f"{seconds[f'train_{name}']}\n")
     ralm(
