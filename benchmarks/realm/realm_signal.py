@@ -258,10 +258,14 @@ def report(work: Path) -> None:
             if f"gain_from_training_{end}" in rec:
                 metrics[f"en_ratio_gain_from_training_{end}"] = rec[f"gain_from_training_{end}"]
         metrics["en_budget_points"] = sum(1 for p in arm_res["curve"] if p["step"] > 0)
+    # the GPU estimate from the config of the richest arm that has a run folder (its step cost model)
+    for name in reversed(ARMS):
         run = work / f"en-{name}"
-        chunks = rl.read_json(work / rl.STORES["en"] / "manifest.json").get("chunks", 0)
-        res["gpu_estimate"] = gpu_estimate(run, int(chunks))
-        metrics["gpu_hours_for_issue45_targets"] = res["gpu_estimate"]["h200_hours"]["brent"]
+        if (run / "config.toml").is_file():
+            chunks = rl.read_json(work / rl.STORES["en"] / "manifest.json").get("chunks", 0)
+            res["gpu_estimate"] = {"arm": name, **gpu_estimate(run, int(chunks))}
+            metrics["gpu_hours_for_issue45_targets"] = res["gpu_estimate"]["h200_hours"]["brent"]
+            break
     write_result(
         "realm_signal",
         script_command(__file__, "STAGE NAME --work runs/b64 --steps 60"),
