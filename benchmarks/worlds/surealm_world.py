@@ -63,40 +63,29 @@ def answer_nll(run: Path, facts: list[dict], split: str = "test") -> dict[str, f
     """Mean NLL (nats) of the trained `run` on the test replies' pieces, by kind: "object" (the object
     word), "place" (every piece of the place), "other" (every other prediction of the replies,
     end of sentence included)."""
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-
+    from ralm.surealm.evaluation import sentence_nll
     from ralm.surealm.train import load_trained
 
-    model, tok, store, batcher = load_trained(run, device="cpu")
-    model.eval()
+    _, tok, store, _ = load_trained(run, device="cpu")
     by_keeper = {f["keeper"].lower(): f for f in facts}
     texts = store.sentences().column("text").to_pylist()
-    sums = {"object": [0.0, 0], "place": [0.0, 0], "other": [0.0, 0]}
     replies = []
     for sid in store.split_ids(split):
         words = texts[sid].lower().split()
         fact = next((by_keeper[w] for w in words if w in by_keeper), None)
         if fact is not None and fact["place"].lower() in words:
             replies.append((int(sid), fact))
-    keep = ("input_ids", "attention_mask", "mem_keys", "mem_values", "mem_block")
-    with torch.no_grad():
-        for b0 in range(0, len(replies), 32):
-            chunk = replies[b0 : b0 + 32]
-            batch = batcher.batch(np.asarray([s for s, _ in chunk]))
-            logits = model(**{k: batch[k] for k in keep if k in batch})
-            nll = F.cross_entropy(logits.float().transpose(1, 2), batch["labels"], reduction="none")
-            for r, (sid, fact) in enumerate(chunk):
-                toks = store.tokens(sid).tolist()
-                kind = ["other"] * (len(toks) + 1)
-                for name in ("object", "place"):
-                    piece = tok(fact[name], add_special_tokens=False)["input_ids"]
-                    at = max(i for i in range(len(toks)) if toks[i : i + len(piece)] == piece)
-                    kind[at : at + len(piece)] = [name] * len(piece)
-                for j, kd in enumerate(kind):
-                    sums[kd][0] += float(nll[r, j])
-                    sums[kd][1] += 1
+    sums = {"object": [0.0, 0], "place": [0.0, 0], "other": [0.0, 0]}
+    scored = sentence_nll(str(run), [s for s, _ in replies])
+    for (_, fact), (toks, nll) in zip(replies, scored, strict=True):
+        kind = ["other"] * len(nll)
+        for name in ("object", "place"):
+            piece = tok(fact[name], add_special_tokens=False)["input_ids"]
+            at = max(i for i in range(len(toks)) if toks[i : i + len(piece)] == piece)
+            kind[at : at + len(piece)] = [name] * len(piece)
+        for value, kd in zip(nll, kind, strict=True):
+            sums[kd][0] += value
+            sums[kd][1] += 1
     return {k: s / max(n, 1) for k, (s, n) in sums.items()}
 
 

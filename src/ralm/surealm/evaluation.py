@@ -1,12 +1,13 @@
 """`ralm surealm evaluate`'s table: held-out perplexity of trained SUREALM / no-retrieval runs, and a
 kNN-LM row on top of one of them (`evaluate_models`), printed by `format_rows`; and the check that a
-fresh SUREALM model's memory is inert (`step0_ratio`)."""
+fresh SUREALM model's memory is inert (`step0_ratio`); per-position NLL of chosen sentences
+(`sentence_nll`), for measures on some tokens only."""
 
 from __future__ import annotations
 
 from ralm.surealm.sentences import FILL_SPLITS
 
-__all__ = ["evaluate_models", "format_rows", "step0_ratio"]
+__all__ = ["evaluate_models", "format_rows", "sentence_nll", "step0_ratio"]
 
 
 def evaluate_models(
@@ -104,3 +105,29 @@ def step0_ratio(
         "ppl_backbone": backbone.token_ppl,
         "ratio": with_memory.token_ppl / backbone.token_ppl,
     }
+
+
+def sentence_nll(run: str, ids: list[int], batch_size: int = 32) -> list[tuple[list[int], list[float]]]:
+    """Per sentence of the run's data store (`ids`), its LM tokens (T,) and the trained run's NLL in
+    nats of each prediction (T + 1,: token j given the tokens before it and the memory, then the end of
+    the sentence), as `ralm surealm evaluate` scores them. CPU, fp32."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from ralm.surealm.train import load_trained
+
+    model, _, store, batcher = load_trained(run, device="cpu")
+    model.eval()
+    keep = ("input_ids", "attention_mask", "mem_keys", "mem_values", "mem_block")
+    out: list[tuple[list[int], list[float]]] = []
+    with torch.no_grad():
+        for b0 in range(0, len(ids), batch_size):
+            chunk = [int(i) for i in ids[b0 : b0 + batch_size]]
+            batch = batcher.batch(np.asarray(chunk))
+            logits = model(**{k: batch[k] for k in keep if k in batch})
+            nll = F.cross_entropy(logits.float().transpose(1, 2), batch["labels"], reduction="none")
+            for r, sid in enumerate(chunk):
+                toks = store.tokens(sid).tolist()
+                out.append((toks, nll[r, : len(toks) + 1].tolist()))
+    return out
