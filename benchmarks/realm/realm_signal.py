@@ -167,7 +167,8 @@ def gpu_estimate(run: Path, chunks: int) -> dict:
 
     cfg = tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x]
-    secs = [r["step_seconds"] for r in rows if "step_seconds" in r][1:]  # the first step warms up
+    secs = [r["step_seconds"] for r in rows if "step_seconds" in r]
+    secs = secs[1:] if len(secs) > 2 else secs  # the first step warms up
     batch = int(cfg.get("batch_size", 4))
     per_query = flops_per_query(cfg)
     cpu_s = sum(secs) / len(secs) / batch if secs else None
@@ -177,6 +178,7 @@ def gpu_estimate(run: Path, chunks: int) -> dict:
     return {
         "flops_per_query": per_query,
         "cpu_seconds_per_query": cpu_s,
+        "cpu_steps_measured": len(secs),
         "cpu_gflops_achieved": per_query / cpu_s / 1e9 if cpu_s else None,
         "h200_seconds_per_query": gpu_s_query,
         "refresh_h200_seconds": refresh_flops / (H200_BF16_FLOPS * MFU),
@@ -262,7 +264,7 @@ def report(work: Path) -> None:
     for name in reversed(ARMS):
         run = work / f"en-{name}"
         if (run / "config.toml").is_file():
-            chunks = rl.read_json(work / rl.STORES["en"] / "manifest.json").get("chunks", 0)
+            chunks = rl.read_json(work / rl.STORES["en"] / "manifest.json")["counts"]["chunks"]
             res["gpu_estimate"] = {"arm": name, **gpu_estimate(run, int(chunks))}
             metrics["gpu_hours_for_issue45_targets"] = res["gpu_estimate"]["h200_hours"]["brent"]
             break

@@ -89,6 +89,38 @@ def answer_nll(run: Path, facts: list[dict], split: str = "test") -> dict[str, f
     return {k: s / max(n, 1) for k, (s, n) in sums.items()}
 
 
+def place_in_memory(datastore: Path, lm: Path, facts: list[dict], split: str = "test") -> dict[str, float]:
+    """At each held-out reply's place, what the data store hands the model: the share of replies whose
+    top-K neighbours (of the prefix that ends just before the place) include a sentence of the same
+    keeper, and whose neighbours' stored suffixes hold the place's first piece (anywhere / first)."""
+    from ralm.models.tokenizers import load_lm_tokenizer
+    from ralm.surealm.datastore import Datastore
+
+    ds = Datastore(datastore)
+    tok, _ = load_lm_tokenizer(str(lm))
+    texts = ds.sentences().column("text").to_pylist()
+    by_keeper = {f["keeper"].lower(): f for f in facts if f["held_out"] == split}
+    counts = {"replies": 0, "keeper_sentence": 0, "place_in_suffix": 0, "suffix_starts_with_place": 0}
+    for sid in ds.split_ids(split):
+        words = texts[sid].lower().split()
+        fact = next((by_keeper[w] for w in words if w in by_keeper), None)
+        if fact is None or fact["place"].lower() not in words:
+            continue
+        toks = ds.tokens(sid).tolist()
+        piece = tok(fact["place"], add_special_tokens=False)["input_ids"]
+        at = max(i for i in range(len(toks)) if toks[i : i + len(piece)] == piece)
+        entries = [int(e) for e in ds.sentence_neighbors(sid)[at - 1] if e >= 0]
+        suffixes = [ds.entry_tokens(e)[1].tolist() for e in entries]
+        counts["replies"] += 1
+        counts["keeper_sentence"] += any(
+            fact["keeper"].lower() in texts[ds.entry(e)[0]].lower() for e in entries
+        )
+        counts["place_in_suffix"] += any(piece[0] in x for x in suffixes)
+        counts["suffix_starts_with_place"] += any(x[:1] == piece[:1] for x in suffixes)
+    n = max(counts.pop("replies"), 1)
+    return {f"memory_at_place_{k}": v / n for k, v in counts.items()}
+
+
 def gate_curve(run: Path) -> list[list[float]]:
     """[step, mean |tanh g|] at every evaluation of a cross-pathway run (from its metrics.jsonl)."""
     from ralm.train.logging import METRICS_FILE, read_metric_rows
@@ -212,6 +244,7 @@ def main() -> None:
     from ralm.surealm.model import SurealmLM
 
     m: dict[str, float] = {"surealm_world_step0_ppl_ratio": s0["ratio"]}
+    m.update(place_in_memory(ds, lm, [f.__dict__ for f in world.facts]))
     if "no_retrieval" in ppl and "surealm" in ppl:
         m["surealm_world_ppl_over_no_retrieval"] = ppl["surealm"] / ppl["no_retrieval"]
     if "random" in ppl and "surealm" in ppl:
