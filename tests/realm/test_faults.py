@@ -404,8 +404,8 @@ def test_config_types_in_code_and_numbers_that_fit():
         (
             "masking.bogus=1",
             "--set masking.bogus: unknown [masking] setting; known: max_salient_tokens, max_spans, "
-            "random_span_rate, replace_probs, salient_rate, sources, span_max_len, span_p, span_rate, strategy, "
-            "uniform_rate",
+            "random_span_rate, replace_probs, retrievable_only, salient_rate, sources, span_max_len, span_p, "
+            "span_rate, strategy, uniform_rate",
         ),
     ],
 )
