@@ -156,7 +156,8 @@ def test_gradient_cache_run_equals_the_plain_run(tmp_path, pair_files, context_s
             enc, pairs, tmp_path / f"c{cache}", cfg, negatives=negatives, progress=False, log=lambda m: None
         )
         fps.append(torch.cat([p.detach().flatten() for p in enc.parameters()]))
-    torch.testing.assert_close(fps[0], fps[1], rtol=1e-4, atol=1e-6)
+    # the same sums in another order: float32 rounding (one weight of 4M moved 2.6e-6 on one machine)
+    torch.testing.assert_close(fps[0], fps[1], rtol=1e-4, atol=1e-5)
 
 
 def test_resume_after_a_crash_gives_the_uninterrupted_weights(

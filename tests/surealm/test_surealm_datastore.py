@@ -120,7 +120,11 @@ def test_build_in_small_batches_equals_one_batch(tmp_path, tiny_dir, dialogue_fi
     assert one.fingerprint == small.fingerprint
     np.testing.assert_array_equal(np.asarray(one.neighbors), np.asarray(small.neighbors))
     np.testing.assert_array_equal(np.asarray(one.keys), np.asarray(small.keys))
-    np.testing.assert_array_equal(np.asarray(one.values), np.asarray(small.values))
+    # values are fp16: another batch shape may round one of them to the neighbouring fp16 number
+    # (seen: 1 of 5,056 off by one unit in the last place on one CPU)
+    v1, v2 = np.asarray(one.values, dtype=np.float32), np.asarray(small.values, dtype=np.float32)
+    np.testing.assert_allclose(v1, v2, rtol=2**-10, atol=2**-14)
+    assert np.mean(v1 != v2) < 0.01
 
 
 def test_current_word_variant_changes_only_the_values(tmp_path, tiny_dir, dialogue_file, tiny_store):
