@@ -79,13 +79,17 @@ def _place_nll(run, world, tokenizer) -> float:
 
     store = Datastore(run_datastore(run))
     texts = store.sentences().column("text").to_pylist()
-    places = {f.place.lower(): f.place for f in world.facts if f.held_out == "test"}
-    ids = [int(i) for i in store.split_ids("test") if places.keys() & set(texts[i].lower().split())]
-    assert len(ids) == len(places)  # one held-out reply a test fact
+    by_keeper = {f.keeper.lower(): f for f in world.facts if f.held_out == "test"}
+    replies = []  # (sentence id, its fact): the test replies, which name the keeper and the place
+    for i in store.split_ids("test"):
+        words = texts[int(i)].lower().split()
+        fact = next((by_keeper[w] for w in words if w in by_keeper), None)
+        if fact is not None and fact.place.lower() in words:
+            replies.append((int(i), fact))
+    assert len(replies) == len(by_keeper)  # one held-out reply a test fact
     total, n = 0.0, 0
-    for sid, (toks, nll) in zip(ids, sentence_nll(str(run), ids), strict=True):
-        place = next(p for w, p in places.items() if w in texts[sid].lower().split())
-        piece = tokenizer(place, add_special_tokens=False)["input_ids"]
+    for (_, fact), (toks, nll) in zip(replies, sentence_nll(str(run), [i for i, _ in replies]), strict=True):
+        piece = tokenizer(fact.place, add_special_tokens=False)["input_ids"]
         at = max(i for i in range(len(toks)) if toks[i : i + len(piece)] == piece)
         total += sum(nll[at : at + len(piece)])
         n += len(piece)
