@@ -169,8 +169,9 @@ def torch_cat(a, b):
 
 
 # ----------------------------------------------------------------------------- masked entities
-def masked_entity_accuracy(model, corpus: Path, run_cfg, n_chunks: int) -> float:
-    """Masked-entity accuracy of a LukeForPretraining on fixed masks of the first chunks with entities."""
+def masked_entity_accuracy(model, corpus: Path, run_cfg, n_chunks: int | None) -> float:
+    """Masked-entity accuracy of a LukeForPretraining on fixed masks (generator [7, chunk id]) of the
+    first `n_chunks` non-empty chunks of the run's corpus (None: all of them)."""
     import numpy as np
     import torch
 

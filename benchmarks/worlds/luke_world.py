@@ -70,6 +70,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
 from common import ROOT, script_command, write_result  # noqa: E402
+from luke.luke_entities import masked_entity_accuracy  # noqa: E402
 
 CONFIG = ROOT / "configs" / "luke_demo.toml"
 RALM = ROOT / ".venv" / "bin" / "ralm"
@@ -203,52 +204,6 @@ def pretrain(args, corpus: Path, work: Path, row: str, logf: Path) -> tuple[Path
     return run, timed(work, f"pretrain-{row}", go)
 
 
-def masked_entity_accuracy(model, run_cfg, max_chunks: int = 0) -> float:
-    """Masked-entity accuracy of a LukeForPretraining on fixed masks (generator [7, chunk id]) of the
-    chunks of the run's corpus (the first `max_chunks` non-empty ones; 0 = all), entities masked at
-    the run's mep_prob (at least one per chunk)."""
-    import numpy as np
-    import torch
-
-    from ralm.luke.data import LukeCollator, MaskSettings
-    from ralm.luke.pretrain_run import prepare
-
-    prep = prepare(run_cfg)
-    s = MaskSettings(
-        max_seq_length=run_cfg.max_seq_length,
-        max_entities=run_cfg.max_entities,
-        max_mention_length=run_cfg.max_mention_length,
-        mlm_prob=run_cfg.mlm_prob,
-        replace_probs=run_cfg.replace_probs,
-        mep_prob=run_cfg.mep_prob,
-    )
-    col = LukeCollator(prep.store, prep.spans, prep.vocab, prep.tok, s)
-    ids = np.flatnonzero(prep.store.lengths() > 0)[: max_chunks or None]
-    ok = n = 0
-    model.eval()
-    for lo in range(0, len(ids), 32):
-        part = ids[lo : lo + 32]
-        batch = col(part, [np.random.default_rng([7, int(i)]) for i in part])
-        with torch.no_grad():
-            out = model(
-                **{
-                    k: batch[k]
-                    for k in (
-                        "input_ids",
-                        "attention_mask",
-                        "entity_ids",
-                        "entity_attention_mask",
-                        "entity_position_ids",
-                    )
-                }
-            )
-        y = batch["entity_labels"]
-        keep = y != -100
-        ok += int((out["entity_logits"].argmax(-1)[keep] == y[keep]).sum())
-        n += int(keep.sum())
-    return ok / max(n, 1)
-
-
 def mep_record(run: Path, window: int, max_chunks: int = 0) -> dict[str, Any]:
     """The masked-entity accuracy of a run: on fixed masks before the first step and after the last, and
     the per-step training accuracy (metrics.jsonl) averaged over windows of `window` steps."""
@@ -262,8 +217,10 @@ def mep_record(run: Path, window: int, max_chunks: int = 0) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     cfg = read_run_config(run)
-    start = masked_entity_accuracy(prepare(cfg).model, cfg, max_chunks)
-    end = masked_entity_accuracy(load_model(run / "model"), cfg, max_chunks)
+    # fixed masks (generator [7, chunk id]) of the first `max_chunks` non-empty chunks (0 = all)
+    n = max_chunks or None
+    start = masked_entity_accuracy(prepare(cfg).model, Path(cfg.docstore), cfg, n)
+    end = masked_entity_accuracy(load_model(run / "model"), Path(cfg.docstore), cfg, n)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [r for r in rows if "mep_acc" in r]
     curve = []
