@@ -79,6 +79,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
+def out_dir(path: str) -> Path:
+    """--out as a Path, refused when it names something other than a directory."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise RalmError(f"{out}: exists and is not a directory; choose another --out")
+    return out
+
+
 def cmd_records(args: argparse.Namespace) -> int:
     from ralm.worlds.records import RecordsWorldConfig, write_records_world
 
@@ -89,9 +97,7 @@ def cmd_records(args: argparse.Namespace) -> int:
         seed=args.seed,
         shuffle_values=args.shuffle_values,
     )
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise RalmError(f"{out}: exists and is not a directory; choose another --out")
+    out = out_dir(args.out)
     world = write_records_world(out, cfg)
     print(
         f"records world: {len(world.documents)} documents, {len(world.queries)} training queries, "
@@ -112,9 +118,7 @@ def cmd_dialogues(args: argparse.Namespace) -> int:
         test_facts=args.test_facts,
         seed=args.seed,
     )
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise RalmError(f"{out}: exists and is not a directory; choose another --out")
+    out = out_dir(args.out)
     world = make_world(cfg)
     write_world(world, out)
     counts = {s: len(world.texts(s)) for s in ("train", "valid", "test")}
