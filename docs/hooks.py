@@ -4,7 +4,10 @@ A page line `{{ readme: Section title }}` becomes that `## Section title` sectio
 (without its heading); `{{ readme: intro }}` the text before the first section;
 `{{ file: benchmarks/README.md }}` a whole file (its first heading dropped); `{{ api_reference }}`
 one mkdocstrings entry per public name of `ralm` (`ralm.__all__`). Links the README makes to
-`docs/...` and `benchmarks/README.md` are pointed at the site's own pages.
+`docs/...` and `benchmarks/README.md`, the ones benchmarks/README.md makes to `../docs/...`, and the
+ones the guide and results pages make to the benchmarks' README (`../benchmarks/README.md` from
+`docs/`, `../../benchmarks/README.md` from `docs/results/`) are pointed at the site's own pages, so
+each link works both on GitHub and on the site.
 
 Deliberately left out: anything mkdocs or its plugins already do.
 """
@@ -16,7 +19,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 _DIRECTIVE = re.compile(r"^\{\{ *(readme|file): *(.+?) *\}\}$|^\{\{ *api_reference *\}\}$", re.M)
-_LINKS = {"](benchmarks/README.md": "](benchmarks.md", "](docs/": "]("}
+_LINKS = {
+    "](benchmarks/README.md": "](benchmarks.md",
+    "](docs/": "](",
+    "](../docs/": "](",
+    "](../benchmarks/README.md": "](benchmarks.md",
+    "](../../benchmarks/README.md": "](../benchmarks.md",
+}
 
 
 def readme_section(title: str, text: str | None = None) -> str:
