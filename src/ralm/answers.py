@@ -1,7 +1,8 @@
 """Answer matching: is a gold answer in a text, does a predicted answer match it.
 
-Used by retrieval evaluation (answer recall), open-QA fine-tuning, RAG scoring and the data
-formats, so it sits below all of them.
+Used by retrieval evaluation (answer recall), open-QA fine-tuning, RAG scoring, REALM's held-out
+span table and the data formats, so it sits below all of them. `squad_scores` is SQuAD v1.1's exact
+match and token F1 of a predicted answer.
 
 A text holds an answer when it contains one of the answers after SQuAD-style normalisation
 (Unicode NFD then recomposed, lower-case, punctuation removed, English articles removed,
@@ -26,6 +27,7 @@ import functools
 import re
 import string
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from ralm.errors import RalmError
@@ -40,6 +42,7 @@ __all__ = [
     "normalize_answer",
     "regex_em",
     "regex_hit",
+    "squad_scores",
     "token_string",
 ]
 # Articles dropped by the normalisation, per language. SQuAD drops English "a/an/the"; the
@@ -127,3 +130,34 @@ def has_answer(text: str, answers: Sequence[str], lang: str = "en", regex: bool 
         return regex_hit(text, answers)
     hay = token_string(text, lang)
     return any(n.strip() and n in hay for n in (token_string(a, lang) for a in answers))
+
+
+def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    """Token-bag F1 of two token lists: (["a", "b"], ["b"]) -> 0.667; two empty lists -> 1.0."""
+    if not pred_tokens or not gold_tokens:
+        return float(pred_tokens == gold_tokens)
+    same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if same == 0:
+        return 0.0
+    precision = same / len(pred_tokens)
+    recall = same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(prediction: str, answers: Sequence[str], lang: str = "en") -> tuple[float, float]:
+    """SQuAD v1.1 (exact match, token F1) in [0, 1], each the max over `answers`.
+
+    Example: squad_scores("the Eiffel Tower", ["Eiffel Tower"]) -> (1.0, 1.0).
+    A prediction or answer that normalises to nothing scores F1 1 only against another such one.
+    No answers at all gives (0.0, 0.0).
+    """
+    if not answers:
+        return 0.0, 0.0
+    pred = normalize_answer(prediction, lang)
+    pred_tokens = pred.split()
+    em = f1 = 0.0
+    for answer in answers:
+        gold = normalize_answer(answer, lang)
+        em = max(em, float(pred == gold))
+        f1 = max(f1, _f1(pred_tokens, gold.split()))
+    return em, f1

@@ -1,12 +1,12 @@
 import pytest
 
+from ralm.answers import squad_scores
 from ralm.formats.types import QAExample
 from ralm.tasks.metrics import (
     PRIMARY,
     classification_metrics,
     entity_metrics,
     qa_metrics,
-    squad_scores,
     tagging_accuracy,
 )
 

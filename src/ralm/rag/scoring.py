@@ -16,8 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ralm.answers import has_answer, normalize_answer, regex_em, regex_hit
-from ralm.tasks.metrics import squad_scores
+from ralm.answers import has_answer, normalize_answer, regex_em, regex_hit, squad_scores
 
 __all__ = ["aggregate", "recall_hits", "score_answer"]
 

@@ -17,43 +17,11 @@ Left out: SQuAD v2 no-answer scoring, strict (IOB2-scheme) seqeval mode, per-typ
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from ralm.answers import normalize_answer, regex_em
+from ralm.answers import regex_em, squad_scores
 
 PRIMARY = {"extractive-qa": "f1", "ner": "f1", "pos": "accuracy", "classify": "macro_f1", "open-qa": "em"}
-
-
-def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
-    """Token-bag F1 of two token lists: (["a", "b"], ["b"]) -> 0.667; two empty lists -> 1.0."""
-    if not pred_tokens or not gold_tokens:
-        return float(pred_tokens == gold_tokens)
-    same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
-    if same == 0:
-        return 0.0
-    precision = same / len(pred_tokens)
-    recall = same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
-
-
-def squad_scores(prediction: str, answers: Sequence[str], lang: str = "en") -> tuple[float, float]:
-    """SQuAD v1.1 (exact match, token F1) in [0, 1], each the max over `answers`.
-
-    Example: squad_scores("the Eiffel Tower", ["Eiffel Tower"]) -> (1.0, 1.0).
-    A prediction or answer that normalises to nothing scores F1 1 only against another such one.
-    No answers at all gives (0.0, 0.0).
-    """
-    if not answers:
-        return 0.0, 0.0
-    pred = normalize_answer(prediction, lang)
-    pred_tokens = pred.split()
-    em = f1 = 0.0
-    for answer in answers:
-        gold = normalize_answer(answer, lang)
-        em = max(em, float(pred == gold))
-        f1 = max(f1, _f1(pred_tokens, gold.split()))
-    return em, f1
 
 
 def qa_metrics(predictions: Mapping[str, str], examples: Iterable, lang: str = "en") -> dict[str, float]:
