@@ -16,7 +16,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from ralm.atomic import write_json_atomic
+from ralm.atomic import write_json_atomic, write_text_atomic
 from ralm.errors import RalmError
 
 # flag -> PretrainConfig field, for the settings worth a flag of their own; `--set NAME=VALUE` reaches the rest
@@ -153,6 +153,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     base = _load(args.baseline, args.device, args.initial) if args.baseline else None
     if args.gold:
         return _evaluate_gold(args, run)
+    if args.spans:
+        return _evaluate_spans(args, run)
     if args.diagnose:
         from ralm.realm.diagnose import diagnose, format_diagnosis
 
@@ -204,7 +206,7 @@ def _evaluate_gold(args: argparse.Namespace, run) -> int:
         ids = ids[: args.n]
     if not len(ids):
         raise RalmError(f"{gold_file}: names the gold document of none of the queries in {queries_dir}")
-    res = evaluate_gold(run, queries, gold, ids=ids, batch_size=args.batch_size)
+    res = evaluate_gold(run, queries, gold, ids=ids, batch_size=args.batch_size, reader=not args.no_reader)
     print(format_gold(res["summary"]))
     default = "eval_gold_initial.json" if args.initial else "eval_gold.json"
     out = Path(args.json_out) if args.json_out else Path(args.run) / default
@@ -220,6 +222,30 @@ def _evaluate_gold(args: argparse.Namespace, run) -> int:
         },
     )
     print(f"written: {out}")
+    return 0
+
+
+def _evaluate_spans(args: argparse.Namespace, run) -> int:
+    """`evaluate-mlm --spans`: the counted table over the run's first held-out spans."""
+    from pathlib import Path
+
+    from ralm.realm.span_table import format_span_table, span_table
+
+    initial = None if args.initial else _load(args.run, args.device, initial=True)
+    table = span_table(run, n=args.n or 100, initial=initial, batch_size=args.batch_size)
+    text = format_span_table(table)
+    print(text)
+    default = "span_table_initial.json" if args.initial else "span_table.json"
+    out = Path(args.json_out) if args.json_out else Path(args.run) / default
+    payload = {
+        "run": args.run,
+        "checkpoint": "initial" if args.initial else run.checkpoint.name,
+        "step": run.state.get("step"),
+        **table,
+    }
+    write_json_atomic(out, payload)
+    write_text_atomic(out.with_suffix(".txt"), text + "\n")
+    print(f"written: {out} (and the table as {out.with_suffix('.txt').name})")
     return 0
 
 
@@ -361,6 +387,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         'names (JSONL of {"query", "document"} source ids, as a world\'s gold.jsonl): recall@1/3 of the '
         "right document, p(right|x), and the span's exact match and NLL with retrieval, closed-book and given "
         "the right document (default JSON: RUN/eval_gold.json)",
+    )
+    p.add_argument(
+        "--no-reader",
+        action="store_true",
+        help="--gold: the retrieval measures alone (recall@1/3, p(right|x), p(null|x)), no reader pass",
+    )
+    p.add_argument(
+        "--spans",
+        action="store_true",
+        help="instead of the table, count a causal REALM run on its first N held-out spans (--n, default "
+        "100): exact match, token F1 and span perplexity closed-book, with retrieval (at step 0 too) and "
+        "given the chunk that holds the span, how often such a chunk is retrieved, and three examples "
+        "(default JSON: RUN/span_table.json, the printed table beside it as .txt)",
     )
     p.add_argument(
         "--fresh-index",

@@ -13,7 +13,9 @@ query and on average:
 * content-token log-likelihoods of the span: with retrieval (REALM's marginal over the k
   documents), closed-book (no document) and given the gold chunk alone (the oracle);
 * with `generate`: the span the reader generates under each of the three (`predict_spans`: with
-  retrieval, the answer with the highest marginal), and exact match against the masked span.
+  retrieval, the answer with the highest marginal, and `fill_doc`, the document that gives it the
+  most mass, -1 the null document), and exact match against the masked span;
+* `n_content`: the span's content tokens, so that NLLs turn into a perplexity.
 
 A closed-book run (`mode = "mlm"` with a causal reader) gets the closed-book and oracle rows only:
 how often its reader copies the value from the right document is BRENT's question (does retrieval
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -69,12 +72,14 @@ def evaluate_gold(
     reader: bool = True,
     generate: bool = True,
     batch_size: int = 16,
+    rows: Sequence[str] = ("retrieval", "closed_book", "oracle"),
 ) -> dict[str, Any]:
     """Score `run` on the chunks `ids` (default: all) of the query store `queries`, whose right
-    documents are `gold` (N,) chunk ids of the run's corpus, one per query chunk (see the module
-    docstring). `reader=False` gives the retrieval measures alone (rank, p_right, p_null: the towers
-    only, no reader pass); `generate=False` leaves out the generated spans. Returns
-    {"summary": {...}, "records": [one dict per query]}."""
+        documents are `gold` (N,) chunk ids of the run's corpus, one per query chunk (see the module
+        docstring). `reader=False` gives the retrieval measures alone (rank, p_right, p_null: the towers
+        only, no reader pass); `generate=False` leaves out the generated spans; `rows` names the ways of
+    reading a query that are scored (a closed-book run has no "retrieval" row). Returns
+        {"summary": {...}, "records": [one dict per query]}."""
     model = run.model
     if not model.causal:
         raise RalmError(f"{run.cfg.out}: gold evaluation needs a run with a causal reader")
@@ -97,26 +102,32 @@ def evaluate_gold(
         spans = [col.span_query(int(c), ex) for c, ex in zip(src, examples, strict=True)]
         batch = {k: v.to(run.device) for k, v in batch.items()}
         g = gold[src]
+        content = batch["lm_target_content"] if "lm_target_content" in batch else batch["lm_target_labels"]
+        n_content = (content * batch["lm_target_labels"]).sum(1).tolist()
         recs: list[dict[str, Any]] = [
-            {"query": int(c), "gold": int(x), "span": q.spans[0]}
-            for c, x, q in zip(src, g, spans, strict=True)
+            {"query": int(c), "gold": int(x), "span": q.spans[0], "n_content": int(n)}
+            for c, x, q, n in zip(src, g, spans, n_content, strict=True)
         ]
         # each row of the reader: its documents and their log p(z|x) (closed-book and oracle: one)
         one = torch.zeros(len(src), 1)
-        rows = {"closed_book": ([[-1]] * len(src), one), "oracle": ([[int(x)] for x in g], one)}
+        ways = {"closed_book": ([[-1]] * len(src), one), "oracle": ([[int(x)] for x in g], one)}
+        ways = {name: way for name, way in ways.items() if name in rows}
         with autocast_context(run.device, ac):
-            if model.retrieval:
-                rows["retrieval"] = _retrieval(qrun, batch, src, g, depth, recs)
+            if model.retrieval and "retrieval" in rows:
+                ways["retrieval"] = _retrieval(qrun, batch, src, g, depth, recs)
             if reader:
-                for name, (docs, lpz) in rows.items():
+                for name, (docs, lpz) in ways.items():
                     lp = torch.logsumexp(lpz + _content_lp(model, batch, docs), dim=1)
                     for rec, v in zip(recs, lp.tolist(), strict=True):
                         rec[f"lp_{name}"] = v
         if reader and generate:
-            for name, (docs, lpz) in rows.items():
-                for rec, q, pr in zip(recs, spans, predict_spans(qrun, spans, docs, lpz), strict=True):
+            for name, (docs, lpz) in ways.items():
+                preds = predict_spans(qrun, spans, docs, lpz)
+                for rec, q, pr, row in zip(recs, spans, preds, docs, strict=True):
                     rec[f"fill_{name}"] = pr.spans[0]
                     rec[f"em_{name}"] = float(normalize_answer(pr.spans[0]) == normalize_answer(q.spans[0]))
+                    if name == "retrieval":  # the document that gives the prediction the most mass
+                        rec["fill_doc"] = int(row[int((pr.log_p_z + pr.lp[pr.best]).argmax())])
         records += recs
     if not records:
         raise RalmError(f"{queries.root}: none of the {len(ids)} query chunks has a salient span to mask")

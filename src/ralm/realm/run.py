@@ -243,6 +243,16 @@ def load_run(
     )
 
 
+def _embedded_by(index_dir: Path, doc_fingerprint: str) -> bool:
+    """Whether the saved index version `index_dir` was built at step 0 by the document tower whose
+    fingerprint is `doc_fingerprint` (then the initial point need not embed the corpus again)."""
+    try:
+        manifest = json.loads((index_dir / "index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return manifest.get("built_at_step") == 0 and manifest.get("encoder_fingerprint") == doc_fingerprint
+
+
 def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedRun:
     store, qstore = open_stores(cfg)
     split = read_split(run)
@@ -254,8 +264,11 @@ def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedR
     refresher = searcher = None
     if model.retrieval:
         refresher = SyncRefresher(model.docs, every=0, kind=cfg.index_kind, autocast=cfg.autocast)
+        saved = run / "index" / "v00000"
         if cfg.initial_index:
             refresher.load(cfg.initial_index)
+        elif _embedded_by(saved, model.encoder.fingerprint("doc")):  # the run's own step-0 index
+            refresher.load(saved)
         else:
             refresher.refresh(model.encoder, 0)
         searcher = run_search(cfg, model, refresher.search, same_corpus=same)
