@@ -31,10 +31,10 @@ def test_choose_holder_prefers_the_chunk_sharing_most_words():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
     """A causal REALM run on the linked corpus with 6 held-out chunks, trained 1 step."""
+    from tests.realm.conftest import tiny_config
+
     from ralm.realm.run import load_run
     from ralm.realm.trainer import pretrain
-
-    from tests.realm.conftest import tiny_config
 
     out = tmp_path_factory.mktemp("span-table") / "run"
     cfg = tiny_config(
