@@ -80,7 +80,7 @@ demo-mlm: setup
 test: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

@@ -10,6 +10,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # autocast "auto" stays float32 on every CPU, so tolerances do not depend on whether this machine's
 # bf16 happens to be faster (ralm.models.precision.cpu_bf16_is_faster; tests of that probe unset it)
 os.environ.setdefault("RALM_CPU_BF16", "off")
+# `make test` runs the suite in two pytest-xdist workers, one a core: each worker and every process
+# it starts (ralm subprocesses, torchrun ranks) keeps to one thread, so two never fight for a core
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = "1"
 
 import pytest  # noqa: E402
 

@@ -249,7 +249,7 @@ def test_context_stops_a_command_at_the_deadline(tmp_path: Path) -> None:
 
 def test_tiny_pack_end_to_end(tmp_path: Path) -> None:
     """prep --tiny and run --tiny: every stage runs on the CPU and writes the metrics its targets name."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    env = {"OMP_NUM_THREADS": "2", **os.environ}  # under `make test`'s two workers: theirs (1)
     pack, out, work = tmp_path / "pack", tmp_path / "out", tmp_path / "work"
     py = [sys.executable, str(BENCH / "gpu" / "gpu_pack.py")]
     subprocess.run([*py, "prep", "--tiny", "--pack", str(pack)], check=True, env=env)

@@ -123,10 +123,24 @@ def test_measures_match_their_references(world, causal_cfg, tmp_path):
     assert summary["queries"] == len(ids)
     assert summary["recall@1"] == pytest.approx(np.mean([x == 1 for x in ref_rank]))
     assert summary["em_oracle"] == pytest.approx(np.mean([r["em_oracle"] for r in recs]))
+    from ralm.answers import squad_scores
+
+    for r in recs:
+        assert (r["em_retrieval"], r["f1_retrieval"]) == squad_scores(r["fill_retrieval"], [r["span"]])
 
     # a closed-book run: its reader given the right document, no retrieval measures
     cres = evaluate_gold(closed, held, gold, ids=ids[:2], generate=False)
-    assert set(cres["summary"]) == {"queries", "nll_closed_book", "nll_oracle"}
+    assert set(cres["summary"]) == {
+        "queries",
+        "nll_closed_book",
+        "nll_oracle",
+        "ppl_closed_book",
+        "ppl_oracle",
+    }
+    crec = cres["records"]
+    assert cres["summary"]["ppl_oracle"] == pytest.approx(
+        np.exp(-sum(r["lp_oracle"] for r in crec) / sum(r["n_content"] for r in crec))
+    )
     assert "rank" not in cres["records"][0]
 
 

@@ -190,7 +190,7 @@ def _evaluate_gold(args: argparse.Namespace, run) -> int:
 
     from ralm.corpus.docstore import DocStore
     from ralm.errors import CorpusError
-    from ralm.realm.gold import evaluate_gold, format_gold, gold_chunks, read_gold
+    from ralm.realm.gold import evaluate_gold, examples, format_examples, format_gold, gold_chunks, read_gold
 
     queries_dir, gold_file = args.gold
     try:
@@ -208,6 +208,9 @@ def _evaluate_gold(args: argparse.Namespace, run) -> int:
         raise RalmError(f"{gold_file}: names the gold document of none of the queries in {queries_dir}")
     res = evaluate_gold(run, queries, gold, ids=ids, batch_size=args.batch_size, reader=not args.no_reader)
     print(format_gold(res["summary"]))
+    if not args.no_reader and "fill_retrieval" in res["records"][0]:
+        res["examples"] = examples(run, res["records"])  # the fills come from the corpus's chunks
+        print(format_examples(res["examples"]))
     default = "eval_gold_initial.json" if args.initial else "eval_gold.json"
     out = Path(args.json_out) if args.json_out else Path(args.run) / default
     write_json_atomic(

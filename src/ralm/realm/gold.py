@@ -14,7 +14,7 @@ query and on average:
   documents), closed-book (no document) and given the gold chunk alone (the oracle);
 * with `generate`: the span the reader generates under each of the three (`predict_spans`: with
   retrieval, the answer with the highest marginal, and `fill_doc`, the document that gives it the
-  most mass, -1 the null document), and exact match against the masked span;
+  most mass, -1 the null document), and exact match and token F1 against the masked span;
 * `n_content`: the span's content tokens, so that NLLs turn into a perplexity.
 
 A closed-book run (`mode = "mlm"` with a causal reader) gets the closed-book and oracle rows only:
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ralm.answers import normalize_answer
+from ralm.answers import squad_scores
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype
@@ -47,7 +47,16 @@ from ralm.realm.causal_fill import predict_spans
 from ralm.realm.evaluate import eval_collator, heldout_batches
 from ralm.realm.run import LoadedRun
 
-__all__ = ["evaluate_gold", "format_gold", "gold_chunks", "read_gold", "summarize_gold", "with_queries"]
+__all__ = [
+    "evaluate_gold",
+    "examples",
+    "format_examples",
+    "format_gold",
+    "gold_chunks",
+    "read_gold",
+    "summarize_gold",
+    "with_queries",
+]
 
 
 def with_queries(run: LoadedRun, queries: DocStore) -> LoadedRun:
@@ -105,7 +114,13 @@ def evaluate_gold(
         content = batch["lm_target_content"] if "lm_target_content" in batch else batch["lm_target_labels"]
         n_content = (content * batch["lm_target_labels"]).sum(1).tolist()
         recs: list[dict[str, Any]] = [
-            {"query": int(c), "gold": int(x), "span": q.spans[0], "n_content": int(n)}
+            {
+                "query": int(c),
+                "gold": int(x),
+                "span": q.spans[0],
+                "masked_text": q.masked_text,
+                "n_content": int(n),
+            }
             for c, x, q, n in zip(src, g, spans, n_content, strict=True)
         ]
         # each row of the reader: its documents and their log p(z|x) (closed-book and oracle: one)
@@ -125,7 +140,7 @@ def evaluate_gold(
                 preds = predict_spans(qrun, spans, docs, lpz)
                 for rec, q, pr, row in zip(recs, spans, preds, docs, strict=True):
                     rec[f"fill_{name}"] = pr.spans[0]
-                    rec[f"em_{name}"] = float(normalize_answer(pr.spans[0]) == normalize_answer(q.spans[0]))
+                    rec[f"em_{name}"], rec[f"f1_{name}"] = squad_scores(pr.spans[0], [q.spans[0]])
                     if name == "retrieval":  # the document that gives the prediction the most mass
                         rec["fill_doc"] = int(row[int((pr.log_p_z + pr.lp[pr.best]).argmax())])
         records += recs
@@ -155,7 +170,8 @@ def _retrieval(qrun: LoadedRun, batch, src: np.ndarray, gold: np.ndarray, depth:
 
 def summarize_gold(records: list[dict[str, Any]]) -> dict[str, float]:
     """Means over the records of `evaluate_gold`: recall@1/@3, p_right, p_null, the per-query mean
-    content NLL of each row, and the exact match of each generated row present."""
+    content NLL of each row and its content-token perplexity, and the exact match and token F1
+    (SQuAD's, in [0, 1]) of each generated row present."""
     out = {"queries": float(len(records))}
     if "rank" in records[0]:
         rank = np.array([r["rank"] for r in records])
@@ -163,11 +179,16 @@ def summarize_gold(records: list[dict[str, Any]]) -> dict[str, float]:
         out["recall@3"] = float(np.mean((rank >= 1) & (rank <= 3)))
         out["p_right"] = float(np.mean([r["p_right"] for r in records]))
         out["p_null"] = float(np.mean([r["p_null"] for r in records]))
+    tokens = sum(r.get("n_content", 0) for r in records)
     for row in ("retrieval", "closed_book", "oracle"):
         if f"lp_{row}" in records[0]:
-            out[f"nll_{row}"] = float(-np.mean([r[f"lp_{row}"] for r in records]))
-        if f"em_{row}" in records[0]:
-            out[f"em_{row}"] = float(np.mean([r[f"em_{row}"] for r in records]))
+            nll = -np.array([r[f"lp_{row}"] for r in records])
+            out[f"nll_{row}"] = float(nll.mean())
+            if tokens:
+                out[f"ppl_{row}"] = float(np.exp(nll.sum() / tokens))
+        for m in ("em", "f1"):
+            if f"{m}_{row}" in records[0]:
+                out[f"{m}_{row}"] = float(np.mean([r[f"{m}_{row}"] for r in records]))
     return out
 
 
@@ -202,6 +223,12 @@ def format_gold(summary: dict[str, float]) -> str:
         "em_retrieval": "span exact match, with retrieval",
         "em_closed_book": "span exact match, closed-book",
         "em_oracle": "span exact match, given the right document",
+        "f1_retrieval": "span token F1, with retrieval",
+        "f1_closed_book": "span token F1, closed-book",
+        "f1_oracle": "span token F1, given the right document",
+        "ppl_retrieval": "span content perplexity, with retrieval",
+        "ppl_closed_book": "span content perplexity, closed-book",
+        "ppl_oracle": "span content perplexity, given the right document",
         "nll_retrieval": "span content NLL (nats), with retrieval",
         "nll_closed_book": "span content NLL (nats), closed-book",
         "nll_oracle": "span content NLL (nats), given the right document",
@@ -232,3 +259,43 @@ def gold_chunks(queries: DocStore, corpus: DocStore, gold: dict[str, str]) -> np
             )
         out[a["first_chunk"] : a["first_chunk"] + a["n_chunks"]] = c_art[doc]
     return out
+
+
+def examples(run: LoadedRun, records: list[dict[str, Any]], n: int = 3) -> list[dict[str, Any]]:
+    """The first `n` records of `evaluate_gold` as a demo shows them: the masked text, the right
+    answer, the fill with retrieval and closed-book, and the chunk the fill came from (`from_chunk`
+    -1 and no text: the null document)."""
+    out = []
+    for r in records[:n]:
+        doc = int(r.get("fill_doc", -1))
+        row = run.store.get(doc) if doc >= 0 else None
+        out.append(
+            {
+                "masked_text": r["masked_text"],
+                "answer": r["span"],
+                "fill": r.get("fill_retrieval"),
+                "fill_closed_book": r.get("fill_closed_book"),
+                "from_chunk": doc,
+                "from_title": (row.get("title") or "") if row else None,
+                "from_text": (row.get("text") or "") if row else None,
+            }
+        )
+    return out
+
+
+def format_examples(shown: list[dict[str, Any]], *, width: int = 200) -> str:
+    """The `examples` as plain text, the source chunk's text cut to `width` characters."""
+    lines: list[str] = []
+    for i, ex in enumerate(shown, 1):
+        src = "the null document (no chunk)"
+        if ex["from_chunk"] >= 0:
+            text = " ".join(ex["from_text"].split())
+            text = text if len(text) <= width else text[: width - 3] + "..."
+            src = f"chunk {ex['from_chunk']} ({ex['from_title']}): {text}"
+        lines += [
+            "",
+            f"example {i}: {' '.join(ex['masked_text'].split())}",
+            f"  fill [1]: {ex['fill']!r}   right answer: {ex['answer']!r}   closed-book: {ex['fill_closed_book']!r}",
+            f"  from {src}",
+        ]
+    return "\n".join(lines)
