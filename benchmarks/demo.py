@@ -1,0 +1,124 @@
+"""`make demo` as a newcomer meets it: its wall time, with the environment installed and on a fresh
+clone including the install, and the figures of the table it prints (issue 65).
+
+Stages (each writes what it measured into benchmarks/results/demo.json, keeping the others):
+
+  installed   `make demo` in this checkout with its environment already installed, from an empty
+              runs/demo (the folder is moved aside first and put back after)
+  fresh       `git clone` of this checkout's HEAD into a temporary folder, then `make demo` there:
+              a new virtual environment, the whole install (pip from the package registries or the
+              local wheel cache), then the demo; the clone is deleted after
+  report      (run by both) the table's figures from runs/demo of the checkout that ran last
+
+The table's figures: held-out spans counted, exact match, token F1 and span perplexity of each way
+of filling (closed-book, with retrieval at step 0 and trained, the oracle), how often a chunk that
+holds the span is retrieved, and the records world's held-out recall@1 and p(right | x) before and
+after its 12 steps. Targets: `demo_em_retrieval_over_closed_book` >= 2, `demo_heldout_spans` >= 100,
+`demo_seconds_installed` <= 600, `demo_seconds_fresh_clone` <= 900.
+
+Run on idle cores (the wall time is the figure): python benchmarks/demo.py installed [fresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+from common import RESULTS, log, script_command, write_result  # noqa: E402
+
+NAME = "demo"
+TARGETS = {
+    "demo_em_retrieval_over_closed_book": ">= 2",
+    "demo_heldout_spans": ">= 100",
+    "demo_seconds_installed": "<= 600",
+    "demo_seconds_fresh_clone": "<= 900",
+}
+
+
+def _make_demo(cwd: Path, log_file: Path) -> float:
+    """Wall seconds of `make demo` in `cwd`, its output into `log_file`; fails on a non-zero exit."""
+    log(f"make demo in {cwd} (output: {log_file})")
+    t0 = time.perf_counter()
+    with open(log_file, "w", encoding="utf-8") as out:
+        subprocess.run(["make", "demo"], cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=True)
+    return time.perf_counter() - t0
+
+
+def table_metrics(demo: Path) -> dict[str, float]:
+    """The printed table's figures from a finished runs/demo folder `demo`."""
+    table = json.loads((demo / "realm" / "span_table.json").read_text(encoding="utf-8"))
+    rows = table["rows"]
+    m = {"demo_heldout_spans": float(table["spans"])}
+    for name, row in rows.items():
+        for key in ("em", "f1", "ppl"):
+            m[f"demo_{key}_{name}"] = round(float(row[key]), 4)
+    closed = rows["closed_book"]["em"]
+    m["demo_em_retrieval_over_closed_book"] = (
+        round(rows["retrieval"]["em"] / closed, 3) if closed > 0 else float("inf")
+    )
+    m["demo_holder_in_top_k"] = round(float(table["holder_in_top_k"]), 4)
+    m["demo_holder_in_top_k_step0"] = round(float(table.get("holder_in_top_k_step0", float("nan"))), 4)
+    world = demo / "world" / "run"
+    for when, file in (("step0", "eval_gold_initial.json"), ("trained", "eval_gold.json")):
+        s = json.loads((world / file).read_text(encoding="utf-8"))["summary"]
+        m[f"world_recall_at_1_{when}"] = round(float(s["recall@1"]), 4)
+        m[f"world_p_right_{when}"] = round(float(s["p_right"]), 4)
+    return m
+
+
+def _previous() -> dict:
+    p = RESULTS / f"{NAME}.json"
+    return json.loads(p.read_text(encoding="utf-8")) if p.exists() else {}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("stages", nargs="+", choices=["installed", "fresh"])
+    args = ap.parse_args()
+    prev = _previous()
+    metrics = dict(prev.get("metrics", {}))
+    logs = Path(tempfile.mkdtemp(prefix="ralm-demo-logs-"))
+    if "installed" in args.stages:
+        runs = ROOT / "runs" / "demo"
+        aside = ROOT / "runs" / f"demo.aside-{os.getpid()}"
+        if runs.exists():
+            runs.rename(aside)
+        try:
+            metrics["demo_seconds_installed"] = round(_make_demo(ROOT, logs / "installed.log"), 1)
+            metrics.update(table_metrics(runs))
+        finally:
+            if aside.exists():
+                shutil.rmtree(runs, ignore_errors=True)
+                aside.rename(runs)
+    if "fresh" in args.stages:
+        work = Path(tempfile.mkdtemp(prefix="ralm-demo-clone-"))
+        try:
+            subprocess.run(["git", "clone", "-q", str(ROOT), str(work / "ralm")], check=True)
+            metrics["demo_seconds_fresh_clone"] = round(_make_demo(work / "ralm", logs / "fresh.log"), 1)
+            metrics.update(table_metrics(work / "ralm" / "runs" / "demo"))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    write_result(
+        NAME,
+        script_command(__file__),
+        metrics,
+        TARGETS,
+        note="wall seconds of `make demo` on this machine's cores, nothing else running; the table's "
+        "figures are from the last stage run (the demo is seeded: every stage prints the same table)",
+    )
+    log(f"written: {RESULTS / (NAME + '.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
