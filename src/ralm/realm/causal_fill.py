@@ -133,13 +133,19 @@ class SpanPrediction:
 
 @torch.inference_mode()
 def predict_spans(
-    run: LoadedRun, queries: Sequence[SpanQuery], docs: list[list[int]], log_p_z: torch.Tensor
+    run: LoadedRun,
+    queries: Sequence[SpanQuery],
+    docs: list[list[int]],
+    log_p_z: torch.Tensor,
+    *,
+    score_single: bool = True,
 ) -> list[SpanPrediction]:
     """The marginal prediction of each query given its documents `docs` (B rows of K chunk ids, -1
     the null document) and their log p(z|x) `log_p_z` (B, K): generate given each document
     (`generate_spans`), score every distinct answer under every document, pick the best marginal.
     With one document a row (closed-book: [[-1]], an oracle: [[the right chunk]]) it is the answer
-    generated given that document."""
+    generated given that document; `score_single=False` then skips scoring it (`lp` and `marginal`
+    are NaN: an evaluation that needs the answer alone saves a reader pass a query)."""
     model, dev = run.model, run.device
     answers = generate_spans(run, list(queries), docs)
     out = []
@@ -147,6 +153,10 @@ def predict_spans(
         cands = list(dict.fromkeys(tuple(a) for a in answers[b] if all(a)))
         if not cands:  # every generation was empty: nothing to score
             cands = [tuple(answers[b][0])]
+        if not score_single and len(docs[b]) == 1:
+            nan = torch.full((1, 1), float("nan"))
+            out.append(SpanPrediction(answers[b], cands[:1], nan, log_p_z[b].float().cpu(), nan[0], 0))
+            continue
         cq = [SpanQuery(q.masked_text, list(c), q.kinds) for c in cands]
         lm = {
             kx: torch.from_numpy(v).to(dev)

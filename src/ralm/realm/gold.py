@@ -137,7 +137,7 @@ def evaluate_gold(
                         rec[f"lp_{name}"] = v
         if reader and generate:
             for name, (docs, lpz) in ways.items():
-                preds = predict_spans(qrun, spans, docs, lpz)
+                preds = predict_spans(qrun, spans, docs, lpz, score_single=False)
                 for rec, q, pr, row in zip(recs, spans, preds, docs, strict=True):
                     rec[f"fill_{name}"] = pr.spans[0]
                     rec[f"em_{name}"], rec[f"f1_{name}"] = squad_scores(pr.spans[0], [q.spans[0]])
