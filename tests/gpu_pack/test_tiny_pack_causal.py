@@ -9,4 +9,4 @@ from tests.gpu_pack.tiny_pack import run_tiny_pack
 
 
 def test_tiny_pack_causal_stages(tmp_path: Path) -> None:
-    run_tiny_pack(tmp_path, ["causal_en", "causal_nb"])
+    run_tiny_pack(tmp_path, ["causal_en", "causal_nb"], also_prep=("brent_en",))  # causal_en reads its corpus

@@ -16,13 +16,15 @@ sys.path.insert(0, str(BENCH))
 from gpu import gpu_pack  # noqa: E402
 
 
-def run_tiny_pack(tmp_path: Path, stages: list[str]) -> None:
-    """prep --tiny and run --tiny for `stages`: every one runs on the CPU and writes the metrics its
-    targets name."""
+def run_tiny_pack(tmp_path: Path, stages: list[str], also_prep: tuple[str, ...] = ()) -> None:
+    """prep --tiny (for `stages` and the stages `also_prep` whose inputs they read) and run --tiny
+    for `stages`: every one runs on the CPU and writes the metrics its targets name."""
     env = {"OMP_NUM_THREADS": "2", **os.environ}  # under `make test`'s two workers: theirs (1)
     pack, out, work = tmp_path / "pack", tmp_path / "out", tmp_path / "work"
     py = [sys.executable, str(BENCH / "gpu" / "gpu_pack.py")]
-    subprocess.run([*py, "prep", "--tiny", "--pack", str(pack), "--stages", *stages], check=True, env=env)
+    subprocess.run(
+        [*py, "prep", "--tiny", "--pack", str(pack), "--stages", *also_prep, *stages], check=True, env=env
+    )
     # the budget only stops a hung run: on a loaded 2-core machine causal_en's tiny steps (SmolLM2
     # itself) took 523 s, past the default 540 s for all stages
     where = ["--pack", str(pack), "--out", str(out), "--work", str(work), "--stages", *stages]
