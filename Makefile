@@ -1,4 +1,4 @@
-# Quick start: `make demo` (main job on the bundled sample) and `make test` (the test suite).
+# Quick start: `make demo` (the main job: the counted REALM demo) and `make test` (the test suite).
 # Both create or refresh the virtual environment in $(VENV) first.
 VENV ?= .venv
 PYTHON ?= python3
