@@ -230,8 +230,6 @@ def _evaluate_gold(args: argparse.Namespace, run) -> int:
 
 def _evaluate_spans(args: argparse.Namespace, run) -> int:
     """`evaluate-mlm --spans`: the counted table over the run's first held-out spans."""
-    from pathlib import Path
-
     from ralm.realm.span_table import format_span_table, span_table
 
     initial = None if args.initial else _load(args.run, args.device, initial=True)

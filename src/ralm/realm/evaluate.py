@@ -42,6 +42,7 @@ from ralm.realm.run import LoadedRun
 __all__ = [
     "EvalRow",
     "causal_span_scores",
+    "content_tokens",
     "eval_collator",
     "evaluate_mlm",
     "format_table",
@@ -111,6 +112,13 @@ def heldout_batches(run: LoadedRun, ids: np.ndarray, batch_size: int):
             yield col.collate(kept, examples)
 
 
+def content_tokens(batch) -> torch.Tensor:
+    """(B,) the scored tokens of each query's spans that hold the spans' own characters (a causal
+    batch's `lm_target_content` within `lm_target_labels`; all scored tokens when it has none)."""
+    content = batch["lm_target_content"] if "lm_target_content" in batch else batch["lm_target_labels"]
+    return (content * batch["lm_target_labels"]).sum(1)
+
+
 def causal_span_scores(model, batch, search=None) -> dict[str, torch.Tensor]:
     """A causal model's log p(y|x) of each query's spans, over all scored tokens and over the content
     tokens alone: {"all": (B,), "content": (B,), "n_all": (B,), "n_content": (B,)}; with `search` the
@@ -126,12 +134,11 @@ def causal_span_scores(model, batch, search=None) -> dict[str, torch.Tensor]:
     rr = reader.build_rows(batch, rows)
     lp = reader.token_log_probs(rr).float()
     lpz = log_p_z.float().to(lp.device)
-    content = batch["lm_target_content"] if "lm_target_content" in batch else batch["lm_target_labels"]
     out = {
         "all": torch.logsumexp(lpz + rr.sums(lp), dim=1),
         "content": torch.logsumexp(lpz + rr.sums(lp, content_only=True), dim=1),
         "n_all": reader.n_target(batch),
-        "n_content": (content * batch["lm_target_labels"]).sum(1),
+        "n_content": content_tokens(batch),
     }
     if search is not None:
         out["found"] = reader.answers_found(batch, doc_ids)

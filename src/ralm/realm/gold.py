@@ -44,7 +44,7 @@ from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.candidates import queries_are_corpus
 from ralm.realm.causal_fill import predict_spans
-from ralm.realm.evaluate import eval_collator, heldout_batches
+from ralm.realm.evaluate import content_tokens, eval_collator, heldout_batches
 from ralm.realm.run import LoadedRun
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "format_gold",
     "gold_chunks",
     "read_gold",
+    "row_summary",
     "summarize_gold",
     "with_queries",
 ]
@@ -84,11 +85,11 @@ def evaluate_gold(
     rows: Sequence[str] = ("retrieval", "closed_book", "oracle"),
 ) -> dict[str, Any]:
     """Score `run` on the chunks `ids` (default: all) of the query store `queries`, whose right
-        documents are `gold` (N,) chunk ids of the run's corpus, one per query chunk (see the module
-        docstring). `reader=False` gives the retrieval measures alone (rank, p_right, p_null: the towers
-        only, no reader pass); `generate=False` leaves out the generated spans; `rows` names the ways of
+    documents are `gold` (N,) chunk ids of the run's corpus, one per query chunk (see the module
+    docstring). `reader=False` gives the retrieval measures alone (rank, p_right, p_null: the towers
+    only, no reader pass); `generate=False` leaves out the generated spans; `rows` names the ways of
     reading a query that are scored (a closed-book run has no "retrieval" row). Returns
-        {"summary": {...}, "records": [one dict per query]}."""
+    {"summary": {...}, "records": [one dict per query]}."""
     model = run.model
     if not model.causal:
         raise RalmError(f"{run.cfg.out}: gold evaluation needs a run with a causal reader")
@@ -111,8 +112,7 @@ def evaluate_gold(
         spans = [col.span_query(int(c), ex) for c, ex in zip(src, examples, strict=True)]
         batch = {k: v.to(run.device) for k, v in batch.items()}
         g = gold[src]
-        content = batch["lm_target_content"] if "lm_target_content" in batch else batch["lm_target_labels"]
-        n_content = (content * batch["lm_target_labels"]).sum(1).tolist()
+        n_content = content_tokens(batch).tolist()
         recs: list[dict[str, Any]] = [
             {
                 "query": int(c),
@@ -179,16 +179,25 @@ def summarize_gold(records: list[dict[str, Any]]) -> dict[str, float]:
         out["recall@3"] = float(np.mean((rank >= 1) & (rank <= 3)))
         out["p_right"] = float(np.mean([r["p_right"] for r in records]))
         out["p_null"] = float(np.mean([r["p_null"] for r in records]))
-    tokens = sum(r.get("n_content", 0) for r in records)
     for row in ("retrieval", "closed_book", "oracle"):
-        if f"lp_{row}" in records[0]:
-            nll = -np.array([r[f"lp_{row}"] for r in records])
-            out[f"nll_{row}"] = float(nll.mean())
-            if tokens:
-                out[f"ppl_{row}"] = float(np.exp(nll.sum() / tokens))
-        for m in ("em", "f1"):
-            if f"{m}_{row}" in records[0]:
-                out[f"{m}_{row}"] = float(np.mean([r[f"{m}_{row}"] for r in records]))
+        out.update({f"{m}_{row}": v for m, v in row_summary(records, row).items()})
+    return out
+
+
+def row_summary(records: list[dict[str, Any]], row: str) -> dict[str, float]:
+    """One way of reading the queries (`row`: "retrieval", "closed_book", "oracle", or any name whose
+    `lp_`, `em_` and `f1_` fields the records hold), each measure present in the records: "nll" (the
+    per-query mean content NLL), "ppl" (the content-token perplexity), "em" and "f1" (means in [0, 1])."""
+    out: dict[str, float] = {}
+    if f"lp_{row}" in records[0]:
+        nll = -np.array([r[f"lp_{row}"] for r in records])
+        out["nll"] = float(nll.mean())
+        tokens = sum(r.get("n_content", 0) for r in records)
+        if tokens:
+            out["ppl"] = float(np.exp(nll.sum() / tokens))
+    for m in ("em", "f1"):
+        if f"{m}_{row}" in records[0]:
+            out[m] = float(np.mean([r[f"{m}_{row}"] for r in records]))
     return out
 
 

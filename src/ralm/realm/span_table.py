@@ -30,16 +30,14 @@ chunk, the retrieval row whatever the query tower finds.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 import numpy as np
 
-from ralm.answers import squad_scores
 from ralm.errors import RalmError
 from ralm.realm.evaluate import eval_collator
-from ralm.realm.gold import evaluate_gold, format_examples
+from ralm.realm.gold import evaluate_gold, format_examples, row_summary
 from ralm.realm.gold import examples as gold_examples
 from ralm.realm.run import LoadedRun
 
@@ -98,17 +96,10 @@ def heldout_spans(run: LoadedRun, n: int) -> tuple[list[dict[str, Any]], int]:
     return out, skipped
 
 
-def _row(records: list[dict[str, Any]], name: str, prefix: str = "") -> dict[str, float]:
+def _row(records: list[dict[str, Any]], name: str) -> dict[str, float]:
     """EM and F1 in percent, content perplexity and mean NLL a span of one way of filling."""
-    scores = [squad_scores(r[f"fill_{name}"], [r["span"]]) for r in records]
-    nll = -sum(r[f"lp_{name}"] for r in records)
-    tokens = sum(r["n_content"] for r in records)
-    return {
-        f"{prefix}em": 100.0 * float(np.mean([s[0] for s in scores])),
-        f"{prefix}f1": 100.0 * float(np.mean([s[1] for s in scores])),
-        f"{prefix}ppl": math.exp(nll / max(tokens, 1)),
-        f"{prefix}nll_per_span": nll / len(records),
-    }
+    s = row_summary(records, name)
+    return {"em": 100.0 * s["em"], "f1": 100.0 * s["f1"], "ppl": s["ppl"], "nll_per_span": s["nll"]}
 
 
 def span_table(
@@ -148,7 +139,8 @@ def span_table(
         step0 = {r["query"]: r for r in res0["records"]}
         for r in records:
             r0 = step0[r["query"]]
-            r["fill_retrieval_step0"], r["lp_retrieval_step0"] = r0["fill_retrieval"], r0["lp_retrieval"]
+            for m in ("fill", "lp", "em", "f1"):
+                r[f"{m}_retrieval_step0"] = r0[f"{m}_retrieval"]
             r["holder_in_top_k_step0"] = _held_by_any(run, r["span"], r0["top_docs"])
         rows = {"retrieval_step0": _row(records, "retrieval_step0"), **rows}
     out: dict[str, Any] = {
