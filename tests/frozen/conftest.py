@@ -90,3 +90,11 @@ def corpus(tmp_path_factory):
     src.write_text("".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in ARTICLES), encoding="utf-8")
     store = build_docstore([src], d / "store", BuildConfig(chunk_size=32), progress=False, log=lambda m: None)
     return store.root
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory):
+    """A tiny llama GGUF (gguf_ref.write_tiny_gguf): SmolLM2's first 400 tokens, 2 random layers."""
+    from gguf_ref import write_tiny_gguf
+
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")

@@ -310,24 +310,50 @@ def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
     monkeypatch.delenv("RALM_CPU_BF16", raising=False)  # the suite pins "auto" to float32
     cpu = torch.device("cpu")
     assert E._matmul_speedup(torch.bfloat16, n=64, reps=1) > 0.0
-    monkeypatch.setattr(E, "_BF16_FASTER", None)
+    monkeypatch.setattr(E, "_BF16_FASTER", {})
     monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: True)
-    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 0.5)
+    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype, *shape: 0.5)
     assert autocast_dtype(cpu, "auto", torch.float32) is None
-    monkeypatch.setattr(E, "_BF16_FASTER", None)
-    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 3.9)
+    monkeypatch.setattr(E, "_BF16_FASTER", {})
+    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype, *shape: 3.9)
     assert autocast_dtype(cpu, "auto", torch.float32) == torch.bfloat16
-    monkeypatch.setattr(E, "_BF16_FASTER", None)
+    monkeypatch.setattr(E, "_BF16_FASTER", {})
     monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: False)
     assert autocast_dtype(cpu, "auto", torch.float32) is None  # no flag: not even timed
     # RALM_CPU_BF16 decides without timing: off never, on wherever the flag is
-    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 3.9)
+    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype, *shape: 3.9)
     monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: True)
     monkeypatch.setenv("RALM_CPU_BF16", "off")
     assert autocast_dtype(cpu, "auto", torch.float32) is None
     monkeypatch.setenv("RALM_CPU_BF16", "on")
-    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype: 0.5)
+    monkeypatch.setattr(E, "_matmul_speedup", lambda dtype, *shape: 0.5)
     assert autocast_dtype(cpu, "auto", torch.float32) == torch.bfloat16
+
+
+def test_auto_decides_decoding_apart_from_full_products(monkeypatch):
+    """Full products faster in bf16 but one-row products slower (issue 66's EPYC: generation 1.85x
+    slower under bf16): "auto" takes bf16 for matmul work and float32 for decoding, each timed on
+    its own shape, once."""
+    import ralm.models.precision as E
+
+    monkeypatch.delenv("RALM_CPU_BF16", raising=False)
+    monkeypatch.setattr(E, "_BF16_FASTER", {})
+    monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: True)
+    timed = []
+
+    def speedup(dtype, rows, n, m, reps):
+        timed.append(rows)
+        return 3.9 if rows > 1 else 0.54
+
+    monkeypatch.setattr(E, "_matmul_speedup", speedup)
+    cpu = torch.device("cpu")
+    assert autocast_dtype(cpu, "auto", torch.float32) == torch.bfloat16
+    assert autocast_dtype(cpu, "auto", torch.float32, work="decode") is None
+    assert autocast_dtype(cpu, "auto", torch.float32, work="decode") is None
+    assert timed == [512, 1]
+    assert autocast_dtype(cpu, "bf16", torch.float32, work="decode") == torch.bfloat16  # asked for
+    with pytest.raises(RalmError, match="work 'prefill'"):
+        autocast_dtype(cpu, "auto", torch.float32, work="prefill")
 
 
 def test_bundled_minilm_matches_sentence_transformers(minilm_dir):
@@ -347,7 +373,7 @@ def test_the_bf16_speed_probe_leaves_the_global_rng_alone():
 
     from ralm.models import precision
 
-    precision._BF16_FASTER = None
+    precision._BF16_FASTER = {}
     torch.manual_seed(5)
     want = torch.rand(4)
     torch.manual_seed(5)

@@ -10,5 +10,7 @@ The LM is never trained: retrieved text goes into its context.
 * `ralm.frozen.exclusion`: which corpus articles hold the evaluated text (never retrieved).
 * `ralm.frozen.retrieve`: one batched search for all blocks; retrieved chunks as LM tokens.
 * `ralm.frozen.evaluate`: the modes none / in-context (with LM reranking) / replug.
-* `ralm.frozen.cli`: `ralm lm-eval`.
+* `ralm.frozen.backends`: where greedy decoding runs (torch, torch-int8, llama.cpp, auto).
+* `ralm.frozen.to_gguf`: a trained causal LM as a GGUF file for llama.cpp.
+* `ralm.frozen.cli`: `ralm lm-eval`, `ralm lm-datastore`, `ralm convert-gguf`.
 """

@@ -23,7 +23,7 @@ __all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `lm-eval` to the top-level parser."""
+    """Add `lm-eval`, `lm-datastore` and `convert-gguf` to the top-level parser."""
     p = sub.add_parser(
         "lm-eval",
         help="perplexity of a frozen causal LM on a text: no retrieval, In-Context RALM, REPLUG",
@@ -121,6 +121,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     _common(d)
     d.set_defaults(func=run_datastore)
+    c = sub.add_parser(
+        "convert-gguf",
+        help="write a trained causal LM as a GGUF file for `--backend llama.cpp`",
+        description="Writes MODEL_DIR/ralm-model.gguf from a Hugging Face causal LM trained in ralm (a "
+        "`ralm rag train` generator, an exported causal REALM reader) and the GGUF it was trained from: "
+        "the base's metadata and tokenizer, the trained weights. `--backend llama.cpp` and `auto` use it "
+        "while MODEL_DIR's weights are the ones it was made from.",
+    )
+    c.add_argument("model", type=Path, help="the Hugging Face model directory (config.json, *.safetensors)")
+    c.add_argument(
+        "--base",
+        default=None,
+        help="the GGUF it was trained from: gemma3, smollm2 or a .gguf file (default: told by its config)",
+    )
+    c.add_argument(
+        "--type",
+        dest="qtype",
+        default="q8_0",
+        choices=["q8_0", "f16", "f32"],
+        help="the 2-D weights' type (default q8_0: 8-bit blocks; f32: the same numbers as the torch path)",
+    )
+    c.set_defaults(func=run_convert)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from ralm.frozen.to_gguf import convert
+
+    out = convert(args.model, base=args.base, qtype=args.qtype)
+    print(f"gguf: {out} ({out.stat().st_size / 2**20:.0f} MiB, {args.qtype})")
+    return 0
 
 
 def _common(p: argparse.ArgumentParser) -> None:

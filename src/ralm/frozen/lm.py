@@ -70,11 +70,19 @@ class FrozenLM:
         self.model.to(dev)
         self.device = dev
         self.autocast = autocast_dtype(dev, autocast, next(model.parameters()).dtype)
+        # decoding is one row a step: bf16 can be faster for scoring and slower for generating
+        self.decode_autocast = autocast_dtype(dev, autocast, next(model.parameters()).dtype, work="decode")
         self.max_positions = _max_positions(model.config)
         split = output_head(model)  # the output layer on the scored positions alone (no softcap here)
         self.fast = split is not None and split[2] is None
         self.head = model.get_output_embeddings()
         self.base = getattr(model, "base_model", None)
+        self.decoder = None  # a faster greedy decoder (ralm.frozen.backends); None: torch's generate
+
+    @property
+    def backend(self) -> str:
+        """The backend greedy decoding runs on: "torch", "torch-int8" or "llama.cpp"."""
+        return "torch" if self.decoder is None else self.decoder.name
 
     @property
     def dtype_name(self) -> str:
@@ -169,11 +177,37 @@ def load_frozen_lm(
     gguf_file: str | None = None,
     device: str = "auto",
     autocast: str = "auto",
+    backend: str = "torch",
+    note=None,
 ) -> FrozenLM:
     """The frozen LM of `spec` in float32 (weights; `autocast` "auto" runs bf16 where the hardware
-    has it, "off" float32) with its fast tokenizer. RalmError for anything that is not a causal LM."""
+    has it, "off" float32) with its fast tokenizer. RalmError for anything that is not a causal LM.
+
+    `backend` decides where greedy decoding runs (`ralm.frozen.backends`: torch, torch-int8,
+    llama.cpp or auto); `note(line)` hears why "auto" fell back to torch (default: stderr)."""
+    from ralm.frozen.backends import BACKENDS, open_decoder
+
+    if backend not in BACKENDS:
+        raise RalmError(f"--backend {backend}: choose one of {', '.join(BACKENDS)}")
     p = Path(str(spec)).expanduser()
     if gguf_file is None and str(spec) not in NAMED_LMS and not p.exists():
         raise RalmError(f"{p}: no such LM directory; pass gemma3, smollm2 or a local causal LM directory")
     model, tok, name = load_causal_lm(spec, gguf_file=gguf_file)
-    return FrozenLM(model, tok, name=name, device=device, autocast=autocast)
+    lm = FrozenLM(model, tok, name=name, device=device, autocast=autocast)
+    if backend != "torch":
+        lm.decoder = open_decoder(backend, lm, model_gguf(spec, gguf_file), note=note)
+    return lm
+
+
+def model_gguf(spec: str | os.PathLike, gguf_file: str | None = None) -> Path | None:
+    """The GGUF file llama.cpp can run for an LM spec: the spec's own (a named LM, a .gguf file or
+    a directory of one), or the one `ralm convert-gguf` wrote into a Hugging Face directory while
+    it still matches the weights (`ralm.frozen.to_gguf.converted`); None otherwise."""
+    from ralm.models.names import resolve_lm
+
+    d, gguf = resolve_lm(spec, gguf_file)
+    if gguf is not None:
+        return d / gguf
+    from ralm.frozen.to_gguf import converted
+
+    return converted(d)

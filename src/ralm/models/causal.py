@@ -53,6 +53,12 @@ def _load_checked(d: Path, gguf: str | None, what: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_causal(d, gguf, what)
+    if gguf:
+        from ralm.models import gguf_cache
+
+        cached = gguf_cache.lookup(d / gguf)
+        if cached is not None:  # de-quantised before: read the safetensors copy (seconds, not a minute)
+            return _load_checked(cached, None, what)
     kw: dict = {"gguf_file": gguf} if gguf else {}
     try:
         with quiet_transformers():
@@ -70,6 +76,10 @@ def _load_checked(d: Path, gguf: str | None, what: str) -> tuple[Any, Any]:
         raise RalmError(f"{d}: cannot be loaded as a causal LM ({_first_line(exc)[:200]})") from None
     if getattr(model.config, "is_encoder_decoder", False):
         raise RalmError(f"{d}: an encoder-decoder model; the {what} must be a decoder-only LM")
+    if gguf:
+        from ralm.models import gguf_cache
+
+        gguf_cache.store(d / gguf, model, tok)
     return model, tok
 
 

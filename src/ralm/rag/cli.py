@@ -39,6 +39,19 @@ def _lm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--autocast", default="auto", help="bf16 compute where the device has it (auto), or off")
 
 
+def _backend_arg(p: argparse.ArgumentParser) -> None:
+    from ralm.frozen.backends import BACKENDS, DEFAULT_BACKEND
+
+    p.add_argument(
+        "--backend",
+        default=DEFAULT_BACKEND,
+        choices=BACKENDS,
+        help="where greedy decoding runs: torch (the reference), torch-int8, llama.cpp (a GGUF file; "
+        "`ralm convert-gguf` writes one for a trained model) or auto (default: llama.cpp on a CPU "
+        "where it is installed and the model has a GGUF, else torch)",
+    )
+
+
 def _retrieval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", type=Path, default=None, help="a retrieval index directory (ralm index build)")
     p.add_argument(
@@ -101,6 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e = rs.add_parser("eval", help="answer questions in one or more modes and score EM/F1/contains")
     e.add_argument("questions", type=Path)
     _lm_args(e)
+    _backend_arg(e)
     _retrieval_args(e)
     e.add_argument("--mode", nargs="+", default=["rag"], choices=["closed-book", "rag", "replug", "oracle"])
     e.add_argument(

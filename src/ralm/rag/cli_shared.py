@@ -28,7 +28,14 @@ def read_question_args(args):
 def load_lm(args):
     from ralm.frozen.lm import load_frozen_lm
 
-    return load_frozen_lm(args.lm, gguf_file=args.gguf_file, device=args.device, autocast=args.autocast)
+    return load_frozen_lm(
+        args.lm,
+        gguf_file=args.gguf_file,
+        device=args.device,
+        autocast=args.autocast,
+        backend=getattr(args, "backend", "torch"),  # training commands decode nothing
+        note=log,
+    )
 
 
 def passages_for(args, questions, k: int, lm=None):

@@ -92,19 +92,26 @@ def greedy(
 ) -> list[list[int]]:
     """Greedy continuations (new ids, stop token excluded) of each prompt, in the order given.
 
-    lm: a `ralm.frozen.lm.FrozenLM` (model, tokenizer, device, autocast). `progress(n)` is called
-    after each batch with the number of prompts it held.
+    lm: a `ralm.frozen.lm.FrozenLM` (model, tokenizer, device, autocast); when it carries a
+    `decoder` (another backend, `ralm.frozen.backends`) the decoding is that decoder's. `progress(n)`
+    is called after each batch with the number of prompts it held.
     """
     from ralm.models.precision import autocast_context
 
     tok = lm.tokenizer
     stop, pad = _stop_and_pad(tok, stop_ids)
+    decoder = getattr(lm, "decoder", None)
+    if decoder is not None:  # a faster backend (ralm.frozen.backends): its own batching
+        out = decoder.greedy(prompts, max_new_tokens, stop)
+        if progress is not None:
+            progress(len(prompts))
+        return out
     lengths = [len(p) for p in prompts]
     order = np.argsort([-n for n in lengths], kind="stable")
     out: list[list[int]] = [[] for _ in prompts]
     for batch in _batches(lengths, batch_size, batch_tokens, order):
         x, mask = _left_pad([prompts[i] for i in batch], pad, lm.device)
-        with autocast_context(lm.device, lm.autocast):
+        with autocast_context(lm.device, lm.decode_autocast):
             y = lm.model.generate(
                 input_ids=x,
                 attention_mask=mask,
@@ -174,7 +181,11 @@ def replug(
         cache = None
         inp, inp_pos = x, pos
         for _ in range(max_new_tokens):
-            with autocast_context(lm.device, lm.autocast), warnings.catch_warnings(), quiet_transformers():
+            with (
+                autocast_context(lm.device, lm.decode_autocast),
+                warnings.catch_warnings(),
+                quiet_transformers(),
+            ):
                 warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
                 res = lm.model(
                     input_ids=inp,

@@ -74,6 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             mode=args.ask_mode,
             max_new_tokens=args.ask_max_new_tokens,
             autocast=args.generator_autocast,
+            backend=args.generator_backend,
         )
     elif args.generator_gguf_file is not None:
         raise RalmError("--generator-gguf-file names a file of the generator; give --generator LM too")
@@ -182,6 +183,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         choices=["auto", "off"],
         help="bf16 compute where the device has it (auto, the default), or float32 (off)",
+    )
+    from ralm.frozen.backends import BACKENDS, DEFAULT_BACKEND
+
+    g.add_argument(
+        "--generator-backend",
+        default=DEFAULT_BACKEND,
+        choices=BACKENDS,
+        help="where the generator decodes: torch, torch-int8, llama.cpp (a GGUF file) or auto (default: "
+        "llama.cpp on a CPU where it is installed and the model has a GGUF, else torch)",
     )
     g.add_argument("--ask-k", type=int, default=3, help="passages per question (default: %(default)s)")
     g.add_argument(

@@ -29,6 +29,7 @@ class AskConfig:
     mode: str = "rag"  # rag, replug or closed-book, unless the request asks for another mode
     max_new_tokens: int = 32  # tokens an answer may have
     autocast: str = "auto"  # bf16 compute where the device has it; "off": float32
+    backend: str = "auto"  # where greedy decoding runs (ralm.frozen.backends)
 
     def __post_init__(self) -> None:
         if not 1 <= self.k <= MAX_K:
@@ -53,6 +54,7 @@ class Generator:
             "name": self.lm.name,
             "device": str(self.lm.device),
             "dtype": self.lm.dtype_name,
+            "backend": self.lm.backend,
             "mode": c.mode,
             "k": c.k,
             "max_new_tokens": c.max_new_tokens,
@@ -68,7 +70,11 @@ def attach_generator(t: Any, cfg: AskConfig, device: str | None = None) -> Any:
     from ralm.serve.schemas import PAGES
 
     lm = load_frozen_lm(
-        cfg.generator, gguf_file=cfg.gguf_file, device=device or "auto", autocast=cfg.autocast
+        cfg.generator,
+        gguf_file=cfg.gguf_file,
+        device=device or "auto",
+        autocast=cfg.autocast,
+        backend=cfg.backend,
     )
     t.generator = Generator(lm, cfg)
     t.pages = [p for p in PAGES if p in t.pages or p == "ask"]

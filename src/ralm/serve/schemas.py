@@ -75,6 +75,7 @@ class GeneratorInfo(BaseModel):
     name: str = Field(description="smollm2, or the model's directory or .gguf file")
     device: str
     dtype: str = Field(description="the compute dtype (bfloat16 under autocast)")
+    backend: str = Field(description="where greedy decoding runs: torch, torch-int8 or llama.cpp")
     mode: AskMode = Field(description="the mode of a question that names none (--ask-mode)")
     k: int = Field(description="passages per question unless it asks for another k (--ask-k)")
     max_new_tokens: int = Field(description="tokens an answer may have (--ask-max-new-tokens)")

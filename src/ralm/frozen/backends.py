@@ -1,0 +1,189 @@
+"""Inference backends for greedy decoding with a frozen causal LM: the PyTorch reference and the
+faster CPU paths, chosen by name (`--backend` on `ralm serve`, `ralm rag ask` and `ralm rag eval`;
+`load_frozen_lm(..., backend=)` in Python).
+
+* "torch": Hugging Face `generate` in PyTorch, float32 (bf16 only where one-row products measure
+  faster, `ralm.models.precision`). The reference every other backend is checked against.
+* "torch-int8": the same `generate` on a copy of the model whose `nn.Linear` layers PyTorch
+  quantises dynamically to int8 (weights per tensor, activations per batch; fbgemm/oneDNN kernels).
+  No install, any architecture; ~1.4x the float32 speed for Gemma-3-270M on 2 cores.
+* "llama.cpp": llama-cpp-python over a GGUF file, one prompt at a time with its KV cache. The
+  model's own GGUF (the named LMs and .gguf specs), or the GGUF `ralm convert-gguf` wrote for a
+  Hugging Face directory (`ralm.frozen.to_gguf`, cached beside it with the source's fingerprint).
+  The same token ids as the torch path's tokenizer: transformers builds that tokenizer from the
+  GGUF's own vocabulary.
+* "auto": torch on CUDA; on a CPU llama.cpp where llama-cpp-python is installed and the model has
+  a GGUF, else torch, with a one-line note saying why.
+
+Only greedy decoding goes through a backend; scoring (`FrozenLM.score`) and REPLUG's mixed
+decoding (`ralm.rag.generate.replug`) stay in PyTorch, which needs every step's distribution.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from ralm.errors import RalmError
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "Decoder",
+    "LlamaCppDecoder",
+    "TorchInt8Decoder",
+    "llama_cpp_installed",
+    "open_decoder",
+]
+
+BACKENDS = ("auto", "torch", "torch-int8", "llama.cpp")
+DEFAULT_BACKEND = "auto"  # the one default of `--backend`, `--generator-backend` and load_frozen_lm
+LLAMA_CPP_INSTALL = "`make setup-fast` (pip install llama-cpp-python: it compiles, ~9 min on 2 cores)"
+
+
+class Decoder(Protocol):
+    """What a backend gives `ralm.rag.generate.greedy`: new ids per prompt, stop token excluded."""
+
+    name: str
+
+    def greedy(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int]
+    ) -> list[list[int]]: ...
+
+
+def llama_cpp_installed() -> bool:
+    """Whether llama-cpp-python can be imported (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+class LlamaCppDecoder:
+    """Greedy decoding in llama.cpp over `gguf` (`n_ctx` positions, `threads` CPU threads)."""
+
+    name = "llama.cpp"
+
+    def __init__(self, gguf: Path, *, n_ctx: int = 2048, threads: int | None = None) -> None:
+        try:
+            import llama_cpp
+        except ImportError:
+            raise RalmError(
+                f"backend llama.cpp: llama-cpp-python is not installed; {LLAMA_CPP_INSTALL}"
+            ) from None
+        n = threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
+        try:
+            self.llm = llama_cpp.Llama(
+                model_path=str(gguf),
+                n_ctx=n_ctx,
+                n_batch=512,
+                n_threads=n,
+                n_threads_batch=n,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise RalmError(
+                f"backend llama.cpp: {gguf} does not load in llama.cpp ({str(exc).strip()[:120]}); "
+                "choose --backend torch"
+            ) from None
+        self.gguf = Path(gguf)
+        self.n_ctx = n_ctx
+
+    def greedy(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int]
+    ) -> list[list[int]]:
+        stop = set(int(t) for t in stop_ids)
+        out: list[list[int]] = []
+        for p in prompts:
+            if len(p) + max_new_tokens > self.n_ctx:
+                raise RalmError(
+                    f"a prompt of {len(p)} tokens plus {max_new_tokens} new exceeds llama.cpp's {self.n_ctx}"
+                )
+            ids: list[int] = []
+            if max_new_tokens > 0:
+                gen = self.llm.generate(
+                    list(p), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True
+                )
+                for t in gen:
+                    if t in stop:
+                        break
+                    ids.append(int(t))
+                    if len(ids) >= max_new_tokens:
+                        break
+            out.append(ids)
+        return out
+
+
+class TorchInt8Decoder:
+    """Greedy decoding with PyTorch on a dynamically int8-quantised copy of `lm`'s model."""
+
+    name = "torch-int8"
+
+    def __init__(self, lm: Any) -> None:
+        import torch
+        from torch.ao.quantization import quantize_dynamic
+
+        from ralm.frozen.lm import FrozenLM
+
+        if lm.device.type != "cpu":
+            raise RalmError(f"backend torch-int8 runs on a CPU, not {lm.device}; choose --backend torch")
+        import warnings
+
+        with warnings.catch_warnings():  # torch.ao's eager quantisation announces its move to torchao
+            warnings.simplefilter("ignore")
+            q = quantize_dynamic(copy.deepcopy(lm.model), {torch.nn.Linear}, dtype=torch.qint8)
+        self.lm = FrozenLM(q, lm.tokenizer, name=lm.name, device="cpu", autocast="off")
+
+    def greedy(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int]
+    ) -> list[list[int]]:
+        from ralm.rag.generate import greedy
+
+        return greedy(self.lm, prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
+
+
+def open_decoder(backend: str, lm: Any, gguf: Path | None, *, note=None) -> Decoder | None:
+    """The decoder of `backend` for the FrozenLM `lm` (None: the torch path itself). `gguf`: the
+    model's GGUF file, if it has one. `note(line)` hears why "auto" fell back to torch (default:
+    stderr). RalmError with one line for a backend that is not installed or cannot load the model."""
+    if backend not in BACKENDS:
+        raise RalmError(f"--backend {backend}: choose one of {', '.join(BACKENDS)}")
+    say = note or (lambda line: print(line, file=sys.stderr))
+    if backend == "auto":
+        if lm.device.type != "cpu":
+            return None
+        if not llama_cpp_installed():
+            say(
+                f"backend auto: torch (llama-cpp-python is not installed; {LLAMA_CPP_INSTALL} for ~3x faster answers)"
+            )
+            return None
+        if gguf is None:
+            say(f"backend auto: torch ({lm.name} has no GGUF file; `ralm convert-gguf {lm.name}` writes one)")
+            return None
+        try:
+            return LlamaCppDecoder(gguf, n_ctx=_context(lm))
+        except RalmError as exc:
+            say(f"backend auto: torch ({exc})")
+            return None
+    if backend == "torch":
+        return None
+    if backend == "torch-int8":
+        return TorchInt8Decoder(lm)
+    if lm.device.type != "cpu":
+        raise RalmError(
+            f"backend llama.cpp: ralm runs it on the CPU, not {lm.device}; choose --backend torch"
+        )
+    if gguf is None:
+        raise RalmError(
+            f"backend llama.cpp: {lm.name} has no GGUF file; run `ralm convert-gguf {lm.name}` first, "
+            "or choose --backend torch"
+        )
+    return LlamaCppDecoder(gguf, n_ctx=_context(lm))
+
+
+def _context(lm: Any) -> int:
+    """llama.cpp's context: the model's positions, at most 4096 (a RAG prompt's budget is less)."""
+    return int(min(lm.max_positions or 2048, 4096))
