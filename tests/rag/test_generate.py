@@ -96,3 +96,42 @@ def test_answer_text_keeps_the_first_line(chat_lm):
     tok = chat_lm.tokenizer
     ids = tok(" Oslo\nDet bor<|im_end|>", add_special_tokens=False)["input_ids"]
     assert answer_text(tok, ids) == "Oslo"
+
+
+def test_first_line_stops_early_with_the_same_answers(chat_lm):
+    """Decoding that stops once the first line is whole gives every prompt the answer that full
+    decoding gives (answer_text keeps the first line), in fewer tokens. The tiny LM is first taught
+    (60 Adam steps) to answer in two lines, so that a line break does come."""
+    import copy
+
+    from ralm.frozen.lm import FrozenLM
+    from ralm.rag.generate import answer_text, first_line_done
+
+    tok = chat_lm.tokenizer
+    words = ["fjord", "city", "river", "lake", "hill", "bay"]
+    prompts = [tok.encode(f"where is the {w}?") for w in words]
+    model = copy.deepcopy(chat_lm.model).train()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    rows = [
+        torch.tensor([p + tok.encode(f" the {w} is here\nand more text follows")])
+        for p, w in zip(prompts, words, strict=True)
+    ]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    torch.manual_seed(0)
+    for _ in range(60):
+        for x in rows:
+            opt.zero_grad()
+            model(input_ids=x, labels=x).loss.backward()
+            opt.step()
+    lm = FrozenLM(model, tok, device="cpu", autocast="off")
+    full = greedy(lm, prompts, max_new_tokens=24, stop_ids=[], batch_size=3)
+    short = greedy(lm, prompts, max_new_tokens=24, stop_ids=[], batch_size=3, first_line=True)
+    done = first_line_done(tok)
+    for f, s in zip(full, short, strict=True):
+        assert answer_text(tok, s) == answer_text(tok, f)
+        assert f[: len(s)] == s  # a prefix of the full decoding
+        cut = next((j for j in range(1, len(f) + 1) if done(f[:j])), len(f))
+        assert len(s) == cut  # ends right where the first line is whole
+    assert sum(len(s) < len(f) for f, s in zip(full, short, strict=True)) >= 4
+    assert answer_text(tok, short[0]) == "the fjord is here"

@@ -318,6 +318,8 @@ def test_cli_generator_options(capsys, monkeypatch, serve_store, serve_surealm, 
         "max_new_tokens": 32,
     }
     assert c.post("/api/ask", json={"question": QUESTION}).json()["passages"] == []
+    # the first answer says why `auto` decodes in torch (no GGUF for this model), once
+    assert capsys.readouterr().err.startswith(f"backend auto: torch ({lm} has no GGUF file")
     cases = [
         ([*args, "--generator", lm, "--ask-k", "0"], "--ask-k 0: choose 1 to 20 passages"),
         (

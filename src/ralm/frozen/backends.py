@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,12 +46,17 @@ LLAMA_CPP_INSTALL = "`make setup-fast` (pip install llama-cpp-python: it compile
 
 
 class Decoder(Protocol):
-    """What a backend gives `ralm.rag.generate.greedy`: new ids per prompt, stop token excluded."""
+    """What a backend gives `ralm.rag.generate.greedy`: new ids per prompt, stop token excluded;
+    a row may stop early once `done(its new ids)` holds (None: never)."""
 
     name: str
 
     def greedy(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int]
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+        done: Callable[[Sequence[int]], bool] | None = None,
     ) -> list[list[int]]: ...
 
 
@@ -93,7 +98,11 @@ class LlamaCppDecoder:
         self.n_ctx = n_ctx
 
     def greedy(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int]
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+        done: Callable[[Sequence[int]], bool] | None = None,
     ) -> list[list[int]]:
         stop = set(int(t) for t in stop_ids)
         out: list[list[int]] = []
@@ -111,7 +120,7 @@ class LlamaCppDecoder:
                     if t in stop:
                         break
                     ids.append(int(t))
-                    if len(ids) >= max_new_tokens:
+                    if len(ids) >= max_new_tokens or (done is not None and done(ids)):
                         break
             out.append(ids)
         return out
@@ -138,11 +147,17 @@ class TorchInt8Decoder:
         self.lm = FrozenLM(q, lm.tokenizer, name=lm.name, device="cpu", autocast="off")
 
     def greedy(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int]
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+        done: Callable[[Sequence[int]], bool] | None = None,
     ) -> list[list[int]]:
         from ralm.rag.generate import greedy
 
-        return greedy(self.lm, prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
+        return greedy(
+            self.lm, prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids, first_line=done is not None
+        )
 
 
 def open_decoder(backend: str, lm: Any, gguf: Path | None, *, note=None) -> Decoder | None:
@@ -151,7 +166,7 @@ def open_decoder(backend: str, lm: Any, gguf: Path | None, *, note=None) -> Deco
     stderr). RalmError with one line for a backend that is not installed or cannot load the model."""
     if backend not in BACKENDS:
         raise RalmError(f"--backend {backend}: choose one of {', '.join(BACKENDS)}")
-    say = note or (lambda line: print(line, file=sys.stderr))
+    say = note or print_note
     if backend == "auto":
         if lm.device.type != "cpu":
             return None
@@ -182,6 +197,11 @@ def open_decoder(backend: str, lm: Any, gguf: Path | None, *, note=None) -> Deco
             "or choose --backend torch"
         )
     return LlamaCppDecoder(gguf, n_ctx=_context(lm))
+
+
+def print_note(line: str) -> None:
+    """A note on stderr (the default `note` of `open_decoder`)."""
+    print(line, file=sys.stderr)
 
 
 def _context(lm: Any) -> int:

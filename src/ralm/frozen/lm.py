@@ -78,6 +78,14 @@ class FrozenLM:
         self.head = model.get_output_embeddings()
         self.base = getattr(model, "base_model", None)
         self.decoder = None  # a faster greedy decoder (ralm.frozen.backends); None: torch's generate
+        self.pending_note = None  # (say, line): why "auto" chose torch, said at the first decoding
+
+    def announce_backend(self) -> None:
+        """Say the pending backend note once (`ralm.rag.generate.greedy` calls this)."""
+        if self.pending_note is not None:
+            say, line = self.pending_note
+            self.pending_note = None
+            say(line)
 
     @property
     def backend(self) -> str:
@@ -184,8 +192,9 @@ def load_frozen_lm(
     has it, "off" float32) with its fast tokenizer. RalmError for anything that is not a causal LM.
 
     `backend` decides where greedy decoding runs (`ralm.frozen.backends`: torch, torch-int8,
-    llama.cpp or auto); `note(line)` hears why "auto" fell back to torch (default: stderr)."""
-    from ralm.frozen.backends import BACKENDS, open_decoder
+    llama.cpp or auto); `note(line)` hears why "auto" fell back to torch (default: stderr), once,
+    when the first greedy decoding runs."""
+    from ralm.frozen.backends import BACKENDS, open_decoder, print_note
 
     if backend not in BACKENDS:
         raise RalmError(f"--backend {backend}: choose one of {', '.join(BACKENDS)}")
@@ -195,7 +204,10 @@ def load_frozen_lm(
     model, tok, name = load_causal_lm(spec, gguf_file=gguf_file)
     lm = FrozenLM(model, tok, name=name, device=device, autocast=autocast)
     if backend != "torch":
-        lm.decoder = open_decoder(backend, lm, model_gguf(spec, gguf_file), note=note)
+        notes: list[str] = []
+        lm.decoder = open_decoder(backend, lm, model_gguf(spec, gguf_file), note=notes.append)
+        if notes:  # said when decoding first runs (an error before then stays the only line)
+            lm.pending_note = (note or print_note, notes[0])
     return lm
 
 

@@ -11,7 +11,9 @@ A cached folder is named after the file and carries the source's XXH3-128 digest
 (`ralm.integrity.digest`, ~0.05 s for 250 MB) in ``source.json``, written last; a folder whose
 digest differs from the file's (the GGUF was replaced) is rebuilt, never used. Folders are
 written beside their final place and renamed in one step, so a killed run leaves no half folder
-behind; a cache that cannot be written (read-only home, full disk) costs only the speed-up.
+behind, and a finished folder is never replaced (two processes that de-quantise the same file at
+once keep the first copy); a cache that cannot be written (read-only home, full disk) costs only
+the speed-up.
 """
 
 from __future__ import annotations
@@ -51,11 +53,7 @@ def lookup(gguf: Path) -> Path | None:
         return None
     src = _source(gguf)
     folder = cached_folder(gguf, src)
-    try:
-        recorded = json.loads((folder / SOURCE_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    return folder if recorded == src else None
+    return folder if _recorded(folder) == src else None
 
 
 def store(gguf: Path, model: Any, tokenizer: Any) -> Path | None:
@@ -75,9 +73,19 @@ def store(gguf: Path, model: Any, tokenizer: Any) -> Path | None:
         save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         tokenizer.save_pretrained(str(tmp))
         (tmp / SOURCE_FILE).write_text(json.dumps(src, indent=2) + "\n", encoding="utf-8")
-        shutil.rmtree(folder, ignore_errors=True)  # a stale or half copy of the same name
+        if _recorded(folder) == src:  # another process finished the same copy first: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)  # a copy of the same name without its record
         os.replace(tmp, folder)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
         return None
     return folder
+
+
+def _recorded(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / SOURCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None

@@ -106,7 +106,7 @@ class Asker:
             prompt = group[0]
         else:
             prompt = self.builder.ids(question, texts)
-            ids = greedy(self.lm, [prompt], max_new_tokens=self.cfg.max_new_tokens)[0]
+            ids = greedy(self.lm, [prompt], max_new_tokens=self.cfg.max_new_tokens, first_line=True)[0]
         took = time.perf_counter() - t0
         return Answer(
             question,

@@ -152,7 +152,10 @@ def run_rag(
     with tqdm(total=len(qs), disable=not progress, unit="question", desc=cfg.mode) as bar:
         t1 = time.perf_counter()
         kw = {"max_new_tokens": cfg.max_new_tokens, "batch_size": cfg.batch_size, "progress": bar.update}
-        gen = replug(lm, groups, weights, **kw) if cfg.mode == "replug" else greedy(lm, prompts, **kw)
+        if cfg.mode == "replug":
+            gen = replug(lm, groups, weights, **kw)
+        else:  # the answer is the first line: decoding stops there (the same answer, fewer tokens)
+            gen = greedy(lm, prompts, **kw, first_line=True)
         gen_seconds = time.perf_counter() - t1
     records, scores, hits = [], [], []
     for i, q in enumerate(qs):

@@ -18,12 +18,12 @@ arg-max token is appended to every prompt of the group.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["answer_text", "greedy", "replug", "stop_token_ids"]
+__all__ = ["answer_text", "cut_when", "first_line_done", "greedy", "replug", "stop_token_ids"]
 
 
 def stop_token_ids(tokenizer) -> list[int]:
@@ -79,6 +79,38 @@ def _trim(ids: list[int], stop: set[int]) -> list[int]:
     return ids
 
 
+def first_line_done(tokenizer) -> Callable[[Sequence[int]], bool]:
+    """done(ids): whether the text of `ids` already holds its first line whole (a line break after
+    its first non-space character). `answer_text` keeps that line alone, so decoding may stop there
+    and the answer is the same."""
+
+    def done(ids: Sequence[int]) -> bool:
+        return "\n" in tokenizer.decode(list(ids), skip_special_tokens=True).lstrip()
+
+    return done
+
+
+def cut_when(ids: list[int], done: Callable[[Sequence[int]], bool] | None) -> list[int]:
+    """The shortest prefix of `ids` for which `done` holds (all of `ids` when none does)."""
+    if done is None:
+        return ids
+    for j in range(1, len(ids) + 1):
+        if done(ids[:j]):
+            return ids[:j]
+    return ids
+
+
+class _StopWhen:
+    """A transformers stopping criterion: a row is finished once `done(its new ids)` holds."""
+
+    def __init__(self, done: Callable[[Sequence[int]], bool], start: int) -> None:
+        self.done, self.start = done, start
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        rows = input_ids[:, self.start :].tolist()
+        return torch.tensor([self.done(r) for r in rows], dtype=torch.bool, device=input_ids.device)
+
+
 @torch.inference_mode()
 def greedy(
     lm,
@@ -89,20 +121,28 @@ def greedy(
     batch_size: int = 32,
     batch_tokens: int = 32768,
     progress=None,
+    first_line: bool = False,
 ) -> list[list[int]]:
     """Greedy continuations (new ids, stop token excluded) of each prompt, in the order given.
 
     lm: a `ralm.frozen.lm.FrozenLM` (model, tokenizer, device, autocast); when it carries a
     `decoder` (another backend, `ralm.frozen.backends`) the decoding is that decoder's. `progress(n)`
-    is called after each batch with the number of prompts it held.
+    is called after each batch with the number of prompts it held. `first_line`: stop a row once
+    its first line is whole (`first_line_done`) and return the ids up to there: `answer_text` gives
+    the same answer, without the tokens after the line break being generated.
     """
+    from transformers import StoppingCriteriaList
+
     from ralm.models.precision import autocast_context
 
     tok = lm.tokenizer
     stop, pad = _stop_and_pad(tok, stop_ids)
+    done = first_line_done(tok) if first_line else None
+    if hasattr(lm, "announce_backend"):
+        lm.announce_backend()
     decoder = getattr(lm, "decoder", None)
     if decoder is not None:  # a faster backend (ralm.frozen.backends): its own batching
-        out = decoder.greedy(prompts, max_new_tokens, stop)
+        out = [cut_when(ids, done) for ids in decoder.greedy(prompts, max_new_tokens, stop, done)]
         if progress is not None:
             progress(len(prompts))
         return out
@@ -111,6 +151,7 @@ def greedy(
     out: list[list[int]] = [[] for _ in prompts]
     for batch in _batches(lengths, batch_size, batch_tokens, order):
         x, mask = _left_pad([prompts[i] for i in batch], pad, lm.device)
+        criteria = StoppingCriteriaList([_StopWhen(done, x.shape[1])]) if done is not None else None
         with autocast_context(lm.device, lm.decode_autocast):
             y = lm.model.generate(
                 input_ids=x,
@@ -123,10 +164,11 @@ def greedy(
                 temperature=None,
                 top_p=None,
                 top_k=None,
+                stopping_criteria=criteria,
             )
         new = y[:, x.shape[1] :].tolist()
         for r, i in enumerate(batch):
-            out[i] = _trim(new[r], set(stop))
+            out[i] = cut_when(_trim(new[r], set(stop)), done)
         if progress is not None:
             progress(len(batch))
     return out

@@ -1,0 +1,336 @@
+"""Answers at interactive speed on a CPU (issue 66): Ask's latency and quality per inference backend.
+
+Gemma-3-270M answers NorQuAD-open questions over the NorQuAD pool (the distinct contexts of every
+split in 128-token chunks, `openqa_retrievers.build_pool`) with Norwegian BM25, k = 3, on 2
+threads. Cells (each writes its JSON under --work and is skipped when that exists):
+
+  prep              the pool DocStore and the test questions (NorQuAD-open, JSONL)
+  latency BACKEND   `ralm serve POOL --generator gemma3 --generator-backend BACKEND --ask-k 3` in a
+                    subprocess: the seconds from its start to the first answer (model load
+                    included), then --questions questions one at a time through POST /api/ask
+                    (end to end: HTTP, retrieval, prompt, generation), with the server's own
+                    split into retrieval and generation
+  bare              the runtimes alone on the same prompts (the ones the server built): HF
+                    `generate` float32 and bf16 (autocast), and llama-cpp-python's
+                    `create_completion` on the same GGUF with the same prompt ids and token cap
+  quality BACKEND   `ralm rag eval` on the first --quality-questions test questions, k = 3: EM, F1
+                    and questions per second, per backend
+  report            benchmarks/results/ask_latency.json
+
+Run: python benchmarks/serve/ask_latency.py prep latency:torch latency:torch-int8 latency:llama.cpp bare \
+        quality:torch quality:torch-int8 quality:llama.cpp report [--work runs/b66]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+BENCH = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BENCH))
+from common import log, ralm, script_command, write_result  # noqa: E402
+from downstream.openqa_retrievers import build_pool  # noqa: E402
+from serve.serve_load import Server  # noqa: E402
+
+NORQUAD_TEST = BENCH.parent.parent / "shared" / "data" / "norquad" / "all" / "test_dataset_flattened.json"
+BACKENDS = ("torch", "torch-int8", "llama.cpp")
+LM, K, THREADS, MAX_NEW = "gemma3", 3, 2, 32
+TARGETS = {
+    "ask_p50_seconds": "<= 2.0",
+    "ask_p95_seconds": "<= 3.0",
+    "first_answer_seconds": "<= 10",
+    "f1_default_minus_torch_fp32": ">= -1.0",
+    "rag_eval_questions_per_s_over_torch": ">= 3",
+    "ralm_over_bare_runtime": "<= 1.10",
+}
+
+
+def questions(work: Path) -> list[dict]:
+    return [json.loads(x) for x in (work / "test.jsonl").read_text(encoding="utf-8").splitlines() if x]
+
+
+def prep(a) -> None:
+    from ralm.rag.data import read_questions
+
+    a.work.mkdir(parents=True, exist_ok=True)
+    build_pool(a.work, 128)
+    if not (a.work / "test.jsonl").is_file():
+        rows = [{"question": q.question, "answer": list(q.answers)} for q in read_questions(NORQUAD_TEST)]
+        (a.work / "test.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+        )
+    log(f"prep: {len(questions(a.work))} test questions, pool {a.work / 'pool'}")
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def latency(a, backend: str) -> None:
+    import httpx
+
+    out = a.work / f"latency-{backend}.json"
+    if out.is_file():
+        return
+    qs = questions(a.work)[: a.questions]
+    env_extra = [
+        "--generator",
+        LM,
+        "--generator-backend",
+        backend,
+        "--ask-k",
+        str(K),
+        "--ask-max-new-tokens",
+        str(MAX_NEW),
+    ]
+    t0 = time.perf_counter()
+    server = Server(a.work / "pool", THREADS, env_extra)
+    rows = []
+    try:
+        first = None
+        for i, q in enumerate(qs):
+            t = time.perf_counter()
+            r = httpx.post(f"{server.url}/api/ask", json={"question": q["question"]}, timeout=600)
+            r.raise_for_status()
+            took = time.perf_counter() - t
+            if first is None:
+                first = time.perf_counter() - t0
+            body = r.json()
+            rows.append(
+                {
+                    "question": q["question"],
+                    "gold": q["answer"],
+                    "answer": body["answer"],
+                    "seconds": took,
+                    "retrieve_seconds": body["retrieve_seconds"],
+                    "generate_seconds": body["generate_seconds"],
+                    "prompt": body["prompt"],
+                }
+            )
+            if i % 10 == 0:
+                log(f"latency {backend}: {i + 1}/{len(qs)} {took:.2f} s")
+        info = server.info("generator")
+    finally:
+        server.stop()
+    secs = [r["seconds"] for r in rows[1:]]  # the first answer is counted apart (warm-up)
+    res = {
+        "backend": backend,
+        "server_backend": info.get("backend"),
+        "first_answer_seconds": first,
+        "p50_seconds": statistics.median(secs),
+        "p95_seconds": percentile(secs, 0.95),
+        "max_seconds": max(secs),
+        "retrieve_p50_seconds": statistics.median(r["retrieve_seconds"] for r in rows[1:]),
+        "generate_p50_seconds": statistics.median(r["generate_seconds"] for r in rows[1:]),
+        "rows": rows,
+    }
+    out.write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    log(
+        f"latency {backend}: p50 {res['p50_seconds']:.2f} s, p95 {res['p95_seconds']:.2f} s, first {first:.1f} s"
+    )
+
+
+def bare(a) -> None:
+    """The runtimes alone on the prompts the torch server built (its `prompt` texts, re-encoded the
+    way the prompt builder encodes them: the tokenizer's ids with its BOS)."""
+    out = a.work / "bare.json"
+    if out.is_file():
+        return
+    import torch
+
+    from ralm.frozen.lm import load_frozen_lm, model_gguf
+    from ralm.rag.generate import stop_token_ids
+
+    torch.set_num_threads(THREADS)
+    rows = json.loads((a.work / "latency-torch.json").read_text(encoding="utf-8"))["rows"]
+    lm = load_frozen_lm(LM, device="cpu", autocast="off", backend="torch")
+    stop = stop_token_ids(lm.tokenizer)
+    prompts = [lm.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
+    res: dict = {"prompt_tokens_p50": statistics.median(len(p) for p in prompts)}
+
+    def hf(dtype, n: int) -> list[float]:
+        times = []
+        for p in prompts[:n]:
+            x = torch.tensor([p])
+            t = time.perf_counter()
+            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                lm.model.generate(
+                    input_ids=x,
+                    attention_mask=torch.ones_like(x),
+                    max_new_tokens=MAX_NEW,
+                    do_sample=False,
+                    eos_token_id=stop,
+                    pad_token_id=stop[0],
+                )
+            times.append(time.perf_counter() - t)
+        return times
+
+    for dtype in ("fp32", "bf16"):
+        ts = hf(dtype, a.bare_questions)
+        res[f"hf_generate_{dtype}_p50_seconds"] = statistics.median(ts)
+        log(f"bare hf {dtype}: p50 {statistics.median(ts):.2f} s")
+    try:
+        import llama_cpp
+    except ImportError:
+        res["llama_cpp"] = "not installed"
+    else:
+        llm = llama_cpp.Llama(
+            model_path=str(model_gguf(LM)),
+            n_ctx=2048,
+            n_threads=THREADS,
+            n_threads_batch=THREADS,
+            verbose=False,
+        )
+        ts, gen = [], []
+        for p in prompts:
+            t = time.perf_counter()
+            c = llm.create_completion(prompt=p, max_tokens=MAX_NEW, temperature=0.0, top_k=1)
+            ts.append(time.perf_counter() - t)
+            gen.append(c["usage"]["completion_tokens"])
+        res["llama_cpp_p50_seconds"] = statistics.median(ts)
+        res["llama_cpp_completion_tokens_p50"] = statistics.median(gen)
+        log(f"bare llama.cpp: p50 {statistics.median(ts):.2f} s")
+    out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+
+
+def quality(a, backend: str) -> None:
+    out = a.work / f"quality-{backend}"
+    if (out / "results.json").is_file():
+        return
+    t = time.perf_counter()
+    ralm(
+        "rag",
+        "eval",
+        a.work / "test.jsonl",
+        "--lm",
+        LM,
+        "--corpus",
+        a.work / "pool",
+        "--retriever",
+        "bm25",
+        "--lang",
+        "nb",
+        "--mode",
+        "rag",
+        "-k",
+        K,
+        "--backend",
+        backend,
+        "--limit",
+        a.quality_questions,
+        "--max-new-tokens",
+        MAX_NEW,
+        "--out",
+        out,
+        "--no-progress",
+    )
+    (out / "wall.json").write_text(json.dumps({"seconds": time.perf_counter() - t}) + "\n")
+
+
+def report(a) -> None:
+    from ralm.frozen.backends import DEFAULT_BACKEND, llama_cpp_installed
+
+    lat = {b: json.loads(p.read_text()) for b in BACKENDS if (p := a.work / f"latency-{b}.json").is_file()}
+    qual = {}
+    for b in BACKENDS:
+        p = a.work / f"quality-{b}" / "results.json"
+        if p.is_file():
+            qual[b] = json.loads(p.read_text())
+    default = "llama.cpp" if llama_cpp_installed() else "torch"
+    m: dict[str, float] = {}
+    for b, r in lat.items():
+        for key in (
+            "p50_seconds",
+            "p95_seconds",
+            "max_seconds",
+            "first_answer_seconds",
+            "retrieve_p50_seconds",
+            "generate_p50_seconds",
+        ):
+            m[f"ask_{b}_{key}"] = round(r[key], 3)
+    for b, r in qual.items():
+        mm = r.get("metrics", r)
+        m[f"em_{b}"] = round(mm["em"], 2)
+        m[f"f1_{b}"] = round(mm["f1"], 2)
+        m[f"rag_eval_questions_per_s_{b}"] = round(1.0 / mm["seconds_per_question"], 3)
+    if default in lat:
+        m["ask_p50_seconds"] = m[f"ask_{default}_p50_seconds"]
+        m["ask_p95_seconds"] = m[f"ask_{default}_p95_seconds"]
+        m["first_answer_seconds"] = m[f"ask_{default}_first_answer_seconds"]
+    if default in qual and "torch" in qual:
+        m["f1_default_minus_torch_fp32"] = round(m[f"f1_{default}"] - m["f1_torch"], 2)
+        m["rag_eval_questions_per_s_over_torch"] = round(
+            m[f"rag_eval_questions_per_s_{default}"] / m["rag_eval_questions_per_s_torch"], 2
+        )
+    bp = a.work / "bare.json"
+    if bp.is_file():
+        b = json.loads(bp.read_text())
+        for key, v in b.items():
+            if isinstance(v, (int, float)):
+                m[f"bare_{key}"] = round(v, 3)
+        if "llama_cpp_p50_seconds" in b and "llama.cpp" in lat:
+            m["ralm_generate_over_bare_runtime"] = round(
+                lat["llama.cpp"]["generate_p50_seconds"] / b["llama_cpp_p50_seconds"], 3
+            )
+            m["ralm_over_bare_runtime"] = m["ralm_generate_over_bare_runtime"]
+            m["ralm_end_to_end_over_bare_runtime"] = round(
+                lat["llama.cpp"]["p50_seconds"] / b["llama_cpp_p50_seconds"], 3
+            )
+    same = {}
+    if "torch" in lat:
+        ref = [r["answer"] for r in lat["torch"]["rows"]]
+        for bk, r in lat.items():
+            same[bk] = sum(x["answer"] == y for x, y in zip(r["rows"], ref, strict=False)) / len(ref)
+            m[f"ask_{bk}_same_answer_as_torch"] = round(same[bk], 3)
+    write_result(
+        "ask_latency",
+        script_command(__file__),
+        m,
+        TARGETS,
+        default_backend=default,
+        default_setting=DEFAULT_BACKEND,
+        model=LM,
+        threads=THREADS,
+        k=K,
+        questions_latency=a.questions,
+        questions_quality=a.quality_questions,
+    )
+    log(json.dumps(m, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cells", nargs="+")
+    ap.add_argument("--work", type=Path, default=BENCH.parent / "runs" / "b66")
+    ap.add_argument("--questions", type=int, default=51, help="latency questions (the first is the warm-up)")
+    ap.add_argument("--bare-questions", type=int, default=20, help="prompts for the HF generate anchors")
+    ap.add_argument("--quality-questions", type=int, default=300)
+    a = ap.parse_args()
+    for cell in a.cells:
+        name, _, arg = cell.partition(":")
+        log(f"cell {cell}")
+        if name == "prep":
+            prep(a)
+        elif name == "latency":
+            latency(a, arg)
+        elif name == "bare":
+            bare(a)
+        elif name == "quality":
+            quality(a, arg)
+        elif name == "report":
+            report(a)
+        else:
+            raise SystemExit(f"{cell}: no such cell (prep, latency:B, bare, quality:B, report)")
+
+
+if __name__ == "__main__":
+    main()
