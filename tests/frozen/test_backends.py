@@ -97,3 +97,20 @@ def test_llama_cpp_gives_the_torch_paths_greedy_tokens(tiny_gguf):
     assert greedy(fast, prompts[:1], max_new_tokens=12, stop_ids=stop) == greedy(
         ref, prompts[:1], max_new_tokens=12, stop_ids=stop
     )
+
+
+@pytest.mark.skipif(
+    not backends.llama_cpp_installed(), reason="llama-cpp-python is not installed (make setup-fast)"
+)
+def test_auto_takes_llama_cpp_for_one_prompt_and_torch_for_a_batch(tiny_gguf):
+    lm = load_frozen_lm(tiny_gguf, device="cpu", autocast="off", backend="auto")
+    assert lm.backend == "llama.cpp" and lm.decoder.batches_in_torch
+    calls = []
+    real = lm.decoder.greedy
+    lm.decoder.greedy = lambda prompts, *a: calls.append(len(prompts)) or real(prompts, *a)
+    prompts = _prompts(lm)
+    one = greedy(lm, prompts[:1], max_new_tokens=4)
+    many = greedy(lm, prompts, max_new_tokens=4)
+    assert calls == [1] and many[0] == one[0]
+    explicit = load_frozen_lm(tiny_gguf, device="cpu", autocast="off", backend="llama.cpp")
+    assert not explicit.decoder.batches_in_torch  # asked for by name: every decoding in llama.cpp

@@ -13,7 +13,11 @@ faster CPU paths, chosen by name (`--backend` on `ralm serve`, `ralm rag ask` an
   The same token ids as the torch path's tokenizer: transformers builds that tokenizer from the
   GGUF's own vocabulary.
 * "auto": torch on CUDA; on a CPU llama.cpp where llama-cpp-python is installed and the model has
-  a GGUF, else torch, with a one-line note saying why.
+  a GGUF, else torch, with a one-line note saying why. Under "auto" llama.cpp decodes one prompt at
+  a time (Ask) and a batch of prompts (`ralm rag eval`) stays in torch, whose batched `generate`
+  answered NorQuAD questions faster on 2 cores than llama.cpp one by one
+  (`benchmarks/results/ask_latency.json`). torch-int8 is never chosen by "auto": it broke
+  Gemma-3-270M's answers there (F1 1.05 against float32's 14.76).
 
 Only greedy decoding goes through a backend; scoring (`FrozenLM.score`) and REPLUG's mixed
 decoding (`ralm.rag.generate.replug`) stay in PyTorch, which needs every step's distribution.
@@ -21,6 +25,7 @@ decoding (`ralm.rag.generate.replug`) stay in PyTorch, which needs every step's 
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
 import sys
@@ -72,7 +77,9 @@ class LlamaCppDecoder:
 
     name = "llama.cpp"
 
-    def __init__(self, gguf: Path, *, n_ctx: int = 2048, threads: int | None = None) -> None:
+    def __init__(
+        self, gguf: Path, *, n_ctx: int = 2048, threads: int | None = None, batches_in_torch: bool = False
+    ) -> None:
         try:
             import llama_cpp
         except ImportError:
@@ -94,8 +101,11 @@ class LlamaCppDecoder:
                 f"backend llama.cpp: {gguf} does not load in llama.cpp ({str(exc).strip()[:120]}); "
                 "choose --backend torch"
             ) from None
+        atexit.register(self.llm.close)  # freed before the interpreter tears llama_cpp down
         self.gguf = Path(gguf)
         self.n_ctx = n_ctx
+        # "auto": a batch of several prompts decodes in torch (batched generate is faster there)
+        self.batches_in_torch = batches_in_torch
 
     def greedy(
         self,
@@ -179,7 +189,7 @@ def open_decoder(backend: str, lm: Any, gguf: Path | None, *, note=None) -> Deco
             say(f"backend auto: torch ({lm.name} has no GGUF file; `ralm convert-gguf {lm.name}` writes one)")
             return None
         try:
-            return LlamaCppDecoder(gguf, n_ctx=_context(lm))
+            return LlamaCppDecoder(gguf, n_ctx=_context(lm), batches_in_torch=True)
         except RalmError as exc:
             say(f"backend auto: torch ({exc})")
             return None

@@ -141,6 +141,8 @@ def greedy(
     if hasattr(lm, "announce_backend"):
         lm.announce_backend()
     decoder = getattr(lm, "decoder", None)
+    if decoder is not None and len(prompts) > 1 and getattr(decoder, "batches_in_torch", False):
+        decoder = None  # "auto" with several prompts: torch's batched generate
     if decoder is not None:  # a faster backend (ralm.frozen.backends): its own batching
         out = [cut_when(ids, done) for ids in decoder.greedy(prompts, max_new_tokens, stop, done)]
         if progress is not None:
