@@ -114,3 +114,16 @@ def test_auto_takes_llama_cpp_for_one_prompt_and_torch_for_a_batch(tiny_gguf):
     assert calls == [1] and many[0] == one[0]
     explicit = load_frozen_lm(tiny_gguf, device="cpu", autocast="off", backend="llama.cpp")
     assert not explicit.decoder.batches_in_torch  # asked for by name: every decoding in llama.cpp
+
+
+@pytest.mark.skipif(
+    not backends.llama_cpp_installed(), reason="llama-cpp-python is not installed (make setup-fast)"
+)
+def test_a_file_llama_cpp_cannot_load_is_one_line(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + bytes(60))
+    with pytest.raises(
+        RalmError,
+        match=r"^backend llama.cpp: .*broken.gguf does not load in llama.cpp .*choose --backend torch$",
+    ):
+        backends.LlamaCppDecoder(bad)

@@ -46,8 +46,12 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "torch", "torch-int8", "llama.cpp")
-DEFAULT_BACKEND = "auto"  # the one default of `--backend`, `--generator-backend` and load_frozen_lm
-LLAMA_CPP_INSTALL = "`make setup-fast` (pip install llama-cpp-python: it compiles, ~9 min on 2 cores)"
+# the default of `--backend` and `--generator-backend`; `load_frozen_lm` keeps "torch", the reference,
+# so that a library call gives the same tokens on every machine unless a backend is asked for
+DEFAULT_BACKEND = "auto"
+LLAMA_CPP_INSTALL = (
+    "`make setup-fast` (pip install llama-cpp-python: it compiles llama.cpp, 16 min on one core here)"
+)
 
 
 class Decoder(Protocol):
