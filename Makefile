@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 setup-fast: setup
 	CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet "llama-cpp-python==0.3.36"
 
-# The main job (about 10 minutes on 2 idle CPU cores once installed; the figure is
+# The main job (about 9 minutes on 2 idle CPU cores once installed; the figure is
 # benchmarks/results/demo.json's): REALM with a causal reader from an existing checkpoint
 # (SmolLM2-135M generating the masked spans; MiniLM query and document towers) in the records world
 # (configs/demo_world.toml): 33 invented records of 4 facts, queries that restate a fact in other
