@@ -21,7 +21,7 @@ def _prompts(lm) -> list[list[int]]:
 def test_torch_int8_decodes_on_a_quantised_copy_close_to_float32(tiny_gguf):
     lm = load_frozen_lm(tiny_gguf, device="cpu", autocast="off", backend="torch-int8")
     assert lm.backend == "torch-int8" and isinstance(lm.decoder, backends.TorchInt8Decoder)
-    q = lm.decoder.lm.model
+    q = lm.decoder.torch_lm.model
     kinds = {type(m).__name__ for m in q.modules()}
     assert "Linear" in kinds  # torch.ao's dynamic quantised Linear
     assert any(m.__module__.startswith("torch.ao.nn.quantized") for m in q.modules())

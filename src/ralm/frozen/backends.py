@@ -55,8 +55,9 @@ LLAMA_CPP_INSTALL = (
 
 
 class Decoder(Protocol):
-    """What a backend gives `ralm.rag.generate.greedy`: new ids per prompt, stop token excluded;
-    a row may stop early once `done(its new ids)` holds (None: never)."""
+    """What a backend that decodes itself gives `ralm.rag.generate.greedy`: new ids per prompt,
+    stop token excluded; a row may stop early once `done(its new ids)` holds (None: never). A
+    backend that runs PyTorch's decoding on another model (torch-int8) has `torch_lm` instead."""
 
     name: str
 
@@ -141,11 +142,14 @@ class LlamaCppDecoder:
 
 
 class TorchInt8Decoder:
-    """Greedy decoding with PyTorch on a dynamically int8-quantised copy of `lm`'s model."""
+    """A dynamically int8-quantised copy of `lm`'s model for PyTorch's own greedy decoding: it
+    does not decode itself but hands `ralm.rag.generate.greedy` the FrozenLM to run (`torch_lm`)."""
 
     name = "torch-int8"
 
     def __init__(self, lm: Any) -> None:
+        import warnings
+
         import torch
         from torch.ao.quantization import quantize_dynamic
 
@@ -153,25 +157,10 @@ class TorchInt8Decoder:
 
         if lm.device.type != "cpu":
             raise RalmError(f"backend torch-int8 runs on a CPU, not {lm.device}; choose --backend torch")
-        import warnings
-
         with warnings.catch_warnings():  # torch.ao's eager quantisation announces its move to torchao
             warnings.simplefilter("ignore")
             q = quantize_dynamic(copy.deepcopy(lm.model), {torch.nn.Linear}, dtype=torch.qint8)
-        self.lm = FrozenLM(q, lm.tokenizer, name=lm.name, device="cpu", autocast="off")
-
-    def greedy(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        stop_ids: Sequence[int],
-        done: Callable[[Sequence[int]], bool] | None = None,
-    ) -> list[list[int]]:
-        from ralm.rag.generate import greedy
-
-        return greedy(
-            self.lm, prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids, first_line=done is not None
-        )
+        self.torch_lm = FrozenLM(q, lm.tokenizer, name=lm.name, device="cpu", autocast="off")
 
 
 def open_decoder(backend: str, lm: Any, gguf: Path | None, *, note=None) -> Decoder | None:

@@ -141,6 +141,16 @@ def greedy(
     if hasattr(lm, "announce_backend"):
         lm.announce_backend()
     decoder = getattr(lm, "decoder", None)
+    if getattr(decoder, "torch_lm", None) is not None:  # torch-int8: PyTorch's decoding, another model
+        kw = {"batch_size": batch_size, "batch_tokens": batch_tokens, "progress": progress}
+        return greedy(
+            decoder.torch_lm,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            stop_ids=stop,
+            first_line=first_line,
+            **kw,
+        )
     if decoder is not None and len(prompts) > 1 and getattr(decoder, "batches_in_torch", False):
         decoder = None  # "auto" with several prompts: torch's batched generate
     if decoder is not None:  # a faster backend (ralm.frozen.backends): its own batching
