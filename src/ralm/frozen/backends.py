@@ -175,7 +175,7 @@ def open_decoder(backend: str, lm: Any, gguf: Path | None, *, note=None) -> Deco
             return None
         if not llama_cpp_installed():
             say(
-                f"backend auto: torch (llama-cpp-python is not installed; {LLAMA_CPP_INSTALL} for ~3x faster answers)"
+                f"backend auto: torch (llama-cpp-python is not installed; {LLAMA_CPP_INSTALL} for faster answers on a CPU)"
             )
             return None
         if gguf is None:
