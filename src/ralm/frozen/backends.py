@@ -41,6 +41,7 @@ __all__ = [
     "Decoder",
     "LlamaCppDecoder",
     "TorchInt8Decoder",
+    "check_backend",
     "llama_cpp_installed",
     "open_decoder",
 ]
@@ -68,6 +69,12 @@ class Decoder(Protocol):
         stop_ids: Sequence[int],
         done: Callable[[Sequence[int]], bool] | None = None,
     ) -> list[list[int]]: ...
+
+
+def check_backend(backend: str) -> None:
+    """RalmError with one line for a backend name ralm does not know."""
+    if backend not in BACKENDS:
+        raise RalmError(f"--backend {backend}: choose one of {', '.join(BACKENDS)}")
 
 
 def llama_cpp_installed() -> bool:
@@ -167,8 +174,7 @@ def open_decoder(backend: str, lm: Any, gguf: Path | None, *, note=None) -> Deco
     """The decoder of `backend` for the FrozenLM `lm` (None: the torch path itself). `gguf`: the
     model's GGUF file, if it has one. `note(line)` hears why "auto" fell back to torch (default:
     stderr). RalmError with one line for a backend that is not installed or cannot load the model."""
-    if backend not in BACKENDS:
-        raise RalmError(f"--backend {backend}: choose one of {', '.join(BACKENDS)}")
+    check_backend(backend)
     say = note or print_note
     if backend == "auto":
         if lm.device.type != "cpu":

@@ -194,10 +194,9 @@ def load_frozen_lm(
     `backend` decides where greedy decoding runs (`ralm.frozen.backends`: torch, torch-int8,
     llama.cpp or auto); `note(line)` hears why "auto" fell back to torch (default: stderr), once,
     when the first greedy decoding runs."""
-    from ralm.frozen.backends import BACKENDS, open_decoder, print_note
+    from ralm.frozen.backends import check_backend, open_decoder, print_note
 
-    if backend not in BACKENDS:
-        raise RalmError(f"--backend {backend}: choose one of {', '.join(BACKENDS)}")
+    check_backend(backend)  # before the model loads
     p = Path(str(spec)).expanduser()
     if gguf_file is None and str(spec) not in NAMED_LMS and not p.exists():
         raise RalmError(f"{p}: no such LM directory; pass gemma3, smollm2 or a local causal LM directory")
