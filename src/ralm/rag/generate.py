@@ -38,10 +38,15 @@ def stop_token_ids(tokenizer) -> list[int]:
     return ids
 
 
+def _generated_text(tokenizer, ids: Sequence[int]) -> str:
+    """The generated ids as text, special tokens dropped, leading space stripped: what both the
+    answer (`answer_text`) and the first-line stop (`first_line_done`) read."""
+    return tokenizer.decode(list(ids), skip_special_tokens=True).lstrip()
+
+
 def answer_text(tokenizer, ids: Sequence[int]) -> str:
     """The generated answer: decoded without special tokens, cut at the first line break, stripped."""
-    text = tokenizer.decode(list(ids), skip_special_tokens=True).strip()
-    return text.split("\n", 1)[0].strip()
+    return _generated_text(tokenizer, ids).split("\n", 1)[0].strip()
 
 
 def _stop_and_pad(tokenizer, stop_ids: Sequence[int] | None) -> tuple[list[int], int]:
@@ -85,7 +90,7 @@ def first_line_done(tokenizer) -> Callable[[Sequence[int]], bool]:
     and the answer is the same."""
 
     def done(ids: Sequence[int]) -> bool:
-        return "\n" in tokenizer.decode(list(ids), skip_special_tokens=True).lstrip()
+        return "\n" in _generated_text(tokenizer, ids)
 
     return done
 
