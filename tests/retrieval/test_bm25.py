@@ -17,7 +17,7 @@ from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.analysis import Analyzer
-from ralm.retrieval.base import SearchBackend
+from ralm.retrieval.base import Searcher
 from ralm.retrieval.bm25 import FORMAT_VERSION, BM25Retriever, resolve_stopwords, split_words, store_analyzer
 
 DOCS = [
@@ -89,7 +89,7 @@ def test_hand_made_ranking(bm25):
     assert res.scores[0, 0] > res.scores[0, 1] > res.scores[0, 2] > 0
     full = bm25.scores("capital of Norway")
     assert full[4] == full[5]
-    backend: SearchBackend = bm25  # the protocol (checked statically; it is not runtime_checkable)
+    backend: Searcher = bm25  # the protocol (checked statically; it is not runtime_checkable)
     assert backend.search_text(["Norway"], 1).ids[0, 0] in (0, 1)
 
 

@@ -11,7 +11,7 @@ import torch
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.errors import RalmError
-from ralm.retrieval.base import SearchBackend
+from ralm.retrieval.base import Searcher
 from ralm.retrieval.late_interaction import (
     LateInteractionConfig,
     LateInteractionRetriever,
@@ -139,7 +139,7 @@ def test_encoder_shapes_norms_and_masks(tiny):
 def test_exhaustive_search_contract(tiny, store):
     li = LateInteractionRetriever(tiny, store).index()
     assert li.count == len(DOCS) and li.memory_bytes() > 0
-    backend: SearchBackend = li
+    backend: Searcher = li
     qs = ["capital of Norway", "lava and ash"]
     full = li.scores(qs)
     res = backend.search_text(qs, 3)

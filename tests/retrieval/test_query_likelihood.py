@@ -10,7 +10,7 @@ import pytest
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.errors import RalmError
-from ralm.retrieval.base import SearchBackend
+from ralm.retrieval.base import Searcher
 from ralm.retrieval.query_likelihood import QueryLikelihoodRetriever, analyze_text, top_k_exact
 
 DOCS = [
@@ -59,7 +59,7 @@ def test_dirichlet_by_hand(ql):
     assert res.ids.tolist() == [[2, 0, 1, 3]]
     assert res.scores.dtype == np.float32 and res.ids.dtype == np.int64
     assert res.scores[0] == pytest.approx(sorted(expected, reverse=True), abs=1e-6)
-    backend: SearchBackend = ql
+    backend: Searcher = ql
     assert backend.search_text(["apple"], 1).ids.tolist() == [[0]]
 
 

@@ -45,11 +45,19 @@ class Hit:
     rank: int
 
 
-class SearchBackend(Protocol):
-    """Anything that searches a DocStore by text (the public front over them is `ralm.Retriever`)."""
+class Searcher(Protocol):
+    """What every retrieval backend offers: text queries in, the top-k chunk ids of one DocStore out.
+
+    BM25 (`BM25Retriever`), dense (`DenseRetriever`), hybrid (`HybridRetriever`), late interaction
+    (`LateInteractionRetriever`), query likelihood (`QueryLikelihoodRetriever`) and a re-ranked first
+    stage (`RerankRetriever`) are searchers; the rest of each (building, saving, `scores`, `rerank`)
+    differs from backend to backend. The public front over them is `ralm.Retriever`, which opens an
+    index or a DocStore as one (`Retriever.backend`). Checked statically: not runtime_checkable.
+    """
 
     def search_text(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
-        """Top-k chunk ids and scores for each query string."""
+        """Top-k chunk ids and scores for each query string, best first; `exclude_ids` removes
+        ids per query and k results still come back while the store has k others."""
         ...
 
 

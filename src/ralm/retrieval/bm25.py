@@ -81,7 +81,7 @@ BM25S_FILES = (
 
 
 class BM25Retriever:
-    """BM25 search over the chunks of one DocStore (ids = chunk ids); implements `Retriever`.
+    """BM25 search over the chunks of one DocStore (ids = chunk ids); a `Searcher` (ralm.retrieval.base).
 
     `BM25Retriever.build(store, lang="da")` indexes a DocStore; `search_text(queries, k,
     exclude_ids)` ranks. `analyzer` is the text analysis of the index (queries go through it too).

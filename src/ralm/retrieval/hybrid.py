@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.retrieval.base import ExcludeIds, SearchBackend, SearchResult, check_queries
+from ralm.retrieval.base import ExcludeIds, Searcher, SearchResult, check_queries
 
 METHODS = ("rrf", "weighted")
 
@@ -80,7 +80,7 @@ def fuse_rankings(
 
 
 class HybridRetriever:
-    """Several first-stage retrievers (usually BM25 and dense) fused into one ranking; a `SearchBackend`.
+    """Several first-stage retrievers (usually BM25 and dense) fused into one ranking; a `Searcher`.
 
     retrievers: each answers `search_text`; n_items: chunks in the store (bounds the depth).
     depth: chunks taken from each retriever per query (>= k; 100 by default).
@@ -88,7 +88,7 @@ class HybridRetriever:
 
     def __init__(
         self,
-        retrievers: Sequence[SearchBackend],
+        retrievers: Sequence[Searcher],
         n_items: int,
         *,
         method: str = "rrf",

@@ -18,7 +18,7 @@ training the [MASK] vectors are noise). A titled chunk is encoded as "title | te
 (no Python loop over documents). `LateInteractionRetriever` (a) indexes a small DocStore by
 keeping every kept document token vector in memory (one flat float16 tensor plus offsets)
 and searches exhaustively, and (b) re-ranks another retriever's top-k (`rerank`), encoding
-the candidates on the fly when no index is built. Search results follow the `Retriever`
+the candidates on the fly when no index is built. Search results follow the `Searcher`
 contract: best first, ties by the lower id, excluded ids never returned, always k.
 
 Left out: ColBERT training (the [Q]/[D] markers, the projection, the pairwise loss), the
@@ -236,7 +236,7 @@ def doc_text(title: str | None, text: str, include_title: bool) -> str:
 
 # ----------------------------------------------------------------------------- retriever
 class LateInteractionRetriever:
-    """Exhaustive MaxSim search over an in-memory token cache, and MaxSim re-ranking; a `Retriever`.
+    """Exhaustive MaxSim search over an in-memory token cache, and MaxSim re-ranking; a `Searcher`.
 
     li = LateInteractionRetriever(TokenEncoder.from_pretrained(None), store).index()
     li.search_text(["who wrote the iliad"], k=5)

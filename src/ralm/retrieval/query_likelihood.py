@@ -111,7 +111,7 @@ def top_k_exact(scores: np.ndarray, k: int, exclude: np.ndarray | None) -> tuple
 
 
 class QueryLikelihoodRetriever:
-    """Query likelihood with Dirichlet or Jelinek-Mercer smoothing; implements `Retriever`.
+    """Query likelihood with Dirichlet or Jelinek-Mercer smoothing; a `Searcher` (ralm.retrieval.base).
 
     `QueryLikelihoodRetriever.build(store)` counts a DocStore's terms; `search_text(queries, k)`
     ranks its chunks; `scores(queries)` gives every chunk's log p(q | d), shape (Q, N).

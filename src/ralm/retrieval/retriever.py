@@ -23,7 +23,7 @@ import numpy as np
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.retrieval.base import ExcludeIds, Hit, SearchResult, check_queries
+from ralm.retrieval.base import ExcludeIds, Hit, Searcher, SearchResult, check_queries
 
 __all__ = ["KINDS", "Hit", "RerankRetriever", "Retriever", "snippet", "top_texts"]
 
@@ -39,19 +39,20 @@ class Retriever:
         hits = retriever.search("Who taught Aristotle?", k=3)   # [Hit(id=..., ..., rank=1), ...]
         batch = retriever.search(["q1", "q2"], k=3)            # one list of hits per query
 
-    Attributes: `store` (the DocStore searched), `kind` ("dense", "bm25", "hybrid"), `path`.
+    Attributes: `store` (the DocStore searched), `backend` (the `Searcher` behind it: BM25, dense,
+    hybrid, ...), `kind` ("dense", "bm25", "hybrid"), `path`.
     """
 
     def __init__(
         self,
         store: DocStore,
-        backend: Any,
+        backend: Searcher,
         kind: str,
         path: Path | None = None,
         description: str | None = None,
     ) -> None:
         self.store = store
-        self.backend = backend  # anything with search_text(queries, k, exclude_ids) -> SearchResult
+        self.backend = backend
         self.kind = kind
         self.path = path
         where = path if path is not None else getattr(store, "root", "a DocStore")
@@ -184,9 +185,11 @@ class Retriever:
 
 
 class RerankRetriever:
-    """A first-stage retriever's top `depth` chunks, re-scored by `reranker.rerank` (e.g. ColBERT MaxSim)."""
+    """A first-stage retriever's top `depth` chunks, re-scored by `reranker.rerank` (e.g. ColBERT
+    MaxSim); a `Searcher`."""
 
-    def __init__(self, first, reranker, depth: int = 100) -> None:
+    def __init__(self, first: Searcher, reranker: Any, depth: int = 100) -> None:
+        """first: the first stage; reranker: anything with `rerank(queries, ids) -> SearchResult`."""
         self.first = first
         self.reranker = reranker
         self.depth = depth

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.retrieval.base import SearchBackend, SearchResult
+from ralm.retrieval.base import Searcher, SearchResult
 from ralm.retrieval.eval.evaluate import QAPair, hit_matrix, qa_pair, recall_at_k
 from ralm.retrieval.eval.measures import DEFAULT_MEASURES, hubness, pooled_qrels, rank_measures
 
@@ -70,7 +70,7 @@ class RetrieverReport:
 def compare_retrievers(
     store,
     pairs: Sequence[QAPair | tuple[str, Sequence[str]]],
-    retrievers: Mapping[str, SearchBackend],
+    retrievers: Mapping[str, Searcher],
     ks: Sequence[int],
     *,
     measures: Sequence[str] = DEFAULT_MEASURES,
