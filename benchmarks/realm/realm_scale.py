@@ -114,7 +114,8 @@ def main() -> None:
     from ralm.realm.config import PretrainConfig
     from ralm.realm.masking import MaskingCollator, MaskingConfig
     from ralm.realm.refresh import embed_chunks
-    from ralm.retrieval.index.dense import DenseIndex, estimate
+    from ralm.retrieval.index.dense import DenseIndex
+    from ralm.retrieval.index.plan import estimate
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ def test_embed_chunks_progress(tiny_cfg, realm_store, capsys):
 def test_pretrain_shows_every_embedding_and_a_complete_step_bar_first(tiny_cfg, capsys):
     from ralm.corpus.docstore import DocStore
     from ralm.realm.trainer import pretrain
-    from ralm.retrieval.index.dense import estimate
+    from ralm.retrieval.index.plan import estimate
 
     cfg = tiny_cfg(steps=4, refresh_every=2, checkpoint_every=0)
     pretrain(cfg, progress=True)

@@ -9,13 +9,9 @@ import numpy as np
 import pytest
 
 from ralm.errors import RalmError
-from ralm.retrieval.index.dense import (
-    KINDS,
-    DenseIndex,
-    estimate,
-    filter_excluded,
-    prepare_exclude,
-)
+from ralm.retrieval.exclusion import filter_excluded, prepare_exclude
+from ralm.retrieval.index.dense import DenseIndex
+from ralm.retrieval.index.plan import KINDS, estimate
 
 FP = {"docstore_fingerprint": "d" * 64, "encoder_fingerprint": "e" * 64}
 # Small enough to train on the clustered data below, large enough for recall.

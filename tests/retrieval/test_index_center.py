@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ralm.retrieval.index.dense import DenseIndex, centre, mean_vector
+from ralm.retrieval.index.dense import DenseIndex
+from ralm.retrieval.index.kinds import centre, mean_vector
 
 FP = dict(docstore_fingerprint="store", encoder_fingerprint="enc")
 

@@ -447,7 +447,7 @@ def test_help_says_how_groups_and_splits_are_formed(capsys, command):
 
 
 def test_index_kinds_offered_are_the_index_kinds():
-    from ralm.retrieval.index.dense import KINDS
+    from ralm.retrieval.index.plan import KINDS
     from ralm.surealm.cli import INDEX_KINDS
 
     assert INDEX_KINDS == KINDS

@@ -25,7 +25,7 @@ INDEX_KINDS = (
     "sq6",
     "sq4",
     "auto",
-)  # ralm.retrieval.index.dense.KINDS + auto
+)  # ralm.retrieval.index.plan.KINDS + auto
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "mode": MODES,

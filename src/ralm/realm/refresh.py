@@ -34,7 +34,8 @@ from ralm.models.precision import autocast_context, autocast_dtype, eval_on
 from ralm.realm.model import ChunkDocs
 from ralm.retrieval.embed import plan_batches
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.index.dense import DenseIndex, auto_kind, estimate
+from ralm.retrieval.index.dense import DenseIndex
+from ralm.retrieval.index.plan import auto_kind, estimate
 from ralm.retrieval.index.sharded import ShardedIndex, load_dense
 from ralm.train.distributed import Dist
 

@@ -36,9 +36,9 @@ from ralm.atomic import replace_dir
 from ralm.errors import RalmError
 from ralm.realm.refresh import SyncRefresher, embed_chunks, plan_line
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.index.dense import auto_kind
 from ralm.retrieval.index.dist_search import DistributedShardSearch
 from ralm.retrieval.index.io import read_manifest
+from ralm.retrieval.index.plan import auto_kind
 from ralm.retrieval.index.shard_build import build_shard, write_shards_manifest
 from ralm.retrieval.index.shard_merge import shard_ranges
 from ralm.retrieval.index.sharded import (

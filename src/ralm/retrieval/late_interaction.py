@@ -39,7 +39,7 @@ from torch import nn
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
-from ralm.retrieval.index.dense import filter_excluded, prepare_exclude
+from ralm.retrieval.exclusion import filter_excluded, prepare_exclude
 
 BLOCK_ELEMENTS = 1 << 24  # similarity entries (floats) per MaxSim block: 64 MiB in float32
 

@@ -58,7 +58,8 @@ from ralm.atomic import atomic_path
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, SearchResult, check_queries
-from ralm.retrieval.index.dense import check_fingerprints, filter_excluded, prepare_exclude
+from ralm.retrieval.exclusion import filter_excluded, prepare_exclude
+from ralm.retrieval.index.io import check_fingerprints
 from ralm.text import word_tokenize
 
 FORMAT = "ralm-query-likelihood"

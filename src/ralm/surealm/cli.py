@@ -18,7 +18,7 @@ from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.surealm.sentences import FILL_SPLITS, SPLITS_HOW
 
-# ralm.retrieval.index.dense.KINDS, without importing FAISS to build the parser
+# ralm.retrieval.index.plan.KINDS, without importing FAISS to build the parser
 INDEX_KINDS = ("flat", "ivf-flat", "hnsw", "sq8", "ivf-pq", "sq6", "sq4")
 SCHEDULES = ("linear", "cosine", "constant")
 AUTOCAST = ("auto", "bf16", "off")

@@ -24,7 +24,7 @@ from ralm.locks import writer_lock
 from ralm.retrieval.bm25 import BM25Retriever
 from ralm.retrieval.embed import embed_docstore
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
-from ralm.retrieval.index.dense import DenseIndex, estimate, mean_vector
+from ralm.retrieval.index.dense import DenseIndex
 from ralm.retrieval.index.directory import (
     INDEX_DIR_FORMAT,
     INDEX_DIR_VERSION,
@@ -36,7 +36,8 @@ from ralm.retrieval.index.directory import (
     swap_in,
     write_build_file,
 )
-from ralm.retrieval.index.plan import plan_shards
+from ralm.retrieval.index.kinds import mean_vector
+from ralm.retrieval.index.plan import estimate, plan_shards
 from ralm.retrieval.index.shard_build import build_shard, build_sharded, write_shards_manifest
 from ralm.retrieval.index.shard_merge import shard_ranges
 from ralm.retrieval.index.sharded import shard_dir_name

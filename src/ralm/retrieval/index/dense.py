@@ -38,7 +38,7 @@ that reads the file (1.03x the time of a bare `faiss.read_index` of a 1.5 GB ind
 mmap=True the size only, `ralm index verify` hashes it): see ralm.retrieval.index.io. Left out: adding to or removing from a built index (REALM
 and BRENT rebuild it after re-embedding) and training IVF on the GPU.
 
-The module is split along its seams; everything stays importable from here:
+The module is split along its seams; import each name from its own module:
     ralm.retrieval.index.plan   KINDS, PARAMS, resolve_params, estimate, auto_kind (no FAISS)
     ralm.retrieval.index.kinds  making, training and filling the FAISS structure; GPU copies;
                                 exact re-scoring; centre, mean_vector
@@ -61,17 +61,8 @@ import numpy as np
 
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, SearchResult
-from ralm.retrieval.exclusion import filter_excluded, prepare_exclude, select_candidates, select_single
-from ralm.retrieval.index.io import (
-    FORMAT,
-    FORMAT_VERSION,
-    INDEX_FILE,
-    MANIFEST_FILE,
-    check_fingerprints,
-    read_index_files,
-    read_manifest,
-    write_index_files,
-)
+from ralm.retrieval.exclusion import prepare_exclude, select_candidates, select_single
+from ralm.retrieval.index.io import FORMAT, FORMAT_VERSION, read_index_files, write_index_files
 from ralm.retrieval.index.kinds import (
     ADD_BATCH,
     GPU_MAX_K,
@@ -85,42 +76,9 @@ from ralm.retrieval.index.kinds import (
     mean_vector,
     wants_gpu,
 )
-from ralm.retrieval.index.plan import (
-    AUTO_FLAT_MAX_BYTES,
-    AUTO_SQ8_MAX_BYTES,
-    KINDS,
-    PARAMS,
-    SQ_BITS,
-    auto_kind,
-    estimate,
-    min_train_vectors,
-    resolve_params,
-)
+from ralm.retrieval.index.plan import min_train_vectors, resolve_params
 
-__all__ = [
-    "ADD_BATCH",
-    "AUTO_FLAT_MAX_BYTES",
-    "AUTO_SQ8_MAX_BYTES",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "GPU_MAX_K",
-    "INDEX_FILE",
-    "KINDS",
-    "MANIFEST_FILE",
-    "METRICS",
-    "PARAMS",
-    "SQ_BITS",
-    "DenseIndex",
-    "auto_kind",
-    "check_fingerprints",
-    "estimate",
-    "filter_excluded",
-    "min_train_vectors",
-    "prepare_exclude",
-    "read_manifest",
-    "resolve_params",
-    "stored_vectors",
-]
+__all__ = ["DenseIndex", "stored_vectors"]
 
 log = logging.getLogger(__name__)
 

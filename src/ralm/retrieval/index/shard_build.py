@@ -21,8 +21,9 @@ import numpy as np
 from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
 from ralm.integrity import file_record
-from ralm.retrieval.index.dense import INDEX_FILE, MANIFEST_FILE, DenseIndex, mean_vector
-from ralm.retrieval.index.io import read_manifest
+from ralm.retrieval.index.dense import DenseIndex
+from ralm.retrieval.index.io import INDEX_FILE, MANIFEST_FILE, read_manifest
+from ralm.retrieval.index.kinds import mean_vector
 from ralm.retrieval.index.shard_merge import shard_ranges
 from ralm.retrieval.index.sharded import REBUILD, SHARDS_FILE, SHARDS_FORMAT, SHARDS_VERSION, shard_dir_name
 

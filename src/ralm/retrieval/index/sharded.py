@@ -35,8 +35,8 @@ from ralm.errors import RalmError
 from ralm.integrity import check_digests
 from ralm.retrieval.base import ExcludeIds, SearchResult
 from ralm.retrieval.exclusion import prepare_exclude
-from ralm.retrieval.index.dense import MANIFEST_FILE, DenseIndex
-from ralm.retrieval.index.io import IndexFileError, check_fingerprints, read_manifest
+from ralm.retrieval.index.dense import DenseIndex
+from ralm.retrieval.index.io import MANIFEST_FILE, IndexFileError, check_fingerprints, read_manifest
 from ralm.retrieval.index.shard_merge import merge_topk, shard_ranges, shard_topk
 
 __all__ = [
