@@ -89,9 +89,10 @@ def trivia_sets(work: Path, corpus: Path, seed: int = 0) -> tuple[Path, Path]:
 
 def zero_shot_recall(index: Path, kind: str, questions, lang: str, k: int = 5) -> float:
     from ralm.answers import has_answer
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.retriever import Retriever
 
-    store, ret = load_retriever(index, kind=kind)
+    opened = Retriever.load(index, kind=kind)
+    store, ret = opened.store, opened.backend
     top = ret.search_text([q.question for q in questions], k).ids
     hits = [
         any(has_answer(store[int(i)]["text"], q.answers, lang) for i in row)

@@ -67,14 +67,13 @@ def done(d: Path) -> bool:
 def prep(a) -> None:
     from ralm.rag.data import read_questions
     from ralm.rag.retrieved import retrieve, write_retrieved
-    from ralm.retrieval.index.open import load_retriever
     from ralm.retrieval.retriever import Retriever
 
     a.work.mkdir(parents=True, exist_ok=True)
     ret = a.work / "retrieved"
     if not (ret / "train.jsonl").is_file():
         fusion = json.loads((RESULTS / "retriever_train.json").read_text())["fusion"]
-        store, hybrid = load_retriever(
+        opened = Retriever.load(
             a.index,
             "hybrid",
             bm25_options={"lang": "nb"},
@@ -84,7 +83,7 @@ def prep(a) -> None:
         )
         for split, path, limit in (("test", TEST, None), ("train", TRAIN, a.train_questions)):
             qs = read_questions(path)[:limit]
-            write_retrieved(ret / f"{split}.jsonl", qs, retrieve(qs, Retriever(store, hybrid, "hybrid"), 20))
+            write_retrieved(ret / f"{split}.jsonl", qs, retrieve(qs, opened, 20))
             log(f"retrieved: {split} {len(qs)} questions")
     sub = a.work / f"train-subset-{a.dpr_questions}.json"
     if not sub.is_file():
@@ -208,7 +207,7 @@ def recall_rows(a, retrievers: dict) -> dict:
 
 
 def lsr(a) -> None:
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.retriever import Retriever
 
     out = a.work / a.lsr_name
     if not (out / "index" / "retrieval.json").is_file():
@@ -238,8 +237,8 @@ def lsr(a) -> None:
         )
     res = out / "results.json"
     if not res.is_file():
-        _, before = load_retriever(a.index, "dense", log=log)
-        _, after = load_retriever(out / "index", "dense", log=log)
+        before = Retriever.load(a.index, "dense", log=log).backend
+        after = Retriever.load(out / "index", "dense", log=log).backend
         rows = recall_rows(a, {"before": before, "after": after})
         res.write_text(json.dumps(rows, indent=2) + "\n")
         log(f"lsr: {rows}")

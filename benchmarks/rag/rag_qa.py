@@ -100,7 +100,7 @@ def prep(args) -> None:
     from ralm.rag.data import RagQuestion, gold_chunks, read_questions, split_questions
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.hybrid import HybridRetriever
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.retriever import Retriever
     from ralm.samples import trivia_qa_pairs
 
     out = args.prep
@@ -118,8 +118,8 @@ def prep(args) -> None:
         log(f"norquad {split}: {len(qs)} questions, {found} with their answer's chunk")
         _questions_json(out / f"norquad_{split}.json", qs)
     _chunks_json(out / "norquad_chunks.json", store)
-    _, bm25 = load_retriever(index, "bm25", bm25_options={"lang": "nb"}, log=log)
-    _, dense = load_retriever(index, "dense", log=log)
+    bm25 = Retriever.load(index, "bm25", bm25_options={"lang": "nb"}, log=log).backend
+    dense = Retriever.load(index, "dense", log=log).backend
     w = fusion["bm25_weight"]
     hybrid = HybridRetriever(
         [bm25, dense], len(store), method=fusion["method"], depth=100, weights=[w, 1 - w]

@@ -347,7 +347,7 @@ def test_lsr_supervised_by_a_fine_tuned_generator_lowers_the_kl(
     from ralm.rag.prompt import PromptBuilder
     from ralm.rag.retrieved import retrieve
     from ralm.retrieval.index.directory import verify_index_dir
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.retriever import Retriever
 
     gen = tmp_path / "gen"
     code, _, err = run(
@@ -398,8 +398,9 @@ def test_lsr_supervised_by_a_fine_tuned_generator_lowers_the_kl(
     )
     assert code == 0, err
     assert verify_index_dir(out / "index").problems == []
-    store, before = load_retriever(index, "dense")
-    _, after = load_retriever(out / "index", "dense")
+    opened = Retriever.load(index, "dense")
+    store, before = opened.store, opened.backend
+    after = Retriever.load(out / "index", "dense").backend
     vectors = np.load(index / "embeddings.npy")
     assert np.array_equal(vectors, np.load(out / "index" / "embeddings.npy"))
     for (n, p), (_, q) in zip(
@@ -408,8 +409,6 @@ def test_lsr_supervised_by_a_fine_tuned_generator_lowers_the_kl(
         assert torch.equal(p, q), n  # the doc tower did not move
 
     qs = read_questions(questions)
-    from ralm.retrieval.retriever import Retriever
-
     ps = retrieve(qs, Retriever(store, before, "dense"), 3)
     lm = load_frozen_lm(gen / "model", device="cpu", autocast="off")
     logp = torch.as_tensor(lm_preferences(lm, PromptBuilder(lm.tokenizer, 512), qs, ps))

@@ -451,12 +451,12 @@ def test_centred_dense_in_eval_and_index_build(built, tmp_path, capsys, tiny_dir
 @pytest.mark.parametrize("w", [0.2, 0.5, 0.9])
 def test_weighted_rrf_hybrid_equals_fusing_the_two_rankings(built, w):
     from ralm.retrieval.hybrid import fuse_rankings
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.searchers import open_searcher
 
     queries = ["capital of Norway", "who was a student of Plato", "sunlight reflected by snow"]
-    _, bm25 = load_retriever(built / "index", "bm25")
-    _, dense = load_retriever(built / "index", "dense")
-    _, hybrid = load_retriever(built / "index", "hybrid", dense_weight=w, depth=6)
+    _, bm25 = open_searcher(built / "index", "bm25")
+    _, dense = open_searcher(built / "index", "dense")
+    _, hybrid = open_searcher(built / "index", "hybrid", dense_weight=w, depth=6)
     got = hybrid.search_text(queries, 6)
     b, d = bm25.search_text(queries, 6), dense.search_text(queries, 6)
     for i in range(len(queries)):
@@ -476,9 +476,9 @@ def test_search_dense_weight_out_of_range(built, capsys):
 @pytest.mark.parametrize("kind", ["dense", "bm25", "hybrid"])
 def test_python_retriever_equals_search_json(built, capsys, kind):
     """`ralm.Retriever.load(dir, kind).search(...)` gives what `ralm search --json` prints, and the
-    ids and scores of the retriever `load_retriever` opens."""
+    ids and scores of the searcher `open_searcher` opens."""
     from ralm import Hit, Retriever
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.searchers import open_searcher
 
     queries = ["capital of Norway", "Greek philosopher"]
     retriever = Retriever.load(built / "index", kind)
@@ -493,7 +493,7 @@ def test_python_retriever_equals_search_json(built, capsys, kind):
             (h.rank, h.id, h.title, h.text) for h in single
         ]
         assert [h.score for h in hits] == pytest.approx([h.score for h in single], rel=1e-5)
-    _, backend = load_retriever(built / "index", kind, log=lambda m: None)
+    _, backend = open_searcher(built / "index", kind, log=lambda m: None)
     ref = backend.search_text(queries, 4)
     assert [[h.id for h in hits] for hits in batch] == ref.ids.tolist()
     np.testing.assert_array_equal(

@@ -176,7 +176,7 @@ def test_overwrite_builds_aside_and_swaps_in_at_the_end(built, index, capsys, ti
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import EncoderConfig
     from ralm.retrieval.index.build import build_index_dir
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.searchers import open_searcher
 
     before = snapshot(index)
     seen = []
@@ -184,7 +184,7 @@ def test_overwrite_builds_aside_and_swaps_in_at_the_end(built, index, capsys, ti
     def log(msg):  # called while the new index is being built: the old one is still whole and usable
         if msg.startswith("index plan"):
             assert snapshot(index) == before
-            _, old = load_retriever(index, "bm25", log=lambda m: None)
+            _, old = open_searcher(index, "bm25", log=lambda m: None)
             seen.append(old.search_text(["capital of Norway"], 1).ids.tolist())
 
     build_index_dir(

@@ -35,8 +35,8 @@ def pair(tmp_path_factory, tiny_dir):
 
 
 def test_search_over_shards_equals_the_whole_index(pair, capsys):
-    from ralm.retrieval.index.open import load_retriever
     from ralm.retrieval.index.sharded import ShardedIndex
+    from ralm.retrieval.searchers import open_searcher
 
     manifest = json.loads((pair / "sharded" / "retrieval.json").read_text())
     assert manifest["shards"] == 3 and "dense/shards.json" in manifest["files"]
@@ -44,9 +44,9 @@ def test_search_over_shards_equals_the_whole_index(pair, capsys):
         _, whole, _ = run(capsys, "search", pair / "index", query, "-k", "7", "--json")
         _, sharded, _ = run(capsys, "search", pair / "sharded", query, "-k", "7", "--json")
         assert [json.loads(x) for x in sharded.splitlines()] == [json.loads(x) for x in whole.splitlines()]
-    store, dense = load_retriever(pair / "sharded", "dense")  # what `ralm serve` and eval-retrieval open
+    store, dense = open_searcher(pair / "sharded", "dense")  # what `ralm serve` and eval-retrieval open
     assert isinstance(dense.index, ShardedIndex) and len(dense.index.shards) == 3
-    ref = load_retriever(pair / "index", "dense")[1]
+    ref = open_searcher(pair / "index", "dense")[1]
     queries = [r["text"] for r in (store.get(i) for i in range(len(store)))]
     excl = list(range(len(store)))  # each chunk's text as a query, excluding itself
     got, want = dense.search_text(queries, 5, exclude_ids=excl), ref.search_text(queries, 5, exclude_ids=excl)

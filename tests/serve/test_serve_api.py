@@ -109,9 +109,10 @@ def test_openapi_lists_the_endpoints_and_docs_are_served_locally(serve_clients):
 # ----------------------------------------------------------------------------- search
 @pytest.mark.parametrize("kind", ["dense", "bm25", "hybrid"])
 def test_search_equals_the_retriever_called_directly(serve_clients, serve_index, kind):
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.retriever import Retriever
 
-    store, retriever = load_retriever(serve_index, kind, log=lambda m: None)
+    opened = Retriever.load(serve_index, kind)
+    store, retriever = opened.store, opened.backend
     q = "capital of Norway"
     got = serve_clients["index"].get("/api/search", params={"q": q, "k": 5, "retriever": kind}).json()
     ids, scores = _hits(retriever.search_text([q], 5))

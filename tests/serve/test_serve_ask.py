@@ -45,9 +45,10 @@ def lm(serve_chat_lm):
 
 
 def _retriever(serve_index, kind: str):
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.retriever import Retriever
 
-    return load_retriever(serve_index, kind, log=lambda m: None)
+    opened = Retriever.load(serve_index, kind)
+    return opened.store, opened.backend
 
 
 # ----------------------------------------------------------------------------- answers

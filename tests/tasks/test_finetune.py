@@ -103,7 +103,7 @@ def test_open_qa_end_to_end_reports_em_and_recall(task_data, fact_store, tiny_di
 def test_open_qa_with_bm25_is_frozen_and_recall_matches_search(task_data, fact_store, tiny_dir, tmp_path):
     """BM25 rows: recall@k equals what `has_answer` says of BM25's own top-k for the same questions."""
     from ralm.answers import has_answer
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.retriever import Retriever
     from ralm.tasks.datasets import load_task_data
 
     res = finetune(
@@ -119,7 +119,8 @@ def test_open_qa_with_bm25_is_frozen_and_recall_matches_search(task_data, fact_s
         ),
         log=lambda m: None,
     )
-    ds, bm25 = load_retriever(fact_store / "index", kind="bm25")
+    opened = Retriever.load(fact_store / "index", kind="bm25")
+    ds, bm25 = opened.store, opened.backend
     test = load_task_data(task_data / "openqa", "open-qa").splits["test"]
     top = bm25.search_text([ex.question for ex in test], 3).ids
     want = np.mean(

@@ -117,7 +117,7 @@ def test_finetune_open_qa_with_regex_answers(fact_store, tiny_dir, tmp_path, cap
     """BM25 (frozen) so recall@k can be checked by hand: patterns that no string would match are
     found in the retrieved chunks, give training spans, and F1 is not reported."""
     from ralm.answers import has_answer
-    from ralm.retrieval.index.open import load_retriever
+    from ralm.retrieval.retriever import Retriever
     from ralm.tasks.finetune import FinetuneConfig, finetune
 
     cities = [
@@ -155,7 +155,8 @@ def test_finetune_open_qa_with_regex_answers(fact_store, tiny_dir, tmp_path, cap
     rec = res["seeds"][0]
     assert set(rec["test"]) == {"em", "recall@1", "recall@3"}  # no F1 for patterns
     assert rec["skipped_train_examples"] < rec["train_examples"]  # pattern matches became spans
-    ds, bm25 = load_retriever(fact_store / "index", kind="bm25")
+    opened = Retriever.load(fact_store / "index", kind="bm25")
+    ds, bm25 = opened.store, opened.backend
     test = load_task_data(data, "open-qa").splits["test"]
     assert all(ex.regex for ex in test)
     top = bm25.search_text([ex.question for ex in test], 3).ids

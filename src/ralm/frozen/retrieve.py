@@ -1,7 +1,7 @@
 """Retrieval for the blocks of an evaluation: one batched search, chunks as LM tokens.
 
 `open_retriever`: BM25, dense or hybrid from an existing index directory
-(`ralm.retrieval.index.open.load_retriever`, which checks that the index was built from that
+(`ralm.Retriever.open`, which checks that the index was built from that
 DocStore: fingerprints), or BM25 built in memory over a DocStore (`--corpus`). BM25 analysis:
 `lang` picks stopwords and the Snowball stemmer where the language has one; with an index and no
 `lang` its own BM25 analysis is used, over a bare corpus English ("en") is the default. The

@@ -247,11 +247,10 @@ def index_with_query_tower(src: str | os.PathLike, encoder, out: str | os.PathLi
 
     The doc tower must be the index's own (same fingerprint): the stored vectors stay valid.
     """
-    from ralm.retrieval.index.directory import MANIFEST, index_records
-    from ralm.retrieval.index.open import open_index_dir
+    from ralm.retrieval.index.directory import MANIFEST, index_records, read_index_dir
 
     src, out = Path(src), Path(out)
-    _, manifest = open_index_dir(src)
+    _, manifest = read_index_dir(src)
     if encoder.fingerprint("doc") != manifest["doc_encoder_fingerprint"]:
         raise RalmError(
             f"{src}: the trained encoder's doc tower differs from the index's; LSR keeps it fixed"

@@ -39,11 +39,11 @@ def export_rag(index: str | os.PathLike, out: str | os.PathLike, *, overwrite: b
     with the index's query tower (`index/encoder`, or `DualEncoder.encode_queries`).
     """
     from ralm.retrieval.index.dense import DenseIndex
-    from ralm.retrieval.index.open import open_index_dir
+    from ralm.retrieval.index.directory import read_index_dir
 
     datasets = _datasets()
     index, out = Path(index), Path(out)
-    store, manifest = open_index_dir(index)
+    store, manifest = read_index_dir(index)
     dense = DenseIndex.load(index / "dense", docstore_fingerprint=store.fingerprint)
     if dense.center is not None:
         raise RalmError(

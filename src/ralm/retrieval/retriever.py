@@ -2,9 +2,9 @@
 
 The Python face of `ralm search`, in pyserini's manner: `Retriever.load(INDEX).search(queries, k)`
 gives each query's top-k chunks as `Hit`s (chunk id, score, title, text, rank), best first. It
-wraps `ralm.retrieval.index.open.load_retriever` (which checks the index against its DocStore) and
-the retrievers' common `search_text` (`ralm.retrieval.base`), which stays available as
-`search_ids` for code that wants the id and score arrays.
+wraps `ralm.retrieval.searchers.open_searcher` (which checks the index against its DocStore) and
+the searchers' common `search_text` (the `Searcher` protocol of `ralm.retrieval.base`), which
+stays available as `search_ids` for code that wants the id and score arrays.
 
 Also here: `RerankRetriever` (a first stage's candidates re-scored by a reranker, e.g. ColBERT)
 and the helpers that show search results as text (`snippet`, `top_texts`).
@@ -112,11 +112,11 @@ class Retriever:
         stemmer) the BM25 analysis wanted (built in memory when the index has another).
         RalmError (one line) for a missing or unfinished index, or one built from another corpus.
         """
-        from ralm.retrieval.index.open import load_retriever
+        from ralm.retrieval.searchers import open_searcher
 
         if not 0.0 <= dense_weight <= 1.0:
             raise RalmError(f"dense_weight {dense_weight}: must be between 0 and 1")
-        ds, backend = load_retriever(
+        ds, backend = open_searcher(
             path, kind, store, bm25_options=bm25_options, fusion=fusion, dense_weight=dense_weight, log=log
         )
         return cls(ds, backend, kind, Path(path))

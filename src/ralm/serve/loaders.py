@@ -150,7 +150,7 @@ def detect_kind(path: str | Path) -> str:
     if (p / "surealm.json").is_file() or (p / "train.json").is_file():
         return "surealm"
     if (p / MANIFEST).is_file() or (p / ENCODER_DIR).is_dir() or (p / BUILD_FILE).is_file():
-        return "index"  # an unfinished one is refused by open_index_dir, with its own line
+        return "index"  # an unfinished one is refused when opened (read_index_dir), with its own line
     if (p / "manifest.json").is_file():
         try:
             fmt = json.loads((p / "manifest.json").read_text(encoding="utf-8")).get("format")

@@ -109,9 +109,9 @@ def prepare_init(
                 f"{src}: retrieval needs an index; pass --index DIR (built with `ralm index build`) "
                 "or give a REALM run as --model"
             )
-        from ralm.retrieval.index.open import open_index_dir
+        from ralm.retrieval.index.directory import read_index_dir
 
-        ds, manifest = open_index_dir(index)
+        ds, manifest = read_index_dir(index)  # the parts' paths are recorded; nothing opened yet
         spec.docstore = str(Path(ds.root).resolve())
         if retriever == "bm25":
             if not manifest.get("bm25"):

@@ -187,16 +187,13 @@ def _eval(args: argparse.Namespace) -> int:
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa, report_json
     from ralm.retrieval.hybrid import HybridRetriever, fusion_weights
-    from ralm.retrieval.index.open import (
-        dense_retriever_for,
-        index_dense_centred,
-        load_retriever,
-        open_index_dir,
-    )
+    from ralm.retrieval.index.directory import read_index_dir
+    from ralm.retrieval.index.open import dense_retriever_for, index_dense_centred
+    from ralm.retrieval.searchers import open_searcher
 
     _check_args(args)
     if args.index is not None:
-        store, manifest = open_index_dir(args.index, args.store)
+        store, manifest = read_index_dir(args.index, args.store)
     else:
         store, manifest = DocStore(args.store), None
     if max(args.k) > len(store):
@@ -213,7 +210,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.use_bm25:
         index_bm25 = None
         if manifest is not None and manifest.get("bm25"):
-            index_bm25 = load_retriever(args.index, "bm25", args.store)[1]
+            index_bm25 = open_searcher(args.index, "bm25", args.store)[1]
         for spec in args.bm25 or [lang or "none"]:
             opts = bm25_options(spec)
             name = "bm25" if spec in ("none", "plain") else f"bm25:{spec}"
@@ -242,7 +239,7 @@ def _eval(args: argparse.Namespace) -> int:
         )
     dense = []
     if args.index is not None:
-        retrievers["dense:index"] = load_retriever(args.index, "dense", args.store)[1]
+        retrievers["dense:index"] = open_searcher(args.index, "dense", args.store)[1]
         dense.append("dense:index")
         if args.center:  # the index's embeddings, centred (or the index itself, built --center)
             retrievers["dense:index:centred"] = index_dense_centred(args.index, args.store)

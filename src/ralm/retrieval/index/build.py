@@ -5,7 +5,7 @@ shards in turn, `shards > 1`) and the optional BM25 index. Under torchrun (`dist
 ranks) the same directory comes out with one shard per rank or more: rank 0 checks the
 directory and holds its writer lock, every rank embeds its share (`embed_docstore` splits and
 merges the embeddings), rank r builds its shards from the merged vectors, and rank 0 writes
-shards.json, BM25 and retrieval.json. Loading and the layout: ralm.retrieval.index.open.
+shards.json, BM25 and retrieval.json. Opening it and the layout: ralm.retrieval.searchers.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The files of a retrieval index directory: its state, its checksums, `ralm index verify`.
 
 No torch here (the CLI's `index verify` and argument checks import only this). The layout
-(see ralm.retrieval.index.open):
+(see ralm.retrieval.searchers):
 
     INDEX/
       retrieval.json       written last; `files`: size + XXH3-128 of every file under encoder/
@@ -18,7 +18,7 @@ No torch here (the CLI's `index verify` and argument checks import only this). T
 So retrieval.json vouches for the manifests and the encoder, and each manifest for its big
 files: `verify_index_dir` follows that chain and re-hashes everything (ralm.integrity), which
 loading does only for what it reads (index.faiss, the BM25 files, the encoder files: see
-DenseIndex.load, BM25Retriever.load, open.load_retriever).
+DenseIndex.load, BM25Retriever.load, ralm.retrieval.searchers.open_searcher).
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ralm.atomic import replace_dir, write_json_atomic
 from ralm.errors import RalmError
 from ralm.integrity import DIGEST, check_digests, records
+
+if TYPE_CHECKING:
+    from ralm.corpus.docstore import DocStore
 
 MANIFEST = "retrieval.json"
 BUILD_FILE = "build.json"
@@ -154,6 +157,37 @@ def check_encoder_files(path: Path, manifest: dict[str, Any]) -> None:
             f"{problems[0]}; check the whole index with `ralm index verify {path}`, then rebuild it "
             "(`ralm index build ... --overwrite`)"
         )
+
+
+def read_index_dir(
+    path: str | os.PathLike, store: str | os.PathLike | None = None
+) -> tuple[DocStore, dict[str, Any]]:
+    """(DocStore, manifest) of a finished index directory: the DocStore it was built from (or
+    `store`, when it moved), checked against the fingerprint recorded in retrieval.json.
+
+    What the directory is, without opening anything for search (that is `ralm.Retriever`). One-line
+    RalmError for a missing directory, an unfinished build, a foreign folder or another corpus."""
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.index.io import read_manifest
+
+    path = Path(path)
+    if not path.is_dir():
+        raise RalmError(f"{path}: no such index directory; build one with `ralm index build`")
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        if (path / ENCODER_DIR).exists():
+            raise RalmError(
+                f"{path}: unfinished index build; rerun `ralm index build` with the same options (it resumes)"
+            )
+        raise RalmError(f"{path}: not a ralm index (no {MANIFEST}); build one with `ralm index build`")
+    manifest = read_manifest(mpath, INDEX_DIR_FORMAT, INDEX_DIR_VERSION, "retrieval index")
+    ds = DocStore(store if store is not None else manifest["docstore"])
+    if ds.fingerprint != manifest["docstore_fingerprint"]:
+        raise RalmError(
+            f"{path}: built from another corpus than {ds.root} (fingerprint {manifest['docstore_fingerprint'][:12]} "
+            f"vs {ds.fingerprint[:12]}); rebuild it with `ralm index build`"
+        )
+    return ds, manifest
 
 
 # ----------------------------------------------------------------------------- verify
