@@ -127,9 +127,9 @@ def frozen(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
     records of 6 of its training chunks (4 chunks a record + the null document)."""
     import torch
 
-    from ralm.realm.diagnose import diagnose
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.inference.diagnose import diagnose
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)

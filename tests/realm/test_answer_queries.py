@@ -22,7 +22,7 @@ def store(realm_store):
 
 
 def test_in_batch_rows_by_hand():
-    from ralm.realm.candidates import in_batch_rows
+    from ralm.realm.modeling.candidates import in_batch_rows
 
     out, pad = in_batch_rows(np.array([[1, 2], [2, 3]]))
     # query 0: its own 1, 2, then query 1's 2 (already there: left out) and 3
@@ -35,8 +35,8 @@ def test_in_batch_rows_by_hand():
 def test_salient_answer_target_by_hand():
     """answer_spans = salient: a randomly masked word does not count toward a chunk's share."""
     from ralm.errors import RalmError
-    from ralm.realm.answer_supervision import answer_target
-    from ralm.realm.causal_masking import SPAN_KINDS
+    from ralm.realm.masking.causal import SPAN_KINDS
+    from ralm.realm.modeling.answer_target import answer_target
 
     reader = _SpanReader([["Oslo", "the"], ["the"]], {0: "oslo and the fjord", 1: "the king", 2: "a city"})
     rand, ent = SPAN_KINDS.index("random"), 0
@@ -55,8 +55,8 @@ def _naive_answer_kl(model, batch, own: np.ndarray, negatives: str, salient: boo
     from a doc-tower pass of its own, the null's score the mean of the own scores (b = 0), the
     target 5 nats times the share of the query's (salient) spans the chunk holds (0 for the other
     queries' chunks with in_batch_zero)."""
-    from ralm.realm.answer_supervision import ANSWER_NATS, span_in_chunk
-    from ralm.realm.causal_masking import SPAN_KINDS
+    from ralm.realm.masking.causal import SPAN_KINDS
+    from ralm.realm.modeling.answer_target import ANSWER_NATS, span_in_chunk
 
     in_batch = negatives != "own"
     with torch.no_grad():
@@ -177,7 +177,7 @@ ANSWER_RUN = dict(
 
 
 def test_answer_queries_run_logs_and_resumes_identically(causal_cfg, tmp_path):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     full = pretrain(causal_cfg(out=str(tmp_path / "full"), **ANSWER_RUN), progress=False)
     part = causal_cfg(out=str(tmp_path / "part"), **ANSWER_RUN)
@@ -227,7 +227,7 @@ def test_answer_queries_run_beside_every_lever(causal_cfg, tmp_path):
     rows, query tower only) with the reader's marginal as the retriever loss, plus answer queries.
     Their loss reaches the query tower and nothing else of the retriever: the document tower stays
     as it was."""
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     levers = dict(
         score_scale="learned",

@@ -1,4 +1,4 @@
-"""Reader-free records of which candidates hold the masked span (`ralm.realm.answer_supervision`):
+"""Reader-free records of which candidates hold the masked span (`ralm.realm.training.answer_queries`):
 the same queries, candidates and `has_answer` as the diagnosis, targets by hand, and the query tower
 learns from them with `distill_query_tower`."""
 
@@ -11,8 +11,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_records_match_the_diagnosis_of_the_same_chunks(frozen):
-    from ralm.realm.answer_supervision import answer_records
-    from ralm.realm.run import load_run
+    from ralm.realm.training.answer_queries import answer_records
+    from ralm.realm.training.run import load_run
 
     run_dir, diag = frozen  # diagnose(depth=8, reader_depth=4) of the first 6 training chunks
     run = load_run(run_dir)
@@ -28,8 +28,8 @@ def test_records_match_the_diagnosis_of_the_same_chunks(frozen):
 
 
 def test_uniform_spans_are_left_out(frozen):
-    from ralm.realm.answer_supervision import answer_records
-    from ralm.realm.run import load_run
+    from ralm.realm.training.answer_queries import answer_records
+    from ralm.realm.training.run import load_run
 
     run_dir, diag = frozen
     run = load_run(run_dir)
@@ -39,9 +39,9 @@ def test_uniform_spans_are_left_out(frozen):
 
 
 def test_the_query_tower_learns_to_rank_the_chunks_that_hold_the_span(frozen):
-    from ralm.realm.answer_supervision import answer_records
-    from ralm.realm.cached_distill import distill_query_tower, rescore_records
-    from ralm.realm.run import load_run
+    from ralm.realm.training.answer_queries import answer_records
+    from ralm.realm.training.cached_distill import distill_query_tower, rescore_records
+    from ralm.realm.training.run import load_run
 
     run_dir, _ = frozen
     run = load_run(run_dir)
@@ -61,8 +61,8 @@ def test_the_query_tower_learns_to_rank_the_chunks_that_hold_the_span(frozen):
 
 def test_refuses_fewer_than_two_candidates(frozen):
     from ralm.errors import RalmError
-    from ralm.realm.answer_supervision import answer_records
-    from ralm.realm.run import load_run
+    from ralm.realm.training.answer_queries import answer_records
+    from ralm.realm.training.run import load_run
 
     run = load_run(frozen[0])
     with pytest.raises(RalmError, match="depth=1"):

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _refresher(cfg, tmp_path, every=1):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.async_refresh import AsyncRefresher
-    from ralm.realm.build import build_model
+    from ralm.realm.refresh.background import AsyncRefresher
+    from ralm.realm.training.build import build_model
 
     model, _ = build_model(cfg, DocStore(cfg.docstore))
     ref = AsyncRefresher(
@@ -37,7 +37,7 @@ def _vectors(index):
 def test_builder_hands_over_the_index_of_the_snapshot_it_was_given(tiny_cfg, tmp_path):
     import torch
 
-    from ralm.realm.refresh import embed_chunks
+    from ralm.realm.refresh.sync import embed_chunks
 
     model, ref = _refresher(tiny_cfg(), tmp_path)
     try:
@@ -63,7 +63,7 @@ def test_builder_hands_over_the_index_of_the_snapshot_it_was_given(tiny_cfg, tmp
 
 
 def test_async_pretraining_runs_and_never_goes_back_a_version(tiny_cfg):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(
         tiny_cfg(steps=6, refresh_every=1, refresh_mode="async", checkpoint_every=0), progress=False
@@ -79,9 +79,9 @@ def test_async_refresh_with_a_causal_reader(causal_cfg, tmp_path):
     """The builder process embeds with the towers (the retriever), not with the causal reader, and a
     causal run trains with it."""
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import build_model, make_refresher
-    from ralm.realm.refresh import embed_chunks
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.refresh.sync import embed_chunks
+    from ralm.realm.training.build import build_model, make_refresher
+    from ralm.realm.training.trainer import pretrain
     from ralm.train.distributed import Dist
 
     cfg = causal_cfg(refresh_every=1, refresh_mode="async", autocast="off")

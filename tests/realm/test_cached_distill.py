@@ -1,4 +1,4 @@
-"""The query tower trained offline from cached reader scores (`ralm.realm.cached_distill`): the loss is
+"""The query tower trained offline from cached reader scores (`ralm.realm.training.cached_distill`): the loss is
 Atlas's distillation over the cached rows as the model scores them, only the query side learns,
 rescoring keeps the reader's scores with their chunks, and the result loads as a checkpoint."""
 
@@ -17,8 +17,8 @@ def _state(model) -> dict[str, torch.Tensor]:
 
 def _kl(run, records, tau=1.0) -> float:
     """Mean distillation KL over `records`, by the model's own scoring (doc tower run afresh)."""
-    from ralm.realm.evaluate import heldout_batches
-    from ralm.realm.marginal import distillation_loss
+    from ralm.realm.modeling.marginal import distillation_loss
+    from ralm.realm.training.heldout import heldout_batches
 
     by = {r["chunk"]: r for r in records}
     out = []
@@ -32,7 +32,7 @@ def _kl(run, records, tau=1.0) -> float:
 
 
 def test_records_of_training_chunks(frozen):
-    from ralm.realm.run import load_run
+    from ralm.realm.training.run import load_run
 
     run_dir, records = frozen
     run = load_run(run_dir)
@@ -42,8 +42,8 @@ def test_records_of_training_chunks(frozen):
 
 
 def test_first_step_loss_is_the_distillation_kl_and_only_the_query_side_learns(frozen):
-    from ralm.realm.cached_distill import distill_query_tower
-    from ralm.realm.run import load_run
+    from ralm.realm.training.cached_distill import distill_query_tower
+    from ralm.realm.training.run import load_run
 
     run_dir, records = frozen
     run = load_run(run_dir)
@@ -65,8 +65,8 @@ def test_first_step_loss_is_the_distillation_kl_and_only_the_query_side_learns(f
 
 
 def test_training_lowers_the_kl_on_its_records(frozen):
-    from ralm.realm.cached_distill import distill_query_tower
-    from ralm.realm.run import load_run
+    from ralm.realm.training.cached_distill import distill_query_tower
+    from ralm.realm.training.run import load_run
 
     run_dir, records = frozen
     run = load_run(run_dir)
@@ -77,9 +77,9 @@ def test_training_lowers_the_kl_on_its_records(frozen):
 
 
 def test_rescoring_with_the_scoring_model_keeps_pairs_and_the_full_ratio(frozen):
-    from ralm.realm.cached_distill import rescore_records
-    from ralm.realm.diagnose import summarize
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.diagnose import summarize
+    from ralm.realm.training.cached_distill import rescore_records
+    from ralm.realm.training.run import load_run
 
     run_dir, records = frozen
     run = load_run(run_dir)
@@ -115,8 +115,8 @@ def test_rescoring_with_the_scoring_model_keeps_pairs_and_the_full_ratio(frozen)
 def test_saved_towers_load_as_a_checkpoint(frozen, tmp_path):
     import shutil
 
-    from ralm.realm.cached_distill import distill_query_tower, save_distilled
-    from ralm.realm.run import load_run
+    from ralm.realm.training.cached_distill import distill_query_tower, save_distilled
+    from ralm.realm.training.run import load_run
 
     run_dir, records = frozen
     out = tmp_path / "distilled"
@@ -135,9 +135,9 @@ def test_saved_towers_load_as_a_checkpoint(frozen, tmp_path):
 
 def test_refuses_a_run_whose_reader_learns(frozen, causal_cfg, tmp_path):
     from ralm.errors import RalmError
-    from ralm.realm.cached_distill import distill_query_tower
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.cached_distill import distill_query_tower
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     _, records = frozen
     run = load_run(pretrain(causal_cfg(out=str(tmp_path / "t"), steps=1, checkpoint_every=1), progress=False))
@@ -148,7 +148,7 @@ def test_refuses_a_run_whose_reader_learns(frozen, causal_cfg, tmp_path):
 
 
 def test_in_batch_negatives_rows_by_hand():
-    from ralm.realm.cached_distill import _with_in_batch_negatives
+    from ralm.realm.training.cached_distill import _with_in_batch_negatives
 
     rows = np.array([[5, 7], [7, 9]])
     lp = torch.tensor([[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]])
@@ -162,9 +162,9 @@ def test_in_batch_negatives_rows_by_hand():
 
 def test_in_batch_negatives_loss_by_hand(frozen):
     from ralm.errors import RalmError
-    from ralm.realm.cached_distill import distill_query_tower
-    from ralm.realm.evaluate import heldout_batches
-    from ralm.realm.run import load_run
+    from ralm.realm.training.cached_distill import distill_query_tower
+    from ralm.realm.training.heldout import heldout_batches
+    from ralm.realm.training.run import load_run
 
     run_dir, records = frozen
     run = load_run(run_dir)

@@ -23,10 +23,10 @@ def _naive_rrf(lists, k, rrf_k=60.0):
 @pytest.fixture(scope="module")
 def parts(realm_store, tiny_dir, tmp_path_factory):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import build_model
-    from ralm.realm.candidates import candidate_search
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.modeling.candidates import candidate_search
+    from ralm.realm.refresh.sync import SyncRefresher
+    from ralm.realm.training.build import build_model
 
     cfg = PretrainConfig(
         docstore=str(realm_store),
@@ -94,9 +94,9 @@ def test_bm25_indexes_the_decoded_chunks(parts):
 
 
 def test_pretraining_with_hybrid_candidates_runs_and_reloads(tiny_cfg, tmp_path):
-    from ralm.realm.candidates import HybridCandidates
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.modeling.candidates import HybridCandidates
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(tiny_cfg(steps=2, candidates="hybrid", candidate_depth=4, bm25_lang="en"), progress=False)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

@@ -32,20 +32,20 @@ def store(realm_store):
 
 def _collator(store, tiny_dir, lm_tok, **kw):
     from ralm.models.tokenizers import load_tokenizer
-    from ralm.realm.causal_masking import CausalMaskingCollator
+    from ralm.realm.masking.causal import CausalMaskingCollator
 
     return CausalMaskingCollator(store, load_tokenizer(tiny_dir), lm_tok, seed=1, **kw)
 
 
 def _batch(store, col, n=3):
-    from ralm.realm.masking import eligible_ids
+    from ralm.realm.masking.mlm import eligible_ids
 
     return col(eligible_ids(store, col.cfg)[:n])
 
 
 # ----------------------------------------------------------------------------- the text view
 def test_span_query_and_merging():
-    from ralm.realm.causal_masking import SpanQuery, merge_char_spans, span_query
+    from ralm.realm.masking.causal import SpanQuery, merge_char_spans, span_query
 
     text = "Ibsen ble født i Skien i 1828 og døde i Kristiania."
     q = span_query(text, [(17, 22, "link"), (25, 29, "date"), (40, 50, "random")])
@@ -67,7 +67,7 @@ def test_span_query_and_merging():
 
 @pytest.mark.parametrize("lm", LMS)
 def test_lm_rows_score_span_tokens_only(causal_dirs, lm):
-    from ralm.realm.causal_masking import SpanQuery, lm_rows
+    from ralm.realm.masking.causal import SpanQuery, lm_rows
 
     _, tok = _lm(causal_dirs[lm])
     q = SpanQuery("Oslo is the capital of [1]. It was founded in [2].", ["Norway", "1040"], ["link", "date"])
@@ -89,7 +89,7 @@ def test_collator_masks_like_the_mlm_collator(store, tiny_dir, causal_dirs):
     """Same chunks, same generators: the tower's view is MaskingCollator's, and every masked span's
     text is in the target while the masked text keeps everything else."""
     from ralm.models.tokenizers import load_tokenizer
-    from ralm.realm.masking import MaskingCollator, eligible_ids
+    from ralm.realm.masking.mlm import MaskingCollator, eligible_ids
 
     _, lm_tok = _lm(causal_dirs["llama"])
     ids = eligible_ids(store, MaskingCollator(store, load_tokenizer(tiny_dir)).cfg)[:6]
@@ -141,8 +141,8 @@ def _naive(lm, tok, prefix, doc_text, q, blank="[{i}]"):
 
 @pytest.mark.parametrize("lm_name", LMS)
 def test_span_log_prob_equals_naive_sum(store, tiny_dir, causal_dirs, lm_name):
-    from ralm.realm.causal_masking import SpanQuery
-    from ralm.realm.causal_reader import CausalReader
+    from ralm.realm.masking.causal import SpanQuery
+    from ralm.realm.readers.causal import CausalReader
 
     lm, tok = _lm(causal_dirs[lm_name])
     reader = CausalReader(lm, tok, max_length=400, store=store).eval()
@@ -167,9 +167,9 @@ def test_span_log_prob_equals_naive_sum(store, tiny_dir, causal_dirs, lm_name):
 
 
 def test_null_document_equals_closed_book(store, tiny_dir, causal_dirs):
-    from ralm.realm.causal_reader import CausalReader
-    from ralm.realm.model import ChunkDocs, RealmModel
-    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.modeling.model import ChunkDocs, RealmModel
+    from ralm.realm.readers.causal import CausalReader
+    from ralm.realm.refresh.sync import SyncRefresher
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
     lm, tok = _lm(causal_dirs["gemma3"])
@@ -199,10 +199,10 @@ def test_null_document_equals_closed_book(store, tiny_dir, causal_dirs):
 def test_marginal_gradient_to_the_query_tower(store, tiny_dir, causal_dirs, monkeypatch):
     """d log p(y|x) / d q = sum_z r(z) d_z / sqrt(d), r(z) = p(z|x) (p(y|z,x) / p(y|x) - 1) (REALM §3.3);
     e.g. scores (0, ln 3) and p(y|z,x) = (0.8, 0.2): p(z|x) = (.25, .75), p(y|x) = .35, r = (0.3214, -0.3214)."""
-    from ralm.realm.causal_reader import CausalReader
-    from ralm.realm.marginal import doc_log_probs, marginal_log_likelihood
-    from ralm.realm.model import ChunkDocs, RealmModel
-    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.modeling.marginal import doc_log_probs, marginal_log_likelihood
+    from ralm.realm.modeling.model import ChunkDocs, RealmModel
+    from ralm.realm.readers.causal import CausalReader
+    from ralm.realm.refresh.sync import SyncRefresher
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
     # the hand-computed case through the marginal itself
@@ -255,7 +255,7 @@ def _losses(run):
 
 @pytest.mark.parametrize("mode", ["realm", "mlm"])
 def test_causal_resume_reaches_the_same_parameters(causal_cfg, tmp_path, mode):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     kw = dict(mode=mode, steps=5, checkpoint_every=2, refresh_every=2, grad_accum=2)
     full = pretrain(causal_cfg(out=str(tmp_path / "full"), **kw), progress=False)
@@ -276,9 +276,9 @@ def test_causal_resume_reaches_the_same_parameters(causal_cfg, tmp_path, mode):
 def test_reader_checkpointing_gives_the_same_training(causal_cfg, tmp_path, lora):
     """Recomputing the reader's activations in backward changes memory, not the numbers: the same
     losses and parameters after 3 REALM steps (towers included), with and without LoRA."""
-    from ralm.realm.build import build_model, is_checkpointing
-    from ralm.realm.run import open_stores
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.build import build_model, is_checkpointing
+    from ralm.realm.training.run import open_stores
+    from ralm.realm.training.trainer import pretrain
 
     kw = dict(steps=3, checkpoint_every=3, refresh_every=0, reader_lora_r=lora)
     plain = pretrain(causal_cfg(out=str(tmp_path / "plain"), **kw), progress=False)
@@ -295,9 +295,9 @@ def test_reader_checkpointing_gives_the_same_training(causal_cfg, tmp_path, lora
 
 
 def test_masked_lm_reader_checkpointing(tiny_cfg, tmp_path):
-    from ralm.realm.build import build_model, is_checkpointing
-    from ralm.realm.run import open_stores
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.build import build_model, is_checkpointing
+    from ralm.realm.training.run import open_stores
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(reader_checkpointing=True)
     assert is_checkpointing(build_model(cfg, open_stores(cfg)[0])[0].reader.mlm)
@@ -311,8 +311,8 @@ def test_masked_lm_reader_checkpointing(tiny_cfg, tmp_path):
 
 
 def test_causal_reader_trains_without_its_embeddings(causal_cfg, tmp_path):
-    from ralm.realm.build import build_model, optimizer_for
-    from ralm.realm.run import open_stores
+    from ralm.realm.training.build import build_model, optimizer_for
+    from ralm.realm.training.run import open_stores
 
     cfg = causal_cfg()
     store, _ = open_stores(cfg)
@@ -329,8 +329,8 @@ def test_saved_towers_with_a_reserialised_tokenizer_are_accepted(causal_cfg, tin
     """A saved dual encoder's tokenizer.json may carry padding/truncation settings (another sha256) and
     still give the DocStore's ids: the closed-book run masks with it."""
     from ralm.models.tokenizers import load_tokenizer, tokenizer_fingerprint
-    from ralm.realm.build import build_model
-    from ralm.realm.run import open_stores
+    from ralm.realm.training.build import build_model
+    from ralm.realm.training.run import open_stores
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
     enc = DualEncoder.from_pretrained(tiny_dir, EncoderConfig(max_length=32))
@@ -349,8 +349,8 @@ def test_saved_towers_with_a_reserialised_tokenizer_are_accepted(causal_cfg, tin
 
 
 def test_reader_kind_auto(causal_dirs, tiny_dir, tmp_path):
-    from ralm.realm.build import is_causal_reader
     from ralm.realm.config import PretrainConfig
+    from ralm.realm.training.build import is_causal_reader
 
     def kind(**kw):
         return is_causal_reader(PretrainConfig(docstore="d", out="o", **kw))
@@ -366,7 +366,7 @@ def test_reader_kind_auto(causal_dirs, tiny_dir, tmp_path):
 # ----------------------------------------------------------------------------- inference on runs
 @pytest.fixture(scope="module")
 def causal_runs(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     root = tmp_path_factory.mktemp("causal-runs")
     n = torch.get_num_threads()
@@ -390,8 +390,8 @@ def causal_runs(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
 
 
 def test_evaluate_causal_run_by_kind_and_initial(causal_runs):
-    from ralm.realm.evaluate import evaluate_mlm, format_table
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.evaluate import evaluate_mlm, format_table
+    from ralm.realm.training.run import load_run
 
     run, base = load_run(causal_runs["realm"]), load_run(causal_runs["mlm"])
     rows = evaluate_mlm(run, base)
@@ -445,8 +445,8 @@ def test_evaluate_cli_initial(causal_runs, capsys):
 
 
 def test_evaluate_content_rows_and_ratio_intervals(causal_runs):
-    from ralm.realm.evaluate import evaluate_mlm, ratios
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.evaluate import evaluate_mlm, ratios
+    from ralm.realm.training.run import load_run
 
     rows = evaluate_mlm(load_run(causal_runs["realm"]), load_run(causal_runs["mlm"]))
     for r in rows:
@@ -462,9 +462,9 @@ def test_evaluate_content_rows_and_ratio_intervals(causal_runs):
 
 def test_diagnose_agrees_with_evaluate(causal_runs, capsys):
     from ralm.cli import main
-    from ralm.realm.diagnose import diagnose, score_utility_agreement
-    from ralm.realm.evaluate import evaluate_mlm
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.diagnose import diagnose, score_utility_agreement
+    from ralm.realm.inference.evaluate import evaluate_mlm
+    from ralm.realm.training.run import load_run
 
     run, base = load_run(causal_runs["realm"]), load_run(causal_runs["mlm"])
     diag = diagnose(run, base, depth=10, reader_depth=4)
@@ -529,8 +529,8 @@ def test_diagnose_agrees_with_evaluate(causal_runs, capsys):
 
 
 def test_fill_causal_run(causal_runs):
-    from ralm.realm.fill import fill, fill_many
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.fill import fill, fill_many
+    from ralm.realm.training.run import load_run
 
     run = load_run(causal_runs["realm"])
     res = fill(run, "Oslo is the capital of [MASK]. It was founded in [MASK] [MASK] by Harald.")
@@ -553,8 +553,8 @@ def test_fill_causal_run(causal_runs):
 def test_export_causal_reader(causal_runs, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from ralm.realm.export import export_reader
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.export import export_reader
+    from ralm.realm.training.run import load_run
 
     run = load_run(causal_runs["realm"])
     out = export_reader(run, tmp_path / "reader")
@@ -571,9 +571,9 @@ def test_export_causal_reader(causal_runs, tmp_path):
 
 
 def test_lora_reader_trains_adapters_and_exports_merged(causal_cfg, tmp_path):
-    from ralm.realm.export import export_reader
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.inference.export import export_reader
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(causal_cfg(reader_lora_r=2, steps=2, checkpoint_every=2), progress=False)
     loaded = load_run(run)
@@ -682,7 +682,7 @@ def test_decoder_lm_towers_are_refused_in_one_line(causal_cfg, causal_dirs, real
     """REALM's masked queries need [CLS]/[SEP]/[MASK]: decoder-LM towers (raw, or a saved encoder made
     from one) are refused before anything is written, naming the towers."""
     from ralm.errors import RalmError
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
     g = str(causal_dirs["gemma3"])

@@ -5,7 +5,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from ralm.errors import RalmError
-from ralm.realm.diagnose import score_utility_agreement
+from ralm.realm.inference.diagnose import score_utility_agreement
 
 
 def test_hand_computed_case():
@@ -55,7 +55,7 @@ def test_shapes_are_checked():
 
 
 def test_query_signal_hand_computed():
-    from ralm.realm.diagnose import query_signal
+    from ralm.realm.inference.diagnose import query_signal
 
     recs = [
         # the docstring's case: chunk 0 holds the span; the prior ranks it second

@@ -37,7 +37,7 @@ def _truncate(path, size):
 # ----------------------------------------------------------------------------- damaged checkpoints
 def test_state_json_records_every_checkpoint_file(tiny_cfg):
     from ralm.integrity import check_digests
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(tiny_cfg(steps=1), progress=False)
     ckpt = run / "checkpoints" / "step-0000001"
@@ -50,7 +50,7 @@ def test_state_json_records_every_checkpoint_file(tiny_cfg):
 
 
 def test_resume_falls_back_from_a_truncated_checkpoint(tiny_cfg, tmp_path, capsys):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     kw = dict(steps=3, checkpoint_every=1, keep_checkpoints=3)
     full = pretrain(tiny_cfg(out=str(tmp_path / "full"), **kw), progress=False)
@@ -73,8 +73,8 @@ def test_resume_falls_back_from_a_truncated_checkpoint(tiny_cfg, tmp_path, capsy
 
 def test_a_flipped_byte_is_found_and_every_reader_falls_back(tiny_cfg, capsys):
     from ralm.cli import main
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(tiny_cfg(steps=2, checkpoint_every=1), progress=False)
     m = run / "checkpoints" / "step-0000002" / "model.safetensors"
@@ -102,7 +102,7 @@ def test_a_flipped_byte_is_found_and_every_reader_falls_back(tiny_cfg, capsys):
 
 def test_no_intact_checkpoint_is_one_line(tiny_cfg, capsys):
     from ralm.cli import main
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=2, checkpoint_every=1)
     run = pretrain(cfg, progress=False)
@@ -126,8 +126,8 @@ def test_no_intact_checkpoint_is_one_line(tiny_cfg, capsys):
 def test_unrecorded_checkpoint_that_safetensors_cannot_read_is_one_line(tiny_cfg, capsys):
     """A checkpoint written before files were recorded: the loader's error becomes one line."""
     from ralm.cli import main
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=1)
     run = pretrain(cfg, progress=False)
@@ -161,8 +161,8 @@ def test_unrecorded_checkpoint_that_safetensors_cannot_read_is_one_line(tiny_cfg
 
 # ----------------------------------------------------------------------------- metrics.jsonl
 def test_torn_last_metrics_line_is_dropped_with_a_note(tiny_cfg, capsys):
-    from ralm.realm.plot import read_metrics
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.inference.plot import read_metrics
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=3, checkpoint_every=1)
     run = pretrain(cfg, progress=False, stop_after=2)
@@ -181,7 +181,7 @@ def test_torn_last_metrics_line_is_dropped_with_a_note(tiny_cfg, capsys):
 
 def test_bad_metrics_line_in_the_middle_is_an_error(tiny_cfg, capsys):
     from ralm.cli import main
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=3, checkpoint_every=1)
     run = pretrain(cfg, progress=False, stop_after=2)
@@ -227,7 +227,7 @@ def hold_lock():
 def test_a_second_writer_and_overwrite_of_a_live_run_are_refused(tiny_cfg, tmp_path, hold_lock, capsys):
     from ralm.cli import main
     from ralm.locks import holder
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=1)
     run = pretrain(cfg, progress=False)
@@ -266,7 +266,7 @@ def test_a_second_writer_and_overwrite_of_a_live_run_are_refused(tiny_cfg, tmp_p
 
 
 def test_pretrain_holds_the_lock_while_it_writes(tiny_cfg, monkeypatch):
-    import ralm.realm.trainer as trainer
+    import ralm.realm.training.trainer as trainer
     from ralm.locks import holder
 
     seen = []
@@ -285,7 +285,7 @@ def test_pretrain_holds_the_lock_while_it_writes(tiny_cfg, monkeypatch):
 
 
 def test_leftover_temp_directories_are_cleared_on_resume(tiny_cfg):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=3, checkpoint_every=1)
     run = pretrain(cfg, progress=False, stop_after=2)
@@ -300,7 +300,7 @@ def test_leftover_temp_directories_are_cleared_on_resume(tiny_cfg):
 # ----------------------------------------------------------------------------- index / corpus mismatch
 def test_resume_on_a_rebuilt_corpus_says_what_fits(tiny_cfg, realm_store, tmp_path, tiny_dir):
     from ralm.corpus.build import BuildConfig, build_docstore
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     store = tmp_path / "store"
     shutil.copytree(realm_store, store)
@@ -321,7 +321,7 @@ def test_resume_on_a_rebuilt_corpus_says_what_fits(tiny_cfg, realm_store, tmp_pa
 
 
 def test_unreadable_index_in_an_unrecorded_checkpoint(tiny_cfg):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=3, checkpoint_every=1)
     run = pretrain(cfg, progress=False, stop_after=2)
@@ -420,7 +420,7 @@ def test_set_values_of_the_wrong_type_are_one_line(tmp_path, capsys, setting, wa
 
 def test_resume_without_any_checkpoint_starts_over_cleanly(tiny_cfg):
     """A run that died before its first checkpoint: --resume starts at step 1, metrics logged once."""
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=2, checkpoint_every=0)
     run = pretrain(cfg, progress=False)
@@ -432,7 +432,7 @@ def test_resume_without_any_checkpoint_starts_over_cleanly(tiny_cfg):
 
 
 def test_resume_into_a_foreign_directory_deletes_nothing(tiny_cfg, tmp_path):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     d = tmp_path / "mine"
     d.mkdir()
@@ -444,7 +444,7 @@ def test_resume_into_a_foreign_directory_deletes_nothing(tiny_cfg, tmp_path):
 def test_fallback_past_a_newer_index_version_keeps_the_one_it_resumes_with(tiny_cfg, capsys):
     """Falling back to step 1 (index v0) while RUN/index holds v1: v1 belongs to the discarded
     steps; the next checkpoint links v0 (was: v0 pruned in favour of v1, FileNotFoundError)."""
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=3, checkpoint_every=1, refresh_every=2, keep_checkpoints=3)
     run = pretrain(cfg, progress=False, stop_after=2)
@@ -472,7 +472,7 @@ def _files(d):
 
 
 def test_rerunning_a_finished_run_says_so_and_changes_nothing(tiny_cfg, capsys):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(tiny_cfg(steps=2, checkpoint_every=1), progress=False)
     before = _files(run)

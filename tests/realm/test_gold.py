@@ -1,4 +1,4 @@
-"""`ralm.realm.gold`: a causal REALM run scored on queries whose right document is known, checked
+"""`ralm.realm.inference.gold`: a causal REALM run scored on queries whose right document is known, checked
 against references computed apart (a brute-force search over every chunk, the evaluation's own
 span scores, the reader's greedy generation) on a tiny records world."""
 
@@ -33,8 +33,8 @@ def world(tmp_path_factory, tiny_dir):
 
 
 def _runs(world, causal_cfg, tmp_path):
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     root, _ = world
     common = dict(
@@ -56,7 +56,7 @@ def _runs(world, causal_cfg, tmp_path):
 
 def test_gold_chunks_map_queries_to_the_documents_that_state_their_values(world):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.gold import gold_chunks, read_gold
+    from ralm.realm.inference.gold import gold_chunks, read_gold
 
     root, w = world
     corpus, held = DocStore(root / "corpus"), DocStore(root / "heldout")
@@ -71,9 +71,10 @@ def test_gold_chunks_map_queries_to_the_documents_that_state_their_values(world)
 
 def test_measures_match_their_references(world, causal_cfg, tmp_path):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.causal_fill import generate_spans
-    from ralm.realm.evaluate import causal_span_scores, heldout_batches
-    from ralm.realm.gold import evaluate_gold, gold_chunks, read_gold, with_queries
+    from ralm.realm.inference.causal_fill import generate_spans
+    from ralm.realm.inference.evaluate import causal_span_scores
+    from ralm.realm.inference.gold import evaluate_gold, gold_chunks, read_gold, with_queries
+    from ralm.realm.training.heldout import heldout_batches
 
     root, _ = world
     realm, closed = _runs(world, causal_cfg, tmp_path)
@@ -109,7 +110,7 @@ def test_measures_match_their_references(world, causal_cfg, tmp_path):
         assert r["lp_oracle"] <= 0 and r["span"] == held.get(int(ids[b]))["links"][0]["target"]
     # the oracle's fill is the reader's greedy generation given the gold chunk
     col_spans = [r["span"] for r in recs]
-    from ralm.realm.evaluate import eval_collator
+    from ralm.realm.training.heldout import eval_collator
 
     col = eval_collator(qrun)
     sq = [
@@ -146,7 +147,7 @@ def test_measures_match_their_references(world, causal_cfg, tmp_path):
 
 def test_bad_gold_is_refused(world, causal_cfg, tmp_path):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.gold import evaluate_gold
+    from ralm.realm.inference.gold import evaluate_gold
 
     root, _ = world
     realm, _ = _runs(world, causal_cfg, tmp_path)

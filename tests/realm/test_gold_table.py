@@ -1,4 +1,4 @@
-"""`ralm.realm.gold_table`: the demo's before/after table from two gold evaluations written by hand."""
+"""`ralm.realm.inference.gold_table`: the demo's before/after table from two gold evaluations written by hand."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def _write(run, name, summary, **extra):
 
 
 def test_figures_and_table_from_the_two_evaluations(tmp_path, capsys):
-    from ralm.realm.gold_table import demo_figures, main
+    from ralm.realm.inference.gold_table import demo_figures, main
 
     _write(tmp_path, "eval_gold_initial.json", {"queries": 4, "recall@1": 0.5, "p_right": 0.25})
     after = {"queries": 4, "recall@1": 1.0, "p_right": 0.75}
@@ -47,7 +47,7 @@ def test_figures_and_table_from_the_two_evaluations(tmp_path, capsys):
 
 
 def test_a_missing_evaluation_is_one_line_and_exit_2(tmp_path, capsys):
-    from ralm.realm.gold_table import main
+    from ralm.realm.inference.gold_table import main
 
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def runs(realm_store, tiny_dir, tmp_path_factory):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     root = tmp_path_factory.mktemp("runs")
     base = dict(steps=3, heldout=4, checkpoint_every=0)
@@ -28,8 +28,8 @@ def runs(realm_store, tiny_dir, tmp_path_factory):
 
 
 def test_evaluate_mlm_table(runs):
-    from ralm.realm.evaluate import evaluate_mlm, format_table
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.evaluate import evaluate_mlm, format_table
+    from ralm.realm.training.run import load_run
 
     run, base = load_run(runs[0]), load_run(runs[1])
     rows = evaluate_mlm(run, base, batch_size=3)
@@ -43,7 +43,7 @@ def test_evaluate_mlm_table(runs):
         assert a.nll == pytest.approx(b.nll, abs=1e-5)
     assert "realm reader alone" in format_table(rows)
     # eval masks are salient spans only: every masked token lies in a salient span of its chunk
-    from ralm.realm.evaluate import heldout_batches
+    from ralm.realm.training.heldout import heldout_batches
 
     for batch in heldout_batches(run, run.heldout_ids, 8):
         for b, cid in enumerate(batch["source_ids"].tolist()):
@@ -54,8 +54,8 @@ def test_evaluate_mlm_table(runs):
 
 
 def test_baseline_trained_on_heldout_chunks_is_refused(runs, tmp_path):
-    from ralm.realm.evaluate import evaluate_mlm
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.evaluate import evaluate_mlm
+    from ralm.realm.training.run import load_run
 
     run, base = load_run(runs[0]), load_run(runs[1])
     base.train_ids = np.concatenate([base.train_ids, run.heldout_ids[:1]])
@@ -67,8 +67,8 @@ def test_export_reader_round_trip(runs, tmp_path):
     """AutoModelForMaskedLM on the export gives the run's reader logits; the towers load too."""
     from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-    from ralm.realm.export import export_reader, export_retriever
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.export import export_reader, export_retriever
+    from ralm.realm.training.run import load_run
 
     run = load_run(runs[0], device="cpu")
     out = export_reader(run, tmp_path / "reader")
@@ -107,9 +107,9 @@ def test_export_reader_round_trip(runs, tmp_path):
 
 
 def test_fill_on_tiny_model(runs):
-    from ralm.realm.fill import fill
-    from ralm.realm.marginal import marginal_log_likelihood
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.fill import fill
+    from ralm.realm.modeling.marginal import marginal_log_likelihood
+    from ralm.realm.training.run import load_run
 
     run = load_run(runs[0])
     res = fill(run, "Oslo is the capital of [MASK] and [MASK].", top=3)
@@ -123,7 +123,7 @@ def test_fill_on_tiny_model(runs):
         if d.chunk_id >= 0:
             assert d.title and d.text == run.store.get(d.chunk_id)["text"]
     # p(y|x) of the marginal prediction: recompute Σ_z p(z|x) Π_j p(y_j|z,x) with the reader directly
-    from ralm.realm.reader import build_reader_inputs
+    from ralm.realm.readers.mlm import build_reader_inputs
 
     tok = run.tokenizer
     enc = tok(res.text, return_tensors="pt")
@@ -146,7 +146,7 @@ def test_fill_on_tiny_model(runs):
 
 
 def test_plot_and_ema(runs, tmp_path):
-    from ralm.realm.plot import ema, plot_runs
+    from ralm.realm.inference.plot import ema, plot_runs
 
     np.testing.assert_allclose(ema(np.array([1.0, 3.0, 3.0]), 0.5), [1.0, 2.0, 2.5])
     png = plot_runs(list(runs), tmp_path / "curves.png")

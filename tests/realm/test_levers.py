@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 # ----------------------------------------------------------------------------- pure math
 def test_span_marginal_equals_a_naive_loop():
-    from ralm.realm.marginal import span_marginal_log_likelihood
+    from ralm.realm.modeling.marginal import span_marginal_log_likelihood
 
     g = torch.Generator().manual_seed(0)
     lpz = torch.log_softmax(torch.randn(3, 4, generator=g), 1)
@@ -36,7 +36,7 @@ def test_span_marginal_equals_a_naive_loop():
 
 
 def test_distillation_loss_hand_computed():
-    from ralm.realm.marginal import distillation_loss
+    from ralm.realm.modeling.marginal import distillation_loss
 
     # p(z|x) = (.5, .5), log p(y|z,x) = (0, -inf): target (1, 0), KL = ln 2
     lpz = torch.tensor([[0.5, 0.5]]).log().requires_grad_(True)
@@ -54,7 +54,7 @@ def test_distillation_loss_hand_computed():
 
 
 def test_prior_learns_its_scale_and_null_logit():
-    from ralm.realm.prior import RetrievalPrior
+    from ralm.realm.modeling.prior import RetrievalPrior
 
     scores = torch.tensor([[2.0, 1.0, 0.0]])
     fixed = RetrievalPrior("fixed")
@@ -74,7 +74,7 @@ def test_null_logit_gives_no_gradient_to_raise_every_score():
     changes nothing, and no loss may push every score up at once: the gradient over a query's scores
     sums to 0. (With the mean detached, a loss that wants less null mass pushed every score, and
     the query vector's norm, up without end: retrieval drifted to hub chunks, issue 45.)"""
-    from ralm.realm.prior import RetrievalPrior
+    from ralm.realm.modeling.prior import RetrievalPrior
 
     prior = RetrievalPrior("learned", null_logit=True, null_logit_init=0.5)
     scores = torch.tensor([[2.0, 1.0, 0.0], [0.5, -1.0, 3.0]], requires_grad=True)
@@ -95,8 +95,8 @@ def store(realm_store):
 
 def _model(store, tiny_dir, causal_dirs, lm_name="llama", **kw):
     from ralm.models.causal import load_causal_lm
-    from ralm.realm.causal_reader import CausalReader
-    from ralm.realm.model import ChunkDocs, RealmModel
+    from ralm.realm.modeling.model import ChunkDocs, RealmModel
+    from ralm.realm.readers.causal import CausalReader
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
     lm, tok, _ = load_causal_lm(str(causal_dirs[lm_name]))
@@ -115,8 +115,8 @@ def _model(store, tiny_dir, causal_dirs, lm_name="llama", **kw):
 
 def _batch(store, tiny_dir, tok, n=3, **masking):
     from ralm.models.tokenizers import load_tokenizer
-    from ralm.realm.causal_masking import CausalMaskingCollator
-    from ralm.realm.masking import MaskingConfig, eligible_ids
+    from ralm.realm.masking.causal import CausalMaskingCollator
+    from ralm.realm.masking.mlm import MaskingConfig, eligible_ids
 
     cfg = MaskingConfig(**masking)
     col = CausalMaskingCollator(store, load_tokenizer(tiny_dir), tok, cfg, seed=1)
@@ -124,7 +124,7 @@ def _batch(store, tiny_dir, tok, n=3, **masking):
 
 
 def _search(model):
-    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.refresh.sync import SyncRefresher
 
     ref = SyncRefresher(model.docs, autocast="off")
     ref.refresh(model.encoder, 0)
@@ -157,8 +157,8 @@ def test_per_span_scores_and_marginal_through_the_reader(store, tiny_dir, causal
 def test_mlm_reader_per_token_marginal(tiny_cfg):
     """A masked-LM reader with marginal = "span" marginalises per masked token (REALM's code)."""
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import build_model, make_collator
-    from ralm.realm.masking import eligible_ids
+    from ralm.realm.masking.mlm import eligible_ids
+    from ralm.realm.training.build import build_model, make_collator
 
     cfg = tiny_cfg(marginal="span")
     store = DocStore(cfg.docstore)
@@ -288,7 +288,7 @@ def test_frozen_reader_gives_the_same_loss_and_retriever_gradient(
 def test_frozen_reader_run_keeps_the_reader_and_trains_the_towers(causal_cfg, tmp_path):
     from ralm.errors import RalmError
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = dict(reader_train="freeze", retriever_train="query", steps=2, checkpoint_every=1, warmup_steps=0)
     run = pretrain(causal_cfg(out=str(tmp_path / "f"), lr_retriever=1e-3, **cfg), progress=False)
@@ -306,7 +306,7 @@ def test_frozen_reader_run_keeps_the_reader_and_trains_the_towers(causal_cfg, tm
 
 
 def test_query_side_only_leaves_doc_tower_and_index_bit_identical(causal_cfg, tmp_path):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(
         causal_cfg(
@@ -348,7 +348,7 @@ def test_query_side_only_leaves_doc_tower_and_index_bit_identical(causal_cfg, tm
 def test_fixed_scale_stays_fixed_and_learned_ones_move(causal_cfg, tmp_path):
     import json
 
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     fixed = pretrain(causal_cfg(out=str(tmp_path / "f"), steps=2, checkpoint_every=2), progress=False)
     learned = pretrain(
@@ -372,7 +372,7 @@ def test_fixed_scale_stays_fixed_and_learned_ones_move(causal_cfg, tmp_path):
 def test_distill_run_trains_and_logs_the_kl(causal_cfg, tmp_path):
     import json
 
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(
         causal_cfg(
@@ -387,7 +387,7 @@ def test_distill_run_trains_and_logs_the_kl(causal_cfg, tmp_path):
 # ----------------------------------------------------------------------------- masking and rows
 def test_masking_caps_spans_per_chunk(store, tiny_dir):
     from ralm.models.tokenizers import load_tokenizer
-    from ralm.realm.masking import MaskingCollator, MaskingConfig, eligible_ids
+    from ralm.realm.masking.mlm import MaskingCollator, MaskingConfig, eligible_ids
 
     tok = load_tokenizer(tiny_dir)
     for cap in (1, 2):
@@ -407,7 +407,7 @@ def test_masking_caps_spans_per_chunk(store, tiny_dir):
 def test_length_groups_give_the_same_scores(store, tiny_dir, causal_dirs, layout):
     """Rows (packed sequences in the query_first layout) run in length groups score every span token
     as one padded batch does, per span too, and with the same gradient."""
-    from ralm.realm.causal_reader import length_buckets
+    from ralm.realm.readers.causal import length_buckets
 
     assert [g.tolist() for g in length_buckets(np.array([100, 40, 98, 41]), 1.25)] == [[0, 2], [3, 1]]
     assert [g.tolist() for g in length_buckets(np.array([100, 40]), math.inf)] == [[0, 1]]
@@ -436,10 +436,10 @@ def test_length_groups_give_the_same_scores(store, tiny_dir, causal_dirs, layout
 def test_content_token_perplexity_equals_a_hand_count(store, tiny_dir, causal_dirs):
     """Closed-book content-token log-probabilities against full logits of unpadded rows, the content
     tokens counted by hand: those whose characters fall inside a span, never its line break."""
-    from ralm.realm.causal_masking import SpanQuery
-    from ralm.realm.causal_reader import CausalReader
-    from ralm.realm.evaluate import causal_span_scores
-    from ralm.realm.model import RealmModel
+    from ralm.realm.inference.evaluate import causal_span_scores
+    from ralm.realm.masking.causal import SpanQuery
+    from ralm.realm.modeling.model import RealmModel
+    from ralm.realm.readers.causal import CausalReader
 
     _, tok = _model(store, tiny_dir, causal_dirs, k=3)
     lm = _model(store, tiny_dir, causal_dirs, k=3)[0].reader.lm
@@ -476,7 +476,7 @@ def test_content_token_perplexity_equals_a_hand_count(store, tiny_dir, causal_di
 def test_query_first_packed_rows_equal_separate_rows(store, tiny_dir, causal_dirs, lm_name):
     """The query_first layout packs the K documents after one copy of the query; each segment's span
     log-probabilities equal those of its own unpacked row [bos] x z y (full logits, no mask)."""
-    from ralm.realm.causal_reader import CausalReader
+    from ralm.realm.readers.causal import CausalReader
 
     model, tok = _model(store, tiny_dir, causal_dirs, lm_name=lm_name, k=4)
     lm = model.reader.lm
@@ -504,7 +504,7 @@ def test_query_first_packed_rows_equal_separate_rows(store, tiny_dir, causal_dir
 
 
 def test_query_first_training_runs_and_resumes_identically(causal_cfg, tmp_path):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     kw = dict(
         steps=3, checkpoint_every=1, refresh_every=0, reader_layout="query_first", reader_backprop_top=1, k=4
@@ -534,7 +534,7 @@ class _SpanReader:
 
 
 def test_answer_target_by_hand():
-    from ralm.realm.answer_supervision import answer_target
+    from ralm.realm.modeling.answer_target import answer_target
 
     reader = _SpanReader(
         [["Oslo"], ["1040", "Harald"], [""]],
@@ -550,8 +550,8 @@ def test_answer_loss_is_the_kl_on_live_rows_and_the_marginal_leaves_the_retrieve
 ):
     """retriever_loss = answer: the aux term is the distillation KL from the answer target on the rows
     that rank something, 0 elsewhere; the reader's marginal sends the towers no gradient."""
-    from ralm.realm.answer_supervision import answer_target
-    from ralm.realm.marginal import distillation_loss
+    from ralm.realm.modeling.answer_target import answer_target
+    from ralm.realm.modeling.marginal import distillation_loss
 
     model, tok = _model(store, tiny_dir, causal_dirs, k=4, null_doc="logit", retriever_loss="answer")
     model.train()
@@ -574,7 +574,7 @@ def test_answer_loss_is_the_kl_on_live_rows_and_the_marginal_leaves_the_retrieve
 def test_answer_loss_run_trains_and_logs_the_kl(causal_cfg, tmp_path):
     import json
 
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(
         causal_cfg(out=str(tmp_path / "a"), steps=2, checkpoint_every=2, retriever_loss="answer"),
@@ -586,7 +586,7 @@ def test_answer_loss_run_trains_and_logs_the_kl(causal_cfg, tmp_path):
 
 def test_answer_loss_needs_a_causal_reader(tiny_cfg, tmp_path):
     from ralm.errors import RalmError
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     with pytest.raises(RalmError, match="retriever_loss = answer needs a causal reader"):
         pretrain(tiny_cfg(out=str(tmp_path / "m"), steps=1, retriever_loss="answer"), progress=False)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ralm.realm.marginal import doc_log_probs, marginal_log_likelihood, retrieval_utility
+from ralm.realm.modeling.marginal import doc_log_probs, marginal_log_likelihood, retrieval_utility
 
 torch.set_num_threads(1)
 

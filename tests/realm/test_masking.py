@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from ralm.corpus.docstore import SALIENT_SOURCES
-from ralm.realm import (
+from ralm.realm.masking.mlm import (
     BERT_REPLACE,
     MaskingCollator,
     MaskingConfig,
     eligible_ids,
     mask_example,
+    sample_span_lengths,
     span_length_pmf,
 )
-from ralm.realm.masking import sample_span_lengths
 
 MASK, VOCAB = 3, 5000
 SPECIALS = (0, 1, 2, 3, 4)  # pad, unk, cls, sep, mask stand-ins

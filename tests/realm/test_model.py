@@ -13,14 +13,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture
 def parts(realm_store, tiny_dir):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import load_reader
-    from ralm.realm.masking import MaskingCollator, eligible_ids
+    from ralm.realm.masking.mlm import MaskingCollator, eligible_ids
+    from ralm.realm.training.build import load_reader
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 
     store = DocStore(realm_store)
 
     def make(null_doc="empty", k=3, scale=True):
-        from ralm.realm.model import ChunkDocs, RealmModel
+        from ralm.realm.modeling.model import ChunkDocs, RealmModel
 
         torch.manual_seed(0)
         reader, _ = load_reader(str(tiny_dir))
@@ -40,7 +40,7 @@ def reader_tok(d):
 
 
 def refresher_for(model, **kw):
-    from ralm.realm.refresh import SyncRefresher
+    from ralm.realm.refresh.sync import SyncRefresher
 
     r = SyncRefresher(model.docs, autocast="off", **kw)
     r.refresh(model.encoder, 0)
@@ -49,7 +49,7 @@ def refresher_for(model, **kw):
 
 def test_marginal_equals_naive_loop_over_documents(parts):
     """log p(y|x) of the batched model == a loop: each (x, z) alone through towers and reader."""
-    from ralm.realm.reader import build_reader_inputs
+    from ralm.realm.readers.mlm import build_reader_inputs
 
     store, make, batch = parts
     model = make("empty", k=4)
@@ -97,7 +97,7 @@ def test_marginal_equals_naive_loop_over_documents(parts):
 
 def test_source_chunk_is_never_retrieved_and_rest_is_exact(parts):
     """Each chunk's own doc vector as the query: it would be its own top hit; it must never come back."""
-    from ralm.realm.refresh import embed_chunks
+    from ralm.realm.refresh.sync import embed_chunks
 
     store, make, _ = parts
     model = make("none", k=4)
@@ -205,7 +205,7 @@ def test_query_masks_hide_and_keep(parts):
 
 
 def test_answers_found_counts_masked_tokens_present_in_titles_or_bodies():
-    from ralm.realm.model import answers_found
+    from ralm.realm.modeling.model import answers_found
 
     labels = torch.tensor([[-100, 7, 9], [5, -100, 5]])
     docs = [[([7], [1, 2]), ([], [3])], [([], []), ([], [5, 6])]]

@@ -12,8 +12,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_embed_chunks_progress(tiny_cfg, realm_store, capsys):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import build_model
-    from ralm.realm.refresh import embed_chunks
+    from ralm.realm.refresh.sync import embed_chunks
+    from ralm.realm.training.build import build_model
 
     model, _ = build_model(tiny_cfg(), DocStore(realm_store))
     n = len(model.docs)
@@ -27,7 +27,7 @@ def test_embed_chunks_progress(tiny_cfg, realm_store, capsys):
 
 def test_pretrain_shows_every_embedding_and_a_complete_step_bar_first(tiny_cfg, capsys):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
     from ralm.retrieval.index.plan import estimate
 
     cfg = tiny_cfg(steps=4, refresh_every=2, checkpoint_every=0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ralm.errors import RalmError
-from ralm.realm.evaluate import paired_ratio_interval, ratio_gain_interval
+from ralm.realm.inference.evaluate import paired_ratio_interval, ratio_gain_interval
 
 
 def test_hand_computed_case_has_no_spread():

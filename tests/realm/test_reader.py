@@ -7,8 +7,8 @@ import logging
 import pytest
 import torch
 
-from ralm.realm.marginal import doc_log_probs, marginal_log_likelihood
-from ralm.realm.reader import Reader, build_reader_inputs
+from ralm.realm.modeling.marginal import doc_log_probs, marginal_log_likelihood
+from ralm.realm.readers.mlm import Reader, build_reader_inputs
 
 torch.set_num_threads(1)
 
@@ -88,7 +88,7 @@ def _batch(B=2, K=3, seed=0):
 
 
 def test_from_pretrained_logs_fresh_head(tiny_dir, caplog):
-    with caplog.at_level(logging.INFO, logger="ralm.realm.reader"):
+    with caplog.at_level(logging.INFO, logger="ralm.realm.readers.mlm"):
         r = Reader.from_pretrained(tiny_dir)
     assert type(r.mlm).__name__ == "BertForMaskedLM"
     assert "freshly initialised" in caplog.text

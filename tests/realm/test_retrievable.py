@@ -1,4 +1,4 @@
-"""`ralm.realm.retrievable`: a salient span is retrievable when its tokens occur in a corpus chunk
+"""`ralm.realm.masking.retrievable`: a salient span is retrievable when its tokens occur in a corpus chunk
 other than the query's own; checked against a naive scan, and `masking.retrievable_only` masks only
 such spans, in training and in evaluation alike."""
 
@@ -66,7 +66,7 @@ def _naive(queries, corpus, same_corpus: bool) -> list[bool]:
 
 def test_flags_match_a_naive_scan(realm_store, linked_store):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.retrievable import retrievable_share, retrievable_spans
+    from ralm.realm.masking.retrievable import retrievable_share, retrievable_spans
 
     small = DocStore(linked_store)
     flags = retrievable_spans(small, small, same_corpus=True).tolist()
@@ -96,8 +96,8 @@ def test_flags_match_a_naive_scan(realm_store, linked_store):
 
 def test_masking_keeps_to_the_retrievable_spans(linked_store, bert_tokenizer):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.masking import MaskingCollator, MaskingConfig, eligible_ids
-    from ralm.realm.retrievable import retrievable_spans
+    from ralm.realm.masking.mlm import MaskingCollator, MaskingConfig, eligible_ids
+    from ralm.realm.masking.retrievable import retrievable_spans
 
     store = DocStore(linked_store)
     keep = retrievable_spans(store, store, same_corpus=True)
@@ -126,10 +126,10 @@ def test_masking_keeps_to_the_retrievable_spans(linked_store, bert_tokenizer):
 def test_a_run_with_retrievable_only_trains_and_evaluates_on_such_spans(tiny_cfg, linked_store):
     from ralm.corpus.docstore import DocStore
     from ralm.realm.data import span_keep, split_ids
-    from ralm.realm.evaluate import eval_collator
-    from ralm.realm.masking import eligible_ids
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.masking.mlm import eligible_ids
+    from ralm.realm.training.heldout import eval_collator
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(
         docstore=str(linked_store),

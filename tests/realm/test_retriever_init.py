@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file
 
 from ralm.errors import RalmError
-from ralm.realm.build import build_model
 from ralm.realm.config import PretrainConfig
+from ralm.realm.training.build import build_model
 from ralm.train.checkpoint import intact_checkpoint
 
 # the frozen run's settings (tests/realm/conftest.py), without its step count

@@ -17,7 +17,7 @@ def _verify(capsys, run):
 
 
 def test_run_verify(tiny_cfg, tmp_path, capsys):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(tiny_cfg(steps=2, checkpoint_every=1, refresh_every=1, keep_checkpoints=2), progress=False)
     code, out, _ = _verify(capsys, run)

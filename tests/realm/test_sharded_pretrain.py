@@ -67,8 +67,8 @@ def test_sharded_run_resumes_in_one_process(realm_store, nodrop_dir, tmp_path): 
 
 def test_resharding_refusals_name_the_index(realm_store, tmp_path, tiny_dir):
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.model import ChunkDocs
-    from ralm.realm.sharded_refresh import ShardedRefresher
+    from ralm.realm.modeling.model import ChunkDocs
+    from ralm.realm.refresh.sharded import ShardedRefresher
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.index.shard_build import build_sharded
     from ralm.train.distributed import Dist

@@ -1,4 +1,4 @@
-"""`ralm.realm.span_table`: the counted held-out span table of a causal REALM run, checked against
+"""`ralm.realm.inference.span_table`: the counted held-out span table of a causal REALM run, checked against
 references computed apart (a hand-worked holder choice, a naive scan of the corpus for the span,
 SQuAD scores of the records' own fills, the step-0 run's own gold evaluation)."""
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_choose_holder_prefers_the_chunk_sharing_most_words():
-    from ralm.realm.span_table import choose_holder
+    from ralm.realm.inference.span_table import choose_holder
 
     texts = ["oslo is big", "the capital oslo", "bergen", "capital of norway: oslo, the city 1"]
     # "[1] is the capital": chunk 0 shares "is", chunks 1 and 3 share "the" and "capital" (a tie: the
@@ -33,8 +33,8 @@ def runs(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
     """A causal REALM run on the linked corpus with 6 held-out chunks, trained 1 step."""
     from tests.realm.conftest import tiny_config
 
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     out = tmp_path_factory.mktemp("span-table") / "run"
     cfg = tiny_config(
@@ -55,8 +55,8 @@ def runs(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
 
 
 def test_heldout_spans_are_the_first_of_the_split_and_held_elsewhere(runs):
-    from ralm.realm.evaluate import eval_collator
-    from ralm.realm.span_table import heldout_spans
+    from ralm.realm.inference.span_table import heldout_spans
+    from ralm.realm.training.heldout import eval_collator
 
     run, _ = runs
     spans, skipped = heldout_spans(run, 4)
@@ -81,8 +81,8 @@ def test_heldout_spans_are_the_first_of_the_split_and_held_elsewhere(runs):
 
 def test_span_table_counts_match_the_records(runs):
     from ralm.answers import squad_scores
-    from ralm.realm.gold import evaluate_gold
-    from ralm.realm.span_table import format_span_table, span_table
+    from ralm.realm.inference.gold import evaluate_gold
+    from ralm.realm.inference.span_table import format_span_table, span_table
 
     run, initial = runs
     table = span_table(run, n=100, initial=initial, examples=2, batch_size=4)
@@ -134,9 +134,9 @@ def test_evaluate_mlm_spans_cli_writes_json_and_text(runs, tmp_path, capsys):
 
 
 def test_span_table_refuses_a_closed_book_run(tmp_path, causal_cfg):
-    from ralm.realm.run import load_run
-    from ralm.realm.span_table import span_table
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.inference.span_table import span_table
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     closed = load_run(pretrain(causal_cfg(mode="mlm", steps=1, checkpoint_every=1), progress=False))
     with pytest.raises(RalmError, match="needs a REALM run with a causal reader"):

@@ -24,8 +24,8 @@ def trained_encoder(tmp_path_factory, realm_store, tiny_dir):
 
 def test_pretrain_keeps_the_trained_score_scale(tiny_cfg, trained_encoder, tmp_path):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import build_model
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.build import build_model
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(retriever=str(trained_encoder), scale_by_sqrt_dim=False)
     model, _ = build_model(cfg, DocStore(cfg.docstore))

@@ -29,7 +29,7 @@ def _losses(run):
 
 @pytest.mark.parametrize("mode", ["realm", "mlm"])
 def test_resume_reaches_the_same_parameters(tiny_cfg, tmp_path, mode):
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     kw = dict(mode=mode, steps=5, checkpoint_every=2, refresh_every=2, grad_accum=2)
     full = pretrain(tiny_cfg(out=str(tmp_path / "full"), **kw), progress=False)
@@ -49,7 +49,7 @@ def test_resume_reaches_the_same_parameters(tiny_cfg, tmp_path, mode):
 
 def test_run_directory_metrics_and_checkpoints(tiny_cfg, tmp_path):
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(steps=4, k=3, checkpoint_every=1, keep_checkpoints=2, refresh_every=2)
     run = pretrain(cfg, progress=False)
@@ -90,7 +90,7 @@ def test_run_directory_metrics_and_checkpoints(tiny_cfg, tmp_path):
 
 def test_optimizer_groups_and_schedule(tiny_cfg, realm_store):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import build_model, optimizer_for
+    from ralm.realm.training.build import build_model, optimizer_for
 
     cfg = tiny_cfg(null_doc="zeros", lr_reader=3e-4, lr_retriever=1e-5, weight_decay=0.1)
     model, _ = build_model(cfg, DocStore(realm_store))
@@ -109,7 +109,7 @@ def test_optimizer_groups_and_schedule(tiny_cfg, realm_store):
 
 def test_separate_query_corpus(tiny_cfg, realm_store, tmp_path):
     """X != Z: queries come from another store; nothing is excluded (ids mean nothing in Z)."""
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(tiny_cfg(queries=str(realm_store), steps=1, refresh_every=0), progress=False)
     assert (run / "checkpoints" / "step-0000001").is_dir()
@@ -118,7 +118,7 @@ def test_separate_query_corpus(tiny_cfg, realm_store, tmp_path):
 # ----------------------------------------------------------------------------- bad input
 def test_bad_inputs_are_one_clear_error(tiny_cfg, tmp_path, realm_store):
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     with pytest.raises(RalmError, match="lower k"):
         pretrain(tiny_cfg(k=500), progress=False)
@@ -166,8 +166,8 @@ def test_bad_inputs_are_one_clear_error(tiny_cfg, tmp_path, realm_store):
 
 def test_run_from_another_corpus_is_refused(tiny_cfg, tmp_path, tiny_dir):
     from ralm.corpus.build import BuildConfig, build_docstore
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     run = pretrain(tiny_cfg(steps=1), progress=False)
     other = tmp_path / "other.jsonl"
@@ -195,7 +195,7 @@ def test_heldout_split_does_not_depend_on_the_training_strategy(tiny_cfg, realm_
 
     from ralm.corpus.docstore import DocStore
     from ralm.realm.data import split_ids
-    from ralm.realm.masking import eligible_ids
+    from ralm.realm.masking.mlm import eligible_ids
 
     store = DocStore(realm_store)
     sal = tiny_cfg(heldout=4)
@@ -211,9 +211,9 @@ def test_heldout_split_does_not_depend_on_the_training_strategy(tiny_cfg, realm_
 
 def test_initial_index_is_used_and_must_match_the_corpus(tiny_cfg, tmp_path):
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import build_model
-    from ralm.realm.refresh import SyncRefresher
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.refresh.sync import SyncRefresher
+    from ralm.realm.training.build import build_model
+    from ralm.realm.training.trainer import pretrain
 
     cfg = tiny_cfg(out=str(tmp_path / "a"), steps=3, refresh_every=2)
     model, _ = build_model(cfg, DocStore(cfg.docstore))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tests.realm.conftest import wiki_jsonl
 
-from ralm.realm.candidates import TrivialExclusion, queries_are_corpus, trivial_ids
+from ralm.realm.modeling.candidates import TrivialExclusion, queries_are_corpus, trivial_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -66,8 +66,8 @@ def aligned_queries(tmp_path_factory, realm_store, tiny_dir):
 
 
 def _run(cfg):
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
 
     return load_run(pretrain(cfg, progress=False))
 
@@ -75,7 +75,7 @@ def _run(cfg):
 def _query_vectors(run, ids):
     import torch
 
-    from ralm.realm.evaluate import heldout_batches
+    from ralm.realm.training.heldout import heldout_batches
 
     batch = next(iter(heldout_batches(run, np.asarray(ids, dtype=np.int64), len(ids))))
     with torch.no_grad():
@@ -112,7 +112,7 @@ def test_diagnosis_of_a_separate_query_store_finds_the_aligned_chunk(causal_cfg,
     """BM25 over the visible words of chunk i's restatement ranks corpus chunk i among its first two
     (an article's chunks repeat each other); the old rule excluded it from the diagnosis's BM25,
     dense and hybrid candidates alike."""
-    from ralm.realm.diagnose import diagnose
+    from ralm.realm.inference.diagnose import diagnose
 
     run = _run(causal_cfg(queries=str(aligned_queries), steps=1, refresh_every=0, checkpoint_every=1, k=3))
     records = diagnose(run, None, depth=8, reader_depth=4).records

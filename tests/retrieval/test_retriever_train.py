@@ -292,8 +292,8 @@ def test_cli_trains_and_the_encoder_works_in_index_build_and_eval_retrieval(
     report = json.loads((tmp_path / "eval.json").read_text())
     assert report["questions"] == len(QUESTIONS) and f"dense:{enc}" in report["recall"]
     # REALM pre-training starts from the trained towers: the same query and doc vectors as the saved encoder
-    from ralm.realm.build import build_model
     from ralm.realm.config import PretrainConfig
+    from ralm.realm.training.build import build_model
 
     cfg = PretrainConfig(
         docstore=str(context_store.root),

@@ -126,7 +126,7 @@ def serve_realm(serve_store, tiny_dir, tmp_path_factory):
     import torch
 
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     torch.set_num_threads(1)
     cfg = PretrainConfig(

@@ -199,8 +199,8 @@ def test_search_caps_and_bad_requests_are_4xx_with_one_line(serve_clients):
 
 # ----------------------------------------------------------------------------- fill
 def test_fill_equals_fill_called_directly(serve_clients, serve_realm):
-    from ralm.realm.fill import fill
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.fill import fill
+    from ralm.realm.training.run import load_run
 
     run = load_run(serve_realm, device="cpu")
     for text, k in [("Oslo is the capital of [MASK].", 3), ("[MASK] is a country in [MASK].", 2)]:
@@ -216,9 +216,9 @@ def test_fill_on_an_mlm_only_run_is_the_reader_alone(serve_store, tiny_dir, tmp_
     from fastapi.testclient import TestClient
 
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.fill import fill
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.inference.fill import fill
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
     from ralm.serve.app import create_app
 
     cfg = PretrainConfig(
@@ -248,13 +248,13 @@ def test_fill_on_an_mlm_only_run_is_the_reader_alone(serve_store, tiny_dir, tmp_
 
 
 def test_fill_on_a_causal_reader_run(serve_store, tiny_dir, causal_dirs, tmp_path):
-    """A causal-reader run: /api/fill gives ralm.realm.fill's generated spans and p(z|x); the page says so."""
+    """A causal-reader run: /api/fill gives ralm.realm.inference.fill's generated spans and p(z|x); the page says so."""
     from fastapi.testclient import TestClient
 
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.fill import fill
-    from ralm.realm.run import load_run
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.inference.fill import fill
+    from ralm.realm.training.run import load_run
+    from ralm.realm.training.trainer import pretrain
     from ralm.serve.app import create_app
 
     cfg = PretrainConfig(

@@ -89,8 +89,8 @@ def test_batched_search_equals_each_search_alone(serve_targets, kind, retriever)
 
 
 def test_batched_fill_equals_each_fill_alone(serve_targets, serve_realm):
-    from ralm.realm.fill import fill
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.fill import fill
+    from ralm.realm.training.run import load_run
     from ralm.serve.api import fill_text
     from ralm.serve.batched import fill_many_dicts
 

@@ -52,8 +52,8 @@ def world(tmp_path_factory, minilm_dir):
 
 def _heldout_recall(run_dir, root, *, initial: bool) -> dict:
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.gold import evaluate_gold, gold_chunks, read_gold
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.gold import evaluate_gold, gold_chunks, read_gold
+    from ralm.realm.training.run import load_run
 
     run = load_run(run_dir, initial=initial)
     if not initial:  # the corpus as the trained document tower embeds it
@@ -65,7 +65,7 @@ def _heldout_recall(run_dir, root, *, initial: bool) -> dict:
 
 def test_the_retriever_learns_the_right_documents_from_a_frozen_reader(world, smollm2_dir, tmp_path):
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     cfg = PretrainConfig(
         docstore=str(world / "corpus"),
@@ -104,8 +104,8 @@ def _oracle_nll(run_dir, root) -> float:
     import numpy as np
 
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.gold import evaluate_gold, gold_chunks, read_gold
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.gold import evaluate_gold, gold_chunks, read_gold
+    from ralm.realm.training.run import load_run
 
     run = load_run(run_dir)
     held = DocStore(root / "heldout")
@@ -121,7 +121,7 @@ def test_retrieval_pretraining_teaches_the_reader_to_copy_from_its_document(worl
     near 0 (it copies the value), the closed-book reader's stays where the raw model's was (~3 nats).
     If the reader never saw the retrieved documents, or their text, the two would be alike."""
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     common = dict(
         docstore=str(world / "corpus"),

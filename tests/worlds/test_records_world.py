@@ -9,7 +9,7 @@ import json
 import pytest
 
 from ralm.errors import RalmError
-from ralm.realm.gold import read_gold
+from ralm.realm.inference.gold import read_gold
 from ralm.worlds.records import (
     ATTRIBUTES,
     RecordsWorldConfig,

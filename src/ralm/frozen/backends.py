@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import copy
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -85,7 +84,8 @@ def llama_cpp_installed() -> bool:
 
 
 class LlamaCppDecoder:
-    """Greedy decoding in llama.cpp over `gguf` (`n_ctx` positions, `threads` CPU threads)."""
+    """Greedy decoding in llama.cpp over `gguf` (`n_ctx` positions, `threads` CPU threads; default:
+    torch's, which `--threads` and OMP_NUM_THREADS set)."""
 
     name = "llama.cpp"
 
@@ -98,7 +98,9 @@ class LlamaCppDecoder:
             raise RalmError(
                 f"backend llama.cpp: llama-cpp-python is not installed; {LLAMA_CPP_INSTALL}"
             ) from None
-        n = threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or len(os.sched_getaffinity(0))
+        import torch
+
+        n = threads or torch.get_num_threads()  # torch's threads: `--threads` and OMP_NUM_THREADS alike
         try:
             self.llm = llama_cpp.Llama(
                 model_path=str(gguf),
@@ -160,14 +162,12 @@ class TorchInt8Decoder:
         import torch
         from torch.ao.quantization import quantize_dynamic
 
-        from ralm.frozen.lm import FrozenLM
-
         if lm.device.type != "cpu":
             raise RalmError(f"backend torch-int8 runs on a CPU, not {lm.device}; choose --backend torch")
         with warnings.catch_warnings():  # torch.ao's eager quantisation announces its move to torchao
             warnings.simplefilter("ignore")
             q = quantize_dynamic(copy.deepcopy(lm.model), {torch.nn.Linear}, dtype=torch.qint8)
-        self.torch_lm = FrozenLM(q, lm.tokenizer, name=lm.name, device="cpu", autocast="off")
+        self.torch_lm = type(lm)(q, lm.tokenizer, name=lm.name, device="cpu", autocast="off")  # a FrozenLM
 
 
 def open_decoder(backend: str, lm: Any, gguf: Path | None, *, note=None) -> Decoder | None:

@@ -11,7 +11,7 @@ A batch is, per chunk, `[CLS] words [SEP]` (truncated to `max_seq_length`) and t
 T and E are the batch's longest; M = `max_mention_length` (a longer span keeps its first M words).
 
 Masking, deterministic given each example's `np.random.Generator`:
-* words: BERT's masking as `ralm.realm.masking.mask_example` does it ("uniform": 15% of a chunk's
+* words: BERT's masking as `ralm.realm.masking.mlm.mask_example` does it ("uniform": 15% of a chunk's
   tokens, stochastically rounded, at least one, without replacement; 80% [MASK], 10% a random token,
   10% unchanged; special tokens, [CLS]/[SEP]/[PAD] and any [UNK] in the text, never).
 * entities: 15% of the chunk's known entities (stochastically rounded, without replacement)
@@ -38,7 +38,7 @@ from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.luke.annotations import EntitySpans
 from ralm.luke.vocab import MASK_ID, SPECIAL_TOKENS, EntityVocabulary
-from ralm.realm.masking import BERT_REPLACE, IGNORE_INDEX, MaskingConfig, mask_example
+from ralm.realm.masking.mlm import BERT_REPLACE, IGNORE_INDEX, MaskingConfig, mask_example
 
 __all__ = [
     "LukeCollator",

@@ -59,7 +59,7 @@ from ralm.luke.pretrain_run import (
 from ralm.luke.stages import entity_side, set_stage, staged_schedule
 from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.data import batch_positions, example_rngs
-from ralm.realm.run import check_checkpoint_corpus
+from ralm.realm.training.run import check_checkpoint_corpus
 from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics

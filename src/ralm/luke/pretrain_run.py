@@ -70,7 +70,7 @@ def prepare(cfg: LukePretrainConfig) -> Prepared:
     from ralm.luke.init import from_bert
     from ralm.models.names import resolve_model_dir
     from ralm.models.tokenizers import load_tokenizer
-    from ralm.realm.build import check_reader_tokenizer
+    from ralm.realm.training.build import check_reader_tokenizer
 
     store = open_store(cfg.docstore)
     spans = EntitySpans.from_docstore(store, cfg.entity_sources, words=True)

@@ -115,7 +115,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     import subprocess
 
     from ralm.realm.config import CONFIG_FILE, PretrainConfig
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
     from ralm.train.distributed import torchrun_command, without_nproc
 
     if args.nproc is not None and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -139,7 +139,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def _load(run: str, device: str | None, initial: bool = False):
-    from ralm.realm.run import load_run
+    from ralm.realm.training.run import load_run
 
     return load_run(run, device=device, initial=initial)
 
@@ -147,7 +147,7 @@ def _load(run: str, device: str | None, initial: bool = False):
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ralm.realm.evaluate import evaluate_mlm, format_table, ratios
+    from ralm.realm.inference.evaluate import evaluate_mlm, format_table, ratios
 
     run = _load(args.run, args.device, args.initial)
     base = _load(args.baseline, args.device, args.initial) if args.baseline else None
@@ -156,7 +156,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.spans:
         return _evaluate_spans(args, run)
     if args.diagnose:
-        from ralm.realm.diagnose import diagnose, format_diagnosis
+        from ralm.realm.inference.diagnose import diagnose, format_diagnosis
 
         diag = diagnose(
             run, base, n=args.n, depth=args.depth, reader_depth=args.reader_depth, batch_size=args.batch_size
@@ -190,7 +190,14 @@ def _evaluate_gold(args: argparse.Namespace, run) -> int:
 
     from ralm.corpus.docstore import DocStore
     from ralm.errors import CorpusError
-    from ralm.realm.gold import evaluate_gold, examples, format_examples, format_gold, gold_chunks, read_gold
+    from ralm.realm.inference.gold import (
+        evaluate_gold,
+        examples,
+        format_examples,
+        format_gold,
+        gold_chunks,
+        read_gold,
+    )
 
     queries_dir, gold_file = args.gold
     try:
@@ -230,7 +237,7 @@ def _evaluate_gold(args: argparse.Namespace, run) -> int:
 
 def _evaluate_spans(args: argparse.Namespace, run) -> int:
     """`evaluate-mlm --spans`: the counted table over the run's first held-out spans."""
-    from ralm.realm.span_table import format_span_table, span_table
+    from ralm.realm.inference.span_table import format_span_table, span_table
 
     initial = None if args.initial else _load(args.run, args.device, initial=True)
     table = span_table(run, n=args.n or 100, initial=initial, batch_size=args.batch_size)
@@ -251,7 +258,7 @@ def _evaluate_spans(args: argparse.Namespace, run) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ralm.realm.export import export_reader, export_retriever
+    from ralm.realm.inference.export import export_reader, export_retriever
 
     run = _load(args.run, "cpu")
     print(f"reader: {export_reader(run, args.out, overwrite=args.overwrite)}")
@@ -261,7 +268,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_fill(args: argparse.Namespace) -> int:
-    from ralm.realm.fill import fill
+    from ralm.realm.inference.fill import fill
 
     run = _load(args.run, args.device)
     for text in args.text:
@@ -273,14 +280,14 @@ def cmd_fill(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from ralm.realm.plot import plot_runs
+    from ralm.realm.inference.plot import plot_runs
 
     print(f"written: {plot_runs(args.runs, args.out, alpha=args.alpha)}")
     return 0
 
 
 def cmd_run_verify(args: argparse.Namespace) -> int:
-    from ralm.realm.verify import verify_run
+    from ralm.realm.training.verify import verify_run
 
     problems, notes, checked = verify_run(args.run)
     for note in notes:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ralm.atomic import write_text_atomic
 from ralm.errors import RalmError
-from ralm.realm.masking import MaskingConfig
+from ralm.realm.masking.mlm import MaskingConfig
 from ralm.realm.options import CHOICES, HELP, MODES, NULL_DOCS, QUERY_MASKS
 from ralm.typed_config import (
     check_known,

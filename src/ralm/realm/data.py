@@ -1,5 +1,5 @@
 """Which chunks a run trains on and in what order: the held-out split, the seeded data order, the
-per-example mask generators (see `ralm.realm.trainer` on determinism)."""
+per-example mask generators (see `ralm.realm.training.trainer` on determinism)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.realm.config import PretrainConfig
-from ralm.realm.masking import eligible_ids
+from ralm.realm.masking.mlm import eligible_ids
 
 __all__ = ["answer_query_ids", "batch_positions", "example_rngs", "micro_batch_ids", "span_keep", "split_ids"]
 
@@ -19,7 +19,7 @@ __all__ = ["answer_query_ids", "batch_positions", "example_rngs", "micro_batch_i
 def span_keep(cfg: PretrainConfig, qstore: DocStore) -> np.ndarray | None:
     """The salient spans of the query store `qstore` a run may mask (S,) bool, or None for all:
     with `masking.retrievable_only` the ones whose tokens occur in another chunk of the run's
-    knowledge corpus (`ralm.realm.retrievable`, computed once a process per pair of stores)."""
+    knowledge corpus (`ralm.realm.masking.retrievable`, computed once a process per pair of stores)."""
     if not cfg.masking.retrievable_only:
         return None
     return _retrievable(str(qstore.root), cfg.docstore)
@@ -27,8 +27,8 @@ def span_keep(cfg: PretrainConfig, qstore: DocStore) -> np.ndarray | None:
 
 @functools.lru_cache(maxsize=4)
 def _retrievable(queries: str, corpus: str) -> np.ndarray:
-    from ralm.realm.candidates import queries_are_corpus
-    from ralm.realm.retrievable import retrievable_spans
+    from ralm.realm.masking.retrievable import retrievable_spans
+    from ralm.realm.modeling.candidates import queries_are_corpus
 
     q, c = DocStore(queries), DocStore(corpus)
     return retrievable_spans(q, c, same_corpus=queries_are_corpus(c, q))

@@ -175,7 +175,7 @@ async def search_endpoint(
 
 # ----------------------------------------------------------------------------- fill
 def fill_text(t: Target, text: str, k: int | None, top: int) -> dict[str, Any]:
-    """`ralm.realm.fill.fill` on the run, as FillResponse (unbatched)."""
+    """`ralm.realm.inference.fill.fill` on the run, as FillResponse (unbatched)."""
     return fill_many_dicts(t, [text], k, top)[0]
 
 

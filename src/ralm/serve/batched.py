@@ -71,8 +71,8 @@ def search_many(t: Target, retriever: str, k: int, queries: list[str]) -> list[d
 
 
 def fill_many_dicts(t: Target, texts: list[str], k: int | None, top: int) -> list[dict[str, Any]]:
-    """`ralm.realm.fill.fill_many` on the run, as FillResponse dicts."""
-    from ralm.realm.fill import fill_many
+    """`ralm.realm.inference.fill.fill_many` on the run, as FillResponse dicts."""
+    from ralm.realm.inference.fill import fill_many
 
     with t.model_lock:
         results = fill_many(t.realm, texts, k=k, top=top)

@@ -209,7 +209,7 @@ def _with_hybrid(t: Target) -> Target:
 
 
 def _realm(p: Path, device: str | None) -> Target:
-    from ralm.realm.run import load_run, open_stores, read_run_config
+    from ralm.realm.training.run import load_run, open_stores, read_run_config
     from ralm.train.checkpoint import intact_checkpoint
 
     cfg = read_run_config(p)

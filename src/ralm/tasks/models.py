@@ -80,8 +80,8 @@ def prepare_init(
     p = Path(src).expanduser()
     spec: InitSpec
     if model and p.is_dir() and _is_run(p):
-        from ralm.realm.export import export_reader, export_retriever
-        from ralm.realm.run import load_run
+        from ralm.realm.inference.export import export_reader, export_retriever
+        from ralm.realm.training.run import load_run
 
         run = load_run(p, device="cpu")
         init = out / "init"
@@ -184,7 +184,7 @@ def load_task_model(
 def load_retriever_parts(spec: InitSpec, *, reader_tokenizer, k: int, tune: bool, null_doc: bool = True):
     """A `TaskRetriever` from an InitSpec (None when the spec has no retriever)."""
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import check_reader_tokenizer
+    from ralm.realm.training.build import check_reader_tokenizer
     from ralm.tasks.retrieval import TaskRetriever
 
     if spec.docstore is None:

@@ -30,7 +30,7 @@ from torch import nn
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.realm.marginal import doc_log_probs
+from ralm.realm.modeling.marginal import doc_log_probs
 from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.index.dense import DenseIndex, stored_vectors
 
@@ -101,7 +101,7 @@ class TaskRetriever(nn.Module):
             raise RalmError(f"k={k} needs {self.n_retrieved} chunks but {store.root} has {len(store)}")
         self._docs = None  # ChunkDocs: token ids of title and chunk for the reader (dense retrieval)
         if encoder is not None:
-            from ralm.realm.model import ChunkDocs
+            from ralm.realm.modeling.model import ChunkDocs
 
             for p in encoder.doc_tower.parameters():
                 p.requires_grad_(False)

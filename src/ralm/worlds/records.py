@@ -35,7 +35,7 @@ later would be. `check_heldout` verifies that no held-out code or value occurs i
 Files (`write_records_world`): corpus.jsonl (the documents), queries.jsonl (training queries),
 heldout.jsonl (queries about held-out records) and gold.jsonl (each query id -> its document id),
 plus world.json (the settings and counts). Build the first three with `ralm corpus build`; gold.jsonl
-is what `ralm evaluate-mlm RUN --gold heldout/ gold.jsonl` reads (`ralm.realm.gold.read_gold`).
+is what `ralm evaluate-mlm RUN --gold heldout/ gold.jsonl` reads (`ralm.realm.inference.gold.read_gold`).
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ string is the one the reader can copy it from (`realm_learns.py explain`: holdin
 frozen SmolLM2 reader rewards most, +1.7 nats a span against +0.2). Scoring candidates with the
 reader costs seconds a query on a CPU; checking whether a candidate holds the span costs a string
 search. `answer_records` builds, for any chunk ids, records of the same form as
-`ralm.realm.diagnose.diagnose`'s (the top `depth` dense candidates of the masked query, source chunk
+`ralm.realm.inference.diagnose.diagnose`'s (the top `depth` dense candidates of the masked query, source chunk
 excluded, and the null document), with each candidate's target log-likelihood `nats` if the span
 occurs in it (case-folded, as the diagnosis's `has_answer`) and 0 if not, the null document's 0.
-`ralm.realm.cached_distill.distill_query_tower` learns from them like from the reader's scores: the
+`ralm.realm.training.cached_distill.distill_query_tower` learns from them like from the reader's scores: the
 target softmax(lp / tau) puts the mass on the chunks that hold the span. This is distant supervision
 (as DPR's, with the masked span as the answer) applied to REALM's own masked queries: it needs no
 labelled questions and no reader pass, so every training chunk can be a query.
@@ -16,7 +16,7 @@ labelled questions and no reader pass, so every training chunk can be a query.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,61 +24,16 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.models.precision import autocast_context
-from ralm.realm.causal_masking import SPAN_KINDS
 from ralm.realm.data import answer_query_ids, example_rngs
-from ralm.realm.options import ANSWER_SPANS
+from ralm.realm.modeling.answer_target import ANSWER_NATS, answer_target
+from ralm.realm.training.heldout import heldout_batches
 
 if TYPE_CHECKING:
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.model import RealmModel
-    from ralm.realm.run import LoadedRun
+    from ralm.realm.modeling.model import RealmModel
+    from ralm.realm.training.run import LoadedRun
 
-__all__ = ["ANSWER_NATS", "answer_query_step", "answer_records", "answer_target", "span_in_chunk"]
-
-ANSWER_NATS = 5.0
-
-
-def span_in_chunk(reader, cid: int, span: str) -> bool:
-    """Whether chunk `cid` (a real chunk, not the null document -1) holds `span`, case-folded: a
-    diagnosis record's `has_answer`."""
-    return cid >= 0 and bool(span) and span.casefold() in reader.doc_text(cid).casefold()
-
-
-def answer_target(
-    reader,
-    batch: Mapping[str, torch.Tensor],
-    rows: Sequence[Sequence[int]],
-    nats: float = ANSWER_NATS,
-    spans: str = "all",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target of `retriever_loss = "answer"` for a batch of masked queries and their rows of
-    chunk ids (B, K; -1 the null document): (B, K) `nats` times the share of the query's masked spans
-    (the causal reader's `span_texts`) each chunk holds, 0 for the null document, and (B,) whether
-    the row ranks anything (its values are not all equal: with the null document in the row, some
-    chunk holds a span).
-
-    Example: spans ["Oslo"] and ["1040", "Harald"], rows [[a, b, -1], [c, d, -1]] where only a holds
-    "Oslo" and c holds "Harald" -> [[5, 0, 0], [2.5, 0, 0]], live [True, True].
-
-    `spans = "salient"` counts only the salient spans (`batch["lm_span_kind"]` not "random"): a
-    randomly masked word ("the", "first") is in most chunks, so it ranks nothing and dilutes the
-    share; a query with no salient span ranks nothing."""
-    if spans not in ANSWER_SPANS:
-        raise RalmError(f"answer_spans {spans!r}: choose one of {', '.join(ANSWER_SPANS)}")
-    texts_of = reader.span_texts(batch)
-    if spans == "salient":
-        kinds = batch["lm_span_kind"].cpu().tolist()
-        rand = SPAN_KINDS.index("random")
-        texts_of = [[t for j, t in enumerate(row) if kinds[b][j] != rand] for b, row in enumerate(texts_of)]
-    t = torch.zeros(len(rows), len(rows[0]))
-    for b, row in enumerate(rows):
-        texts = [s for s in texts_of[b] if s]
-        if not texts:
-            continue
-        for j, cid in enumerate(row):
-            held = sum(span_in_chunk(reader, int(cid), s) for s in texts)
-            t[b, j] = nats * held / len(texts)
-    return t, t.amax(1) > t.amin(1)
+__all__ = ["answer_query_step", "answer_records"]
 
 
 @torch.inference_mode()
@@ -98,8 +53,6 @@ def answer_records(
     share of the query's spans a chunk holds, 0 for the null; one span a query as the held-out
     chunks are masked, so `nats` or 0). `skip_uniform` leaves out the spans whose `depth` chunks all
     hold the span or all miss it (the null document aside): their target ranks no chunk."""
-    from ralm.realm.evaluate import heldout_batches
-
     model = run.model
     if not model.retrieval or not model.causal:
         raise RalmError(f"{run.cfg.out}: answer records need a REALM run with a causal reader")

@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.realm.evaluate import eval_collator
-from ralm.realm.gold import evaluate_gold, format_examples, row_summary
-from ralm.realm.gold import examples as gold_examples
-from ralm.realm.run import LoadedRun
+from ralm.realm.inference.gold import evaluate_gold, format_examples, row_summary
+from ralm.realm.inference.gold import examples as gold_examples
+from ralm.realm.training.heldout import eval_collator
+from ralm.realm.training.run import LoadedRun
 
 __all__ = ["choose_holder", "format_span_table", "heldout_spans", "span_table"]
 

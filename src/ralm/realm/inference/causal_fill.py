@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.realm.causal_masking import SpanQuery, lm_tensors
-from ralm.realm.run import LoadedRun
+from ralm.realm.masking.causal import SpanQuery, lm_tensors
+from ralm.realm.training.run import LoadedRun
 
 __all__ = ["SpanPrediction", "fill_causal", "generate_spans", "masked_query", "predict_spans"]
 
@@ -171,8 +171,8 @@ def predict_spans(
 
 @torch.inference_mode()
 def fill_causal(run: LoadedRun, texts: Sequence[str], *, k: int | None = None, top: int = 5) -> list:
-    """`ralm.realm.fill.fill_many` for a causal-reader run (see the module docstring)."""
-    from ralm.realm.fill_types import FillDoc, FillResult
+    """`ralm.realm.inference.fill.fill_many` for a causal-reader run (see the module docstring)."""
+    from ralm.realm.inference.fill_types import FillDoc, FillResult
 
     model, dev, tok = run.model, run.device, run.tokenizer
     mask = tok.mask_token or "[MASK]"

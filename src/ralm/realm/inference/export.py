@@ -21,7 +21,7 @@ from ralm.atomic import replace_dir, temp_sibling
 from ralm.errors import RalmError
 from ralm.model_card import model_card, write_model_card
 from ralm.models.quiet import quiet_transformers
-from ralm.realm.run import LoadedRun
+from ralm.realm.training.run import LoadedRun
 
 __all__ = ["export_reader", "export_retriever"]
 

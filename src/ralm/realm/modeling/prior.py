@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from ralm.errors import RalmError
-from ralm.realm.marginal import doc_log_probs
+from ralm.realm.modeling.marginal import doc_log_probs
 
 SCALES = ("fixed", "learned")
 

@@ -68,7 +68,7 @@ class MaskingConfig:
     # own documents: few spans a chunk keep a chunk's query about one or two facts.
     max_spans: int | None = None
     # only the salient spans whose tokens occur in another chunk of the knowledge corpus
-    # (`ralm.realm.retrievable`): the spans a retrieved chunk can help the reader with
+    # (`ralm.realm.masking.retrievable`): the spans a retrieved chunk can help the reader with
     retrievable_only: bool = False
 
     def __post_init__(self) -> None:
@@ -330,7 +330,7 @@ class MaskingCollator:
       source_ids (B,) the chunk ids (REALM excludes a query's own chunk from its retrievals).
     L = longest chunk + 2 (rounded up to `pad_to_multiple_of`). `span_keep` (S,) bool over the
     store's salient spans in stored order: only the kept ones may be masked (None: all; see
-    `ralm.realm.retrievable`). Chunks that cannot be masked
+    `ralm.realm.masking.retrievable`). Chunks that cannot be masked
     (`mask_example` -> None) are dropped, with their ids, so B <= len(ids); pass ids from
     `eligible_ids` to keep B fixed. `return_tensors="np"` gives numpy arrays instead.
     """

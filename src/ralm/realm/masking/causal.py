@@ -1,7 +1,7 @@
 """Masked chunks as a causal reader reads them: text with sentinels, and the masked spans as targets.
 
 Atlas's masked-span pretext task on a decoder. The masks are drawn exactly as for the masked-LM
-reader (`ralm.realm.masking`: salient spans, random spans, on the DocStore's token ids, seeded per
+reader (`ralm.realm.masking.mlm`: salient spans, random spans, on the DocStore's token ids, seeded per
 example), so a causal run and its closed-book baseline mask the same chunks the same way, and
 the query tower sees the same masked ids as before. The reader gets the chunk *text* instead:
 each masked token span is mapped to characters (token offsets from re-tokenizing the chunk
@@ -43,7 +43,7 @@ import numpy as np
 
 from ralm.corpus.docstore import SALIENT_SOURCES, DocStore
 from ralm.errors import RalmError
-from ralm.realm.masking import MaskedExample, MaskingCollator, MaskingConfig
+from ralm.realm.masking.mlm import MaskedExample, MaskingCollator, MaskingConfig
 
 SPAN_KINDS = (*SALIENT_SOURCES, "random")  # what lm_span_kind indexes
 DEFAULT_BLANK = "[{i}]"

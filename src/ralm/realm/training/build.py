@@ -2,7 +2,7 @@
 
 The reader is a masked LM (REALM, BRENT: it fills [MASK]s and reads the DocStore's token ids, so
 the DocStore, the towers and the reader share one tokenizer) or a causal LM
-(`ralm.realm.causal_reader`: it generates the masked spans after the chunk and the masked text, in
+(`ralm.realm.readers.causal`: it generates the masked spans after the chunk and the masked text, in
 its own tokenizer; masks are still drawn on the DocStore's tokens, which the towers read).
 """
 
@@ -18,8 +18,8 @@ import torch
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.realm.config import PretrainConfig
-from ralm.realm.model import ChunkDocs, RealmModel
-from ralm.realm.refresh import SyncRefresher
+from ralm.realm.modeling.model import ChunkDocs, RealmModel
+from ralm.realm.refresh.sync import SyncRefresher
 from ralm.train.distributed import Dist
 from ralm.train.optim import adamw, param_groups
 
@@ -43,7 +43,7 @@ def load_reader(path: str | None):
     """The reader: `Reader.from_pretrained`, with one clear error when no MLM head can be had."""
     from ralm.models.names import resolve_model_dir
     from ralm.models.quiet import quiet_transformers
-    from ralm.realm.reader import Reader
+    from ralm.realm.readers.mlm import Reader
 
     d = resolve_model_dir(path)
     try:
@@ -175,7 +175,7 @@ def load_causal_reader(cfg: PretrainConfig, store: DocStore | None):
     """The causal reader of `cfg`: the LM (float32), embeddings frozen unless asked, LoRA if asked."""
     from ralm.models.causal import load_causal_lm
     from ralm.models.lora import add_lora
-    from ralm.realm.causal_reader import CausalReader
+    from ralm.realm.readers.causal import CausalReader
 
     lm, tok, _ = load_causal_lm(cfg.reader or "minilm", what="reader")
     if cfg.reader_embeddings != "train":
@@ -306,12 +306,12 @@ def make_collator(
 ):
     """The batch maker of a run: `MaskingCollator`, plus the LM's view for a causal reader."""
     from ralm.realm.data import span_keep
-    from ralm.realm.masking import MaskingCollator
+    from ralm.realm.masking.mlm import MaskingCollator
 
     masking = masking if masking is not None else cfg.masking
     kwargs.setdefault("span_keep", span_keep(cfg, qstore) if masking.retrievable_only else None)
     if getattr(model.reader, "kind", "mlm") == "causal":
-        from ralm.realm.causal_masking import CausalMaskingCollator
+        from ralm.realm.masking.causal import CausalMaskingCollator
 
         return CausalMaskingCollator(
             qstore, tokenizer, model.reader.tokenizer, masking, blank=cfg.causal_blank, **kwargs
@@ -321,7 +321,7 @@ def make_collator(
 
 def optimizer_for(model: RealmModel, cfg: PretrainConfig) -> torch.optim.AdamW:
     """AdamW: reader and retriever at their own lr; no decay on biases, norms and the null vector;
-    the learned score scale and null logit (`ralm.realm.prior`) at `lr_scale`, without decay."""
+    the learned score scale and null logit (`ralm.realm.modeling.prior`) at `lr_scale`, without decay."""
     seen: set[int] = set()
     groups = param_groups(model.reader, cfg.lr_reader, cfg.weight_decay, name="reader", skip=seen)
     prior = [p for p in model.prior.parameters()] if model.encoder is not None else []
@@ -362,12 +362,12 @@ def make_refresher(
         progress=progress,
     )
     if cfg.refresh_mode == "sync" and cfg.index_sharding == "rank":
-        from ralm.realm.sharded_refresh import ShardedRefresher
+        from ralm.realm.refresh.sharded import ShardedRefresher
 
         return ShardedRefresher(model.docs, **common)
     if cfg.refresh_mode == "sync":
         return SyncRefresher(model.docs, **common)
-    from ralm.realm.async_refresh import AsyncRefresher
+    from ralm.realm.refresh.background import AsyncRefresher
 
     assert model.encoder is not None
     return AsyncRefresher(

@@ -5,7 +5,7 @@ One reader row per (query x, document z), all tokens of the reader's own tokeniz
     [bos] z_title "\\n" z_text "\\n\\n"  x_masked "\\n"  "[1] " y_1 "\\n" "[2] " y_2 "\\n" ...
     \\_______ document ________/  \\___ query ___/  \\________ target ________/
 
-(`ralm.realm.causal_masking` makes the query and target). The null document is no document at all:
+(`ralm.realm.masking.causal` makes the query and target). The null document is no document at all:
 ``[bos] x_masked "\\n" target``, which is also the closed-book row (the MLM-only baseline of a
 causal run, and the reader extracted on its own). log p(y | x, z) is the sum of the LM's next-token
 log-probabilities of the span tokens only (each span with the line break that ends it, so the

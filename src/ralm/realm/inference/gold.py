@@ -21,7 +21,7 @@ A closed-book run (`mode = "mlm"` with a causal reader) gets the closed-book and
 how often its reader copies the value from the right document is BRENT's question (does retrieval
 pre-training teach the reader to use its context?).
 
-The trivial retrieval follows the run's one rule (`ralm.realm.candidates.trivial_ids`): queries from
+The trivial retrieval follows the run's one rule (`ralm.realm.modeling.candidates.trivial_ids`): queries from
 another store exclude nothing. Left out: more than one span a query (each query's first masked span
 is the one generated; its NLL counts all) and masked-LM readers (generation needs a causal reader).
 """
@@ -42,10 +42,11 @@ from ralm.answers import squad_scores
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype
-from ralm.realm.candidates import queries_are_corpus
-from ralm.realm.causal_fill import predict_spans
-from ralm.realm.evaluate import content_tokens, eval_collator, heldout_batches
-from ralm.realm.run import LoadedRun
+from ralm.realm.inference.causal_fill import predict_spans
+from ralm.realm.inference.evaluate import content_tokens
+from ralm.realm.modeling.candidates import queries_are_corpus
+from ralm.realm.training.heldout import eval_collator, heldout_batches
+from ralm.realm.training.run import LoadedRun
 
 __all__ = [
     "evaluate_gold",

@@ -3,18 +3,18 @@
 REALM and Atlas score a query's candidates with the reader at every step, and the retriever sees each
 query once. With the reader frozen (`reader_train = "freeze"`) and the document tower frozen
 (`retriever_train = "query"`), neither the candidates' vectors nor the reader's log p(y|x,z) of them
-ever change, so both can be computed once: `ralm.realm.diagnose.diagnose(run, ids=...)` scores the
+ever change, so both can be computed once: `ralm.realm.inference.diagnose.diagnose(run, ids=...)` scores the
 top `reader_depth` dense candidates and the null document of any chunks' masked queries (its
 records; the candidates' vectors are the index's), and `distill_query_tower` trains the query tower (and the learned score scale and null
 logit, when the run has them) on those records for several passes with Atlas's perplexity
-distillation (`ralm.realm.marginal.distillation_loss`), the target softmax(log p(y|x,z) / tau) over the
+distillation (`ralm.realm.modeling.marginal.distillation_loss`), the target softmax(log p(y|x,z) / tau) over the
 same candidates and the null document. One reader pass then buys as many retriever updates as the
 passes: how much reader signal the retriever needs before its scores track what the reader can use
 is the question this answers, at a fraction of online REALM's cost.
 
 `rescore_records` applies a trained tower to cached records (held-out ones, say) without the reader:
 the new log p(z|x) over the same candidates, and the candidates re-ordered by it, so that
-`ralm.realm.diagnose.summarize` reports the ratio, entropy and score/utility agreement of the
+`ralm.realm.inference.diagnose.summarize` reports the ratio, entropy and score/utility agreement of the
 re-ranked top k. `save_distilled` writes the result as a checkpoint of the run, which `ralm
 evaluate-mlm --diagnose` reads like any other (there with a fresh search of the whole index).
 """
@@ -30,10 +30,10 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.realm.candidates import in_batch_rows
-from ralm.realm.evaluate import heldout_batches
-from ralm.realm.marginal import distillation_loss
-from ralm.realm.run import LoadedRun
+from ralm.realm.modeling.candidates import in_batch_rows
+from ralm.realm.modeling.marginal import distillation_loss
+from ralm.realm.training.heldout import heldout_batches
+from ralm.realm.training.run import LoadedRun
 
 __all__ = ["NEGATIVES", "distill_query_tower", "rescore_records", "save_distilled"]
 
@@ -114,7 +114,7 @@ def distill_query_tower(
     Returns (optimizer, scheduler, history): history has one row per `log_every` steps (and the
     last) with the mean KL since the previous row.
     """
-    from ralm.realm.build import optimizer_for
+    from ralm.realm.training.build import optimizer_for
     from ralm.train.optim import warmup_schedule
 
     if target not in ("content", "all"):
@@ -194,7 +194,7 @@ def rescore_records(
     re-ordered by the run's scores (the null document stays last), `log_p_z_r` the run's log p(z|x)
     over all of them and the null, `log_p_z_k` over the top k - 1 of them and the null, and the
     dense candidates' `has_answer` re-ordered alike (the first R; the deeper ones as they were).
-    `ralm.realm.diagnose.summarize` of the result is the diagnosis of the run re-ranking the cached
+    `ralm.realm.inference.diagnose.summarize` of the result is the diagnosis of the run re-ranking the cached
     top R (not a fresh search of the index)."""
     R = len(records[0]["reader_docs"]) - int(run.model.null_doc != "none")
     _check_rescore(run, records, R)

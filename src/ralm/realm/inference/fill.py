@@ -11,7 +11,7 @@ masked text (nothing excluded: the text is not a corpus chunk), and gives
 
 A run trained without retrieval (the MLM-only baseline) gives the reader's prediction alone.
 Consecutive masks are predicted per position (each mask independently given z), as REALM does.
-A causal-reader run generates whole spans instead (`ralm.realm.causal_fill`).
+A causal-reader run generates whole spans instead (`ralm.realm.inference.causal_fill`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from ralm.errors import RalmError
-from ralm.realm.fill_types import FillDoc, FillResult
-from ralm.realm.reader import build_reader_inputs
-from ralm.realm.run import LoadedRun
+from ralm.realm.inference.fill_types import FillDoc, FillResult
+from ralm.realm.readers.mlm import build_reader_inputs
+from ralm.realm.training.run import LoadedRun
 
 __all__ = ["FillDoc", "FillResult", "fill", "fill_many"]
 
@@ -49,8 +49,8 @@ def fill_many(
     pass and one reader pass (the texts padded to the longest); the same answers as one by one,
     up to float rounding. RalmError when any text is unusable (no [MASK], or none within reach).
     """
-    if run.model.causal:  # spans generated per chunk, then the marginal (ralm.realm.causal_fill)
-        from ralm.realm.causal_fill import fill_causal
+    if run.model.causal:  # spans generated per chunk, then the marginal (ralm.realm.inference.causal_fill)
+        from ralm.realm.inference.causal_fill import fill_causal
 
         return fill_causal(run, texts, k=k, top=top)
     tok = run.tokenizer

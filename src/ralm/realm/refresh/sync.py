@@ -31,7 +31,7 @@ import torch
 from ralm.atomic import replace_dir
 from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype, eval_on
-from ralm.realm.model import ChunkDocs
+from ralm.realm.modeling.model import ChunkDocs
 from ralm.retrieval.embed import plan_batches
 from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.index.dense import DenseIndex

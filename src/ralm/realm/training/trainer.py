@@ -24,8 +24,8 @@ written. Resuming checks the newest checkpoint's recorded sizes and digests and 
 the newest intact one with a warning (`ralm.train.checkpoint`); a metrics.jsonl line cut off by
 a crash is dropped with a warning.
 
-Modules: `ralm.realm.build` (model, optimizer, refresher), `ralm.realm.data` (split and data
-order), `ralm.realm.run` (the run directory, `load_run`), `ralm.train.checkpoint`; this module
+Modules: `ralm.realm.training.build` (model, optimizer, refresher), `ralm.realm.data` (split and data
+order), `ralm.realm.training.run` (the run directory, `load_run`), `ralm.train.checkpoint`; this module
 is the loop.
 
 Metrics per step (JSONL and TensorBoard): loss (NLL per masked token), ppl (masked-token
@@ -54,20 +54,20 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype
-from ralm.realm.answer_supervision import answer_query_step
-from ralm.realm.build import (
+from ralm.realm.config import PretrainConfig
+from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
+from ralm.realm.masking.mlm import MaskingCollator
+from ralm.realm.modeling.candidates import queries_are_corpus, run_search
+from ralm.realm.modeling.model import RealmModel, RealmOutput
+from ralm.realm.training.answer_queries import answer_query_step
+from ralm.realm.training.build import (
     build_model,
     first_index,
     make_collator,
     make_refresher,
     optimizer_for,
 )
-from ralm.realm.candidates import queries_are_corpus, run_search
-from ralm.realm.config import PretrainConfig
-from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
-from ralm.realm.masking import MaskingCollator
-from ralm.realm.model import RealmModel, RealmOutput
-from ralm.realm.run import (
+from ralm.realm.training.run import (
     FINISHED,
     check_checkpoint_corpus,
     open_stores,
@@ -140,7 +140,7 @@ def train_step(
     process's on the whole batch.
 
     With `cfg.answer_queries`, the step's answer queries add their loss to the gradients before the
-    clip (`ralm.realm.answer_supervision.answer_query_step`; one process).
+    clip (`ralm.realm.training.answer_queries.answer_query_step`; one process).
 
     Returns this rank's micro-batch outputs, the gradient norm before clipping, the step's
     (summed NLL, masked tokens) over all ranks and the answer queries' metrics ({} without them).

@@ -1,6 +1,6 @@
 """What a fill answers (REALM's Table 3): `FillDoc` per retrieved document and `FillResult` with the
-marginal prediction; shared by the masked-LM fill (`ralm.realm.fill`) and the causal one
-(`ralm.realm.causal_fill`)."""
+marginal prediction; shared by the masked-LM fill (`ralm.realm.inference.fill`) and the causal one
+(`ralm.realm.inference.causal_fill`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """An eval-only diagnosis of a causal REALM run: how much of the gap to the oracle each lever can close.
 
-For every held-out chunk, masked as `ralm.realm.evaluate` masks it (one salient span), it records:
+For every held-out chunk, masked as `ralm.realm.inference.evaluate` masks it (one salient span), it records:
 
 * the candidates of three sources, `depth` deep (default 20): dense (the run's index), BM25 over the
   chunks as the towers' tokenizer decodes them (the run's `bm25_lang`), and hybrid (the two fused
@@ -41,9 +41,10 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype
-from ralm.realm.answer_supervision import span_in_chunk
-from ralm.realm.evaluate import causal_span_scores, heldout_batches, paired_ratio_interval
-from ralm.realm.run import LoadedRun
+from ralm.realm.inference.evaluate import causal_span_scores, paired_ratio_interval
+from ralm.realm.modeling.answer_target import span_in_chunk
+from ralm.realm.training.heldout import heldout_batches
+from ralm.realm.training.run import LoadedRun
 
 SOURCES = ("dense", "bm25", "hybrid")
 DEPTHS = (3, 8, 20)
@@ -81,7 +82,7 @@ class Diagnosis:
 
 def _sources(run: LoadedRun, depth: int):
     """(bm25 search, hybrid search) over the run's knowledge corpus at `depth`."""
-    from ralm.realm.candidates import HybridCandidates, bm25_for_docs
+    from ralm.realm.modeling.candidates import HybridCandidates, bm25_for_docs
 
     model = run.model
     bm25 = bm25_for_docs(model.docs, lang=run.cfg.bm25_lang)
@@ -104,7 +105,7 @@ def diagnose(
     """The diagnosis of `run` on its held-out chunks (the first `n`), see the module docstring.
 
     `ids`: score these chunk ids instead (masked as the held-out ones are, one seeded mask per chunk
-    id), e.g. training chunks whose records `ralm.realm.cached_distill` learns from."""
+    id), e.g. training chunks whose records `ralm.realm.training.cached_distill` learns from."""
     model = run.model
     if not model.causal or not model.retrieval:
         raise RalmError(f"{run.cfg.out}: --diagnose is for a REALM run with a causal reader")

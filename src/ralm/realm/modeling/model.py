@@ -3,14 +3,14 @@
 One training step for a batch of masked queries x (REALM §3, BRENT §3.1-3.2):
 
 1. the live query tower embeds x: q (B, d), with gradient;
-2. the MIPS index (built from an earlier snapshot of the doc tower, see `ralm.realm.refresh`)
+2. the MIPS index (built from an earlier snapshot of the doc tower, see `ralm.realm.refresh.sync`)
    returns the top k_r chunks for q, never the query's own source chunk;
 3. the live document tower re-embeds those chunks, with gradient: D (B, k_r, d);
 4. scores f(x, z) = q . D (divided by sqrt(d) when the encoder config says so, BRENT) and the
    null document's score give log p(z|x) over k = k_r + 1 documents (null last);
 5. the reader scores log p(y|z, x) for each ``[CLS] x [SEP] title [SEP] body [SEP]`` (a masked
    LM), or for each ``[bos] title body x_masked target`` (a causal LM generating the masked spans,
-   `ralm.realm.causal_reader`);
+   `ralm.realm.readers.causal`);
 6. log p(y|x) = logsumexp_z [log p(z|x) + log p(y|z,x)]; its gradient reaches the reader and,
    through log p(z|x), both towers (and the learned null vector).
 
@@ -24,14 +24,14 @@ Null document (`null_doc`):
   regardless of the query; cheaper, but its starting share of p(z|x) depends on how large the
   retrieved documents' scores happen to be for the backbone.
 * "logit": no vector at all: the null document scores the mean of the query's retrieved scores
-  plus one learned offset (`ralm.realm.prior`), so it starts level with a typical chunk and can
+  plus one learned offset (`ralm.realm.modeling.prior`), so it starts level with a typical chunk and can
   win where no chunk helps.
 * "none": no null document (the ablation of BRENT Figure 3); k documents are all retrieved.
 
 How p(z|x) is made and trained (issue 45's levers, each a `PretrainConfig` setting):
 
 * `score_scale = "learned"`: a learned log-scale on the scores, so training can sharpen p(z|x)
-  (`ralm.realm.prior`).
+  (`ralm.realm.modeling.prior`).
 * `marginal = "span"`: one marginal per masked span (a causal reader) or per masked token (a
   masked LM, as REALM's code), summed, instead of one marginal for the whole target
   (`span_marginal_log_likelihood`).
@@ -46,7 +46,7 @@ How p(z|x) is made and trained (issue 45's levers, each a `PretrainConfig` setti
   learns from the marginal (with p(z|x) held fixed).
 * `retriever_loss = "answer"`: the same KL, with a target that needs no reader: 5 nats times the
   share of the query's masked spans a retrieved chunk holds (case-folded text; the null document 0),
-  `ralm.realm.answer_supervision`'s distant supervision at every step on the step's own candidates.
+  `ralm.realm.training.answer_queries`'s distant supervision at every step on the step's own candidates.
   A query none of whose chunks holds its spans adds nothing. Causal reader only (its
   spans have text); the reader learns from the marginal with p(z|x) held fixed.
 * `answer_queries = N` (the trainer's): N more masked queries a step that only the retriever reads
@@ -79,15 +79,16 @@ from torch import nn
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.realm.answer_supervision import answer_target
-from ralm.realm.candidates import in_batch_rows
-from ralm.realm.marginal import (
+from ralm.realm.masking.mlm import IGNORE_INDEX
+from ralm.realm.modeling.answer_target import answer_target
+from ralm.realm.modeling.candidates import in_batch_rows
+from ralm.realm.modeling.marginal import (
     distillation_loss,
     marginal_log_likelihood,
     posterior,
     span_marginal_log_likelihood,
 )
-from ralm.realm.masking import IGNORE_INDEX
+from ralm.realm.modeling.prior import RetrievalPrior
 from ralm.realm.options import (
     ANSWER_NEGATIVES,
     ANSWER_SPANS,
@@ -98,8 +99,7 @@ from ralm.realm.options import (
     RETRIEVER_LOSSES,
     RETRIEVER_TRAIN,
 )
-from ralm.realm.prior import RetrievalPrior
-from ralm.realm.reader import Reader, build_reader_inputs
+from ralm.realm.readers.mlm import Reader, build_reader_inputs
 from ralm.retrieval.embed import DocInputs
 from ralm.retrieval.encoders import DualEncoder
 
@@ -172,7 +172,7 @@ class RealmModel(nn.Module):
 
     `forward(batch, search)`: `batch` from `MaskingCollator` (input_ids/attention_mask/labels
     (B, Lq), source_ids (B,)); `search(q_vectors (B, d) float32 numpy, source_ids (B,), k_r)` ->
-    (B, k_r) chunk ids, never a query's own source id (see `ralm.realm.refresh`).
+    (B, k_r) chunk ids, never a query's own source id (see `ralm.realm.refresh.sync`).
     """
 
     def __init__(
@@ -435,7 +435,7 @@ class RealmModel(nn.Module):
 
     @property
     def causal(self) -> bool:
-        """Whether the reader is a causal LM (`ralm.realm.causal_reader`) rather than a masked LM."""
+        """Whether the reader is a causal LM (`ralm.realm.readers.causal`) rather than a masked LM."""
         return getattr(self.reader, "kind", "mlm") == "causal"
 
     def reader_only(self, batch: Mapping[str, torch.Tensor]) -> RealmOutput:

@@ -1,6 +1,6 @@
 """REALM's knowledge-augmented encoder ("reader") for the MLM objective (REALM §3.2).
 
-Each query x (already masked, see `ralm.realm.masking`) is paired with each of its K retrieved
+Each query x (already masked, see `ralm.realm.masking.mlm`) is paired with each of its K retrieved
 documents z and fed to a masked LM as ``[CLS] x [SEP] z_title [SEP] z_body [SEP]``
 (join_BERT(x, z_title, z_body)); token type 0 covers the query segment (incl. its [CLS]/[SEP]),
 1 the document part. The null document ∅ has an empty title and body: ``[CLS] x [SEP] [SEP]``.
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from ralm.realm.masking import IGNORE_INDEX
+from ralm.realm.masking.mlm import IGNORE_INDEX
 
 __all__ = ["Reader", "build_reader_inputs"]
 

@@ -34,10 +34,9 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.models.precision import autocast_context, autocast_dtype
-from ralm.realm.build import make_collator
-from ralm.realm.causal_masking import SPAN_KINDS
-from ralm.realm.masking import MaskingCollator
-from ralm.realm.run import LoadedRun
+from ralm.realm.masking.causal import SPAN_KINDS
+from ralm.realm.training.heldout import eval_collator, heldout_batches
+from ralm.realm.training.run import LoadedRun
 
 __all__ = [
     "EvalRow",
@@ -87,29 +86,6 @@ class EvalRow:
         if self.per_example:
             d["per_example"] = {k: v.tolist() for k, v in self.per_example.items()}
         return d
-
-
-def eval_collator(run: LoadedRun) -> MaskingCollator:
-    """The run's collator as evaluation masks with it: salient spans only, always [MASK], and for a
-    causal reader one span a chunk (`heldout_batches` draws each chunk's mask from its own seed)."""
-    cfg = replace(run.cfg.masking, strategy="salient", random_span_rate=0.0, replace_probs=(1.0, 0.0, 0.0))
-    if run.model.causal:
-        cfg = replace(cfg, salient_rate=0.0)  # one salient span a chunk: each query's NLL is one span's
-    return make_collator(run.cfg, run.query_store, run.tokenizer, run.model, cfg, return_tensors="pt")
-
-
-def heldout_batches(run: LoadedRun, ids: np.ndarray, batch_size: int):
-    col = eval_collator(run)
-    for s in range(0, len(ids), batch_size):
-        kept, examples = [], []
-        for c in ids[s : s + batch_size]:
-            # one generator per chunk id: the same masks whatever the batch size or model
-            ex = col.mask(int(c), np.random.default_rng([run.cfg.seed, 3, int(c)]))
-            if ex is not None:
-                kept.append(int(c))
-                examples.append(ex)
-        if kept:
-            yield col.collate(kept, examples)
 
 
 def content_tokens(batch) -> torch.Tensor:

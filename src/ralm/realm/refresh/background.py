@@ -41,8 +41,8 @@ import torch
 
 from ralm.atomic import atomic_path
 from ralm.errors import RalmError
-from ralm.realm.model import ChunkDocs
-from ralm.realm.refresh import SyncRefresher, build_index_version
+from ralm.realm.modeling.model import ChunkDocs
+from ralm.realm.refresh.sync import SyncRefresher, build_index_version
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 from ralm.retrieval.index.dense import DenseIndex
 from ralm.train.distributed import Dist

@@ -9,7 +9,7 @@ gives them after, with exact match, token F1 and span perplexity closed-book, wi
 given the right document, and the first three held-out queries as examples. The table is printed
 and written as RUN/demo_table.txt, its figures as RUN/demo_table.json.
 
-Run: python -m ralm.realm.gold_table RUN
+Run: python -m ralm.realm.inference.gold_table RUN
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def demo_figures(run: str | Path) -> dict[str, Any]:
 
 def format_demo_table(fig: dict[str, Any]) -> str:
     """The figures of `demo_figures` as the plain-text table the demo prints."""
-    from ralm.realm.gold import format_examples
+    from ralm.realm.inference.gold import format_examples
 
     lines = [
         f"records world: {fig['queries']} held-out queries about records never trained on; "
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print RUN's demo table and write it beside the run; exit 2 with one line on bad input."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m ralm.realm.gold_table RUN", file=sys.stderr)
+        print("usage: python -m ralm.realm.inference.gold_table RUN", file=sys.stderr)
         return 2
     try:
         fig = demo_figures(args[0])

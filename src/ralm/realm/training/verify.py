@@ -21,7 +21,7 @@ from ralm.errors import RalmError
 
 def verify_run(run_dir: str | os.PathLike) -> tuple[list[str], list[str], int]:
     """(problems, notes, files checked) of a run directory; problems [] when it is intact."""
-    from ralm.realm.run import read_run_config
+    from ralm.realm.training.run import read_run_config
     from ralm.retrieval.index.io import verify_index_files
     from ralm.train.checkpoint import finished_checkpoints, read_state
     from ralm.train.logging import read_metric_rows

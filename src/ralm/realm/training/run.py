@@ -22,11 +22,11 @@ from ralm.atomic import write_text_atomic
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
-from ralm.realm.build import build_model
-from ralm.realm.candidates import queries_are_corpus, run_search, trivial_ids
 from ralm.realm.config import CONFIG_FILE, PretrainConfig
-from ralm.realm.model import RealmModel
-from ralm.realm.refresh import SyncRefresher
+from ralm.realm.modeling.candidates import queries_are_corpus, run_search, trivial_ids
+from ralm.realm.modeling.model import RealmModel
+from ralm.realm.refresh.sync import SyncRefresher
+from ralm.realm.training.build import build_model
 from ralm.train.checkpoint import (
     STATE_FILE,
     checkpoint_problems,

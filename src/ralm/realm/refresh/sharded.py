@@ -34,7 +34,7 @@ import numpy as np
 
 from ralm.atomic import replace_dir
 from ralm.errors import RalmError
-from ralm.realm.refresh import SyncRefresher, embed_chunks, plan_line
+from ralm.realm.refresh.sync import SyncRefresher, embed_chunks, plan_line
 from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.index.dist_search import DistributedShardSearch
 from ralm.retrieval.index.io import read_manifest

@@ -1,0 +1,1 @@
+"""REALM's model: the retriever's prior over the documents, the marginal likelihood, the candidates, the answer target."""
