@@ -31,6 +31,7 @@ def make_tiny_luke_config(**overrides):
         max_mention_length=6,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
+        entity_attention="joint",  # LUKE's and Hugging Face's attention: the parity tests' model
     )
     kw.update(overrides)
     if "entity_hidden_size" in overrides and "entity_intermediate_size" not in overrides:

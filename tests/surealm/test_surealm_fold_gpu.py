@@ -3,11 +3,7 @@ issue's names and the CPU run is kept beside it with _cpu names."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from surealm.surealm_retrieves import fold_gpu  # noqa: E402
+from benchmarks.surealm.surealm_retrieves import fold_gpu
 
 
 def _cpu() -> dict:

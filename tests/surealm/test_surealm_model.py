@@ -1,4 +1,5 @@
-"""SUREALM's model: equation 6's mask, memory through the cache, BERT and Llama backbones, save/load."""
+"""SUREALM's model: equation 6's mask, memory through the cache, BERT and Llama backbones, save/load.
+The memory here is the self pathway's (slots in every layer's self-attention, pathway="self")."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def model(request, tiny_dir):
 
     bb = _bert(tiny_dir) if request.param == "bert" else _llama()
     torch.manual_seed(1)
-    return _awake(SurealmLM(bb, SurealmConfig(k=2, delta=2, mem_dim=16)).eval())
+    return _awake(SurealmLM(bb, SurealmConfig(pathway="self", k=2, delta=2, mem_dim=16)).eval())
 
 
 def _awake(m):
@@ -169,7 +170,8 @@ def test_with_a_window_of_one_a_position_reads_only_its_latest_block():
     for window in (None, 1):
         m = _awake(
             SurealmLM(
-                LlamaForCausalLM(cfg).eval(), SurealmConfig(k=2, delta=2, mem_dim=16, memory_window=window)
+                LlamaForCausalLM(cfg).eval(),
+                SurealmConfig(pathway="self", k=2, delta=2, mem_dim=16, memory_window=window),
             )
         )
         with torch.no_grad():
@@ -191,7 +193,7 @@ def test_memory_order_within_visible_blocks_does_not_matter(model):
 def test_memory_starts_with_zero_keys_and_values(tiny_dir):
     from ralm.surealm.model import SurealmConfig, SurealmLM
 
-    m = SurealmLM(_llama(), SurealmConfig(k=2, delta=1, mem_dim=16)).eval()
+    m = SurealmLM(_llama(), SurealmConfig(pathway="self", k=2, delta=1, mem_dim=16)).eval()
     keys, values, blk = _memory(1, 2, 2)
     cache = m.memory_cache(keys, values, blk)
     for i in range(len(m.adapter)):
@@ -218,7 +220,7 @@ def test_save_and_load_give_the_same_logits(tmp_path, tiny_dir):
     from ralm.surealm.model import SurealmConfig, SurealmLM
 
     tok, _ = load_lm_tokenizer(str(tiny_dir))
-    m = _awake(SurealmLM(_bert(tiny_dir), SurealmConfig(k=2, delta=1, mem_dim=16)).eval())
+    m = _awake(SurealmLM(_bert(tiny_dir), SurealmConfig(pathway="self", k=2, delta=1, mem_dim=16)).eval())
     m.save(tmp_path / "m", tok)
     m2, tok2 = SurealmLM.load(tmp_path / "m")
     ids = torch.randint(5, 100, (1, 4))
@@ -233,13 +235,13 @@ def test_identity_memory_init_feeds_the_layer_normed_embeddings(tiny_dir):
     from ralm.surealm.model import SurealmConfig, SurealmLM
 
     bb = _llama()  # hidden size 32
-    m = SurealmLM(bb, SurealmConfig(k=2, delta=1, mem_dim=32, memory_init="identity")).eval()
+    m = SurealmLM(bb, SurealmConfig(pathway="self", k=2, delta=1, mem_dim=32, memory_init="identity")).eval()
     x = torch.randn(2, 3, 32)
     ref = torch.nn.functional.layer_norm(x, (32,), eps=m.key_norm.eps)  # gain 1, bias 0
     torch.testing.assert_close(m.key_norm(m.key_proj(x)), ref)
     torch.testing.assert_close(m.value_norm(m.value_proj(x)), ref)
     with pytest.raises(RalmError, match="embedding size \\(16\\) to equal the LM's hidden size \\(32\\)"):
-        SurealmLM(_llama(), SurealmConfig(k=2, delta=1, mem_dim=16, memory_init="identity"))
+        SurealmLM(_llama(), SurealmConfig(pathway="self", k=2, delta=1, mem_dim=16, memory_init="identity"))
     with pytest.raises(RalmError, match="memory_init='ones'"):
         SurealmConfig(memory_init="ones")
 
@@ -255,7 +257,9 @@ def test_memory_gain_sets_the_starting_gain_of_both_memory_norms():
         ("identity", 0.5, 0.5),
     ):
         torch.manual_seed(0)
-        m = SurealmLM(_llama(), SurealmConfig(k=2, mem_dim=32, memory_init=init, memory_gain=gain))
+        m = SurealmLM(
+            _llama(), SurealmConfig(pathway="self", k=2, mem_dim=32, memory_init=init, memory_gain=gain)
+        )
         for norm, proj in ((m.key_norm, m.key_proj), (m.value_norm, m.value_proj)):
             assert torch.equal(norm.weight, torch.full((32,), want))
             ref = want * torch.nn.functional.layer_norm(proj(x), (32,), eps=norm.eps)

@@ -38,7 +38,7 @@ def test_step0_outputs_equal_the_baseline(kind, pathway, tiny_dir):
 
 def test_today_self_pathway_is_not_inert(tiny_dir):
     """The self pathway without the offset dilutes the backbone at step 0: the reason for the others."""
-    m = _model("llama", tiny_dir)
+    m = _model("llama", tiny_dir, pathway="self")
     ids = torch.randint(5, 100, (1, 7))
     keys, values, blk = _memory(1, 6, 2)
     with torch.no_grad():
@@ -274,3 +274,23 @@ def test_slot_dropout_nulls_training_slots_anew_at_each_read_and_never_evaluatio
         SentenceBatcher(store, tok, k=3, delta=1, slot_dropout=1.0)
     with pytest.raises(RalmError, match="memory_dropout=-0.1"):
         TrainConfig(memory_dropout=-0.1).check()
+
+
+def test_pathway_has_one_default_and_old_configs_stay_self():
+    """SurealmConfig, TrainConfig and `ralm surealm train` read one default (cross: inert at step 0);
+    a config saved before the setting existed has no `pathway` and loads as self."""
+    import dataclasses
+
+    from ralm.cli import build_parser
+    from ralm.surealm.model import SurealmConfig
+    from ralm.surealm.options import DEFAULT_PATHWAY
+    from ralm.surealm.train import TrainConfig
+
+    assert DEFAULT_PATHWAY == "cross"
+    assert SurealmConfig().pathway == DEFAULT_PATHWAY
+    assert {f.name: f.default for f in dataclasses.fields(TrainConfig)}["pathway"] == DEFAULT_PATHWAY
+    args = build_parser().parse_args(["surealm", "train", "STORE", "--out", "OUT"])
+    assert args.pathway == DEFAULT_PATHWAY
+    old = {k: v for k, v in dataclasses.asdict(SurealmConfig()).items() if k != "pathway"}
+    assert SurealmConfig.from_dict(old).pathway == "self"
+    assert SurealmConfig.from_dict({**old, "pathway": "cross"}).pathway == "cross"

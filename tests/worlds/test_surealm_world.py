@@ -177,3 +177,23 @@ def test_the_world_command_writes_dialogues_and_lm_and_refuses_bad_sizes(tmp_pat
     )
     assert "valid_facts=50, test_facts=5" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_cli_reads_the_worlds_defaults_from_its_config():
+    import dataclasses
+
+    from ralm.cli import build_parser
+
+    args = build_parser().parse_args(["world", "dialogues", "--out", "OUT"])
+    world = {f.name: f.default for f in dataclasses.fields(DialogueWorldConfig)}
+    assert (
+        (args.facts, args.places, args.conversations, args.valid_facts, args.test_facts)
+        == (
+            world["facts"],
+            world["places"],
+            world["train_conversations"],
+            world["valid_facts"],
+            world["test_facts"],
+        )
+        == (400, 400, 2, 50, 100)
+    )

@@ -167,6 +167,7 @@ def _ralm_config_of(hc) -> LukeConfig:
         attention_probs_dropout_prob=hc.attention_probs_dropout_prob,
         pad_token_id=hc.pad_token_id,
         initializer_range=hc.initializer_range,
+        entity_attention="joint",  # Hugging Face's LukeModel: one softmax over words and entities
     )
 
 

@@ -35,7 +35,7 @@ import os
 import torch
 
 from ralm.errors import RalmError
-from ralm.luke.config import ACTIVATIONS, LukeConfig
+from ralm.luke.config import ACTIVATIONS, DEFAULT_ENTITY_ATTENTION, LukeConfig
 from ralm.luke.model import LukeForPretraining
 from ralm.models.names import resolve_model_dir
 
@@ -98,7 +98,7 @@ def from_bert(
     max_mention_length: int = 30,
     seed: int = 0,
     entity_intermediate_size: int | None = None,
-    entity_attention: str = "joint",
+    entity_attention: str = DEFAULT_ENTITY_ATTENTION,
 ) -> LukeForPretraining:
     """A LukeForPretraining whose word side is the checkpoint at `path` (None/"minilm": the bundled MiniLM).
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from ralm.atomic import write_text_atomic
 from ralm.errors import RalmError
+from ralm.luke.config import DEFAULT_ENTITY_ATTENTION
 from ralm.typed_config import check_known, describe, fit, hints, read_toml, show, toml_line
 
 __all__ = ["CONFIG_FILE", "MODES", "RESUME_FIELDS", "LukePretrainConfig", "check_setting"]
@@ -66,7 +67,7 @@ class LukePretrainConfig:
     entity_emb_size: int = 256  # entity embedding table width, projected to l (DaLUKE: 256)
     # joint: one softmax over words and entities (LUKE, HF) | separate: the paper's four softmaxes, the
     # entity term of the word outputs gated from 0 (the word stream starts as the plain encoder)
-    entity_attention: str = "separate"
+    entity_attention: str = DEFAULT_ENTITY_ATTENTION
     # the entity side alone first (LUKE; DaLUKE freezes the base for half the steps): entity embeddings,
     # entity head, entity-side queries/keys/values/feed-forward, the gates and the word MLM head train for
     # this many steps at entity_first_lr, the rest frozen; then everything, its learning rate warmed up again

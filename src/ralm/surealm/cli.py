@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
+from ralm.surealm.options import DEFAULT_PATHWAY, PATHWAYS
 from ralm.surealm.sentences import FILL_SPLITS, SPLITS_HOW
 
 # ralm.retrieval.index.plan.KINDS, without importing FAISS to build the parser
@@ -344,8 +345,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--pathway",
-        choices=("cross", "self"),
-        default="cross",
+        choices=PATHWAYS,
+        default=DEFAULT_PATHWAY,
         help="where the memory enters: cross (a gated cross-attention block after every layer, its gates "
         "from 0, so the model starts as the backbone) or self (the slots in every layer's self-attention) "
         "(default: %(default)s)",

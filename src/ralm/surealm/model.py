@@ -42,14 +42,13 @@ from ralm.errors import RalmError
 from ralm.models.causal import load_as_causal_lm
 from ralm.models.tokenizers import load_lm_tokenizer
 from ralm.surealm.backbone import MemoryAdapter
+from ralm.surealm.options import DEFAULT_PATHWAY, NEIGHBOURS, PATHWAYS
 
 MODEL_FILE = "surealm.json"
 WEIGHTS_FILE = "model.safetensors"
 
-PATHWAYS = ("cross", "self")
-NEIGHBOURS = ("retrieved", "random", "null")
 
-__all__ = ["NEIGHBOURS", "PATHWAYS", "SurealmConfig", "SurealmLM", "memory_mask"]
+__all__ = ["SurealmConfig", "SurealmLM", "memory_mask"]
 
 
 @dataclass
@@ -75,7 +74,7 @@ class SurealmConfig:
     # where the memory enters: "cross" (a gated cross-attention block after every layer, gates from 0:
     # inert at step 0; what `ralm surealm train` builds by default) or "self" (slots in every layer's
     # self-attention; models saved before the cross pathway existed are "self")
-    pathway: str = "self"
+    pathway: str = DEFAULT_PATHWAY
     # "self" pathway: a learned offset on every memory slot's attention logit, starting here (None: none)
     memory_bias: float | None = None
     # what fills the memory: "retrieved" (the data store's top K), "random" (K random training entries,
@@ -107,7 +106,7 @@ class SurealmConfig:
     @classmethod
     def from_dict(cls, d: dict) -> SurealmConfig:
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{"pathway": "self", **{k: v for k, v in d.items() if k in names}})
 
 
 def memory_mask(

@@ -33,6 +33,7 @@ from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.surealm.data import IGNORE_INDEX, PerplexityCounts, SentenceBatcher
 from ralm.surealm.datastore import Datastore
 from ralm.surealm.model import SurealmConfig, SurealmLM
+from ralm.surealm.options import DEFAULT_PATHWAY
 from ralm.surealm.sentences import FILL_SPLITS
 from ralm.train.device import resolve_device
 from ralm.train.logging import METRICS_FILE, MetricsLogger
@@ -67,7 +68,7 @@ class TrainConfig:
     memory_gain: float | None = None  # starting gain of the memory LayerNorms (SurealmConfig.memory_gain)
     lr_memory: float | None = None  # lr of the memory projections (None = 10 x lr: they start from scratch)
     # where the memory enters (SurealmConfig.pathway): cross (gated cross-attention, inert at step 0) | self
-    pathway: str = "cross"
+    pathway: str = DEFAULT_PATHWAY
     memory_bias: float | None = None  # self pathway: learned memory-logit offset, starting here
     # retrieved | random (the control for retrieval itself) | null (the control for extra slots)
     neighbours: str = "retrieved"

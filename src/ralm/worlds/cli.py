@@ -60,15 +60,41 @@ def register(sub: argparse._SubParsersAction) -> None:
         "conversations whose replies only the data store can complete",
     )
     d.add_argument("--out", required=True, help="directory to write dialogues.jsonl, world.json and lm/ into")
-    d.add_argument("--facts", type=int, default=400, help="facts, one an invented keeper (default 400)")
+    from dataclasses import fields
+
+    from ralm.worlds.dialogues import DialogueWorldConfig
+
+    world = {f.name: f.default for f in fields(DialogueWorldConfig)}  # one default per setting
     d.add_argument(
-        "--places", type=int, default=400, help="invented places the facts draw from (default 400)"
+        "--facts",
+        type=int,
+        default=world["facts"],
+        help="facts, one an invented keeper (default %(default)s)",
     )
     d.add_argument(
-        "--conversations", type=int, default=2, help="training conversations a fact, 1-5 (default 2)"
+        "--places",
+        type=int,
+        default=world["places"],
+        help="invented places the facts draw from (default %(default)s)",
     )
-    d.add_argument("--valid-facts", type=int, default=50, help="facts asked once more in valid (default 50)")
-    d.add_argument("--test-facts", type=int, default=100, help="facts asked once more in test (default 100)")
+    d.add_argument(
+        "--conversations",
+        type=int,
+        default=world["train_conversations"],
+        help="training conversations a fact, 1-5 (default %(default)s)",
+    )
+    d.add_argument(
+        "--valid-facts",
+        type=int,
+        default=world["valid_facts"],
+        help="facts asked once more in valid (default %(default)s)",
+    )
+    d.add_argument(
+        "--test-facts",
+        type=int,
+        default=world["test_facts"],
+        help="facts asked once more in test (default %(default)s)",
+    )
     d.add_argument("--seed", type=int, default=0, help="the world's seed (default 0)")
     d.add_argument(
         "--hidden", type=int, default=128, help="hidden size of the world LM in OUT/lm (default 128)"

@@ -112,11 +112,14 @@ ANSWERS = (
 class DialogueWorldConfig:
     """The size and seed of a dialogue world (`make_world`)."""
 
-    facts: int = 1500  # facts, one per invented keeper: (keeper, object, place)
+    # the defaults are `ralm world dialogues`' too (its flags read them from here)
+    facts: int = 400  # facts, one per invented keeper: (keeper, object, place)
     train_conversations: int = 2  # training conversations per fact, each in a wording of its own
-    valid_facts: int = 100  # facts talked about once more, in a held-out wording, in the valid split
-    test_facts: int = 200  # ... and in the test split (disjoint from the valid facts)
-    places: int = 40  # invented places a fact's place is drawn from (each the place of many facts)
+    valid_facts: int = 50  # facts talked about once more, in a held-out wording, in the valid split
+    test_facts: int = 100  # ... and in the test split (disjoint from the valid facts)
+    places: int = (
+        400  # invented places a fact's place is drawn from (as many as facts: no place is a safe guess)
+    )
     objects: int = len(OBJECTS)  # the first `objects` of OBJECTS are drawn from
     keeper_syllables: int = 3  # syllables of a keeper's name
     place_syllables: int = 3  # syllables of a place's name
