@@ -26,9 +26,14 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 # llama.cpp for `--backend llama.cpp` (and `auto`): llama-cpp-python compiles llama.cpp here
-# (16.4 min on one busy core of this machine; a wheel built once is reused from pip's cache).
+# (16.4 min on one busy core of an AMD EPYC, 4.7 min on 2 cores of a Xeon; a wheel built once is
+# reused from pip's cache). Built for the CPU at hand but without its AMX kernels: on a Xeon with
+# AMX, llama.cpp 0.3.36's AMX matrix product crashed (SIGSEGV) on Gemma-3's Q4_K_M file.
+LLAMA_CPP_FLAGS := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 setup-fast: setup
-	CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet "llama-cpp-python==0.3.36"
+	CMAKE_BUILD_PARALLEL_LEVEL=2 \
+	CMAKE_ARGS='-DCMAKE_C_FLAGS="$(LLAMA_CPP_FLAGS)" -DCMAKE_CXX_FLAGS="$(LLAMA_CPP_FLAGS)"' \
+		$(BIN)/python -m pip install --quiet "llama-cpp-python==0.3.36"
 
 # The main job (about 9 minutes on 2 idle CPU cores once installed; the figure is
 # benchmarks/results/demo.json's): REALM with a causal reader from an existing checkpoint
@@ -53,7 +58,7 @@ demo: setup
 	test -f $(WORLD)/run/eval_gold_initial.json || \
 		$(BIN)/ralm evaluate-mlm $(WORLD)/run $(GOLD) --no-reader --initial
 	test -f $(WORLD)/run/eval_gold.json || $(BIN)/ralm evaluate-mlm $(WORLD)/run $(GOLD) --fresh-index
-	$(BIN)/python -m ralm.realm.gold_table $(WORLD)/run
+	$(BIN)/python -m ralm.realm.inference.gold_table $(WORLD)/run
 	@echo "results: $(WORLD)/run/demo_table.txt (the table), $(WORLD)/run/eval_gold{_initial,}.json"
 	@echo "         (every held-out query's record), $(WORLD)/run/metrics.jsonl (per step)"
 
@@ -111,13 +116,13 @@ docs: setup
 	$(BIN)/mkdocs build --strict
 
 bench: setup
-	$(BIN)/python benchmarks/corpus/ingest.py
+	$(BIN)/python -m benchmarks.corpus.ingest
 
 # The README's screenshots of `ralm serve` (docs/serve-*.png; not part of `make test`): the REALM run of
 # `make demo` (a small one is built when there is none) and a tiny SUREALM run trained on the spot;
 # needs the system's Chromium (Debian: apt-get install chromium).
 screenshots: setup
-	$(BIN)/python benchmarks/serve/serve_screenshots.py
+	$(BIN)/python -m benchmarks.serve.serve_screenshots
 
 clean:
 	rm -rf runs site .pytest_cache

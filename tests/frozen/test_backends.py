@@ -127,3 +127,44 @@ def test_a_file_llama_cpp_cannot_load_is_one_line(tmp_path):
         match=r"^backend llama.cpp: .*broken.gguf does not load in llama.cpp .*choose --backend torch$",
     ):
         backends.LlamaCppDecoder(bad)
+
+
+def test_later_builds_the_weights_once_on_first_use_with_the_same_scores(tiny_gguf):
+    """`FrozenLM.later` holds the weights back; scoring builds them once, and scores as an LM
+    built at once does (the torch backend builds them at load)."""
+    from ralm.frozen.lm import FrozenLM, ScoreJob
+    from ralm.models.causal import load_causal_lm_later
+
+    eager = load_frozen_lm(tiny_gguf, device="cpu", autocast="off", backend="torch")
+    assert eager.loaded
+    load, tok, config, name = load_causal_lm_later(tiny_gguf)
+    builds = []
+    lm = FrozenLM.later(
+        lambda: builds.append(1) or load(), config, tok, name=name, device="cpu", autocast="off"
+    )
+    assert not lm.loaded and lm.max_positions == eager.max_positions and lm.dtype_name == "float32"
+    assert lm.hidden_size == eager.hidden_size and not lm.loaded
+    ids = eager.encode(PROMPTS[:1])[0]
+    job = ScoreJob(
+        input_ids=torch.tensor(ids[:-1]).numpy(),
+        positions=torch.arange(len(ids) - 1).numpy(),
+        labels=torch.tensor(ids[1:]).numpy(),
+    )
+    got = lm.score([job])[0]
+    assert lm.loaded and builds == [1]
+    assert got.tolist() == eager.score([job])[0].tolist()
+    lm.score([job])
+    assert builds == [1]
+
+
+@pytest.mark.skipif(
+    not backends.llama_cpp_installed(), reason="llama-cpp-python is not installed (make setup-fast)"
+)
+def test_llama_cpp_answers_without_building_the_torch_weights(tiny_gguf):
+    lm = load_frozen_lm(tiny_gguf, device="cpu", autocast="off", backend="llama.cpp")
+    greedy(lm, _prompts(lm)[:1], max_new_tokens=4)
+    assert not lm.loaded  # one prompt: llama.cpp alone
+    auto = load_frozen_lm(tiny_gguf, device="cpu", autocast="off", backend="auto")
+    assert not auto.loaded
+    greedy(auto, _prompts(auto), max_new_tokens=4)
+    assert auto.loaded  # a batch decodes in torch under auto: built on the way

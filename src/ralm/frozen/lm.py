@@ -18,6 +18,7 @@ output layer (the hidden states of the base model are gathered first), in float3
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import torch
 from torch import nn
 
 from ralm.errors import RalmError
-from ralm.models.causal import load_causal_lm
+from ralm.models.causal import load_causal_lm_later
 from ralm.models.names import NAMED_LMS
 from ralm.models.position_logits import output_head
 from ralm.train.device import resolve_device
@@ -54,31 +55,113 @@ def _max_positions(config) -> int | None:
 
 
 class FrozenLM:
-    """A causal LM in eval mode with its fast tokenizer; `score` runs batched forward passes."""
+    """A causal LM in eval mode with its fast tokenizer; `score` runs batched forward passes.
+
+    `FrozenLM.later(load, config, tokenizer)` holds the weights back until something needs them
+    (`model`, scoring, torch's greedy decoding): a model whose greedy decoding runs in llama.cpp
+    answers without ever building its torch copy."""
 
     def __init__(
         self, model: nn.Module, tokenizer, *, name: str = "", device: str = "auto", autocast: str = "auto"
     ) -> None:
-        from ralm.models.precision import autocast_dtype
+        self._setup(model.config, tokenizer, name, device, autocast, next(model.parameters()).dtype)
+        self.model = model
 
-        self.model = model.eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
+    @classmethod
+    def later(
+        cls,
+        load: Callable[[], nn.Module],
+        config,
+        tokenizer,
+        *,
+        name: str = "",
+        device: str = "auto",
+        autocast: str = "auto",
+    ) -> FrozenLM:
+        """A FrozenLM whose float32 weights `load()` builds on first use."""
+        lm = cls.__new__(cls)
+        lm._setup(config, tokenizer, name, device, autocast, torch.float32)
+        lm._load = load
+        return lm
+
+    def _setup(self, config, tokenizer, name: str, device: str, autocast: str, dtype: torch.dtype) -> None:
         self.tokenizer = tokenizer
         self.name = name
-        dev = resolve_device(device)
-        self.model.to(dev)
-        self.device = dev
-        self.autocast = autocast_dtype(dev, autocast, next(model.parameters()).dtype)
-        # decoding is one row a step: bf16 can be faster for scoring and slower for generating
-        self.decode_autocast = autocast_dtype(dev, autocast, next(model.parameters()).dtype, work="decode")
-        self.max_positions = _max_positions(model.config)
-        split = output_head(model)  # the output layer on the scored positions alone (no softcap here)
-        self.fast = split is not None and split[2] is None
-        self.head = model.get_output_embeddings()
-        self.base = getattr(model, "base_model", None)
+        self.device = resolve_device(device)
+        self.config = config
+        self.max_positions = _max_positions(config)
+        self._autocast_setting = (autocast, dtype)
+        self._autocast: dict[str, torch.dtype | None] = {}
+        self._model: nn.Module | None = None
+        self._load: Callable[[], nn.Module] | None = None
         self.decoder = None  # a faster greedy decoder (ralm.frozen.backends); None: torch's generate
         self.pending_note = None  # (say, line): why "auto" chose torch, said at the first decoding
+
+    @property
+    def model(self) -> nn.Module:
+        """The torch model (built now if `later` held it back)."""
+        return self.build()
+
+    def build(self) -> nn.Module:
+        """Build the weights `later` held back (once); the torch model."""
+        if self._model is None:
+            load, self._load = self._load, None
+            self.model = load()
+        return self._model
+
+    @model.setter
+    def model(self, model: nn.Module) -> None:
+        self._model = model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        model.to(self.device)
+        split = output_head(model)  # the output layer on the scored positions alone (no softcap here)
+        self._fast = split is not None and split[2] is None
+        self._head = model.get_output_embeddings()
+        self._base = getattr(model, "base_model", None)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the torch weights are built (False while `later` holds them back)."""
+        return self._model is not None
+
+    @property
+    def fast(self) -> bool:
+        """Whether scoring can run the base model and the output layer apart."""
+        return self._part("_fast")
+
+    @property
+    def head(self) -> nn.Module:
+        """The output layer."""
+        return self._part("_head")
+
+    @property
+    def base(self) -> nn.Module | None:
+        """The model below the output layer."""
+        return self._part("_base")
+
+    def _part(self, attr: str):
+        self.build()
+        return getattr(self, attr)
+
+    def _autocast_for(self, work: str) -> torch.dtype | None:
+        from ralm.models.precision import autocast_dtype
+
+        if work not in self._autocast:
+            setting, dtype = self._autocast_setting
+            self._autocast[work] = autocast_dtype(self.device, setting, dtype, work=work)
+        return self._autocast[work]
+
+    @property
+    def autocast(self) -> torch.dtype | None:
+        """The autocast dtype of full products (scoring, batched prompts); None: float32."""
+        return self._autocast_for("matmul")
+
+    @property
+    def decode_autocast(self) -> torch.dtype | None:
+        """The autocast dtype of one-row decoding steps: bf16 can be faster for scoring and slower
+        for generating (`ralm.models.precision.cpu_bf16_is_faster`)."""
+        return self._autocast_for("decode")
 
     def announce_backend(self) -> None:
         """Say the pending backend note once (`ralm.rag.generate.greedy` calls this)."""
@@ -95,7 +178,10 @@ class FrozenLM:
     @property
     def dtype_name(self) -> str:
         """The compute dtype: bfloat16 under autocast, else the weights' dtype."""
-        return str(self.autocast or next(self.model.parameters()).dtype).replace("torch.", "")
+        weights = (
+            next(self._model.parameters()).dtype if self._model is not None else self._autocast_setting[1]
+        )
+        return str(self.autocast or weights).replace("torch.", "")
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """LM token ids of each text, no special tokens."""
@@ -118,7 +204,7 @@ class FrozenLM:
     @property
     def hidden_size(self) -> int:
         """Width of the context vectors `score_hidden` returns."""
-        return int(self.model.config.hidden_size)
+        return int(self.config.hidden_size)
 
     @torch.inference_mode()
     def _run(
@@ -200,13 +286,15 @@ def load_frozen_lm(
     p = Path(str(spec)).expanduser()
     if gguf_file is None and str(spec) not in NAMED_LMS and not p.exists():
         raise RalmError(f"{p}: no such LM directory; pass gemma3, smollm2 or a local causal LM directory")
-    model, tok, name = load_causal_lm(spec, gguf_file=gguf_file)
-    lm = FrozenLM(model, tok, name=name, device=device, autocast=autocast)
+    load, tok, config, name = load_causal_lm_later(spec, gguf_file=gguf_file)
+    lm = FrozenLM.later(load, config, tok, name=name, device=device, autocast=autocast)
     if backend != "torch":
         notes: list[str] = []
         lm.decoder = open_decoder(backend, lm, model_gguf(spec, gguf_file), note=notes.append)
         if notes:  # said when decoding first runs (an error before then stays the only line)
             lm.pending_note = (note or print_note, notes[0])
+    if lm.backend != "llama.cpp":
+        lm.build()  # torch decodes: build the weights now, not at the first answer
     return lm
 
 

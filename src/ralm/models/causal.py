@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from ralm.errors import RalmError
 from ralm.models.names import NAMED_LMS, check_causal, resolve_lm
 from ralm.models.quiet import quiet_gguf, quiet_transformers
 
-__all__ = ["load_as_causal_lm", "load_causal_lm"]
+__all__ = ["load_as_causal_lm", "load_causal_lm", "load_causal_lm_later"]
 
 ENCODERS_AS_DECODERS = ("bert", "roberta", "xlm-roberta", "electra", "distilbert")
 
@@ -38,27 +39,39 @@ def load_causal_lm(
     """(float32 causal LM in train mode, its fast tokenizer, a display name) of `spec`; one-line
     RalmError for anything that is not a decoder-only LM or has no fast tokenizer. `gguf_file`
     names the .gguf file inside a directory holding several (`ralm.models.names.resolve_lm`)."""
+    load, tok, _, name = load_causal_lm_later(spec, gguf_file=gguf_file, what=what)
+    return load(), tok, name
+
+
+def load_causal_lm_later(
+    spec: str | os.PathLike, *, gguf_file: str | None = None, what: str = "LM"
+) -> tuple[Callable[[], Any], Any, Any, str]:
+    """(load_model, fast tokenizer, config, display name) of `spec`: the tokenizer and the config
+    now, the float32 weights when `load_model()` is called. A served model whose greedy decoding
+    runs in llama.cpp may never need its torch weights (`ralm.frozen.lm.load_frozen_lm`), and
+    Gemma-3's take seconds to build. Refusals as `load_causal_lm`, the weights' own when loaded."""
     if str(spec) == "minilm" and gguf_file is None:
         raise RalmError(f"minilm is an encoder, not a causal LM; the {what} must be a decoder-only LM")
     d, gguf = resolve_lm(spec, gguf_file)
-    model, tok = _load_checked(d, gguf, what)
     name = str(spec) if str(spec) in NAMED_LMS else str(d / gguf) if gguf else str(d)
-    return model, tok, name
-
-
-def _load_checked(d: Path, gguf: str | None, what: str) -> tuple[Any, Any]:
-    """(float32 causal LM, fast tokenizer) from directory `d` (and its GGUF file); one-line RalmError
-    for a model that does not load as a decoder-only causal LM or a tokenizer without offsets."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     check_causal(d, gguf, what)
     if gguf:
         from ralm.models import gguf_cache
 
         cached = gguf_cache.lookup(d / gguf)
         if cached is not None:  # de-quantised before: read the safetensors copy (seconds, not a minute)
-            return _load_checked(cached, None, what)
+            d, gguf = cached, None
+    tok = _tokenizer(d, gguf)
+    config = _config(d, gguf)
+    if getattr(config, "is_encoder_decoder", False):
+        raise RalmError(f"{d}: an encoder-decoder model; the {what} must be a decoder-only LM")
+    return (lambda: _weights(d, gguf, tok)), tok, config, name
+
+
+def _tokenizer(d: Path, gguf: str | None) -> Any:
+    """The fast tokenizer in `d` (or in its GGUF file); one-line RalmError without one."""
+    from transformers import AutoTokenizer
+
     kw: dict = {"gguf_file": gguf} if gguf else {}
     try:
         with quiet_transformers():
@@ -67,6 +80,28 @@ def _load_checked(d: Path, gguf: str | None, what: str) -> tuple[Any, Any]:
         raise RalmError(f"{d}: could not load a tokenizer ({_first_line(exc)[:200]})") from None
     if not getattr(tok, "is_fast", False):
         raise RalmError(f"{d}: not a fast tokenizer (no tokenizer.json); ralm needs character offsets")
+    return tok
+
+
+def _config(d: Path, gguf: str | None) -> Any:
+    """The model configuration in `d` (or in its GGUF file's metadata)."""
+    from transformers import AutoConfig
+
+    kw: dict = {"gguf_file": gguf} if gguf else {}
+    try:
+        with quiet_transformers(), quiet_gguf():
+            return AutoConfig.from_pretrained(str(d), local_files_only=True, **kw)
+    except (OSError, ValueError, KeyError) as exc:
+        raise RalmError(f"{d}: cannot be loaded as a causal LM ({_first_line(exc)[:200]})") from None
+
+
+def _weights(d: Path, gguf: str | None, tok: Any) -> Any:
+    """The float32 causal LM in `d` (de-quantised from its GGUF file, then kept in the GGUF cache
+    with `tok`); one-line RalmError for weights that do not load as a causal LM."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kw: dict = {"gguf_file": gguf} if gguf else {}
     try:
         with quiet_transformers(), quiet_gguf():
             model = AutoModelForCausalLM.from_pretrained(
@@ -74,13 +109,11 @@ def _load_checked(d: Path, gguf: str | None, what: str) -> tuple[Any, Any]:
             )
     except (OSError, ValueError, KeyError) as exc:
         raise RalmError(f"{d}: cannot be loaded as a causal LM ({_first_line(exc)[:200]})") from None
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise RalmError(f"{d}: an encoder-decoder model; the {what} must be a decoder-only LM")
     if gguf:
         from ralm.models import gguf_cache
 
         gguf_cache.store(d / gguf, model, tok)
-    return model, tok
+    return model
 
 
 def _model_type(d: Path) -> str | None:
