@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ralm.errors import RalmError
+from ralm.retrieval.options import add_retrieval_args
 
 __all__ = ["register", "run"]
 
@@ -44,20 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--gguf-file", default=None, help="the .gguf file inside LM's directory, when it holds several"
     )
-    p.add_argument("--index", type=Path, default=None, help="a retrieval index directory (ralm index build)")
-    p.add_argument(
-        "--corpus",
-        type=Path,
-        default=None,
-        help="a DocStore: BM25 built in memory (with --index: its DocStore)",
-    )
-    p.add_argument("--retriever", default="bm25", choices=["bm25", "dense", "hybrid"], help="default bm25")
-    p.add_argument(
-        "--lang",
-        default=None,
-        help="BM25 stopwords + Snowball stemmer (en, da, nb, ..., none); default: the index's own "
-        "analysis, or the DocStore's language over --corpus",
-    )
+    add_retrieval_args(p)  # --index, --corpus, --retriever, --lang
     p.add_argument(
         "--mode",
         nargs="+",
@@ -198,8 +186,9 @@ def run(args: argparse.Namespace) -> int:
         overlapping_articles,
     )
     from ralm.frozen.lm import load_frozen_lm
-    from ralm.frozen.retrieve import DocTokens, open_retriever
+    from ralm.frozen.retrieve import DocTokens
     from ralm.frozen.text import read_eval_text
+    from ralm.retrieval.retriever import Retriever
 
     if args.lm is not None and args.lm_option is not None:
         raise RalmError("give the LM once: as LM or as --lm")
@@ -248,9 +237,8 @@ def run(args: argparse.Namespace) -> int:
     t_ret = 0.0
     if needs:
         t0 = time.perf_counter()
-        store, retriever, info = open_retriever(
-            index=args.index, corpus=args.corpus, kind=args.retriever, lang=args.lang, log=log
-        )
+        opened = Retriever.from_args(args, log=log)
+        store, retriever, info = opened.store, opened.backend, opened.description
         arts = set(articles_by_title(store, args.exclude_article))
         if args.exclude == "auto":
             arts |= set(overlapping_articles(store, text.text, args.overlap_ngram))

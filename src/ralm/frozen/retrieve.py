@@ -31,18 +31,13 @@ import numpy as np
 
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
-from ralm.retrieval.bm25_spec import bm25_options
-from ralm.retrieval.retriever import KINDS
 
-RETRIEVERS = KINDS  # the kinds `ralm.Retriever` opens
 SEPARATOR = "\n\n"
 _WORD = re.compile(r"\w")
 
 __all__ = [
-    "RETRIEVERS",
     "DocTokens",
     "ScoredChunk",
-    "bm25_options",
     "open_retriever",
     "query_text",
     "search_blocks",

@@ -22,6 +22,7 @@ from ralm.rag.cli_shared import log as _log
 from ralm.rag.cli_shared import passages_for as _passages
 from ralm.rag.cli_shared import read_question_args as _questions
 from ralm.rag.train_cli import cmd_lsr, cmd_train
+from ralm.retrieval.options import add_retrieval_args
 
 __all__ = ["register"]
 
@@ -53,18 +54,9 @@ def _backend_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _retrieval_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--index", type=Path, default=None, help="a retrieval index directory (ralm index build)")
-    p.add_argument(
-        "--corpus",
-        type=Path,
-        default=None,
-        help="a DocStore: BM25 built in memory (with --index: its DocStore)",
-    )
-    p.add_argument("--retriever", default="bm25", choices=["bm25", "dense", "hybrid"], help="default bm25")
-    p.add_argument(
-        "--lang",
-        default=None,
-        help="BM25 analysis and answer normalisation language (en, nb, da, ...; default: the "
+    add_retrieval_args(
+        p,
+        lang_help="BM25 analysis and answer normalisation language (en, nb, da, ...; default: the "
         "DocStore's, else en)",
     )
     p.add_argument(

@@ -48,9 +48,7 @@ def passages_for(args, questions, k: int, lm=None):
         from ralm.rag.data import gold_chunks
         from ralm.retrieval.retriever import Retriever
 
-        retriever = Retriever.open(
-            index=args.index, corpus=args.corpus, kind=args.retriever, lang=args.lang, log=log
-        )
+        retriever = Retriever.from_args(args, log=log)
         store = retriever.store
         args.lang = args.lang or store.lang or "en"  # answer normalisation as the corpus's language
         log(f"retrieval: {retriever.description}")

@@ -1,10 +1,14 @@
-"""`Retriever`: any retrieval index directory (dense, BM25 or hybrid) opened for text search.
+"""`Retriever`: any retrieval index directory (dense, BM25 or hybrid) or DocStore opened for text search.
 
 The Python face of `ralm search`, in pyserini's manner: `Retriever.load(INDEX).search(queries, k)`
 gives each query's top-k chunks as `Hit`s (chunk id, score, title, text, rank), best first. It
 wraps `ralm.retrieval.searchers.open_searcher` (which checks the index against its DocStore) and
 the searchers' common `search_text` (the `Searcher` protocol of `ralm.retrieval.base`), which
 stays available as `search_ids` for code that wants the id and score arrays.
+
+It is the one way in for code outside ralm.retrieval (an import-linter contract in pyproject.toml):
+`Retriever.open(INDEX or STORE)` opens either, `Retriever.from_args(args)` what a command's
+`--index/--corpus/--retriever/--lang` name (declared by `ralm.retrieval.options.add_retrieval_args`).
 
 Also here: `RerankRetriever` (a first stage's candidates re-scored by a reranker, e.g. ColBERT)
 and the helpers that show search results as text (`snippet`, `top_texts`).
@@ -14,6 +18,7 @@ Deliberately left out: building indexes (`ralm.retrieval.index.build.build_index
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,10 +29,9 @@ import numpy as np
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, Hit, Searcher, SearchResult, check_queries
+from ralm.retrieval.options import KINDS
 
-__all__ = ["KINDS", "Hit", "RerankRetriever", "Retriever", "snippet", "top_texts"]
-
-KINDS = ("bm25", "dense", "hybrid")  # what an index directory can be opened as
+__all__ = ["Hit", "RerankRetriever", "Retriever", "snippet", "top_texts"]
 
 
 class Retriever:
@@ -61,24 +65,43 @@ class Retriever:
     @classmethod
     def open(
         cls,
+        path_or_store: str | os.PathLike | DocStore | None = None,
         *,
         index: str | os.PathLike | None = None,
-        corpus: str | os.PathLike | None = None,
+        corpus: str | os.PathLike | DocStore | None = None,
         kind: str = "bm25",
         lang: str | None = None,
+        bm25_options: dict[str, Any] | None = None,
         log: Callable[[str], None] = lambda m: None,
     ) -> Retriever:
-        """What the commands' `--index INDEX` / `--corpus STORE` options open: an index directory as
-        `kind` (BM25 analysed for `lang` when given), or a bare DocStore as an in-memory BM25
-        (`lang`, default the DocStore's recorded language, else English). One-line RalmError for a kind the inputs cannot give."""
-        from ralm.retrieval.bm25_spec import bm25_options
+        """Open an index directory or a DocStore for search: the one way in from outside ralm.retrieval.
 
+        path_or_store: an index directory (`ralm index build --out`, its retrieval.json), opened as
+        `kind`; or a DocStore (its directory, or an open DocStore), searched by BM25 built in memory.
+        index= / corpus=: the same, named as the commands' `--index INDEX` / `--corpus STORE` name
+        them (`from_args`); both: the index, over `corpus` as its DocStore (when it moved).
+        lang: the BM25 analysis (`ralm.retrieval.bm25_spec`: "en", "nb:stem", "none"); left out, an
+        index's own BM25 is used, and over a DocStore its recorded language, else English.
+        bm25_options: the analysis as `BM25Retriever.build` options instead of lang (over a DocStore,
+        {} = the DocStore's own analysis: its language where Snowball knows it, else plain).
+        One-line RalmError for a kind the inputs cannot give, a missing or damaged index or store.
+        """
+        from ralm.retrieval.bm25_spec import bm25_options as options_of
+
+        if path_or_store is not None:
+            if index is not None or corpus is not None:
+                raise RalmError("give what to search once: as path_or_store, or as index= / corpus=")
+            if _is_docstore(path_or_store):
+                corpus = path_or_store
+            else:
+                index = path_or_store
         if kind not in KINDS:
             raise RalmError(f"retriever {kind!r}: choose one of {', '.join(KINDS)}")
+        if bm25_options is None and lang:
+            bm25_options = options_of(lang)
         if index is not None:
-            r = cls.load(
-                index, kind, store=corpus, bm25_options=bm25_options(lang) if lang else None, log=log
-            )
+            store = corpus.root if isinstance(corpus, DocStore) else corpus
+            r = cls.load(index, kind, store=store, bm25_options=bm25_options, log=log)
             r.description = f"{kind} over {index}"
             return r
         if corpus is None:
@@ -89,9 +112,18 @@ class Retriever:
             )
         from ralm.retrieval.bm25 import BM25Retriever
 
-        store = DocStore(corpus)
-        backend = BM25Retriever.build(store, **bm25_options(lang or store.lang or "en"))
-        return cls(store, backend, "bm25", None, f"bm25 ({backend.describe()}) over {corpus}")
+        store = corpus if isinstance(corpus, DocStore) else DocStore(corpus)
+        if bm25_options is None:
+            bm25_options = options_of(store.lang or "en")
+        backend = BM25Retriever.build(store, **bm25_options)
+        where = store.root if isinstance(corpus, DocStore) else corpus
+        return cls(store, backend, "bm25", None, f"bm25 ({backend.describe()}) over {where}")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, *, log: Callable[[str], None] = lambda m: None) -> Retriever:
+        """What a command's retrieval options name (`ralm.retrieval.options.add_retrieval_args`:
+        --index, --corpus, --retriever, --lang), opened as `open` opens it; errors name the options."""
+        return cls.open(index=args.index, corpus=args.corpus, kind=args.retriever, lang=args.lang, log=log)
 
     @classmethod
     def load(
@@ -114,8 +146,7 @@ class Retriever:
         """
         from ralm.retrieval.searchers import open_searcher
 
-        if not 0.0 <= dense_weight <= 1.0:
-            raise RalmError(f"dense_weight {dense_weight}: must be between 0 and 1")
+        _check_dense_weight(dense_weight)
         ds, backend = open_searcher(
             path, kind, store, bm25_options=bm25_options, fusion=fusion, dense_weight=dense_weight, log=log
         )
@@ -202,6 +233,23 @@ class RerankRetriever:
         cand = self.first.search_text(queries, self.depth, exclude_ids)
         res = self.reranker.rerank(queries, cand.ids)
         return SearchResult(ids=res.ids[:, :k], scores=res.scores[:, :k])
+
+
+def _is_docstore(path_or_store: str | os.PathLike | DocStore) -> bool:
+    """Whether `Retriever.open`'s argument is a DocStore (an open one, or a folder with a DocStore's
+    manifest.json and no index's retrieval.json); anything else is opened as an index directory."""
+    from ralm.corpus.manifest import MANIFEST as STORE_MANIFEST
+    from ralm.retrieval.index.directory import MANIFEST as INDEX_MANIFEST
+
+    if isinstance(path_or_store, DocStore):
+        return True
+    p = Path(path_or_store)
+    return (p / STORE_MANIFEST).is_file() and not (p / INDEX_MANIFEST).is_file()
+
+
+def _check_dense_weight(dense_weight: float) -> None:
+    if not 0.0 <= dense_weight <= 1.0:
+        raise RalmError(f"dense_weight {dense_weight}: must be between 0 and 1")
 
 
 def snippet(text: str, width: int = 100) -> str:
