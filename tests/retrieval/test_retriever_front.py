@@ -1,5 +1,5 @@
 """`ralm.Retriever` as the one way in: `open` on an index directory or a DocStore, `from_args` and the
-shared `--index/--corpus/--retriever/--lang` options."""
+shared `--index/--corpus/--retriever/--lang` options, `hybrid` over two open retrievers, `matched_mask`."""
 
 import argparse
 import json
@@ -10,8 +10,9 @@ import pytest
 
 from ralm.cli import build_parser, main
 from ralm.errors import RalmError
+from ralm.retrieval.base import SearchResult
 from ralm.retrieval.options import add_retrieval_args
-from ralm.retrieval.retriever import Retriever
+from ralm.retrieval.retriever import Retriever, matched_mask
 
 DOCS = [
     ("Oslo", "Oslo is the capital of Norway. The city lies at the end of the Oslofjord."),
@@ -163,3 +164,34 @@ def test_from_args_opens_what_the_options_name(built):
     argv = ["lm-eval", "t.txt", "--corpus", str(built / "store"), "--retriever", "hybrid"]
     with pytest.raises(RalmError, match="--retriever hybrid needs an index directory"):
         Retriever.from_args(build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("fusion,w", [("rrf", 0.5), ("weighted", 0.2)])
+def test_hybrid_of_two_open_retrievers_is_the_index_hybrid(built, fusion, w):
+    bm25, dense = Retriever.load(built / "index", "bm25"), Retriever.load(built / "index", "dense")
+    fused = Retriever.hybrid(bm25, dense, fusion=fusion, dense_weight=w)
+    ref = Retriever.load(built / "index", "hybrid", fusion=fusion, dense_weight=w)
+    assert fused.kind == "hybrid" and fused.store is bm25.store
+    got, want = _ids_scores(fused), _ids_scores(ref)
+    assert got[0] == want[0]
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_hybrid_refuses_two_docstores(built):
+    dense = Retriever.load(built / "index", "dense")
+    with pytest.raises(RalmError, match="search different DocStores"):
+        Retriever.hybrid(Retriever.open(built / "other"), dense)
+    with pytest.raises(RalmError, match="dense_weight 1.5: must be between 0 and 1"):
+        Retriever.hybrid(Retriever.load(built / "index", "bm25"), dense, dense_weight=1.5)
+
+
+def test_matched_mask(built):
+    """A hit matched: a chunk, a finite score, and from BM25 a score above 0."""
+    res = SearchResult(ids=np.array([[3, -1, 2, 4]]), scores=np.array([[1.5, 0.5, np.nan, 0.0]], np.float32))
+    dense = Retriever.load(built / "index", "dense")
+    assert matched_mask(dense.backend, res).tolist() == [[True, False, False, True]]
+    bm25 = Retriever.open(built / "store")
+    assert matched_mask(bm25.backend, res).tolist() == [[True, False, False, False]]
+    hits = bm25.search("capital of Norway", k=6, matched_only=True)
+    full = bm25.search_ids(["capital of Norway"], 6)
+    assert [h.id for h in hits] == full.ids[0][full.scores[0] > 0].tolist() == [0, 1, 5]

@@ -11,7 +11,8 @@ by design: chunks are re-tokenized from their text.
 `search_blocks`: the queries of all blocks (text of the last l tokens before each block, None
 where there is nothing to search for) go to the retriever in one `search_text` call, with the
 excluded chunks (ralm.frozen.exclusion) removed from every query. Hits without a usable score are
-dropped: missing ids (-1), non-finite scores, and BM25 scores of 0 (no query term in the chunk).
+dropped: missing ids (-1), non-finite scores, and BM25 scores of 0 (no query term in the chunk):
+`ralm.retrieval.retriever.matched_mask`, what `Retriever.search(matched_only=True)` keeps.
 
 `DocTokens`: a retrieved chunk as the LM sees it: "title\\ntext" tokenized with the LM tokenizer,
 cut to `doc_tokens - len(sep)` tokens (its beginning kept), then the separator "\\n\\n"; cached
@@ -85,17 +86,18 @@ def search_blocks(
     excl = None
     if exclude_ids is not None and len(exclude_ids):
         excl = np.broadcast_to(np.asarray(exclude_ids, dtype=np.int64), (len(todo), len(exclude_ids)))
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.retriever import matched_mask
 
-    bm25 = isinstance(retriever, BM25Retriever)
     t0 = time.perf_counter()
     res = retriever.search_text([queries[i] for i in todo], k, exclude_ids=excl)
     seconds = time.perf_counter() - t0
+    keep = matched_mask(retriever, res)  # a chunk, a finite score, from BM25 a score > 0
     for row, i in enumerate(todo):
-        for cid, sc in zip(res.ids[row].tolist(), res.scores[row].tolist(), strict=True):
-            if cid < 0 or not np.isfinite(sc) or (bm25 and sc <= 0):
-                continue
-            out[i].append(ScoredChunk(int(cid), float(sc)))
+        for cid, sc, ok in zip(
+            res.ids[row].tolist(), res.scores[row].tolist(), keep[row].tolist(), strict=True
+        ):
+            if ok:
+                out[i].append(ScoredChunk(int(cid), float(sc)))
     return out, seconds
 
 

@@ -146,6 +146,22 @@ class HybridRetriever:
         return SearchResult(ids=out_ids, scores=out_scores)
 
 
+def fuse_searchers(
+    sparse: Searcher,
+    dense: Searcher,
+    n_items: int,
+    *,
+    fusion: str = "rrf",
+    dense_weight: float = 0.5,
+    depth: int = 100,
+) -> HybridRetriever:
+    """BM25 and dense fused as `--retriever hybrid` fuses them: [sparse, dense], weighted
+    `fusion_weights(fusion, dense_weight)`, the top `depth` of each (n_items: chunks in the store)."""
+    return HybridRetriever(
+        [sparse, dense], n_items, method=fusion, depth=depth, weights=fusion_weights(fusion, dense_weight)
+    )
+
+
 def _max_excluded(exclude_ids: ExcludeIds) -> int:
     """The most ids excluded from any one query (0 for None)."""
     if exclude_ids is None:

@@ -8,7 +8,8 @@ stays available as `search_ids` for code that wants the id and score arrays.
 
 It is the one way in for code outside ralm.retrieval (an import-linter contract in pyproject.toml):
 `Retriever.open(INDEX or STORE)` opens either, `Retriever.from_args(args)` what a command's
-`--index/--corpus/--retriever/--lang` name (declared by `ralm.retrieval.options.add_retrieval_args`).
+`--index/--corpus/--retriever/--lang` name (declared by `ralm.retrieval.options.add_retrieval_args`),
+`Retriever.hybrid(bm25, dense)` fuses two open ones, and `matched_mask` tells matched hits apart.
 
 Also here: `RerankRetriever` (a first stage's candidates re-scored by a reranker, e.g. ColBERT)
 and the helpers that show search results as text (`snippet`, `top_texts`).
@@ -31,7 +32,7 @@ from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, Hit, Searcher, SearchResult, check_queries
 from ralm.retrieval.options import KINDS
 
-__all__ = ["Hit", "RerankRetriever", "Retriever", "snippet", "top_texts"]
+__all__ = ["Hit", "RerankRetriever", "Retriever", "matched_mask", "snippet", "top_texts"]
 
 
 class Retriever:
@@ -152,6 +153,41 @@ class Retriever:
         )
         return cls(ds, backend, kind, Path(path))
 
+    @classmethod
+    def hybrid(
+        cls,
+        sparse: Retriever,
+        dense: Retriever,
+        *,
+        fusion: str = "rrf",
+        dense_weight: float = 0.5,
+        depth: int = 100,
+    ) -> Retriever:
+        """Two open retrievers of one DocStore, BM25 and dense, fused into a hybrid as
+        `load(path, "hybrid")` fuses an index's own two: rank fusion ("rrf") or min-max normalised
+        scores ("weighted"), the dense side weighted dense_weight, each giving its top `depth`.
+
+        For a dense side that is not an index directory's (`ralm serve` over a REALM run: the run's
+        query tower over its own index). RalmError when the two search different DocStores."""
+        from ralm.retrieval.hybrid import fuse_searchers
+
+        _check_dense_weight(dense_weight)
+        if sparse.store is not dense.store and (
+            len(sparse.store) != len(dense.store) or sparse.store.fingerprint != dense.store.fingerprint
+        ):
+            raise RalmError(
+                f"hybrid: {sparse.description} and {dense.description} search different DocStores"
+            )
+        backend = fuse_searchers(
+            sparse.backend,
+            dense.backend,
+            len(sparse.store),
+            fusion=fusion,
+            dense_weight=dense_weight,
+            depth=depth,
+        )
+        return cls(sparse.store, backend, "hybrid", dense.path)
+
     @property
     def encoder(self) -> Any:
         """The dense side's `DualEncoder` (a dense or hybrid retriever); RalmError for BM25."""
@@ -191,13 +227,7 @@ class Retriever:
         score <= 0: no query term in the chunk), so a query may get fewer than k."""
         one = isinstance(queries, str)
         res = self.search_ids([queries] if one else list(queries), k)
-        keep = np.ones(res.ids.shape, dtype=bool)
-        if matched_only:
-            from ralm.retrieval.bm25 import BM25Retriever
-
-            keep = np.isfinite(res.scores) & (res.ids >= 0)
-            if isinstance(self.backend, BM25Retriever):
-                keep &= res.scores > 0
+        keep = matched_mask(self.backend, res) if matched_only else np.ones(res.ids.shape, dtype=bool)
         rows = iter(self.store.get_many(int(i) for i in res.ids[keep]))
         hits = []
         for q_ids, q_scores, q_keep in zip(res.ids, res.scores, keep, strict=True):
@@ -233,6 +263,18 @@ class RerankRetriever:
         cand = self.first.search_text(queries, self.depth, exclude_ids)
         res = self.reranker.rerank(queries, cand.ids)
         return SearchResult(ids=res.ids[:, :k], scores=res.scores[:, :k])
+
+
+def matched_mask(searcher: Searcher, result: SearchResult) -> np.ndarray:
+    """(Q, k) bool: which hits of `searcher`'s `result` matched their query: a chunk (id >= 0), a
+    finite score and, from BM25, a score > 0 (some query term in the chunk). What
+    `Retriever.search(matched_only=True)` keeps, and the frozen LM's retrieval (ralm.frozen.retrieve)."""
+    from ralm.retrieval.bm25 import BM25Retriever
+
+    keep = np.isfinite(result.scores) & (result.ids >= 0)
+    if isinstance(searcher, BM25Retriever):
+        keep &= result.scores > 0
+    return keep
 
 
 def _is_docstore(path_or_store: str | os.PathLike | DocStore) -> bool:

@@ -74,15 +74,10 @@ def open_searcher(
     sparse = _index_bm25(path, ds, manifest, bm25_options, log)
     if kind == "bm25":
         return ds, sparse
-    from ralm.retrieval.hybrid import HybridRetriever, fusion_weights
+    from ralm.retrieval.hybrid import fuse_searchers
 
-    return ds, HybridRetriever(
-        [sparse, open_dense(path, ds, manifest)],
-        len(ds),
-        method=fusion,
-        depth=depth,
-        weights=fusion_weights(fusion, dense_weight),
-    )
+    dense = open_dense(path, ds, manifest)
+    return ds, fuse_searchers(sparse, dense, len(ds), fusion=fusion, dense_weight=dense_weight, depth=depth)
 
 
 def _index_bm25(

@@ -194,17 +194,21 @@ def load_target(path: str | Path, device: str | None = None, log=warn, ask=None)
 
 # ----------------------------------------------------------------------------- loaders per kind
 def _bm25_for(store, lang: str | None = None):
-    from ralm.retrieval.bm25 import BM25Retriever
+    """BM25 built in memory over `store`: `lang`'s analysis, else (None) the DocStore's own."""
     from ralm.retrieval.bm25_spec import bm25_options
+    from ralm.retrieval.retriever import Retriever
 
-    return BM25Retriever.build(store, **(bm25_options(lang) if lang else {}))  # None: the store's
+    return Retriever.open(store, bm25_options=bm25_options(lang) if lang else {}).backend
 
 
 def _with_hybrid(t: Target) -> Target:
+    """Search's hybrid: the target's BM25 and dense fused (RRF, each giving its top 100)."""
     if t.dense is not None and t.bm25 is not None:
-        from ralm.retrieval.hybrid import HybridRetriever
+        from ralm.retrieval.retriever import Retriever
 
-        t.hybrid = HybridRetriever([t.bm25, t.dense], len(t.store))
+        sparse = Retriever(t.store, t.bm25, "bm25", t.path)
+        dense = Retriever(t.store, t.dense, "dense", t.path)
+        t.hybrid = Retriever.hybrid(sparse, dense).backend
     return t
 
 

@@ -41,7 +41,8 @@ class InitSpec:
 
     reader: HF directory the task model starts from. encoder/index/docstore: the retriever's
     DualEncoder directory, DenseIndex directory and DocStore (None when there is no dense
-    retriever); bm25: a BM25 directory (open-QA baselines). source: what --model named.
+    retriever); bm25: an index directory's BM25 (INDEX/bm25, open-QA baselines; opened through
+    INDEX with `ralm.Retriever`). source: what --model named.
     """
 
     reader: str
@@ -192,9 +193,10 @@ def load_retriever_parts(spec: InitSpec, *, reader_tokenizer, k: int, tune: bool
     store = DocStore(spec.docstore)
     check_reader_tokenizer(store, reader_tokenizer, spec.reader)
     if spec.bm25 is not None:
-        from ralm.retrieval.bm25 import BM25Retriever
+        from ralm.retrieval.retriever import Retriever
 
-        bm25 = BM25Retriever.load(spec.bm25, docstore_fingerprint=store.fingerprint)
+        # INDEX/bm25 (prepare_init): the index directory's own BM25, checked against the DocStore
+        bm25 = Retriever.load(Path(spec.bm25).parent, "bm25", store=store.root).backend
         return TaskRetriever(store, bm25=bm25, k=k, null_doc=null_doc)
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.index.sharded import load_dense
