@@ -157,6 +157,13 @@ class FrozenLM:
         """The autocast dtype of full products (scoring, batched prompts); None: float32."""
         return self._autocast_for("matmul")
 
+    def decoding_autocast(self, rows: int) -> torch.dtype | None:
+        """The autocast dtype of decoding `rows` prompts together: one-row steps ("decode") below
+        `ralm.models.precision.BATCH_ROWS` rows, batch steps ("batch") from there."""
+        from ralm.models.precision import BATCH_ROWS
+
+        return self._autocast_for("batch") if rows >= BATCH_ROWS else self.decode_autocast
+
     @property
     def decode_autocast(self) -> torch.dtype | None:
         """The autocast dtype of one-row decoding steps: bf16 can be faster for scoring and slower
