@@ -18,7 +18,7 @@ closed-book matches no query, the EM ratio takes one match as closed-book's floo
 and `demo_closed_book_em_floored` is 1. Targets: `demo_em_retrieval_over_closed_book` >= 2, `demo_heldout_spans` >= 100,
 `demo_seconds_installed` <= 600, `demo_seconds_fresh_clone` <= 900.
 
-Run on idle cores (the wall time is the figure): python benchmarks/demo.py installed [fresh]
+Run on idle cores (the wall time is the figure): python -m benchmarks.demo installed [fresh]
 """
 
 from __future__ import annotations
@@ -33,10 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-from common import RESULTS, log, script_command, write_result  # noqa: E402
+from benchmarks.common import RESULTS, ROOT, log, script_command, write_result
 
 NAME = "demo"
 TARGETS = {

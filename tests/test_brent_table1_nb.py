@@ -3,13 +3,9 @@ write the committed table (only once the default grid is complete, and then the 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-from downstream import brent_table1_nb as brent  # noqa: E402
+from benchmarks.downstream import brent_table1_nb as brent
 
 
 def _finish(work: Path, column: str, row: str) -> None:

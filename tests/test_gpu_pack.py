@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-from gpu import gpu_pack  # noqa: E402
-from gpu.stages import ORDER, transport  # noqa: E402
-from gpu.stages.context import StageContext  # noqa: E402
+from benchmarks.gpu import gpu_pack
+from benchmarks.gpu.stages import ORDER, transport
+from benchmarks.gpu.stages.context import StageContext
 
 
 class Clock:
@@ -221,7 +216,7 @@ def test_parts_split_and_stash_back(tmp_path: Path, monkeypatch) -> None:
 def test_context_stops_a_command_at_the_deadline(tmp_path: Path) -> None:
     import time
 
-    from gpu.stages.context import StageTimeout
+    from benchmarks.gpu.stages.context import StageTimeout
 
     ctx = StageContext("x", tmp_path, tmp_path / "w", True, "cpu", time.monotonic() + 1.5)
     script = tmp_path / "sleep.py"  # a command that starts a child of its own, as a server would
@@ -247,7 +242,7 @@ def test_context_stops_a_command_at_the_deadline(tmp_path: Path) -> None:
 
 
 def test_a_stopped_block_says_how_far_each_run_got(tmp_path: Path) -> None:
-    from gpu.stages.context import StageTimeout, progress_on_stop
+    from benchmarks.gpu.stages.context import StageTimeout, progress_on_stop
 
     (tmp_path / "a").mkdir()
     rows = [

@@ -6,15 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-from realm import realm_learns_downstream as down  # noqa: E402
+from benchmarks.realm import realm_learns_downstream as down
 
 
 def _result(work: Path, cell: str, seed: int, em: float, f1: float) -> None:

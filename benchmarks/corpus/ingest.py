@@ -8,7 +8,7 @@ Questions and targets (issue 2):
   (both measured in this one process, same batches, best of 3).
 
 Each build runs in its own child process; its peak RSS is that child's ru_maxrss.
-Run: python benchmarks/corpus/ingest.py [--scale 50] [--skip-big]
+Run: python -m benchmarks.corpus.ingest [--scale 50] [--skip-big]
 Writes benchmarks/results/ingest.json.
 """
 
@@ -26,8 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import script_command, write_result
 
 
 def make_repeated_dump(src: Path, dst: Path, times: int) -> None:

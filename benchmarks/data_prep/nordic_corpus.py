@@ -16,7 +16,7 @@ there) and read in Python (ar + tar), falling back to `dpkg-deb --fsys-tarfile` 
 tarfile cannot open. The question sets benchmarks/data/retrieval_{da,nb}.jsonl are written
 against this corpus.
 
-    python benchmarks/data_prep/nordic_corpus.py da --out /tmp/da.jsonl [--cache DIR]
+    python -m benchmarks.data_prep.nordic_corpus da --out /tmp/da.jsonl [--cache DIR]
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from benchmarks.data_prep.nordic_corpus_errors import NordicCorpusError
+from benchmarks.data_prep.nordic_debs import _decode, deb_files, fetch_deb
+from benchmarks.data_prep.nordic_manual import MIN_WORDS, manual_articles  # noqa: F401 - MIN_WORDS: the manual's threshold, for callers
+from benchmarks.data_prep.nordic_troff import man_articles, troff_to_text  # noqa: F401 - troff_to_text: the renderer, for callers
+from ralm.atomic import atomic_path
+
 PACKAGES = {
     "da": ("manpages-da", "debian-edu-doc-da"),
     "nb": ("manpages-nb", "debian-edu-doc-nb-no"),
 }
 MANUAL = "debian-edu-bookworm-manual.html"
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from data_prep.nordic_corpus_errors import NordicCorpusError  # noqa: E402
-from data_prep.nordic_debs import _decode, deb_files, fetch_deb  # noqa: E402
-from data_prep.nordic_manual import MIN_WORDS, manual_articles  # noqa: E402, F401 - MIN_WORDS: the manual's threshold, for callers
-from data_prep.nordic_troff import man_articles, troff_to_text  # noqa: E402, F401 - troff_to_text: the renderer, for callers
 
 # ---------------------------------------------------------------------------------------------
 
@@ -61,12 +61,9 @@ def build_jsonl(lang: str, out: Path, cache: Path) -> Path:
     """Write the `lang` ("da" or "nb") corpus to `out` as JSONL and return `out`."""
     out, cache = Path(out), Path(cache)
     articles = list(iter_articles(lang, cache))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for a in articles:
             f.write(json.dumps(a, ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
     return out
 
 

@@ -10,7 +10,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from data_prep.nordic_corpus_errors import NordicCorpusError
+from benchmarks.data_prep.nordic_corpus_errors import NordicCorpusError
 
 # ---------------------------------------------------------------------------------------------
 # Fetching and reading .deb files

@@ -8,8 +8,8 @@ import re
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
-from data_prep.nordic_debs import _decode
-from data_prep.nordic_troff_escapes import (
+from benchmarks.data_prep.nordic_debs import _decode
+from benchmarks.data_prep.nordic_troff_escapes import (
     _FONT_MACROS,
     _PARA_MACROS,
     DEFAULT_STRINGS,

@@ -32,25 +32,23 @@ Writes benchmarks/results/brent_table1_nb.json (metrics `<task>/<row>/<metric>` 
 Extra rows (--rows): ``gemma-plain-bi`` and ``gemma-realm-bi``, the same two checkpoints fine-tuned
 with --bidirectional (Gemma-3's use_bidirectional_attention), so every position reads both sides.
 
-Run: python benchmarks/downstream/brent_table1_nb.py [--jobs 2] [--rows gemma-plain,gemma-realm,minilm]
+Run: python -m benchmarks.downstream.brent_table1_nb [--jobs 2] [--rows gemma-plain,gemma-realm,minilm]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import RESULTS, script_command, write_result  # noqa: E402
+from benchmarks import common
+from benchmarks.common import RESULTS, ROOT, ralm_stdout, script_command, write_result
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data"
 NAME = "brent_table1_nb"
 
@@ -119,19 +117,8 @@ def grid_complete(work: Path) -> bool:
     return all((cell_dir(work, t, r) / "results.json").is_file() for t in TASKS for r in ROWS)
 
 
-def ralm(*args: str, log: Path) -> None:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-    with open(log, "a", encoding="utf-8") as f:
-        subprocess.run(
-            [sys.executable, "-m", "ralm", *args], check=True, env=env, stdout=f, stderr=subprocess.STDOUT
-        )
+# `ralm ARGS` offline on one thread, nothing said first (output=LOG: its output appended to LOG)
+ralm = partial(common.ralm, env={**common.OFFLINE, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}, say=None)
 
 
 def ensure_plain(work: Path) -> Path:
@@ -157,7 +144,7 @@ def model_for(row: str, work: Path, realm_reader: Path) -> list[str]:
     if row == "gemma-realm":
         if not (realm_reader / "config.json").is_file():
             raise SystemExit(
-                f"{realm_reader}: no exported reader; run benchmarks/realm/realm_causal.py nb and export-reader"
+                f"{realm_reader}: no exported reader; run python -m benchmarks.realm.realm_causal nb and export-reader"
             )
         return ["--model", str(realm_reader)]
     return []
@@ -209,7 +196,7 @@ def gen_cells(args, work: Path) -> None:
     closed-book (the question alone: what the reader knows) and RAG k=3 (dense top 3 of one fixed
     index, --rag-index, the same for both rows: how the reader reads passages). Each (mode, row) is
     a cell directory whose results.json `ralm table` reads; `finished_cells` lists those done."""
-    from retrieval.retriever_train import qa_jsonl
+    from benchmarks.retrieval.retriever_train import qa_jsonl
 
     train_q = qa_jsonl("train", work / "train.jsonl")
     test_q = qa_jsonl("test", work / "test.jsonl")
@@ -223,7 +210,7 @@ def gen_cells(args, work: Path) -> None:
                 continue
             if mode == "rag" and not (index / "retrieval.json").is_file():
                 raise SystemExit(
-                    f"{index}: no index; run benchmarks/realm/realm_causal.py downstream (index-plain)"
+                    f"{index}: no index; run python -m benchmarks.realm.realm_causal downstream (index-plain)"
                 )
             lm = model_for(row, work, Path(args.realm_reader))[1]
             records = []
@@ -262,7 +249,7 @@ def gen_cells(args, work: Path) -> None:
                         "--out",
                         str(gen),
                         "--no-progress",
-                        log=work / "grid.log",
+                        output=work / "grid.log",
                     )
                     ralm(
                         "rag",
@@ -288,7 +275,7 @@ def gen_cells(args, work: Path) -> None:
                         "--out",
                         str(ev),
                         "--no-progress",
-                        log=work / "grid.log",
+                        output=work / "grid.log",
                     )
                     shutil.rmtree(gen / "model", ignore_errors=True)  # 1 GB a seed; the scores are kept
                     (sd / "seconds").write_text(f"{time.perf_counter() - t0:.1f}\n")
@@ -341,7 +328,7 @@ def run_grid(args, work: Path) -> None:
                 "--out",
                 str(out),
                 *model_for(row, work, Path(args.realm_reader)),
-                log=log,
+                output=log,
             )
         except subprocess.CalledProcessError:
             print(f"FAILED {tname} / {row} (see {log})", flush=True)
@@ -353,12 +340,7 @@ def run_grid(args, work: Path) -> None:
 
 
 def report(cells: list[tuple[str, str, Path]], args) -> None:
-    table = subprocess.run(
-        [sys.executable, "-m", "ralm", "table", *(str(c[2]) for c in cells)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    table = ralm_stdout("table", *(c[2] for c in cells))
     metrics: dict[str, float] = {}
     seeds: dict[str, list[int]] = {}
     timing = ["", "| cell | seeds | train ex. | test ex. | seconds per seed |", "|" + " --- |" * 5]

@@ -20,7 +20,7 @@ Each cell is one `ralm finetune` output directory under --work/cells (skipped wh
 results.json, so an interrupted grid resumes). Writes benchmarks/results/downstream.json and
 benchmarks/results/downstream.md (the `ralm table` of every cell).
 
-Run: python benchmarks/downstream/downstream.py [--tasks sst2,wnut17,ud-ewt,norquad] [--seeds 1,2,3,4,5]
+Run: python -m benchmarks.downstream.downstream [--tasks sst2,wnut17,ud-ewt,norquad] [--seeds 1,2,3,4,5]
 
 The default grid is English (SST-2, WNUT-17, UD EWT) plus NorQuAD: the bundled MiniLM is English
 and uncased, and both pre-training runs read English Wikipedia. On Norwegian NoReC the MiniLM
@@ -35,15 +35,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
+from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks import common
+from benchmarks.common import ROOT, ralm_stdout, script_command, write_result
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data"
 
 # name: (task, path under ../shared/data, extra finetune flags)
@@ -79,19 +77,8 @@ TASKS: dict[str, tuple[str, str, list[str]]] = {
     "sst2": ("classify", "sst2", ["--max-length", "96", "--max-train", "1000"]),
 }
 ROWS = ("minilm", "mlm", "realm-reader", "realm+ret")
-
-
-def ralm(*args: str, log: Path | None = None) -> None:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    with open(log, "a", encoding="utf-8") if log else open(os.devnull, "w") as f:
-        subprocess.run(
-            [sys.executable, "-m", "ralm", *args], check=True, env=env, stdout=f, stderr=subprocess.STDOUT
-        )
+# `ralm ARGS` offline, nothing said first, its output dropped (output=LOG: appended to LOG)
+ralm = partial(common.ralm, env=common.OFFLINE, output=os.devnull, say=None)
 
 
 def ensure_pretrained(work: Path, steps: int) -> tuple[Path, Path]:
@@ -205,16 +192,11 @@ def main() -> None:
                     *(["--lr-head", str(10 * args.lr)] if task in ("ner", "pos") else []),
                     *extra,
                     *cell_args(row, realm, mlm),
-                    log=log,
+                    output=log,
                 )
                 print(f"  {time.perf_counter() - t0:.0f} s", flush=True)
             cells.append((tname, row, out))
-    table = subprocess.run(
-        [sys.executable, "-m", "ralm", "table", *(str(c[2]) for c in cells)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    table = ralm_stdout("table", *(c[2] for c in cells))
     timing = [
         "",
         "| cell | seeds | train ex. | test ex. | seconds per seed (mean) | total s |",

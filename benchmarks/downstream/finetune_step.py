@@ -11,21 +11,18 @@ and reads K rows per input: its cost relative to the plain step is reported, no 
 Data: gensim's 200 labelled sentences (bundled; no shared data needed); tagging labels are
 synthetic (the speed does not depend on them).
 
-Run: python benchmarks/downstream/finetune_step.py [--batch-size 16] [--repeats 15]
+Run: python -m benchmarks.downstream.finetune_step [--batch-size 16] [--repeats 15]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import script_command, write_result
 
 
 def bare_batch(items, pad_id: int) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ Retrievers, over the NorQuAD pool (retriever_train.py's --work):
   dense   the trained retriever that retriever_train.py fused (best validation recall@5)
   bm25    Norwegian BM25 (stopwords + Snowball stemmer), the same index directory's BM25
 
-Run: python benchmarks/downstream/openqa_norquad.py [--work runs/b26] [--max-train 1000] [--seeds 1,2,3]
+Run: python -m benchmarks.downstream.openqa_norquad [--work runs/b26] [--max-train 1000] [--seeds 1,2,3]
 Writes benchmarks/results/openqa_norquad.json (a rerun keeps finished seeds: `ralm finetune` resumes).
 """
 
@@ -16,23 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-sys.path.insert(0, str(BENCH))
-from common import RESULTS, script_command, write_result  # noqa: E402
-from retrieval.retriever_train import NORQUAD, log, ralm  # noqa: E402
+from benchmarks.common import RESULTS, ROOT, log, offline, ralm, script_command, write_result
+
+offline()
+from benchmarks.retrieval.retriever_train import NORQUAD  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--work", type=Path, default=BENCH.parent / "runs" / "b26")
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b26")
     ap.add_argument("--max-train", type=int, default=1000)
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--epochs", type=float, default=1.0)

@@ -17,7 +17,7 @@ For each: zero-shot answer recall@5 on the test questions (REALM Table 2's right
 open-QA fine-tuning (`ralm finetune open-qa`: MiniLM reader, top-5, query tower tuned, index
 fixed; BM25 frozen) on --max-train training questions and EM/F1/recall@5 on --max-eval test ones.
 
-Run: python benchmarks/downstream/openqa_retrievers.py [--datasets trivia,norquad] [--max-train 600] [--max-eval 300]
+Run: python -m benchmarks.downstream.openqa_retrievers [--datasets trivia,norquad] [--max-train 600] [--max-eval 300]
 Writes benchmarks/results/openqa_retrievers.json; reads ../shared/data/norquad by path.
 """
 
@@ -25,22 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
+from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks import common
+from benchmarks.common import ROOT, script_command, write_result
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "norquad" / "all"
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def ralm(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "ralm", *args], check=True, env=ENV)
+ralm = partial(common.ralm, env=common.OFFLINE, say=None)  # `ralm ARGS` offline, nothing said first
 
 
 def build_pool(work: Path, chunk_size: int) -> Path:

@@ -29,7 +29,7 @@ skipped, and listed as skipped, otherwise). Cases marked "(extra)" go beyond the
 Other engineers edit src/ while this runs: a case whose traceback comes from importing the CLI
 (src/ caught mid-edit) is retried after 20 s and counted in `retries_src_mid_edit`.
 
-Run: python benchmarks/faults/faults.py [--fuzz 200] [--seed 0] [--only FAMILY,...] [--keep]
+Run: python -m benchmarks.faults.faults [--fuzz 200] [--seed 0] [--only FAMILY,...] [--keep]
 Writes benchmarks/results/faults.json and benchmarks/results/faults.md.
 """
 
@@ -38,20 +38,18 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import RESULTS, machine, script_command, write_result  # noqa: E402
-from faults.faults_damaged import DamagedCases  # noqa: E402
-from faults.faults_harness import Harness  # noqa: E402
-from faults.faults_kill import DiskAndKillCases  # noqa: E402
-from faults.faults_report import markdown  # noqa: E402
-from faults.faults_small import WritersAndSmallCases  # noqa: E402
-from faults.faults_util import CHILD_ENV  # noqa: E402
+from benchmarks.common import RESULTS, machine, script_command, write_result
+from benchmarks.faults.faults_damaged import DamagedCases
+from benchmarks.faults.faults_harness import Harness
+from benchmarks.faults.faults_kill import DiskAndKillCases
+from benchmarks.faults.faults_report import markdown
+from benchmarks.faults.faults_small import WritersAndSmallCases
+from benchmarks.faults.faults_util import CHILD_ENV
 
 
 @dataclass

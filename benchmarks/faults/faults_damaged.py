@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import random
 import shutil
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from faults.faults_util import flip_bytes, run_steps, truncate  # noqa: E402
+from benchmarks.faults.faults_util import flip_bytes, run_steps, truncate
 
 
 class DamagedCases:
@@ -239,20 +236,7 @@ class DamagedCases:
         d = self.dir("d8a")
         idx = d / "idx"
         shutil.copytree(self.idx, idx, symlinks=True)
-        r = self.ralm(
-            "index",
-            "build",
-            self.store,
-            "--out",
-            idx,
-            "--encoder",
-            self.tiny,
-            "--pooling",
-            "cls",
-            "--proj-dim",
-            "128",
-            "--quiet",
-        )
+        r = self.build_with_other_encoder(self.store, idx)
         v = self.ralm("index", "verify", idx)
         self.record(
             fam,

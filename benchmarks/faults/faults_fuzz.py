@@ -1,6 +1,6 @@
 """Seeded fuzzing for `faults.py`: the cases made from the mutations (`faults_mutate`,
 `faults_mutate_json`) and the child process that runs them. This file is the child:
-`python benchmarks/faults/faults_fuzz.py CASES RESULTS START`."""
+`python -m benchmarks.faults.faults_fuzz CASES RESULTS START`."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from faults.faults_mutate import mutate_bytes, mutate_wikitext  # noqa: E402
-from faults.faults_mutate_json import dump_json, mutate_arpa_lines, mutate_json  # noqa: E402
-from faults.faults_util import FUZZ_ALARM, FUZZ_WATCHDOG, child_env, leftovers  # noqa: E402
+from benchmarks.common import script_argv
+from benchmarks.faults.faults_mutate import mutate_bytes, mutate_wikitext
+from benchmarks.faults.faults_mutate_json import dump_json, mutate_arpa_lines, mutate_json
+from benchmarks.faults.faults_util import FUZZ_ALARM, FUZZ_WATCHDOG, child_env, leftovers
 
 
 def make_fuzz_cases(family: str, n: int, seed: int, base: dict, d: Path) -> list[dict]:
@@ -212,7 +212,7 @@ def run_fuzz(cases: list[dict], d: Path) -> list[dict]:
     while start < len(cases):
         with open(d / "child.log", "ab") as clog:
             p = subprocess.run(
-                [sys.executable, __file__, str(cases_path), str(results_path), str(start)],
+                [*script_argv(__file__), str(cases_path), str(results_path), str(start)],
                 stdout=clog,
                 stderr=clog,
                 env=child_env(),

@@ -17,9 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from faults.faults_report import printable  # noqa: E402
-from faults.faults_util import (  # noqa: E402
+from benchmarks.faults.faults_report import printable
+from benchmarks.faults.faults_util import (
     TIMEOUT,
     TINY_CODE,
     Res,
@@ -253,6 +252,24 @@ class Harness:
             "--set",
             "reader_max_length=96",
         ]
+
+    def build_with_other_encoder(self, store: Path, out: Path) -> Res:
+        """`ralm index build` of `store` onto `out` with encoder options other than the fixtures' index
+        (cls pooling, a 128-d projection)."""
+        return self.ralm(
+            "index",
+            "build",
+            store,
+            "--out",
+            out,
+            "--encoder",
+            self.tiny,
+            "--pooling",
+            "cls",
+            "--proj-dim",
+            "128",
+            "--quiet",
+        )
 
     def pretrain_args(self, store: Path, out: Path, steps: int = 3, every: int = 1, keep: int = 3) -> list:
         return [

@@ -7,12 +7,9 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from faults.faults_util import fingerprint, leftovers, run_steps  # noqa: E402
+from benchmarks.faults.faults_util import fingerprint, leftovers, run_steps
 
 
 class DiskAndKillCases:
@@ -192,20 +189,7 @@ class DiskAndKillCases:
                     other / "encoder" / "ralm_encoder.json"
                 ).is_file()
                 before = leftovers(other)  # the killed build's resumable files stay
-                r = self.ralm(
-                    "index",
-                    "build",
-                    self.ref / "ew",
-                    "--out",
-                    other,
-                    "--encoder",
-                    self.tiny,
-                    "--pooling",
-                    "cls",
-                    "--proj-dim",
-                    "128",
-                    "--quiet",
-                )
+                r = self.build_with_other_encoder(self.ref / "ew", other)
                 self.record(
                     fam,
                     f"index build killed ({delay} s into embedding), rerun with other encoder options",

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import random
 import re
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-
-
+# JSON's punctuation and odd values (null, a number past float, NaN): junk for every JSON input
+JSON_JUNK = [
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    ",",
+    ":",
+    "null",
+    "1e999",
+    "NaN",
+]
 JUNK = {
     "wiki": [
         "<page>",
@@ -57,16 +65,7 @@ JUNK = {
         "</mediawiki>",
     ],
     "jsonl": [
-        "{",
-        "}",
-        "[",
-        "]",
-        '"',
-        ",",
-        ":",
-        "null",
-        "1e999",
-        "NaN",
+        *JSON_JUNK,
         "-Infinity",
         "\\u0000",
         "\\ud800",
@@ -112,16 +111,7 @@ JUNK = {
         "\r\n",
     ],
     "squad": [
-        "{",
-        "}",
-        "[",
-        "]",
-        '"',
-        ",",
-        ":",
-        "null",
-        "1e999",
-        "NaN",
+        *JSON_JUNK,
         "-1",
         '"answer_start"',
         '"answers"',

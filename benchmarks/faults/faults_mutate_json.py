@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-
-from faults.faults_mutate import UNICODE  # noqa: E402
+from benchmarks.faults.faults_mutate import UNICODE
 
 ODD_VALUES = [
     None,

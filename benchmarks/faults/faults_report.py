@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-
 
 # ----------------------------------------------------------------------------- report
 def printable(s: str) -> str:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from faults.faults_fuzz import make_fuzz_cases, run_fuzz  # noqa: E402
-from faults.faults_util import Res, fingerprint, run_steps, wiki_excerpt  # noqa: E402
+from benchmarks.faults.faults_fuzz import make_fuzz_cases, run_fuzz
+from benchmarks.faults.faults_util import Res, fingerprint, run_steps, wiki_excerpt
 
 
 class WritersAndSmallCases:

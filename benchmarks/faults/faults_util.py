@@ -9,12 +9,8 @@ import json
 import os
 import random
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-
 
 TIMEOUT = 120  # seconds a CLI case may run before it counts as a hang
 FUZZ_ALARM = 30  # seconds a fuzz case may run (in-process) before it counts as a hang

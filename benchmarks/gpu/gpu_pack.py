@@ -8,11 +8,12 @@ Prepared on the CPU, run whenever a GPU is lent, reported on the CPU:
            (runs/gpupack/parts/pNN): a device call carries at most 64 MiB. With every stage the
            pack is ~440 MiB in 10 parts: p00-p02 hold the wheels, MiniLM and four stages, the rest
            is causal_nb (the Gemma-3 GGUF, 241 MiB). `prep --stages ...` packs fewer.
-  stash    on the GPU, once per part, each call carrying one part:
-             python benchmarks/gpu/gpu_pack.py stash runs/gpupack/parts/p00 --pack /tmp/gpupack
+  stash    on the GPU (from the repository root; ralm is not installed there, hence PYTHONPATH=src),
+           once per part, each call carrying one part:
+             PYTHONPATH=src python -m benchmarks.gpu.gpu_pack stash runs/gpupack/parts/p00 --pack /tmp/gpupack
   run      on the GPU, in the call carrying the last part:
-             python benchmarks/gpu/gpu_pack.py stash runs/gpupack/parts/pNN --pack /tmp/gpupack &&
-             python benchmarks/gpu/gpu_pack.py run --pack /tmp/gpupack --out $OUT
+             PYTHONPATH=src python -m benchmarks.gpu.gpu_pack stash runs/gpupack/parts/pNN --pack /tmp/gpupack &&
+             PYTHONPATH=src python -m benchmarks.gpu.gpu_pack run --pack /tmp/gpupack --out $OUT
            Stages in priority order (those without a result in benchmarks/results/gpu_pack.json
            first), each with its time budget (--budget, default 540 s in all); a stage whose
            parts were not stashed is skipped with a line;
@@ -29,7 +30,7 @@ causal-reader REALM in Norwegian), surealm, serve (ralm serve under load), luke 
 `--tiny` runs every stage end to end at toy scale on the CPU (the test suite does, so the pack
 never rots); tiny runs are refused by `report` (their numbers mean nothing).
 
-Run: python benchmarks/gpu/gpu_pack.py prep | stash PART | run --out DIR | report RUN.json ... [--tiny]
+Run: python -m benchmarks.gpu.gpu_pack prep | stash PART | run --out DIR | report RUN.json ... [--tiny]
 """
 
 from __future__ import annotations
@@ -48,25 +49,21 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(ROOT / "src"))
-from gpu.stages import ORDER  # noqa: E402
-from gpu.stages.context import StageContext  # noqa: E402
+from benchmarks.common import BENCH, RESULTS, ROOT, logger, script_command, write_result
+from benchmarks.gpu.stages import ORDER
+from benchmarks.gpu.stages.context import StageContext
 
 RUN_FILE = "gpu_pack_run.json"
 RESULTS_FILE = BENCH / "results" / "gpu_pack.json"
 DEFAULT_BUDGET = 540.0
 
 
-def log(msg: str) -> None:
-    print(f"[gpu_pack {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = logger("gpu_pack", stdout=True)
 
 
 def load_stages(names: Sequence[str] = ORDER) -> list:
     """The stage modules, in the order given."""
-    return [importlib.import_module(f"gpu.stages.{n}") for n in names]
+    return [importlib.import_module(f"benchmarks.gpu.stages.{n}") for n in names]
 
 
 def environment() -> dict:
@@ -148,7 +145,7 @@ def run_stages(
 
 
 def cmd_run(a) -> int:
-    from gpu.stages.transport import device_env
+    from benchmarks.gpu.stages.transport import device_env
     from ralm.atomic import write_json_atomic
 
     pack = a.pack
@@ -190,7 +187,7 @@ def cmd_run(a) -> int:
 
 def inputs_missing(d: Path) -> str | None:
     """Why a stage's inputs are not usable on this machine (not stashed, or some parts still missing)."""
-    from gpu.stages.transport import CHUNK_SUFFIX
+    from benchmarks.gpu.stages.transport import CHUNK_SUFFIX
 
     if not d.is_dir():
         return f"its inputs ({d}) are not in the pack: prep it (`prep --stages ...`) and stash its parts"
@@ -213,7 +210,7 @@ def pending_first(names: list[str], done: set[str]) -> list[str]:
 
 
 def cmd_prep(a) -> int:
-    from gpu.stages.transport import download_wheels, save_minilm_fp16, split_parts, write_manifest
+    from benchmarks.gpu.stages.transport import download_wheels, save_minilm_fp16, split_parts, write_manifest
 
     pack = a.pack
     pack.mkdir(parents=True, exist_ok=True)
@@ -254,7 +251,7 @@ def cmd_prep(a) -> int:
 
 
 def cmd_stash(a) -> int:
-    from gpu.stages.transport import stash
+    from benchmarks.gpu.stages.transport import stash
 
     joined = stash(a.part, a.pack)
     log(f"{a.part} -> {a.pack}" + (f" (joined {', '.join(joined)})" if joined else ""))
@@ -327,7 +324,6 @@ def markdown(rep: dict) -> str:
 
 
 def cmd_report(a) -> int:
-    from common import RESULTS, script_command, write_result
 
     records: list[dict] = []
     old = RESULTS / "gpu_pack.json"

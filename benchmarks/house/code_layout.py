@@ -34,7 +34,7 @@ implementations (modules that clear a killed run's leftovers before resuming it:
 re-exports, `# fmt: skip` in src and benchmarks, whether `make test` runs an import-linter contract,
 folders under benchmarks/ holding scripts, README lines.
 
-Run: python benchmarks/house/code_layout.py [--rev 64c7299] [--rev WORKTREE] [--no-trace]
+Run: python -m benchmarks.house.code_layout [--rev 64c7299] [--rev WORKTREE] [--no-trace]
 Writes benchmarks/results/code_layout.json and .md.
 """
 
@@ -51,10 +51,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-from common import RESULTS, script_command, write_result  # noqa: E402
+from benchmarks.common import RESULTS, ROOT, script_command, write_result
 
 BEFORE = "64c7299"
 WORKTREE = "WORKTREE"

@@ -39,7 +39,7 @@ tokens + the retrieval time of the same queries measured alone; both at stride 1
 machine is shared (other jobs come and go), so both evaluations and the search run twice,
 interleaved, and the faster time of each is used.
 
-    .venv/bin/python benchmarks/lm/frozen_lm.py [--tokens 4096] [--work DIR]
+    .venv/bin/python -m benchmarks.lm.frozen_lm [--tokens 4096] [--work DIR]
 """
 
 from __future__ import annotations
@@ -52,16 +52,10 @@ import sys
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(BENCH))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from benchmarks.common import ROOT, offline, script_command, write_result
 
-from common import script_command, write_result  # noqa: E402
-from lm.frozen_lm_corpus import (  # noqa: E402
+offline()
+from benchmarks.lm.frozen_lm_corpus import (  # noqa: E402
     DATA,
     HEADING,
     build_corpus,

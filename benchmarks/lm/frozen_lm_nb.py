@@ -18,7 +18,7 @@ Rows (max length 512, chunk <= 128 tokens in front, query = last 32 tokens): non
 the same with max length 384 (the text context a document leaves); In-Context RALM at strides 16
 and 64 (nb analysis) and 16 (plain BM25); REPLUG k = 4 at stride 16.
 
-    .venv/bin/python benchmarks/lm/frozen_lm_nb.py [--tokens 2048] [--work DIR] [--cache DIR]
+    .venv/bin/python -m benchmarks.lm.frozen_lm_nb [--tokens 2048] [--work DIR] [--cache DIR]
 """
 
 from __future__ import annotations
@@ -30,16 +30,10 @@ import sys
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(BENCH))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from benchmarks.common import offline, script_command, write_result
 
-from common import script_command, write_result  # noqa: E402
-from data_prep.nordic_corpus import build_jsonl, default_cache  # noqa: E402
+offline()
+from benchmarks.data_prep.nordic_corpus import build_jsonl, default_cache  # noqa: E402
 
 
 def main() -> int:

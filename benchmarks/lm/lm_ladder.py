@@ -14,7 +14,7 @@ Targets: the issue sets none beyond "one table". We record the ordering we would
 scale (an LSTM or transformer at or below modified-KN 5-gram perplexity, as on PTB) and
 whether it holds here, with ~56k training words: it is not expected to.
 
-Run: python benchmarks/lm/lm_ladder.py [--source lee] [--time-budget 120] [--epochs 30] [--threads 1]
+Run: python -m benchmarks.lm.lm_ladder [--source lee] [--time-budget 120] [--epochs 30] [--threads 1]
 Writes benchmarks/results/lm_ladder.json.
 """
 
@@ -24,12 +24,10 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import script_command, write_result
 
 
 def main() -> int:

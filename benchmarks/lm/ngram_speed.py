@@ -37,8 +37,8 @@ run with PYTHONPATH pointing at an export of that commit's src/, same machine, s
 
 Targets: speedup_vs_nltk_fit_score >= 10; ralm_score_with_load_vs_kenlm_ratio <= 2;
 arpa_write_share_of_train < 0.5. The throughput-only KenLM ratio is reported, not targeted.
-Run: python benchmarks/lm/ngram_speed.py   (writes benchmarks/results/ngram_speed.json)
-     python benchmarks/lm/ngram_speed.py --faults-only   (prints the loading/writing/memory part)
+Run: python -m benchmarks.lm.ngram_speed   (writes benchmarks/results/ngram_speed.json)
+     python -m benchmarks.lm.ngram_speed --faults-only   (prints the loading/writing/memory part)
 """
 
 from __future__ import annotations
@@ -53,18 +53,11 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-sys.path.insert(0, str(BENCH))
-try:
-    import ralm  # noqa: F401
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(BENCH.parent / "src"))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from common import RESULTS, script_command, write_result  # noqa: E402
-from lm.ngram_speed_kenlm import faults_metrics  # noqa: E402
-from ralm.lm import NGramLM, word_tokenize  # noqa: E402
+from benchmarks.common import RESULTS, script_command, write_result
+from benchmarks.lm.ngram_speed_kenlm import faults_metrics
+from ralm.lm import NGramLM, word_tokenize
 
 SENT_SPLIT = re.compile(r"(?<=[.!?])\s+")
 

@@ -16,7 +16,7 @@ Stages (each reused from --work when its output exists):
    budget and decoding, no entity tokens), and the word-only token tagger (MiniLM, `ralm finetune ner`).
 4. report: benchmarks/results/luke_entities.json (--name) with precision, recall and F1 per row.
 
-Run: python benchmarks/luke/luke_entities.py [--work runs/luke_entities] [--pretrain-steps 300] [--seeds 1,2,3]
+Run: python -m benchmarks.luke.luke_entities [--work runs/luke_entities] [--pretrain-steps 300] [--seeds 1,2,3]
 WNUT-17 is read from ../shared/data/wnut17 (--data).
 """
 
@@ -24,22 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from luke.luke_ner import DATA, budget, ensure_corpus, ralm  # noqa: E402
+from benchmarks.common import ROOT, logger, ralm_logged, script_command, write_result
+from benchmarks.luke.luke_ner import DATA, ensure_corpus, luke_ner_argv, token_ner_argv
+from benchmarks.luke.luke_speed import pretrain_argv, pretrain_collator
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "configs" / "luke_demo.toml"
 ROWS = ("luke", "luke-reduced", "words-only-span", "token")
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = logger(stdout=True)
 
 
 def pretrain_flags(args, row: str) -> list[str]:
@@ -64,27 +57,7 @@ def pretrain(args, corpus: Path, work: Path, row: str, logf: Path) -> Path:
         return run
     flag = ["--resume"] if (run / "config.toml").is_file() else []
     log(f"pretrain {row}: {args.pretrain_steps} steps")
-    ralm(
-        [
-            "luke",
-            "pretrain",
-            str(CONFIG),
-            "--docstore",
-            str(corpus),
-            "--out",
-            str(run),
-            "--steps",
-            str(args.pretrain_steps),
-            "--batch-size",
-            str(args.pretrain_batch),
-            "--seed",
-            "42",
-            "--quiet",
-            *pretrain_flags(args, row),
-            *flag,
-        ],
-        logf,
-    )
+    ralm_logged([*pretrain_argv(corpus, run, args), *pretrain_flags(args, row), *flag], logf)
     return run
 
 
@@ -175,20 +148,10 @@ def masked_entity_accuracy(model, corpus: Path, run_cfg, n_chunks: int | None) -
     import numpy as np
     import torch
 
-    from ralm.luke.data import LukeCollator, MaskSettings
     from ralm.luke.pretrain_run import prepare
 
     prep = prepare(run_cfg)
-    s = MaskSettings(
-        max_seq_length=run_cfg.max_seq_length,
-        max_entities=run_cfg.max_entities,
-        max_mention_length=run_cfg.max_mention_length,
-        mlm_prob=run_cfg.mlm_prob,
-        replace_probs=run_cfg.replace_probs,
-        mep_prob=run_cfg.mep_prob,
-        with_entities=True,
-    )
-    col = LukeCollator(prep.store, prep.spans, prep.vocab, prep.tok, s)
+    col = pretrain_collator(prep, run_cfg, with_entities=True)
     ids = np.flatnonzero(prep.store.lengths() > 0)[:n_chunks]
     ok = n = 0
     model.eval()
@@ -241,43 +204,14 @@ def mep(args, corpus: Path, run: Path) -> dict[str, float]:
 def ner(args, row: str, work: Path, logf: Path) -> dict[str, Any]:
     out = work / "ner" / row
     if not (out / "results.json").is_file():
-        common = budget(args)
         if row == "token":
-            cmd = [
-                "finetune",
-                "ner",
-                str(args.data),
-                "--out",
-                str(out),
-                "--name",
-                row,
-                "--max-train",
-                str(args.train_limit),
-                *common,
-            ]
+            cmd = token_ner_argv(args, out, row)
         else:
             run = work / "pretrain" / ("luke-reduced" if row == "luke-reduced" else "luke")
-            cmd = [
-                "luke",
-                "ner",
-                str(args.data),
-                "--model",
-                str(run),
-                "--out",
-                str(out),
-                "--name",
-                row,
-                "--train-limit",
-                str(args.train_limit),
-                "--max-span-length",
-                str(args.max_span_length),
-                "--decode",
-                args.decode,
-                *(["--words-only"] if row == "words-only-span" else []),
-                *common,
-            ]
+            words_only = ["--words-only"] if row == "words-only-span" else []
+            cmd = luke_ner_argv(args, run, out, row, "--decode", args.decode, *words_only)
         log(f"ner {row}")
-        ralm(cmd, logf)
+        ralm_logged(cmd, logf)
     res = json.loads((out / "results.json").read_text())
     return res
 

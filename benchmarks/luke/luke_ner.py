@@ -38,7 +38,7 @@ an entity token in the same transformer.
 Writes benchmarks/results/luke_ner.json (common.write_result) and luke_ner.md (the table, then
 `ralm table` over the NER result directories). WNUT-17 is read from ../shared/data/wnut17.
 
-Run: python benchmarks/luke/luke_ner.py [--work runs/luke_ner] [--pretrain-steps 300] [--seeds 1,2,3,4,5]
+Run: python -m benchmarks.luke.luke_ner [--work runs/luke_ner] [--pretrain-steps 300] [--seeds 1,2,3,4,5]
 (about 2.5 h with OMP_NUM_THREADS=1; rows can run in two processes at once with --rows and the same
 --work, about 1.5 h on 2 cores, and a final run with all rows reuses them and writes the table)
 """
@@ -47,17 +47,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import RESULTS, script_command, write_result  # noqa: E402
-from luke.luke_ner_stats import (  # noqa: E402
+from benchmarks.common import OFFLINE, RESULTS, ROOT, ralm_logged, ralm_stdout, script_command, write_result
+from benchmarks.luke.luke_ner_stats import (
     INIT,
     LABELS,
     WORD_ONLY,
@@ -68,36 +64,17 @@ from luke.luke_ner_stats import (  # noqa: E402
     table_md,
     word_only_params,
 )
-from luke.luke_speed import CONFIG, ENTITY_WIDTH, VARIANTS, make_config, measure, variant_settings  # noqa: E402
+from benchmarks.luke.luke_speed import (
+    ENTITY_WIDTH,
+    VARIANTS,
+    make_config,
+    measure,
+    pretrain_argv,
+    variant_settings,
+)
+from ralm.atomic import write_json_atomic
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "wnut17"
-# control row: the bundled MiniLM copied into LUKE (l = L, entity side freshly initialised) with no
-# pre-training step, fine-tuned like the others: what the pre-training adds to the span classifier
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def ralm(args: list[str], log: Path, on_line=None) -> None:
-    """Run `python -m ralm ARGS`, appending its output to `log` (and passing each line to on_line)."""
-    with open(log, "a", encoding="utf-8") as f:
-        f.write(f"\n$ ralm {' '.join(args)}\n")
-        f.flush()
-        p = subprocess.Popen(
-            [sys.executable, "-m", "ralm", *args],
-            env=ENV,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        assert p.stdout is not None
-        for line in p.stdout:
-            f.write(line)
-            f.flush()
-            if on_line:
-                on_line(line)
-        rc = p.wait()
-    if rc:
-        raise SystemExit(f"ralm {' '.join(args[:2])} failed (exit {rc}); see {log}")
 
 
 def _same(path: Path, settings: dict) -> bool:
@@ -107,18 +84,12 @@ def _same(path: Path, settings: dict) -> bool:
         return False
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # ----------------------------------------------------------------------------- steps 1-2
 def ensure_corpus(work: Path, log: Path) -> Path:
     corpus = work / "corpus"
     if not (corpus / "manifest.json").is_file():
         print("corpus: building the enwiki sample (chunk size 128) ...", flush=True)
-        ralm(
+        ralm_logged(
             [
                 "corpus",
                 "build",
@@ -169,27 +140,8 @@ def ensure_pretrained(args: argparse.Namespace, corpus: Path, variant: str, work
         sets.append(f"entity_hidden_size={want['entity_hidden_size']}")
     t0 = time.perf_counter()
     print(f"pretrain {VARIANTS[variant][0]}: {args.pretrain_steps} steps {' '.join(flag)} ...", flush=True)
-    ralm(
-        [
-            "luke",
-            "pretrain",
-            str(CONFIG),
-            "--docstore",
-            str(corpus),
-            "--out",
-            str(run),
-            "--steps",
-            str(args.pretrain_steps),
-            "--batch-size",
-            str(args.pretrain_batch),
-            "--seed",
-            str(args.pretrain_seed),
-            "--quiet",
-            *flag,
-            *(x for s in sets for x in ("--set", s)),
-        ],
-        log,
-    )
+    pretrain = pretrain_argv(corpus, run, args, seed=args.pretrain_seed)
+    ralm_logged([*pretrain, *flag, *(x for s in sets for x in ("--set", s))], log)
     print(f"  {time.perf_counter() - t0:.0f} s", flush=True)
     return run
 
@@ -208,14 +160,16 @@ def ensure_init(args: argparse.Namespace, corpus: Path, work: Path) -> Path:
         return run
     prep = prepare(cfg)
     save_model(prep.model, run / "model", extra={"backbone": str(prep.backbone), "step": 0})
-    _write_json(run / "settings.json", want)
+    write_json_atomic(run / "settings.json", want)
     print(f"{LABELS[INIT]}: saved {run / 'model'}", flush=True)
     return run
 
 
 # ----------------------------------------------------------------------------- step 5
-def budget(args: argparse.Namespace) -> list[str]:
-    """Flags that both `ralm luke ner` and `ralm finetune ner` take, with equal meaning."""
+def budget(args: argparse.Namespace, dataset: str = "wnut17") -> list[str]:
+    """Flags that both `ralm luke ner` and `ralm finetune ner` take, with equal meaning (--max-eval only
+    where args.max_eval is not None)."""
+    max_eval = [] if args.max_eval is None else ["--max-eval", str(args.max_eval)]
     return [
         "--seeds",
         args.seeds,
@@ -235,14 +189,43 @@ def budget(args: argparse.Namespace) -> list[str]:
         str(args.weight_decay),
         "--max-length",
         str(args.max_length),
-        "--max-eval",
-        str(args.max_eval),
+        *max_eval,
         "--dataset",
-        "wnut17",
+        dataset,
         "--no-save",
         "--no-progress",
         "--overwrite",
     ]
+
+
+def luke_ner_argv(args: argparse.Namespace, run: Path, out: Path, name: str, *extra: str) -> list[str]:
+    """`ralm luke ner` of the LUKE run `run` on args.data into `out` as the row `name`: the first
+    args.train_limit training sentences, spans of up to args.max_span_length words, `extra`, then
+    the budget (`budget(args)`)."""
+    return [
+        "luke",
+        "ner",
+        str(args.data),
+        "--model",
+        str(run),
+        "--out",
+        str(out),
+        "--name",
+        name,
+        "--train-limit",
+        str(args.train_limit),
+        "--max-span-length",
+        str(args.max_span_length),
+        *extra,
+        *budget(args),
+    ]
+
+
+def token_ner_argv(args: argparse.Namespace, out: Path, name: str) -> list[str]:
+    """`ralm finetune ner` (a token tagger on the bundled MiniLM) on args.data into `out` as the row
+    `name`: the first args.train_limit training sentences, then the budget (`budget(args)`)."""
+    limit = ["--max-train", str(args.train_limit)]
+    return ["finetune", "ner", str(args.data), "--out", str(out), "--name", name, *limit, *budget(args)]
 
 
 class Estimate:
@@ -270,39 +253,12 @@ def ner_row(args, row: str, run: Path | None, work: Path, log: Path, est: Estima
     """work/ner/ROW/results.json; reused when work/ner/ROW.settings.json records the same command."""
     out = work / "ner" / row
     label = VARIANTS[row][0] if row in VARIANTS else LABELS[row]
-    common = budget(args)
     if run is not None:
-        cmd = [
-            "luke",
-            "ner",
-            str(args.data),
-            "--model",
-            str(run),
-            "--out",
-            str(out),
-            "--name",
-            label,
-            "--train-limit",
-            str(args.train_limit),
-            "--max-span-length",
-            str(args.max_span_length),
-            *common,
-        ]
+        cmd = luke_ner_argv(args, run, out, label)
         # the run's weights as they are now: a retrained run makes the row stale
         model_key: Any = [str(run / "model"), (run / "model" / "model.safetensors").stat().st_mtime_ns]
     else:
-        cmd = [
-            "finetune",
-            "ner",
-            str(args.data),
-            "--out",
-            str(out),
-            "--name",
-            label,
-            "--max-train",
-            str(args.train_limit),
-            *common,
-        ]
+        cmd = token_ner_argv(args, out, label)
         model_key = "bundled MiniLM"
     settings = {"cmd": [c for c in cmd if c != str(out)], "model": model_key}
     marker = work / "ner" / f"{row}.settings.json"
@@ -312,9 +268,9 @@ def ner_row(args, row: str, run: Path | None, work: Path, log: Path, est: Estima
     t0 = time.perf_counter()
     print(f"ner {label} ...", flush=True)
     marker.unlink(missing_ok=True)
-    ralm(cmd, log, on_line=est)
+    ralm_logged(cmd, log, on_line=est)
     marker.parent.mkdir(parents=True, exist_ok=True)
-    _write_json(marker, settings)
+    write_json_atomic(marker, settings)
     print(f"  {time.perf_counter() - t0:.0f} s", flush=True)
     return out
 
@@ -378,7 +334,7 @@ def main() -> None:
                 repeats=args.speed_repeats,
                 entity_width=args.entity_width,
             )
-            _write_json(speed_file, {"key": speed_key, "speed": speed})
+            write_json_atomic(speed_file, {"key": speed_key, "speed": speed})
         todo = [v for v in variants if not (work / "pretrain" / v / "model" / "config.json").is_file()]
         est = sum(speed["step_seconds_median"][f"luke/{v}"] for v in todo) * args.pretrain_steps
         if todo:
@@ -407,13 +363,7 @@ def main() -> None:
         if res.get("inference"):
             r["sentences_per_s"] = res["inference"]["sentences_per_s"]["mean"]
         results[row] = r
-    table = subprocess.run(
-        [sys.executable, "-m", "ralm", "table", *(str(outs[r]) for r in rows)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=ENV,
-    ).stdout
+    table = ralm_stdout("table", *(outs[r] for r in rows), env=OFFLINE)
     md = table_md(results, ann, speed, args)
     text = md + "\n`ralm table` of the NER result directories:\n\n" + table
     RESULTS.mkdir(exist_ok=True)

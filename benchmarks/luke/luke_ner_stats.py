@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from luke.luke_speed import VARIANTS
+from benchmarks.luke.luke_speed import VARIANTS
 
 WORD_ONLY = "word-only"
 # control row: the bundled MiniLM copied into LUKE (l = L, entity side freshly initialised) with no

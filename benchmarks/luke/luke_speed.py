@@ -19,19 +19,19 @@ all alike) for --warmup + --repeats rounds; medians of the last --repeats are co
 `measure(...)` is called by luke_ner.py (its "speed" step); run alone it writes
 benchmarks/results/luke_speed.json.
 
-Run: python benchmarks/luke/luke_speed.py CORPUS [--batch-size 16] [--seq 128] [--repeats 10]
+Run: python -m benchmarks.luke.luke_speed CORPUS [--batch-size 16] [--seq 128] [--repeats 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.common import ROOT
+
 CONFIG = ROOT / "configs" / "luke_demo.toml"
 # name: (label, auto_annotation, reduced entity width)
 VARIANTS: dict[str, tuple[str, bool, bool]] = {
@@ -43,6 +43,44 @@ VARIANTS: dict[str, tuple[str, bool, bool]] = {
 # DaLUKE: l = 252 with L = 768 (256 rounded down to a multiple of its 12 heads); MiniLM: L = 384,
 # 12 heads, so 128 rounded down to a multiple of 12
 ENTITY_WIDTH = 120
+
+
+def pretrain_argv(corpus: str | Path, run: str | Path, args: Any, seed: object = 42) -> list[str]:
+    """`ralm luke pretrain` of CONFIG on `corpus` into `run`, args.pretrain_steps steps of
+    args.pretrain_batch chunks, quietly: how every LUKE benchmark's pre-training command begins."""
+    return [
+        "luke",
+        "pretrain",
+        str(CONFIG),
+        "--docstore",
+        str(corpus),
+        "--out",
+        str(run),
+        "--steps",
+        str(args.pretrain_steps),
+        "--batch-size",
+        str(args.pretrain_batch),
+        "--seed",
+        str(seed),
+        "--quiet",
+    ]
+
+
+def pretrain_collator(prep: Any, cfg: Any, with_entities: bool):
+    """The LukeCollator over `prep`'s corpus (`ralm.luke.pretrain_run.prepare`) with the masking of the
+    LukePretrainConfig `cfg`, as `ralm luke pretrain` builds it."""
+    from ralm.luke.data import LukeCollator, MaskSettings
+
+    settings = MaskSettings(
+        max_seq_length=cfg.max_seq_length,
+        max_entities=cfg.max_entities,
+        max_mention_length=cfg.max_mention_length,
+        mlm_prob=cfg.mlm_prob,
+        replace_probs=cfg.replace_probs,
+        mep_prob=cfg.mep_prob,
+        with_entities=with_entities,
+    )
+    return LukeCollator(prep.store, prep.spans, prep.vocab, prep.tok, settings)
 
 
 def variant_settings(variant: str, entity_width: int = ENTITY_WIDTH) -> dict[str, Any]:
@@ -70,7 +108,6 @@ class _Stepper:
         import numpy as np
         import torch
 
-        from ralm.luke.data import LukeCollator, MaskSettings
         from ralm.luke.pretrain_run import prepare
         from ralm.models.precision import autocast_dtype
         from ralm.train.optim import adamw, param_groups, warmup_schedule
@@ -78,16 +115,7 @@ class _Stepper:
         self.cfg, self.dev = cfg, torch.device("cpu")
         self.ac = autocast_dtype(self.dev, cfg.autocast, torch.float32)
         prep = prepare(cfg)
-        settings = MaskSettings(
-            max_seq_length=cfg.max_seq_length,
-            max_entities=cfg.max_entities,
-            max_mention_length=cfg.max_mention_length,
-            mlm_prob=cfg.mlm_prob,
-            replace_probs=cfg.replace_probs,
-            mep_prob=cfg.mep_prob,
-            with_entities=cfg.mode == "luke",
-        )
-        self.collator = LukeCollator(prep.store, prep.spans, prep.vocab, prep.tok, settings)
+        self.collator = pretrain_collator(prep, cfg, with_entities=cfg.mode == "luke")
         self.train_ids = np.flatnonzero(prep.store.lengths() > 0).astype(np.int64)
         self.model = prep.model
         if hf:
@@ -199,8 +227,7 @@ def measure(
 
 
 def main() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-    from common import script_command, write_result
+    from benchmarks.common import script_command, write_result
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("corpus", help="DocStore with link and auto spans (ralm corpus build --sample enwiki)")

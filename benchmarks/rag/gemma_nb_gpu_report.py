@@ -1,4 +1,4 @@
-"""`python benchmarks/rag/gemma_nb_gpu.py report`: benchmarks/results/gemma_nb_gpu.{json,md} from a GPU run.
+"""`python -m benchmarks.rag.gemma_nb_gpu report`: benchmarks/results/gemma_nb_gpu.{json,md} from a GPU run.
 
 The run is `collect`'s tarball, unpacked (default runs/b36gpu-h200): each cell's results.json and
 train.json, and device.json (the card, torch, CUDA, the run's seconds).
@@ -7,14 +7,10 @@ train.json, and device.json (the card, torch, CUDA, the run's seconds).
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+from benchmarks.common import RESULTS, logger, write_result
 
-
-def log(msg: str) -> None:
-    print(f"[gemma_nb_gpu report] {msg}", flush=True)
+log = logger("gemma_nb_gpu report", stdout=True, clock=False)
 
 
 ROWS = {  # label -> the cell's results folder under the unpacked run
@@ -41,7 +37,6 @@ NOT_RUN = {  # why a row of CELLS has no result in the first H200 run (2026-11-2
 
 def cmd_report(a) -> int:
     """benchmarks/results/gemma_nb_gpu.json and .md from an unpacked run (`collect`'s tarball)."""
-    from common import RESULTS, write_result
 
     run = a.run
     dev = json.loads((run / "device.json").read_text())
@@ -86,8 +81,8 @@ def cmd_report(a) -> int:
     }
     write_result(
         "gemma_nb_gpu",
-        "python benchmarks/rag/gemma_nb_gpu.py prep; on the GPU: stash p00..p06, start, collect (see the module "
-        "docstring); python benchmarks/rag/gemma_nb_gpu.py report --run DIR",
+        "python -m benchmarks.rag.gemma_nb_gpu prep; on the GPU: stash p00..p06, start, collect (see the module "
+        "docstring); python -m benchmarks.rag.gemma_nb_gpu report --run DIR",
         m,
         targets,
         machine=f"{dev['device']} (a lent device; torch {dev['torch']}, CUDA {dev['cuda']}, transformers 5.24.0 "

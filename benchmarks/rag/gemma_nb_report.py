@@ -1,15 +1,20 @@
-"""`python benchmarks/rag/gemma_nb.py report`: benchmarks/results/gemma_nb.{json,md} from the cells' folders
+"""`python -m benchmarks.rag.gemma_nb report`: benchmarks/results/gemma_nb.{json,md} from the cells' folders
 under --work (and the GPU rows of benchmarks/results/gemma_nb_gpu.json, where a GPU run wrote them)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import RESULTS, write_result  # noqa: E402
-from rag.gemma_nb import LMS, done, log  # noqa: E402
+from benchmarks.common import RESULTS, logger, write_result
+
+LMS = {"gemma": "gemma3", "smollm2": "smollm2"}  # the generators: key -> `ralm rag eval --lm` name
+log = logger("gemma_nb", stdout=True)
+
+
+def done(d: Path) -> bool:
+    """Whether a cell's folder holds its results.json."""
+    return (d / "results.json").is_file()
 
 
 def _metrics(d: Path) -> dict:
@@ -109,7 +114,7 @@ def report(a) -> None:
         verdict["fused_gemma_dpr_recall@5"] = m["fused_gemma_dpr_recall@5"] >= 85.9
     write_result(
         "gemma_nb",
-        "python benchmarks/rag/gemma_nb.py prep zs-gemma-k3 zs-smollm2-k3 ft-gemma ft-smollm2 lsr dpr-minilm dpr-gemma "
+        "python -m benchmarks.rag.gemma_nb prep zs-gemma-k3 zs-smollm2-k3 ft-gemma ft-smollm2 lsr dpr-minilm dpr-gemma "
         "zs-gemma-rest zs-gemma-oracle cbft-gemma report",
         m,
         {

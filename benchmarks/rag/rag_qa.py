@@ -14,36 +14,27 @@ retrieval is CPU work over indexes that live here. So the benchmark runs in stag
           Also the dpr-cc query tower (fp16, embedding rows of the questions' tokens only) and
           the pool's doc vectors, for LSR -> runs/b27/prep
   pack    prep + the SmolLM2 GGUF split into three carry folders (.devA, .devB, .devC)
-  device  (GPU) `python benchmarks/rag/rag_qa_device.py --prep .devC/prep --gguf-parts .devA,.devB --out $OUT`
+  device  (GPU) `PYTHONPATH=src python -m benchmarks.rag.rag_qa_device --prep .devC/prep --gguf-parts .devA,.devB --out $OUT`
   report  merge the device JSON into benchmarks/results/rag_qa.json and rag_qa.md
 
-Run: python benchmarks/rag/rag_qa.py prep|pack|report [--work runs/b26] [--prep runs/b27/prep]
+Run: python -m benchmarks.rag.rag_qa prep|pack|report [--work runs/b26] [--prep runs/b27/prep]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
+from benchmarks.common import BENCH, ROOT, logger, offline, sample_store
+
+offline()
 NORQUAD = ROOT.parent / "shared" / "data" / "norquad" / "all"
 DEPTH = {"bm25": 100, "hybrid": 20, "dense": 100}
-
-
-def log(msg: str) -> None:
-    print(f"[rag_qa {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = logger("rag_qa", stdout=True)
 
 
 def _questions_json(path: Path, qs) -> None:
@@ -133,28 +124,7 @@ def prep(args) -> None:
     (out / "fusion.json").write_text(json.dumps({**fusion, "depth": 100, "index": str(index)}) + "\n")
 
     # trivia over the English Wikipedia sample
-    tstore_dir = args.prep.parent / "enwiki-128"
-    if not (tstore_dir / "manifest.json").is_file():
-        import subprocess
-
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ralm",
-                "corpus",
-                "build",
-                "--sample",
-                "enwiki",
-                "--out",
-                str(tstore_dir),
-                "--chunk-size",
-                "128",
-                "--overwrite",
-            ],
-            check=True,
-        )
-    tstore = DocStore(tstore_dir)
+    tstore = DocStore(sample_store(args.prep.parent / "enwiki-128", "--chunk-size", 128, "--overwrite"))
     qs = [RagQuestion(str(i), q, a) for i, (q, a) in enumerate(trivia_qa_pairs())]
     train, test = split_questions(qs, 0.7, seed=0)
     tbm25 = BM25Retriever.build(tstore, lang="en")
@@ -215,7 +185,7 @@ def main() -> None:
     elif args.stage == "pack":
         pack(args)
     else:
-        from rag.rag_qa_report import report
+        from benchmarks.rag.rag_qa_report import report
 
         report(args)
 

@@ -17,16 +17,14 @@ run stopped at its time limit keeps what it finished; `--budget` skips stages th
   trivia  the trivia set: zero-shot rows, closed-book and RAG fine-tuning on its 70% train split
   extra   RAG fine-tuning with the gold passage mixed in; LoRA (r=16) RAG fine-tuning
 
-Run (GPU): python benchmarks/rag/rag_qa_device.py --prep .devC/prep --gguf-parts .devA/part,.devB/part --out $OUT
-Check (CPU): python benchmarks/rag/rag_qa_device.py --prep runs/b27/prep --lm DIR --limit 6 --out /tmp/x --tiny
+Run (GPU): PYTHONPATH=src python -m benchmarks.rag.rag_qa_device --prep .devC/prep --gguf-parts .devA/part,.devB/part --out $OUT
+Check (CPU): python -m benchmarks.rag.rag_qa_device --prep runs/b27/prep --lm DIR --limit 6 --out /tmp/x --tiny
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -34,15 +32,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(BENCH))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from benchmarks.common import offline
 
-from rag.rag_qa_device_common import T0, Bench, Data, cfg_for, finetune, load_lm, log  # noqa: E402
+offline()
+from benchmarks.rag.rag_qa_device_common import T0, Bench, Data, cfg_for, finetune, load_lm, log  # noqa: E402
 from ralm.rag.evaluate import run_rag  # noqa: E402
 
 

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import logger
+from ralm.atomic import write_text_atomic
 from ralm.rag.data import RagQuestion
 from ralm.rag.evaluate import RagConfig
 from ralm.retrieval.base import Hit
 
 T0 = time.perf_counter()
-
-
-def log(msg: str) -> None:
-    print(f"[device {time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
+log = logger("device", stdout=True, since=T0)
 
 
 class Bench:
@@ -33,9 +31,8 @@ class Bench:
 
     def save(self) -> None:
         self.data["meta"]["elapsed_s"] = time.perf_counter() - T0
-        tmp = self.out / "rag_qa_device.json.tmp"
-        tmp.write_text(json.dumps(self.data, indent=1, ensure_ascii=False) + "\n")
-        os.replace(tmp, self.out / "rag_qa_device.json")
+        text = json.dumps(self.data, indent=1, ensure_ascii=False) + "\n"
+        write_text_atomic(self.out / "rag_qa_device.json", text)
         for ds, rows in self.preds.items():
             with gzip.open(self.out / f"predictions_{ds}.jsonl.gz", "wt", encoding="utf-8") as f:
                 for r in rows:

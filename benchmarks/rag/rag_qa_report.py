@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common import RESULTS, write_result
+from benchmarks.common import RESULTS, write_result
 
 COLUMNS = ("em", "f1", "contains", "recall@1", "recall@3", "recall@5", "seconds_per_question")
 
@@ -128,8 +128,8 @@ def report(args) -> None:
     (RESULTS / "rag_qa.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     write_result(
         "rag_qa",
-        "python benchmarks/rag/rag_qa.py prep && python benchmarks/rag/rag_qa.py pack && (device) python benchmarks/rag/rag_qa_device.py "
-        "--prep .devC/prep --gguf-parts .devA/part,.devB/part --out $OUT && python benchmarks/rag/rag_qa.py report --device-json OUT/rag_qa_device.json",
+        "python -m benchmarks.rag.rag_qa prep && python -m benchmarks.rag.rag_qa pack && (device) PYTHONPATH=src python -m benchmarks.rag.rag_qa_device "
+        "--prep .devC/prep --gguf-parts .devA/part,.devB/part --out $OUT && python -m benchmarks.rag.rag_qa report --device-json OUT/rag_qa_device.json",
         metrics,
         targets,
         device=env.get("cuda") or "CPU",

@@ -13,7 +13,7 @@ of the same steps on the enwiki sample (64-token chunks, 12k chunks, k=4, batch 
 Steps/s = steps / wall time of the training loop (`elapsed_seconds` of the last step, which
 includes the synchronous refreshes; the initial index build is outside it).
 
-Run: python benchmarks/realm/realm_async.py [--steps 80] [--sync-every 40]
+Run: python -m benchmarks.realm.realm_async [--steps 80] [--sync-every 40]
 Writes benchmarks/results/realm_async.json.
 """
 
@@ -22,12 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from realm.realm_quality import ensure_store  # noqa: E402
+from benchmarks.common import script_command, write_result
+from benchmarks.realm.realm_quality import ensure_store
 
 
 def main() -> None:
@@ -44,7 +42,7 @@ def main() -> None:
     os.sched_setaffinity(0, {trainer_core})
     torch.set_num_threads(1)
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
 
     store = ensure_store(Path(args.work) / "enwiki-64", 64)
     common = dict(

@@ -26,7 +26,7 @@ Stages (each skipped when its output exists in --work; training runs resume afte
               backward and the AdamW step, interleaved, medians
   report      benchmarks/results/realm_causal.json and .md (realm_causal_report.py)
 
-Run: python benchmarks/realm/realm_causal.py all [--work runs/b35] [--steps 300]   (or one stage at a time)
+Run: python -m benchmarks.realm.realm_causal all [--work runs/b35] [--steps 300]   (or one stage at a time)
 The committed results (2-core CPU, one core a job, OMP_NUM_THREADS=1): towers, corpus; `en --steps 300`;
 `nb --steps 100`; table2; `downstream --rag-limit 200` (one arm per core with --arms; all 472 test questions);
 speed; report. 300 Norwegian steps would take ~3 h a run on one core of this machine (~35 s a step, the other core busy).
@@ -39,97 +39,31 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-sys.path.insert(0, str(BENCH))
-from common import RESULTS  # noqa: E402
-from realm.realm_causal_spans import span_recurrence  # noqa: E402
+from benchmarks.common import RESULTS, ROOT, log, offline, ralm, read_json
 
-ROOT = BENCH.parent
-NB_CONFIG = BENCH / "data" / "realm_causal_nb.toml"
-EN_CONFIG = BENCH / "data" / "realm_causal_en.toml"
-KS = (1, 5, 20)
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def ralm(*args) -> None:
-    log("ralm " + " ".join(str(a) for a in args))
-    subprocess.run([sys.executable, "-m", "ralm", *[str(a) for a in args]], check=True)
-
-
-def read_json(p: Path) -> dict:
-    return json.loads(p.read_text(encoding="utf-8"))
+offline()
+from benchmarks.realm.realm_causal_report import EN_CONFIG, KS, NB_CONFIG, report  # noqa: E402
+from benchmarks.realm.realm_causal_spans import span_recurrence  # noqa: E402
+from benchmarks.realm.realm_learns_downstream import dense_index, rag_eval, rag_train  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- towers
 def towers(work: Path) -> Path:
     """The dpr-cc encoder of retriever_train.py (same corpus, settings and order); returns its directory."""
-    from retrieval.retriever_train import NORQUAD, build_stores
+    from benchmarks.retrieval.retriever_train import build_stores, dpr_cc, unsupervised
 
     pool, unsup = build_stores(work)
-    contrastive = work / "contrastive"
-    if not (contrastive / "results.json").is_file():
-        ralm(
-            "retriever",
-            "train",
-            "contrastive",
-            unsup,
-            "--out",
-            contrastive,
-            "--lang",
-            "nb",
-            "--steps",
-            600,
-            "--batch-size",
-            64,
-            "--lr",
-            5e-5,
-            "--quiet",
-        )
-    out = work / "dpr-cc"
-    if not (out / "results.json").is_file():
-        ralm(
-            "retriever",
-            "train",
-            "dpr",
-            NORQUAD / "training_dataset_flattened.reconstructed.json",
-            "--corpus",
-            pool,
-            "--dev",
-            NORQUAD / "validation_dataset_flattened.json",
-            "--lang",
-            "nb",
-            "--quiet",
-            "--encoder",
-            contrastive / "encoder",
-            "--epochs",
-            4,
-            "--batch-size",
-            64,
-            "--grad-cache",
-            32,
-            "--lr",
-            3e-5,
-            "--out",
-            out,
-        )
-    return out / "encoder"
+    contrastive = unsupervised(work, unsup, "contrastive", 600, 64, 5e-5)
+    return dpr_cc(work, pool, contrastive, 4)
 
 
 # ----------------------------------------------------------------------------- corpora
 def corpora(work: Path) -> tuple[Path, Path]:
     """(Norwegian REALM corpus with names/numbers/dates, English demo corpus)."""
-    from retrieval.retriever_train import build_stores
+    from benchmarks.retrieval.retriever_train import build_stores
 
     build_stores(work)
     nb = work / "unsup-nb-spans"
@@ -213,7 +147,7 @@ def en_stage(work: Path, steps: int, eval_n: int | None = None) -> None:
 
 # ----------------------------------------------------------------------------- REALM Table 2
 def table2_stage(work: Path) -> None:
-    from retrieval.retriever_train import evaluate, qa_jsonl
+    from benchmarks.retrieval.retriever_train import evaluate, qa_jsonl
 
     out = work / "table2.json"
     if out.is_file():
@@ -248,7 +182,7 @@ def downstream_stage(
     work: Path, limit: int, epochs: float, which: list[str], test_limit: int | None = None
 ) -> None:
     """`ralm rag train` + `rag eval` twice: REALM reader + towers, plain Gemma-3 + dpr-cc towers."""
-    from retrieval.retriever_train import qa_jsonl
+    from benchmarks.retrieval.retriever_train import qa_jsonl
 
     train_q = qa_jsonl("train", work / "train.jsonl")
     test_q = qa_jsonl("test", work / "test.jsonl")
@@ -261,67 +195,13 @@ def downstream_stage(
     for arm, (lm, enc) in arms.items():
         if arm not in which:
             continue
-        index = work / f"index-{arm}"
-        if not (index / "retrieval.json").is_file():
-            ralm("index", "build", work / "pool", "--encoder", enc, "--out", index, "--overwrite", "--quiet")
+        index = dense_index(enc, work / "pool", work / f"index-{arm}")
         gen = work / f"rag-{arm}"
         if not (gen / "model" / "config.json").is_file():
-            ralm(
-                "rag",
-                "train",
-                train_q,
-                "--lm",
-                lm,
-                "--index",
-                index,
-                "--retriever",
-                "dense",
-                "-k",
-                3,
-                "--lang",
-                "nb",
-                "--epochs",
-                epochs,
-                "--limit",
-                limit,
-                "--batch-size",
-                8,
-                "--lora-r",
-                16,
-                "--no-chat",
-                "--out",
-                gen,
-                "--no-progress",
-            )
+            rag_train(train_q, lm, index, 3, epochs, limit, gen)
         ev = work / f"rag-eval-{arm}"
         if not (ev / "rag-k3" / "results.json").is_file():
-            ralm(
-                "rag",
-                "eval",
-                test_q,
-                "--lm",
-                gen / "model",
-                "--index",
-                index,
-                "--retriever",
-                "dense",
-                "--mode",
-                "rag",
-                "closed-book",
-                "-k",
-                3,
-                "--lang",
-                "nb",
-                "--no-chat",
-                "--batch-size",
-                16,
-                "--name",
-                arm,
-                "--out",
-                ev,
-                "--no-progress",
-                *([] if test_limit is None else ["--limit", test_limit]),
-            )
+            rag_eval(test_q, gen / "model", index, ("rag", "closed-book"), 3, arm, ev, test_limit)
 
 
 # ----------------------------------------------------------------------------- speed
@@ -332,11 +212,11 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
 
     from ralm.corpus.docstore import DocStore
     from ralm.models.precision import autocast_context, autocast_dtype
-    from ralm.realm.build import build_model, make_collator, optimizer_for
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
-    from ralm.realm.refresh import SyncRefresher
-    from ralm.realm.trainer import train_step
+    from ralm.realm.refresh.sync import SyncRefresher
+    from ralm.realm.training.build import build_model, make_collator, optimizer_for
+    from ralm.realm.training.trainer import train_step
     from ralm.train.optim import warmup_schedule
 
     out = work / "speed.json"
@@ -462,8 +342,6 @@ def main() -> None:
         elif stage == "speed":
             speed_stage(work, args.speed_steps, 1)
         elif stage == "report":
-            from realm.realm_causal_report import report
-
             report(work)
 
 

@@ -41,7 +41,7 @@ Stages (each skipped when its output exists in --work; training runs resume afte
 LANG is en (SmolLM2-135M reader, MiniLM towers, the demo's English Wikipedia in 64-token chunks) or nb
 (Gemma-3-270M reader, the NorQuAD DPR towers of realm_causal.py, NorQuAD passages + Norwegian Debian
 text in 128-token chunks); both corpora and the towers come from realm_causal.py's stages, in the same
---work folder. Run: python benchmarks/realm/realm_learns.py STAGE [LANG] [NAME] [--work runs/b45] [--steps N]
+--work folder. Run: python -m benchmarks.realm.realm_learns STAGE [LANG] [NAME] [--work runs/b45] [--steps N]
 Environment: OMP_NUM_THREADS (default 1) torch threads a job.
 """
 
@@ -52,22 +52,16 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(ROOT / "src"))
-from common import machine  # noqa: E402
-from realm.realm_causal import log, ralm, read_json  # noqa: E402
-from realm.realm_learns_report import formatted_work  # noqa: E402
+from benchmarks.common import ROOT, log, machine, offline, ralm, read_json, script_argv
 
-CONFIGS = {"en": BENCH / "data" / "realm_causal_en.toml", "nb": BENCH / "data" / "realm_causal_nb.toml"}
+offline()
+from benchmarks.realm.realm_causal_report import EN_CONFIG, NB_CONFIG  # noqa: E402
+from benchmarks.realm.realm_learns_report import formatted_work  # noqa: E402
+
+CONFIGS = {"en": EN_CONFIG, "nb": NB_CONFIG}
 STORES = {"en": "enwiki-64", "nb": "unsup-nb-spans"}
 EVAL_N = 200  # held-out spans scored at the end and at step 0
 CURVE_N = 100  # held-out spans scored at the intermediate checkpoints
@@ -175,7 +169,7 @@ def store_of(work: Path, lang: str) -> Path:
     p = Path(OVERRIDES["store"]) if OVERRIDES.get("store") else work / STORES[lang]
     if not (p / "manifest.json").is_file():
         raise SystemExit(
-            f"{p}: missing; run `python benchmarks/realm/realm_causal.py corpus --work {work}` first"
+            f"{p}: missing; run `python -m benchmarks.realm.realm_causal corpus --work {work}` first"
         )
     return p
 
@@ -189,7 +183,7 @@ def base_flags(work: Path, lang: str) -> list:
         enc = work / "dpr-cc" / "encoder"
         if not (enc / "ralm_encoder.json").is_file():
             raise SystemExit(
-                f"{enc}: missing; run `python benchmarks/realm/realm_causal.py towers --work {work}` first"
+                f"{enc}: missing; run `python -m benchmarks.realm.realm_causal towers --work {work}` first"
             )
         flags += ["--retriever", enc]
     return flags
@@ -270,7 +264,7 @@ def init_run(work: Path, lang: str, name: str, settings: dict, steps: int) -> Pa
     from ralm.corpus.docstore import DocStore
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import split_ids
-    from ralm.realm.run import write_split
+    from ralm.realm.training.run import write_split
 
     run = work / f"{lang}-{name}"
     if (run / "split.json").is_file():
@@ -317,7 +311,7 @@ def compute_stage(work: Path, lang: str, arm: str, steps: int) -> None:
     accum = PretrainConfig.from_toml(run / "config.toml").grad_accum
     speed = speed_path(work, lang, [arm, "closed"], accum)
     if not speed.is_file():  # in its own process: its two models would stay in this one's memory
-        cmd = [sys.executable, __file__, "speed", lang, "--work", str(work)]
+        cmd = [*script_argv(__file__), "speed", lang, "--work", str(work)]
         subprocess.run([*cmd, "--variants", f"{arm},closed", "--speed-accum", str(accum)], check=True)
     timed = read_json(speed)
     ratio, basis = timed[f"{arm}_step_seconds"] / timed["closed_step_seconds"], str(speed)
@@ -421,7 +415,7 @@ def part_of(text: str) -> tuple[int, int]:
 
 def cached_main(args) -> None:
     """`cached LANG`: score a share (--part I/P), or learn from all the shares and diagnose."""
-    from realm.realm_learns_cached import CACHED, cached_stage, score_part
+    from benchmarks.realm.realm_learns_cached import CACHED, cached_stage, score_part
 
     run = init_run(args.work, args.lang, "cached", CACHED, args.steps)
     scores = run
@@ -450,8 +444,8 @@ def cached_main(args) -> None:
 
 def evaluate_pair_at(run: Path, closed: Path, ck: Path, cclosed: Path, out: Path) -> None:
     """evaluate-mlm of a REALM checkpoint against the closed-book run's checkpoint of the same step."""
-    from ralm.realm.evaluate import evaluate_mlm, ratios
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.evaluate import evaluate_mlm, ratios
+    from ralm.realm.training.run import load_run
 
     r, c = load_run(run, ck), load_run(closed, cclosed)
     rows = evaluate_mlm(r, c, n=min(CURVE_N, int(OVERRIDES.get("eval_n") or CURVE_N)))
@@ -462,8 +456,8 @@ def evaluate_pair_at(run: Path, closed: Path, ck: Path, cclosed: Path, out: Path
 def towers_stage(work: Path, name: str, run_work: Path) -> None:
     """NorQuAD-open recall of the nb arm's towers, before (the dpr-cc encoder) and after. The arm's run
     is in `run_work` (`work`, or a `formatted` folder); the pool and the questions are `work`'s."""
-    from retrieval.retriever_train import evaluate as eval_retrieval
-    from retrieval.retriever_train import qa_jsonl
+    from benchmarks.retrieval.retriever_train import evaluate as eval_retrieval
+    from benchmarks.retrieval.retriever_train import qa_jsonl
 
     run = run_work / f"nb-{name}"
     out = run / "towers.json"
@@ -506,12 +500,12 @@ def speed_stage(work: Path, lang: str, steps: int, variants: list[str], accum: i
 
     from ralm.corpus.docstore import DocStore
     from ralm.models.precision import autocast_dtype
-    from ralm.realm.build import build_model, make_collator, optimizer_for
-    from ralm.realm.candidates import candidate_search
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import split_ids
-    from ralm.realm.refresh import SyncRefresher
-    from ralm.realm.trainer import train_step
+    from ralm.realm.modeling.candidates import candidate_search
+    from ralm.realm.refresh.sync import SyncRefresher
+    from ralm.realm.training.build import build_model, make_collator, optimizer_for
+    from ralm.realm.training.trainer import train_step
     from ralm.train.optim import warmup_schedule
 
     out = speed_path(work, lang, variants, accum)
@@ -717,7 +711,7 @@ def main() -> None:
         run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
         towers_stage(args.work, args.name, run_work)
     elif args.stage == "downstream":
-        from realm.realm_learns_downstream import CELLS, cells_of, downstream_stage
+        from benchmarks.realm.realm_learns_downstream import CELLS, cells_of, downstream_stage
 
         run_work = formatted_work(args.work, args.fresh) if args.formatted or args.fresh else args.work
         part = part_of(args.part or "0/1")
@@ -726,15 +720,15 @@ def main() -> None:
             args.work, args.name, run_work, args.rag_limit, args.rag_epochs, args.test_limit, part, cells
         )
     elif args.stage == "report-cached":
-        from realm.realm_learns_cached import report_cached
+        from benchmarks.realm.realm_learns_cached import report_cached
 
         report_cached(args.work)
     elif args.stage == "explain":
-        from realm.realm_learns_explain import explain_stage
+        from benchmarks.realm.realm_learns_explain import explain_stage
 
         explain_stage(args.work, ("en", "nb"), store_of)
     elif args.stage == "report":
-        from realm.realm_learns_report import report
+        from benchmarks.realm.realm_learns_report import report
 
         report(args.work, keep=args.keep)
 

@@ -4,8 +4,8 @@ Online REALM (and the `warm` stage) score every query's candidates with the read
 query tower one step on them: 400 queries are 400 pieces of evidence, each used once. With the reader
 and the document tower frozen those scores never change, so here the frozen reader scores the top 8
 dense candidates and the null document of --queries training queries once
-(`ralm.realm.diagnose.diagnose(ids=...)`, in --parts processes), and the query tower and the learned
-score scale learn from the cached scores for --epochs passes (`ralm.realm.cached_distill`, Atlas's
+(`ralm.realm.inference.diagnose.diagnose(ids=...)`, in --parts processes), and the query tower and the learned
+score scale learn from the cached scores for --epochs passes (`ralm.realm.training.cached_distill`, Atlas's
 perplexity distillation, the `warm` stage's settings).
 
 The curve: the same training from the same start on the first n of the cached queries, for each n of
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ralm.realm.answer_supervision import ANSWER_NATS
-from realm.realm_learns_report import END_ROWS, end_table_lines, span_records
+from benchmarks.realm.realm_learns_report import END_ROWS, end_table_lines, span_records
+from ralm.realm.modeling.answer_target import ANSWER_NATS
 
 # the `warm` stage's settings, in today's reader layout (the chunk before the query) so that the
 # cached held-out scores are diag0's own records
@@ -50,8 +50,8 @@ def score_part(run_dir: Path, queries: int, part: int, parts: int, block: int = 
     """Cache the frozen reader's scores of this part's share of the first `queries` training chunks,
     `block` queries at a time appended to the part's file (an interrupted part resumes there)."""
     from ralm.atomic import write_text_atomic
-    from ralm.realm.diagnose import diagnose
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.diagnose import diagnose
+    from ralm.realm.training.run import load_run
 
     out = run_dir / f"scores-{part}-of-{parts}.jsonl"
     done = span_records(out) if out.is_file() else []
@@ -98,7 +98,7 @@ def answer_flags(r: dict) -> list[float]:
 def answer_agreement(records: list[dict]) -> dict:
     """`score_utility_agreement` of the records' scores over their R chunks with holding the answer:
     does the retriever rank the chunks that hold the masked span first?"""
-    from ralm.realm.diagnose import score_utility_agreement
+    from ralm.realm.inference.diagnose import score_utility_agreement
 
     R = len(answer_flags(records[0]))
     return score_utility_agreement(
@@ -145,14 +145,14 @@ def cached_stage(
     """The curve over `sizes` and the end diagnosis of the largest (see the module docstring);
     target "answer" learns from `answer_targets` of the cached records instead of the reader's
     scores (the held-out figures stay the reader's); "answer_free" learns from
-    `ralm.realm.answer_supervision.answer_records` of the first `queries` training chunks (no reader:
+    `ralm.realm.training.answer_queries.answer_records` of the first `queries` training chunks (no reader:
     any number of them), the curve's sizes counting those queries."""
     import torch
 
     from ralm.atomic import write_json_atomic
-    from ralm.realm.cached_distill import distill_query_tower, rescore_records, save_distilled
-    from ralm.realm.diagnose import summarize
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.diagnose import summarize
+    from ralm.realm.training.cached_distill import distill_query_tower, rescore_records, save_distilled
+    from ralm.realm.training.run import load_run
 
     out = run_dir / "cached.json"
     if out.is_file():
@@ -246,8 +246,8 @@ def backfill_answer_agreement(work: Path, lang: str, run_dir: Path) -> Path:
     """Add the held-out `answer_agreement` to the first and last rows of a cached.json written before
     it was measured: the step-0 tower and the saved end tower re-rank diag0's cached top 8."""
     from ralm.atomic import write_json_atomic
-    from ralm.realm.cached_distill import rescore_records
-    from ralm.realm.run import load_run
+    from ralm.realm.training.cached_distill import rescore_records
+    from ralm.realm.training.run import load_run
 
     out = run_dir / "cached.json"
     c = json.loads(out.read_text(encoding="utf-8"))
@@ -267,7 +267,7 @@ def _answer_pool(run, run_dir: Path, queries: int | None) -> list[dict]:
     """`answer_records` of the first `queries` training chunks in query order (all without a number),
     computed once into RUN/answer_records.jsonl."""
     from ralm.atomic import write_text_atomic
-    from ralm.realm.answer_supervision import answer_records
+    from ralm.realm.training.answer_queries import answer_records
 
     path = run_dir / "answer_records.jsonl"
     if path.is_file():
@@ -330,11 +330,9 @@ LABELS = (
 def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | None:
     """benchmarks/results/realm_learns_cached.json and .md from each LANG-cached run's cached.json and
     its end diagnosis beside diag0's; None when no language has run."""
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from common import RESULTS, write_result
-    from realm.realm_learns_report import END_ROWS, warm_record
+    from benchmarks.common import RESULTS, write_result
+    from benchmarks.realm.realm_learns_report import END_ROWS, warm_record
 
     # the end table: the `warm` stage's rows but the uniform and the top-8 oracle ones
     END_ROWS_CACHED = tuple(
@@ -441,10 +439,10 @@ def report_cached(work: Path, langs: tuple[str, ...] = ("en", "nb")) -> dict | N
     if not sections:
         return None
     cmd = (
-        "python benchmarks/realm/realm_learns.py diag0 en; python benchmarks/realm/realm_learns.py cached en "
-        "--queries 2600 --part 0/2 (and --part 1/2 beside it, one core each); python "
-        "benchmarks/realm/realm_learns.py cached en --sizes 250,500,1000,2600 --epochs 5 (OMP_NUM_THREADS=2); "
-        "python benchmarks/realm/realm_learns.py report-cached"
+        "python -m benchmarks.realm.realm_learns diag0 en; python -m benchmarks.realm.realm_learns cached en "
+        "--queries 2600 --part 0/2 (and --part 1/2 beside it, one core each); python -m "
+        "benchmarks.realm.realm_learns cached en --sizes 250,500,1000,2600 --epochs 5 (OMP_NUM_THREADS=2); "
+        "python -m benchmarks.realm.realm_learns report-cached"
     )
     targets = {k: v for k, v in TARGETS.items() if f"{k.split('_')[0]}-cached" in sections}
     out = write_result("realm_learns_cached", cmd, metrics, targets, runs=sections)

@@ -29,7 +29,7 @@ import math
 import statistics
 from pathlib import Path
 
-from realm.realm_causal import ralm, read_json
+from benchmarks.common import ralm, read_json
 
 READERS = ("plain", "realm")
 TOWERS = ("start", "realm")
@@ -62,10 +62,70 @@ def exported(work: Path, run_work: Path, name: str) -> tuple[Path, Path]:
     return reader, towers
 
 
-def _index(towers: Path, pool: Path, out: Path) -> Path:
+def dense_index(towers: Path, pool: Path, out: Path) -> Path:
+    """The dense index of `pool` by `towers` at `out`, built once."""
     if not (out / "retrieval.json").is_file():
         ralm("index", "build", pool, "--encoder", towers, "--out", out, "--overwrite", "--quiet")
     return out
+
+
+def rag_train(
+    questions: Path, lm: object, index: Path, k: int, epochs: float, limit: int, out: Path, *extra
+) -> None:
+    """`ralm rag train` as the downstream rows run it: `lm` on `limit` Norwegian `questions`, `k`
+    chunks dense-retrieved from `index`, batch 8, LoRA r=16, no chat template; `extra` before --out."""
+    flags = ["--epochs", epochs, "--limit", limit, "--batch-size", 8, "--lora-r", 16, "--no-chat", *extra]
+    ralm(
+        "rag",
+        "train",
+        questions,
+        "--lm",
+        lm,
+        "--index",
+        index,
+        "--retriever",
+        "dense",
+        "-k",
+        k,
+        "--lang",
+        "nb",
+        *flags,
+        "--out",
+        out,
+        "--no-progress",
+    )
+
+
+def rag_eval(
+    questions: Path,
+    model: Path,
+    index: Path,
+    modes: tuple[str, ...],
+    k: int,
+    name: str,
+    out: Path,
+    limit: int | None,
+) -> None:
+    """`ralm rag eval` of the downstream rows: `model` on the Norwegian test `questions` in `modes`, `k`
+    chunks dense-retrieved from `index`, batch 16, no chat template; the first `limit` questions (None: all)."""
+    flags = ["--lang", "nb", "--no-chat", "--batch-size", 16, "--name", name, "--out", out, "--no-progress"]
+    ralm(
+        "rag",
+        "eval",
+        questions,
+        "--lm",
+        model,
+        "--index",
+        index,
+        "--retriever",
+        "dense",
+        "--mode",
+        *modes,
+        "-k",
+        k,
+        *flags,
+        *([] if limit is None else ["--limit", limit]),
+    )
 
 
 def run_folder(work: Path, run_work: Path, name: str, reader: str, towers: str, seed: int) -> Path:
@@ -110,16 +170,16 @@ def downstream_stage(
     """Fine-tune and evaluate this process's share of the runs of `cells` (by default the whole 2x2)
     x SEEDS of the nb arm `name`. The share is taken over those runs only, so two cells split in
     two parts give each process one cell's seeds."""
-    from retrieval.retriever_train import qa_jsonl
+    from benchmarks.retrieval.retriever_train import qa_jsonl
 
     train_q = qa_jsonl("train", work / "train.jsonl")
     test_q = qa_jsonl("test", work / "test.jsonl")
     lms: dict[str, str | Path] = {"plain": "gemma3"}
-    indexes = {"start": _index(work / "dpr-cc" / "encoder", work / "pool", work / "index-dpr-cc")}
+    indexes = {"start": dense_index(work / "dpr-cc" / "encoder", work / "pool", work / "index-dpr-cc")}
     if (run_work / f"nb-{name}" / "eval_mlm.json").is_file():
         reader, towers = exported(work, run_work, name)
         lms["realm"] = reader
-        indexes["realm"] = _index(towers, work / "pool", run_work / f"nb-{name}-index")
+        indexes["realm"] = dense_index(towers, work / "pool", run_work / f"nb-{name}-index")
     else:  # the baseline cell needs no arm: it can run while the arm trains
         print(
             f"{run_work / f'nb-{name}'}: not trained and evaluated yet; only the plain-start runs", flush=True
@@ -142,64 +202,11 @@ def downstream_stage(
         d = run_folder(work, run_work, name, r, t, seed)
         gen = d / "rag"
         if not (gen / "model" / "config.json").is_file():
-            ralm(
-                "rag",
-                "train",
-                train_q,
-                "--lm",
-                lms[r],
-                "--index",
-                indexes[t],
-                "--retriever",
-                "dense",
-                "-k",
-                K,
-                "--lang",
-                "nb",
-                "--epochs",
-                epochs,
-                "--limit",
-                limit,
-                "--batch-size",
-                8,
-                "--lora-r",
-                16,
-                "--no-chat",
-                "--seed",
-                seed,
-                "--save-every",
-                5,
-                "--out",
-                gen,
-                "--no-progress",
-            )
+            rag_train(train_q, lms[r], indexes[t], K, epochs, limit, gen, "--seed", seed, "--save-every", 5)
         res = results_file(d)
-        if not res.is_file():
-            ralm(
-                "rag",
-                "eval",
-                test_q,
-                "--lm",
-                gen / "model",
-                "--index",
-                indexes[t],
-                "--retriever",
-                "dense",
-                "--mode",
-                "rag",
-                "-k",
-                K,
-                "--lang",
-                "nb",
-                "--no-chat",
-                "--batch-size",
-                16,
-                "--name",
-                f"{r}-{t}-seed{seed}",
-                "--out",
-                res.parent,  # `rag eval --out` writes results.json in this folder
-                "--no-progress",
-                *([] if test_limit is None else ["--limit", test_limit]),
+        if not res.is_file():  # `rag eval --out` writes results.json in res's folder
+            rag_eval(
+                test_q, gen / "model", indexes[t], ("rag",), K, f"{r}-{t}-seed{seed}", res.parent, test_limit
             )
 
 

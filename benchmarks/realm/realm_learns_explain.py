@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from realm.realm_learns_cached import answer_flags
-from realm.realm_learns_report import span_records
+from benchmarks.realm.realm_learns_cached import answer_flags
+from benchmarks.realm.realm_learns_report import span_records
 
 FEATURES = ("dense_score", "in_bm25_top8", "same_article", "closeness", "holds_answer")
 LABELS = {
@@ -163,8 +163,8 @@ def fit(f: dict, names: tuple[str, ...]) -> np.ndarray:
 
 def explain(work: Path, lang: str, store: Path) -> dict:
     """The three tables (see the module docstring) as a dict of plain numbers and rows."""
-    from ralm.realm.diagnose import score_utility_agreement, summarize
-    from ralm.realm.evaluate import paired_ratio_interval
+    from ralm.realm.inference.diagnose import score_utility_agreement, summarize
+    from ralm.realm.inference.evaluate import paired_ratio_interval
 
     files = sorted((work / f"{lang}-cached").glob("scores-*-of-*.jsonl"))
     held_path = work / f"{lang}-diag0" / "diagnose_initial_queries.jsonl"
@@ -294,10 +294,8 @@ def markdown(lang: str, e: dict) -> list[str]:
 def explain_stage(work: Path, langs: tuple[str, ...], store_of) -> Path | None:
     """Write benchmarks/results/realm_learns_explain.json and .md for each language whose cached
     scores and diag0 exist; None when none has."""
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from common import RESULTS, write_result
+    from benchmarks.common import RESULTS, write_result
 
     metrics: dict[str, float] = {}
     sections: dict[str, dict] = {}
@@ -313,7 +311,7 @@ def explain_stage(work: Path, langs: tuple[str, ...], store_of) -> Path | None:
         lines += markdown(lang, e)
     if not sections:
         return None
-    cmd = "python benchmarks/realm/realm_learns.py explain (after diag0 en and cached en --part I/P)"
+    cmd = "python -m benchmarks.realm.realm_learns explain (after diag0 en and cached en --part I/P)"
     out = write_result("realm_learns_explain", cmd, metrics, {}, sections=sections)
     (RESULTS / "realm_learns_explain.md").write_text("\n".join(lines), encoding="utf-8")
     return out

@@ -14,10 +14,8 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from common import RESULTS, ROOT, write_result  # noqa: E402
-from realm.realm_learns_downstream import downstream_lines, downstream_record  # noqa: E402
+from benchmarks.common import RESULTS, ROOT, write_result
+from benchmarks.realm.realm_learns_downstream import downstream_lines, downstream_record
 
 ARMS = (
     "today",
@@ -113,14 +111,14 @@ def _head_mean(rows: list[dict], key: str, n: int = 20) -> float | None:
 
 def score_utility(diag: dict, queries: Path) -> dict | None:
     """The diagnosis's agreement of the retriever's ranking with the reader's (Spearman of log p(z|x)
-    and log p(y|x,z) over the reader's chunks, `ralm.realm.diagnose.score_utility_agreement`): from
+    and log p(y|x,z) over the reader's chunks, `ralm.realm.inference.diagnose.score_utility_agreement`): from
     the summary when it has it, else computed from its per-span records (diagnoses written before
     the summary carried it)."""
     if "score_utility" in diag:
         return diag["score_utility"]
     if not queries.is_file():
         return None
-    from ralm.realm.diagnose import records_score_utility
+    from ralm.realm.inference.diagnose import records_score_utility
 
     recs = span_records(queries)
     return records_score_utility(recs, has_null=recs[0]["reader_docs"][-1] == -1)  # the null document is last
@@ -167,9 +165,9 @@ def end_metrics(rec: dict, d0: dict | None, arm: str, run: Path) -> dict[str, fl
 
 def gain_interval(start: dict, end: dict) -> tuple[float, float, float] | None:
     """(gain, low, high) of the content-token ratio to closed-book from step 0 to the end, paired over
-    the held-out spans (`ralm.realm.evaluate.ratio_gain_interval`); None when either evaluation was
+    the held-out spans (`ralm.realm.inference.evaluate.ratio_gain_interval`); None when either evaluation was
     written without per-span scores."""
-    from ralm.realm.evaluate import ratio_gain_interval
+    from ralm.realm.inference.evaluate import ratio_gain_interval
 
     def cols(ev: dict) -> tuple | None:
         by = {r["name"]: r.get("per_example") for r in ev.get("rows", [])}
@@ -286,7 +284,7 @@ def paired_ratio_change(before: list[dict], after: list[dict], how: str) -> dict
     import numpy as np
     from scipy.special import logsumexp
 
-    from ralm.realm.evaluate import paired_ratio_interval
+    from ralm.realm.inference.evaluate import paired_ratio_interval
 
     if [(r["chunk"], r["span"]) for r in before] != [(r["chunk"], r["span"]) for r in after]:
         raise ValueError("the two diagnoses score different spans")
@@ -587,7 +585,7 @@ def report(work: Path, keep: bool = False) -> dict:
                     metrics[f"{prefix}_distinct_dense_top3_end"] = top3
     write_result(
         "realm_learns",
-        "python benchmarks/realm/realm_learns.py diag0 en; ... arm en NAME --steps N (each arm); ... closed en; "
+        "python -m benchmarks.realm.realm_learns diag0 en; ... arm en NAME --steps N (each arm); ... closed en; "
         "... speed; ... report",
         metrics,
         TARGETS,

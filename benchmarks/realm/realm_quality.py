@@ -13,7 +13,7 @@ document towers, exact index refreshed every --refresh-every steps), the other d
 Corpus: the gensim English Wikipedia sample chunked to --chunk-size tokens (the sample has
 106 articles; shorter chunks make more of them and a cheaper reader on 2 CPU cores).
 
-Run: python benchmarks/realm/realm_quality.py [--steps 600] [--chunk-size 64]
+Run: python -m benchmarks.realm.realm_quality [--steps 600] [--chunk-size 64]
 (--store: a DocStore built beforehand; --backbone: another encoder, e.g. a tiny one for a smoke run)
 Writes benchmarks/results/realm_quality.json (and keeps the runs under --work).
 """
@@ -22,35 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import sample_store, script_command, write_result
 
 
 def ensure_store(path: Path, chunk_size: int) -> Path:
-    if not (path / "manifest.json").is_file():
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ralm",
-                "corpus",
-                "build",
-                "--sample",
-                "enwiki",
-                "--out",
-                str(path),
-                "--chunk-size",
-                str(chunk_size),
-                "--overwrite",
-            ],
-            check=True,
-        )
-    return path
+    """The English sample DocStore in `chunk_size`-token chunks at `path`, built once."""
+    return sample_store(path, "--chunk-size", chunk_size, "--overwrite")
 
 
 def main() -> None:
@@ -90,11 +70,11 @@ def main() -> None:
     args = ap.parse_args()
 
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.evaluate import evaluate_mlm, format_table
-    from ralm.realm.export import export_reader
-    from ralm.realm.masking import BERT_REPLACE, MaskingConfig
-    from ralm.realm.run import load_run, read_run_config
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.inference.evaluate import evaluate_mlm, format_table
+    from ralm.realm.inference.export import export_reader
+    from ralm.realm.masking.mlm import BERT_REPLACE, MaskingConfig
+    from ralm.realm.training.run import load_run, read_run_config
+    from ralm.realm.training.trainer import pretrain
     from ralm.train.checkpoint import latest_checkpoint
 
     work = Path(args.work)

@@ -19,7 +19,7 @@ Measured:
   against the same trainer on the 12k-chunk sample;
 * doc-tower embedding throughput (chunks/s), so refresh seconds per 100k chunks and at 1M.
 
-Run: python benchmarks/realm/realm_scale.py [--copies 82]
+Run: python -m benchmarks.realm.realm_scale [--copies 82]
 Writes benchmarks/results/realm_scale.json.
 """
 
@@ -33,9 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from realm.realm_quality import ensure_store  # noqa: E402
+from benchmarks.common import ralm, script_command, write_result
+from benchmarks.realm.realm_quality import ensure_store
 
 
 def synthetic_jsonl(sample_store, out: Path, copies: int, seed: int = 0) -> int:
@@ -110,10 +109,10 @@ def main() -> None:
     import torch
 
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.build import build_model
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.masking import MaskingCollator, MaskingConfig
-    from ralm.realm.refresh import embed_chunks
+    from ralm.realm.masking.mlm import MaskingCollator, MaskingConfig
+    from ralm.realm.refresh.sync import embed_chunks
+    from ralm.realm.training.build import build_model
     from ralm.retrieval.index.dense import DenseIndex
     from ralm.retrieval.index.plan import estimate
 
@@ -125,23 +124,8 @@ def main() -> None:
         src = work / "synthetic.jsonl"
         synthetic_jsonl(sample, src, args.copies)
         t = time.perf_counter()
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ralm",
-                "corpus",
-                "build",
-                str(src),
-                "--out",
-                str(big),
-                "--chunk-size",
-                "64",
-                "--workers",
-                "2",
-                "--overwrite",
-            ],
-            check=True,
+        ralm(
+            "corpus", "build", src, "--out", big, "--chunk-size", 64, "--workers", 2, "--overwrite", say=None
         )
         print(f"corpus build: {time.perf_counter() - t:.0f}s", flush=True)
     store = DocStore(big)

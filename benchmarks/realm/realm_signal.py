@@ -8,7 +8,7 @@ This script measures the signal per query on the real corpus and raises it with 
 showed matters, then trains:
 
   share              the share of the corpus's salient spans whose tokens occur in another chunk
-                     (`ralm.realm.retrievable`), by kind, and of today's held-out spans
+                     (`ralm.realm.masking.retrievable`), by kind, and of today's held-out spans
   diag0 NAME         the step-0 diagnosis of an arm (answers in candidates, the span ratio under
                      p(z|x), Spearman, and `query_signal`: spans whose chunks differ in holding the
                      span, the reader's preference for the holding chunk in nats, its rank)
@@ -28,27 +28,21 @@ MiniLM towers, 3 chunks + null, fixed scale, lr_retriever 1e-5):
                      a reader that already copies a span from a given chunk)
 
 The runs live in --work (default runs/b64) beside the corpus `realm_causal.py corpus` builds there.
-Run: python benchmarks/realm/realm_signal.py STAGE [NAME] [--work runs/b64] [--steps 60]
+Run: python -m benchmarks.realm.realm_signal STAGE [NAME] [--work runs/b64] [--steps 60]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-from common import log, ralm, script_command, write_result  # noqa: E402
-from realm import realm_learns as rl  # noqa: E402
-from realm import realm_learns_report as rlr  # noqa: E402
+from benchmarks.common import ROOT, log, offline, ralm, script_command, write_result
+
+offline()
+from benchmarks.realm import realm_learns as rl  # noqa: E402
+from benchmarks.realm import realm_learns_report as rlr  # noqa: E402
 
 RETRIEVABLE = rl.ARMS["retrievable"]
 SIGNAL = rl.ARMS["signal"]
@@ -76,7 +70,7 @@ def share(work: Path) -> dict:
     from ralm.corpus.docstore import SALIENT_SOURCES, DocStore, RaggedArray
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import split_ids
-    from ralm.realm.retrievable import retrievable_spans
+    from ralm.realm.masking.retrievable import retrievable_spans
 
     out_file = work / "retrievable_share.json"
     if out_file.is_file():

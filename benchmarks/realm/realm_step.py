@@ -1,6 +1,6 @@
 """Speed: a REALM training step's wall time vs its bare model passes, measured in one run.
 
-Full step: `ralm.realm.trainer.train_step` as `ralm pretrain` runs it: masking and batching, query
+Full step: `ralm.realm.training.trainer.train_step` as `ralm pretrain` runs it: masking and batching, query
 tower, MIPS search with the source chunk excluded, doc tower on the k-1 retrieved chunks (plus the
 null document's pass), reader inputs, reader, marginal loss, backward, clipping, AdamW, schedule.
 
@@ -14,7 +14,7 @@ ralm's overhead (masking, batching, search, null document, bookkeeping, optimise
 
 Full steps and bare passes alternate, so load on the machine hits both alike; medians reported.
 
-Run: python benchmarks/realm/realm_step.py [--steps 12] [--batch-size 4] [--k 4] [--chunk-size 64]
+Run: python -m benchmarks.realm.realm_step [--steps 12] [--batch-size 4] [--k 4] [--chunk-size 64]
 Writes benchmarks/results/realm_step.json.
 """
 
@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from realm.realm_quality import ensure_store  # noqa: E402
+from benchmarks.common import script_command, write_result
+from benchmarks.realm.realm_quality import ensure_store
 
 
 def main() -> None:
@@ -46,13 +44,13 @@ def main() -> None:
 
     from ralm.corpus.docstore import DocStore
     from ralm.models.precision import autocast_context, autocast_dtype
-    from ralm.realm.build import build_model, optimizer_for
     from ralm.realm.config import PretrainConfig
     from ralm.realm.data import example_rngs, split_ids
-    from ralm.realm.masking import MaskingCollator
-    from ralm.realm.reader import build_reader_inputs
-    from ralm.realm.refresh import SyncRefresher
-    from ralm.realm.trainer import train_step
+    from ralm.realm.masking.mlm import MaskingCollator
+    from ralm.realm.readers.mlm import build_reader_inputs
+    from ralm.realm.refresh.sync import SyncRefresher
+    from ralm.realm.training.build import build_model, optimizer_for
+    from ralm.realm.training.trainer import train_step
     from ralm.train.optim import warmup_schedule
 
     store_dir = ensure_store(Path(args.work) / f"enwiki-{args.chunk_size}", args.chunk_size)

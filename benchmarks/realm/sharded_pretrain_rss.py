@@ -15,7 +15,7 @@ Setup, sized for a 2-core box (the index must dominate the trainer for sharding 
 * 5 steps, batch 4 (2 per rank), k 3, uniform masking (the synthetic text has no salient spans),
   one checkpoint at the end.
 
-Run: python benchmarks/realm/sharded_pretrain_rss.py [--chunks 1000000]
+Run: python -m benchmarks.realm.sharded_pretrain_rss [--chunks 1000000]
 Writes benchmarks/results/sharded_pretrain_rss.json.
 """
 
@@ -26,15 +26,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from retrieval.sharded_index import vectors  # noqa: E402
+from benchmarks.common import ralm, script_command, tiny_bert, write_result
+from benchmarks.retrieval.sharded_index import vectors
 
 WORDS = [
     "the",
@@ -90,7 +88,7 @@ WORDS = [
     "band",
     "party",
 ]
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
 WRAPPER = """import os, sys
 from ralm.cli import main
 code = main(sys.argv[2:])
@@ -111,49 +109,21 @@ def corpus(work: Path, chunks: int) -> Path:
         for a in range(-(-chunks // 24)):
             text = " ".join(" ".join(rng.choice(WORDS, 9)).capitalize() + "." for _ in range(24))
             f.write(json.dumps({"title": f"Article {a}", "text": text}) + "\n")
-    cmd = [
-        sys.executable,
-        "-m",
-        "ralm",
-        "corpus",
-        "build",
-        str(src),
-        "--out",
-        str(store),
-        "--chunk-size",
-        "16",
-        "--min-chunk-tokens",
-        "0",
-        "--no-auto-annotate",
-        "--no-dates",
-        "--quiet",
-    ]
-    subprocess.run(cmd, check=True)
+    flags = ["--chunk-size", 16, "--min-chunk-tokens", 0, "--no-auto-annotate", "--no-dates", "--quiet"]
+    ralm("corpus", "build", src, "--out", store, *flags, say=None)
     return store
 
 
 def reader(work: Path) -> Path:
-    d = work / "reader"
-    if (d / "config.json").exists():
-        return d
-    import torch
-    from transformers import BertConfig, BertModel
-
-    from ralm.models.names import default_backbone_path
-
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=30522,
+    """A random one-layer BERT of MiniLM's width (384) as the reader, made once."""
+    return tiny_bert(
+        work / "reader",
         hidden_size=384,
         num_hidden_layers=1,
         num_attention_heads=6,
         intermediate_size=512,
         max_position_embeddings=128,
     )
-    BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
-    for f in TOKENIZER_FILES:
-        shutil.copy(default_backbone_path() / f, d / f)
-    return d
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ nprobe and ef_search, without rebuilding). The result file lists every configura
 metrics give, per backend, the defaults and the smallest configuration that reaches the recall
 target.
 
-Run: python benchmarks/retrieval/compressed_index.py [--docstore DIR]
+Run: python -m benchmarks.retrieval.compressed_index [--docstore DIR]
 Writes benchmarks/results/compressed_index.json.
 """
 
@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from retrieval.search import DEFAULT_DOCSTORE, ensure_docstore, load_embeddings  # noqa: E402
+from benchmarks.common import sample_store, script_command, write_result
+from benchmarks.retrieval.search import DEFAULT_DOCSTORE, load_embeddings
 
 RECALL_TARGET = 0.95
 RATIO_TARGET = 4.0
@@ -73,7 +71,7 @@ def main() -> None:
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.index.dense import DenseIndex
 
-    store = DocStore(ensure_docstore(args.docstore))
+    store = DocStore(sample_store(args.docstore))
     x, trivia, _ = load_embeddings(store.root)
     fps = {"docstore_fingerprint": store.fingerprint, "encoder_fingerprint": "minilm-bench"}
     rng = np.random.default_rng(0)

@@ -18,7 +18,7 @@ Embed time = the run's wall time minus the time spent in the hook (so it include
 cost of embed_docstore: fingerprint, tokenizer check, title tokenization, files); bare time =
 the hook's forwards. The fp32 run's hook also runs the bare forward under bf16 autocast, which
 gives the bf16/fp32 speedup on identical batches.
-Run: python benchmarks/retrieval/embed_throughput.py [--every 6] [--reps 2] [--every-fp32 16] [--batch-size 64]
+Run: python -m benchmarks.retrieval.embed_throughput [--every 6] [--reps 2] [--every-fp32 16] [--batch-size 64]
 Writes benchmarks/results/embed_throughput.json.
 """
 
@@ -26,35 +26,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from benchmarks.common import offline, sample_store, script_command, write_result
 
+offline()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
 from ralm.corpus.docstore import DocStore  # noqa: E402
-from ralm.models.precision import autocast_context, autocast_dtype, cpu_has_native_bf16
+from ralm.models.precision import autocast_context, autocast_dtype, cpu_has_native_bf16  # noqa: E402
 from ralm.retrieval.embed import DocInputs, embed_docstore, plan_batches  # noqa: E402
-from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+from ralm.retrieval.encoders import DualEncoder, EncoderConfig  # noqa: E402
 
 CACHE = Path("/tmp/ralm-bench/enwiki-store")
-
-
-def sample_store(path: Path) -> DocStore:
-    """The English sample DocStore, built once and cached."""
-    if not (path / "manifest.json").is_file():
-        cmd = [sys.executable, "-m", "ralm", "corpus", "build", "--sample", "enwiki", "--out", str(path)]
-        subprocess.run([*cmd, "--overwrite", "--quiet"], check=True)
-    return DocStore(path)
 
 
 def bare_model():
@@ -134,7 +122,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     args = ap.parse_args()
 
-    store = sample_store(args.store)
+    store = DocStore(sample_store(args.store, "--overwrite", "--quiet"))
     encoder = DualEncoder.from_pretrained(None, EncoderConfig(pooling="mean", max_length=128))
     model = bare_model()
     cpu = torch.device("cpu")

@@ -3,7 +3,7 @@ and (optionally) an ICT-tuned encoder, on two question sets:
 - the bundled trivia pairs whose answer occurs in the English Wikipedia sample DocStore;
 - the TriviaQA sample (11 questions) over its own evidence documents (`--sample triviaqa`).
 
-Run: python benchmarks/retrieval/eval_retrieval_all.py [--ict ENCODER_DIR] [--colbert-depth 20]
+Run: python -m benchmarks.retrieval.eval_retrieval_all [--ict ENCODER_DIR] [--colbert-depth 20]
 Writes benchmarks/results/eval_retrieval_all.json.
 """
 
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from retrieval.search import DEFAULT_DOCSTORE, ensure_docstore  # noqa: E402
+from benchmarks.common import sample_store, script_command, write_result
+from benchmarks.retrieval.search import DEFAULT_DOCSTORE
 
 
 def table(store, qa: str, ict: str | None, depth: int, ks: list[int], work: Path) -> dict:
@@ -61,7 +59,7 @@ def main() -> None:
     from ralm.samples import sample_path
 
     work = Path(tempfile.mkdtemp(prefix="ralm-evalall-"))
-    en = DocStore(ensure_docstore(DEFAULT_DOCSTORE))
+    en = DocStore(sample_store(DEFAULT_DOCSTORE))
     tq = build_docstore(
         [sample_path("triviaqa")],
         work / "tq",

@@ -24,7 +24,7 @@ The target metric is the median over the pairs of ralm's wall time / bare's wall
 runs back to back, so both see about the same load from other work); the ratios of the medians
 and of the minimums, and of CPU times, are reported beside it.
 
-Run: OMP_NUM_THREADS=1 python benchmarks/retrieval/index_checksum.py [--n 1000000] [--reps 9]
+Run: OMP_NUM_THREADS=1 python -m benchmarks.retrieval.index_checksum [--n 1000000] [--reps 9]
 Writes benchmarks/results/index_checksum.json.
 """
 
@@ -33,15 +33,13 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import script_command, write_result
 
 RATIO_TARGET = 1.10
 DIM = 384

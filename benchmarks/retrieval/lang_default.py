@@ -3,10 +3,10 @@ DocStore with no --lang, against the analysis it used to fall back to (plain BM2
 over the DocStore and over an index of it (the index's row used to be silently left out).
 
 The DocStore is any `ralm corpus build --lang nb` of NorQuAD's contexts (runs/b45/pool from
-`benchmarks/realm/realm_causal.py corpus`); the questions are NorQuAD's validation set, each answer text
+`python -m benchmarks.realm.realm_causal corpus`); the questions are NorQuAD's validation set, each answer text
 a string answer.
 
-Run: python benchmarks/retrieval/lang_default.py [--store runs/b45/pool] [--work runs/lang_default]
+Run: python -m benchmarks.retrieval.lang_default [--store runs/b45/pool] [--work runs/lang_default]
 Writes benchmarks/results/lang_default.json.
 """
 
@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import ralm, script_command, write_result
 
 NORQUAD_DEV = Path("../shared/data/norquad/all/validation_dataset_flattened.json")
 
@@ -38,10 +36,9 @@ def norquad_pairs(path: Path, out: Path) -> int:
     return len(rows)
 
 
-def ralm(*argv: str | Path) -> None:
-    cmd = [sys.executable, "-m", "ralm", *map(str, argv)]
-    print("$", " ".join(cmd), file=sys.stderr)
-    subprocess.run(cmd, check=True)
+def shown(line: str) -> None:
+    """What `ralm` says before a command: '$ PYTHON -m ralm ARGS' on stderr, the command as it runs."""
+    print("$", sys.executable, "-m", line, file=sys.stderr)
 
 
 def main() -> None:
@@ -51,19 +48,19 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("runs/lang_default"))
     args = ap.parse_args()
     if not (args.store / "manifest.json").is_file():
-        sys.exit(f"{args.store}: no DocStore; build it with `python benchmarks/realm/realm_causal.py corpus`")
+        sys.exit(f"{args.store}: no DocStore; build it with `python -m benchmarks.realm.realm_causal corpus`")
     args.work.mkdir(parents=True, exist_ok=True)
     qa = args.work / "norquad_dev.jsonl"
     n = norquad_pairs(args.qa, qa)
     store_json, plain_json, index_json = (args.work / f"{x}.json" for x in ("store", "plain", "index"))
     common = ["--qa", qa, "-k", "1", "5", "20", "--measures", "none", "--work", args.work / "emb", "--quiet"]
     # the default (no --lang: the DocStore's nb) and the old default (plain), MiniLM plain and centred
-    ralm("eval-retrieval", args.store, *common, "--center", "--json-out", store_json)
-    ralm("eval-retrieval", args.store, *common, "--bm25", "none", "--json-out", plain_json)
+    ralm("eval-retrieval", args.store, *common, "--center", "--json-out", store_json, say=shown)
+    ralm("eval-retrieval", args.store, *common, "--bm25", "none", "--json-out", plain_json, say=shown)
     index = args.work / "index"
     if not (index / "retrieval.json").is_file():
-        ralm("index", "build", args.store, "--out", index, "--bm25", "--quiet")
-    ralm("eval-retrieval", "--index", index, *common, "--center", "--json-out", index_json)
+        ralm("index", "build", args.store, "--out", index, "--bm25", "--quiet", say=shown)
+    ralm("eval-retrieval", "--index", index, *common, "--center", "--json-out", index_json, say=shown)
     store, plain, over_index = (
         json.loads(p.read_text())["recall"] for p in (store_json, plain_json, index_json)
     )

@@ -26,7 +26,7 @@ bm25, bm25_lang (en), dense_minilm, hybrid_rrf (bm25_lang + dense), and the cent
 (benchmarks/results/eval_retrieval_all.json, 137 questions, 5,409 chunks): bm25 R@20 0.3212,
 dense_minilm R@20 0.4234.
 
-Run: python benchmarks/retrieval/retrieval_nordic.py [--work DIR] [--cache DIR]
+Run: python -m benchmarks.retrieval.retrieval_nordic [--work DIR] [--cache DIR]
 (--work keeps corpora, DocStores and embeddings so a rerun reuses them; default a temp dir.)
 Writes benchmarks/results/retrieval_nordic.json and retrieval_nordic.md.
 """
@@ -36,21 +36,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "2")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from benchmarks.common import BENCH, RESULTS, log, offline, script_command, write_result
 
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-sys.path.insert(0, str(BENCH))
-from common import RESULTS, script_command, write_result  # noqa: E402
-from data_prep.nordic_corpus import build_jsonl, default_cache  # noqa: E402
-from retrieval.retrieval_nordic_tables import SHORT, store_stats, table_lines  # noqa: E402
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+offline()
+from benchmarks.data_prep.nordic_corpus import build_jsonl, default_cache  # noqa: E402
+from benchmarks.retrieval.retrieval_nordic_tables import SHORT, store_stats, table_lines  # noqa: E402
 
 LANGS = ("da", "nb")
 CHUNKINGS = {"old": 0, "new": 32}  # min_chunk_tokens
@@ -59,10 +54,6 @@ REUSED: list[str] = []  # DocStores (and so their embeddings) found in --work fr
 PREV_EN = {"bm25": 0.3212, "dense_minilm": 0.4234}  # eval_retrieval_all.json, enwiki trivia R@20
 EN_SLACK = 0.02
 HYBRID_SLACK = 0.05
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def open_or_build(sources: list[Path], out: Path, cfg) -> object:
@@ -282,7 +273,7 @@ def main() -> None:
     md = [
         "# Retrieval for Danish and Norwegian text",
         "",
-        f"`python benchmarks/retrieval/retrieval_nordic.py` ({time.strftime('%Y-%m-%d')}). Answer recall@k; "
+        f"`python -m benchmarks.retrieval.retrieval_nordic` ({time.strftime('%Y-%m-%d')}). Answer recall@k; "
         "nDCG@10 / RR@10 over answer hits pooled across the retrievers of one table; hub@20 = share of "
         "questions whose top 20 holds the most retrieved chunk, top1 = the same at rank 1, "
         "distinct@20 = distinct chunks / (questions x 20). bm25_lang = stopwords + Snowball stemmer; "

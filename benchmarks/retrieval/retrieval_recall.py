@@ -6,7 +6,7 @@ top-k chunk containing a normalised answer, whole tokens). ICT: MiniLM towers tr
 same corpus's chunks (held-out recall logged), then evaluated like the others. The issue sets no
 bar for these numbers; they are reported side by side.
 
-Run: python benchmarks/retrieval/retrieval_recall.py [--steps 150] [--batch-size 16]
+Run: python -m benchmarks.retrieval.retrieval_recall [--steps 150] [--batch-size 16]
 Writes benchmarks/results/retrieval_recall.json.
 """
 
@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from retrieval.search import DEFAULT_DOCSTORE, ensure_docstore  # noqa: E402
+from benchmarks.common import sample_store, script_command, write_result
+from benchmarks.retrieval.search import DEFAULT_DOCSTORE
 
 
 def main() -> None:
@@ -41,7 +39,7 @@ def main() -> None:
     from ralm.retrieval.eval.compare import evaluate_retrievers, load_qa
     from ralm.retrieval.index.open import dense_retriever_for
 
-    store = DocStore(ensure_docstore(DEFAULT_DOCSTORE))
+    store = DocStore(sample_store(DEFAULT_DOCSTORE))
     pairs = load_qa("trivia", store)
     work = Path(tempfile.mkdtemp(prefix="ralm-recall-"))
     t = time.perf_counter()

@@ -10,7 +10,7 @@ text when --store is given, else the English Wikipedia sample), bf16 autocast wh
    the model loaded (what the step itself needs): batch 32 plain, batch 256 cached, and
    (--with-plain-256) batch 256 plain for reference.
 
-Run: python benchmarks/retrieval/retriever_step.py [--store runs/b26/pool] [--batch 64] [--chunk 32]
+Run: python -m benchmarks.retrieval.retriever_step [--store runs/b26/pool] [--batch 64] [--chunk 32]
 Writes benchmarks/results/retriever_step.json.
 """
 
@@ -25,11 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import offline, script_argv, script_command, write_result
+
+offline()
 
 
 def rss_mib(field: str = "VmRSS") -> float:
@@ -165,8 +163,7 @@ def main() -> None:
 
     def child(batch: int, chunk: int) -> dict:
         cmd = [
-            sys.executable,
-            __file__,
+            *script_argv(__file__),
             "--child",
             "--batch",
             str(batch),

@@ -23,7 +23,7 @@ The unsupervised corpus is the NorQuAD passages plus the Norwegian Debian text (
 debian-edu-doc-nb-no, `nordic_corpus.py`): raw text only, no questions. Model selection for dpr
 uses the validation split; the test questions are never trained or tuned on.
 
-Run: python benchmarks/retrieval/retriever_train.py [--work runs/b26] [--with-gc128]
+Run: python -m benchmarks.retrieval.retriever_train [--work runs/b26] [--with-gc128]
 Each stage is skipped when its output exists in --work (training runs also resume).
 Writes benchmarks/results/retriever_train.json and .md; reads ../shared/data/norquad by path.
 """
@@ -33,31 +33,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-sys.path.insert(0, str(BENCH))
-from common import RESULTS, script_command, write_result  # noqa: E402
+from benchmarks.common import BENCH, RESULTS, ROOT, log, offline, ralm, script_command, write_result
 
-ROOT = BENCH.parent
+offline()
 NORQUAD = ROOT.parent / "shared" / "data" / "norquad" / "all"
 KS = (1, 5, 20)
 BM25_WEIGHTS = (0.5, 0.6, 0.7, 0.8, 0.9)  # RRF weight of BM25 tried on validation (dense gets 1 - w)
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def ralm(*args) -> None:
-    log("ralm " + " ".join(str(a) for a in args))
-    subprocess.run([sys.executable, "-m", "ralm", *[str(a) for a in args]], check=True)
 
 
 def qa_jsonl(split: str, out: Path) -> Path:
@@ -76,8 +60,8 @@ def qa_jsonl(split: str, out: Path) -> Path:
 
 def build_stores(work: Path) -> tuple[Path, Path]:
     """The NorQuAD pool DocStore and the unsupervised DocStore (pool + Norwegian Debian text)."""
-    from data_prep.nordic_corpus import build_jsonl, default_cache
-    from downstream.openqa_retrievers import build_pool
+    from benchmarks.data_prep.nordic_corpus import build_jsonl, default_cache
+    from benchmarks.downstream.openqa_retrievers import build_pool
 
     pool = build_pool(work, 128)
     unsup = work / "unsup-nb"
@@ -101,26 +85,39 @@ def build_stores(work: Path) -> tuple[Path, Path]:
     return pool, unsup
 
 
-def train(work: Path, pool: Path, unsup: Path, args) -> dict[str, Path]:
-    """Every trained encoder (trained when missing; a rerun resumes an interrupted one)."""
+def unsupervised(work: Path, unsup: Path, name: str, steps: int, batch: int, lr: float) -> Path:
+    """`ralm retriever train NAME` (ict or contrastive) over `unsup` into work/NAME, once; its encoder."""
+    out = work / name
+    if not (out / "results.json").is_file():
+        flags = ["--steps", steps, "--batch-size", batch, "--lr", lr, "--quiet"]
+        ralm("retriever", "train", name, unsup, "--out", out, "--lang", "nb", *flags)
+    return out / "encoder"
+
+
+def dpr_flags(pool: Path) -> list:
+    """What every `ralm retriever train dpr` here starts with: NorQuAD's train questions over `pool`,
+    its validation questions for model selection."""
     train_json = NORQUAD / "training_dataset_flattened.reconstructed.json"
     dev_json = NORQUAD / "validation_dataset_flattened.json"
+    return [train_json, "--corpus", pool, "--dev", dev_json, "--lang", "nb", "--quiet"]
+
+
+def dpr_cc(work: Path, pool: Path, contrastive: Path, epochs: float) -> Path:
+    """DPR from the contrastive encoder (Contriever's recipe: pre-train, then fine-tune), batch 64 with
+    gradient caching, into work/dpr-cc, once; its encoder."""
+    out = work / "dpr-cc"
+    if not (out / "results.json").is_file():
+        flags = ["--epochs", epochs, "--batch-size", 64, "--grad-cache", 32, "--lr", 3e-5]
+        ralm("retriever", "train", "dpr", *dpr_flags(pool), "--encoder", contrastive, *flags, "--out", out)
+    return out / "encoder"
+
+
+def train(work: Path, pool: Path, unsup: Path, args) -> dict[str, Path]:
+    """Every trained encoder (trained when missing; a rerun resumes an interrupted one)."""
     enc: dict[str, Path] = {}
-    unsup_common = [
-        "--steps",
-        args.unsup_steps,
-        "--batch-size",
-        args.unsup_batch,
-        "--lr",
-        args.unsup_lr,
-        "--quiet",
-    ]
     for name in ("ict", "contrastive"):
-        out = work / name
-        if not (out / "results.json").is_file():
-            ralm("retriever", "train", name, unsup, "--out", out, "--lang", "nb", *unsup_common)
-        enc[name] = out / "encoder"
-    dpr_common = [train_json, "--corpus", pool, "--dev", dev_json, "--lang", "nb", "--quiet"]
+        enc[name] = unsupervised(work, unsup, name, args.unsup_steps, args.unsup_batch, args.unsup_lr)
+    dpr_common = dpr_flags(pool)
     if not (work / "dpr" / "results.json").is_file():
         ralm(
             "retriever",
@@ -135,30 +132,8 @@ def train(work: Path, pool: Path, unsup: Path, args) -> dict[str, Path]:
             work / "dpr",
         )
     enc["dpr"] = work / "dpr" / "encoder"
-    if (
-        not args.no_dpr_cc
-    ):  # DPR from the unsupervised encoder (Contriever's recipe: pre-train, then fine-tune)
-        out = work / "dpr-cc"
-        if not (out / "results.json").is_file():
-            ralm(
-                "retriever",
-                "train",
-                "dpr",
-                *dpr_common,
-                "--encoder",
-                enc["contrastive"],
-                "--epochs",
-                args.cc_epochs,
-                "--batch-size",
-                64,
-                "--grad-cache",
-                32,
-                "--lr",
-                3e-5,
-                "--out",
-                out,
-            )
-        enc["dpr-cc"] = out / "encoder"
+    if not args.no_dpr_cc:
+        enc["dpr-cc"] = dpr_cc(work, pool, enc["contrastive"], args.cc_epochs)
     if args.with_gc128:
         out = work / "dpr-gc128"
         if not (out / "results.json").is_file():

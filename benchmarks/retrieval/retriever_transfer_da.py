@@ -14,7 +14,7 @@ default chunking; benchmarks/data/retrieval_da.jsonl). Rows, recall@1/5/20, nDCG
 "Best" is chosen by recall@20 on these questions; with 40 questions and no Danish dev set, the
 rows are reported side by side and the choice is stated, not tuned.
 
-Run: python benchmarks/retrieval/retriever_transfer_da.py [--work runs/b26]   (after retriever_train.py)
+Run: python -m benchmarks.retrieval.retriever_transfer_da [--work runs/b26]   (after retriever_train.py)
 Writes benchmarks/results/retriever_transfer_da.json.
 """
 
@@ -23,24 +23,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-sys.path.insert(0, str(BENCH))
-from common import RESULTS, script_command, write_result  # noqa: E402
-from retrieval.retriever_train import log, ralm, row  # noqa: E402
+from benchmarks.common import BENCH, RESULTS, ROOT, log, offline, ralm, script_command, write_result
 
-KS = (1, 5, 20)
+offline()
+from benchmarks.retrieval.retriever_train import KS, row  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--work", type=Path, default=BENCH.parent / "runs" / "b26")
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b26")
     ap.add_argument("--unsup-steps", type=int, default=600)
     ap.add_argument("--unsup-batch", type=int, default=64)
     ap.add_argument("--unsup-lr", type=float, default=5e-5)
@@ -48,7 +42,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    from data_prep.nordic_corpus import build_jsonl, default_cache
+    from benchmarks.data_prep.nordic_corpus import build_jsonl, default_cache
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.bm25 import BM25Retriever
     from ralm.retrieval.encoders import DualEncoder

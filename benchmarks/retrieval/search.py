@@ -13,7 +13,7 @@ The bare call asks FAISS for the same k as the user (no extra candidate for the 
 so the overhead includes the one or two extra candidates the wrapper fetches.
 Timings: the two calls alternate on the same batches, repeated; medians per batch size.
 
-Run: python benchmarks/retrieval/search.py [--docstore DIR] [--reps 30]
+Run: python -m benchmarks.retrieval.search [--docstore DIR] [--reps 30]
 Writes benchmarks/results/search.json. Embeddings are cached in the temp dir keyed by the
 DocStore fingerprint (shared with benchmarks/retrieval/compressed_index.py).
 """
@@ -23,32 +23,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from benchmarks.common import offline, sample_store, script_command, write_result
+from ralm.atomic import atomic_path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+offline()
 
 DEFAULT_DOCSTORE = Path(tempfile.gettempdir()) / "ralm-bench-enwiki"
-
-
-def ensure_docstore(path: Path) -> Path:
-    """Build the English sample DocStore at `path` unless one is there."""
-    if not (path / "manifest.json").is_file():
-        subprocess.run(
-            [sys.executable, "-m", "ralm", "corpus", "build", "--sample", "enwiki", "--out", str(path)],
-            check=True,
-        )
-    return path
 
 
 def load_embeddings(docstore: str | Path, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -79,9 +65,8 @@ def load_embeddings(docstore: str | Path, batch_size: int = 64) -> tuple[np.ndar
     q = model.encode(questions, batch_size=batch_size, convert_to_numpy=True)
     x, q = np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(q, dtype=np.float32)
     for path, arr in ((xpath, x), (qpath, q)):
-        part = path.with_suffix(f".{os.getpid()}.tmp.npy")
-        np.save(part, arr)
-        os.replace(part, path)
+        with atomic_path(path, ".npy") as part:
+            np.save(part, arr)
     return x, q, questions
 
 
@@ -189,7 +174,7 @@ def main() -> None:
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.index.dense import DenseIndex
 
-    store = DocStore(ensure_docstore(args.docstore))
+    store = DocStore(sample_store(args.docstore))
     x, trivia, _ = load_embeddings(store.root)
     index = DenseIndex.build(x, docstore_fingerprint=store.fingerprint, encoder_fingerprint="minilm-bench")
     rng = np.random.default_rng(0)

@@ -21,7 +21,7 @@ Measured:
   trainer's own memory (model, optimiser, data) comes on top and is the same either way
   (realm_scale.json: 2,833 MiB for the MiniLM REALM trainer on the 12k sample).
 
-Run: python benchmarks/retrieval/sharded_index.py [--chunks 1000000] [--reps 10]
+Run: python -m benchmarks.retrieval.sharded_index [--chunks 1000000] [--reps 10]
 Writes benchmarks/results/sharded_index.json.
 """
 
@@ -32,14 +32,13 @@ import json
 import os
 import shutil
 import socket
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import script_command, write_result
+from ralm.atomic import atomic_path
 
 FP = {"docstore_fingerprint": "bench-corpus", "encoder_fingerprint": "bench-encoder"}
 K = 10
@@ -52,16 +51,27 @@ def vectors(work: Path, n: int, d: int, seed: int = 0) -> np.ndarray:
     if not path.exists():
         rng = np.random.default_rng(seed)
         centres = rng.standard_normal((5000, d)).astype(np.float32)
-        tmp = work / "vectors.tmp.npy"
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(n, d))
-        for lo in range(0, n, 65536):
-            hi = min(n, lo + 65536)
-            pick = rng.integers(0, len(centres), hi - lo)
-            out[lo:hi] = centres[pick] + 0.3 * rng.standard_normal((hi - lo, d)).astype(np.float32)
-        out.flush()
-        del out
-        os.replace(tmp, path)
+        with atomic_path(path, ".npy") as tmp:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(n, d))
+            for lo in range(0, n, 65536):
+                hi = min(n, lo + 65536)
+                pick = rng.integers(0, len(centres), hi - lo)
+                out[lo:hi] = centres[pick] + 0.3 * rng.standard_normal((hi - lo, d)).astype(np.float32)
+            out.flush()
+            del out
     return np.load(path, mmap_mode="r")
+
+
+def search_seconds(index, q: np.ndarray, src: np.ndarray, reps: int) -> list[float]:
+    """Seconds of each of `reps` searches of `q` (k = K, each query's source excluded) in `index`,
+    after one search to warm it up."""
+    index.search(q, K, exclude_ids=src)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        index.search(q, K, exclude_ids=src)
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def queries(x: np.ndarray, n_q: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -225,22 +235,8 @@ def main() -> None:
 
     # search time at 1M, batch 32: one process with 2 threads vs 2 processes x 1 thread
     q, src = np.load(work / "queries.npy"), np.load(work / "sources.npy")
-    whole = DenseIndex.load(work / "1M" / "whole")
-    whole.search(q, K, exclude_ids=src)
-    one_t = []
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        whole.search(q, K, exclude_ids=src)
-        one_t.append(time.perf_counter() - t0)
-    del whole
-    turn = ShardedIndex.load(work / "1M" / "shards2")
-    turn.search(q, K, exclude_ids=src)
-    turn_t = []
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        turn.search(q, K, exclude_ids=src)
-        turn_t.append(time.perf_counter() - t0)
-    del turn
+    one_t = search_seconds(DenseIndex.load(work / "1M" / "whole"), q, src, args.reps)
+    turn_t = search_seconds(ShardedIndex.load(work / "1M" / "shards2"), q, src, args.reps)
     two = spawn("time", work, plan)
     two_t = np.maximum(two[0]["seconds"], two[1]["seconds"])  # the slower rank ends the search
     metrics["search_ms_1M_one_process_2_threads"] = 1000 * float(np.median(one_t))

@@ -7,7 +7,7 @@ single one. Does it, for the models `ralm serve` runs? Per request, the millisec
 requests, in this process, on the TARGET that serve_load.py serves (benchmarks/serve/serve_target.py),
 the same requests for every B; best of --reps. `gain_at_B` = cost at B=1 / cost at B.
 
-Run: OMP_NUM_THREADS=1 python benchmarks/serve/serve_batch_cost.py [--target DIR]
+Run: OMP_NUM_THREADS=1 python -m benchmarks.serve.serve_batch_cost [--target DIR]
 Writes benchmarks/results/serve_batch_cost.json.
 """
 
@@ -20,14 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from benchmarks.common import offline, script_command, write_result
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from serve.serve_load import DEFAULT_WORK, fill_texts, search_queries  # noqa: E402
-from serve.serve_target import DEFAULT_TARGET, build_demo_like  # noqa: E402
+offline()
+from benchmarks.serve.serve_load import DEFAULT_WORK, fill_texts, search_queries  # noqa: E402
+from benchmarks.serve.serve_target import DEFAULT_TARGET, build_demo_like  # noqa: E402
 
 
 def per_request_ms(fn, items: list, batch: int, reps: int) -> float:

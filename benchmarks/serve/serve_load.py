@@ -27,7 +27,7 @@ Search vs library: on the batching-on server, one client alternates GET /api/sea
 with `Target.dense.search_text([q], 10)` plus `store.get` of the same 10 chunks in this process
 (`load_target` of the same TARGET), in a worker thread as the app runs it; --direct-calls 0 skips it.
 
-Run: OMP_NUM_THREADS=2 python benchmarks/serve/serve_load.py [--target runs/demo/realm] [--seconds 60]
+Run: OMP_NUM_THREADS=2 python -m benchmarks.serve.serve_load [--target runs/demo/realm] [--seconds 60]
 Writes benchmarks/results/serve_load.json (--result NAME: NAME.json, for a variant's run).
 """
 
@@ -51,14 +51,11 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from benchmarks.common import offline, script_command, write_result
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
-from serve.serve_overhead import search_vs_library, slow_roundtrip_note  # noqa: E402
-from serve.serve_target import DEFAULT_TARGET, build_demo_like, build_small_realm  # noqa: E402
+offline()
+from benchmarks.serve.serve_overhead import search_vs_library, slow_roundtrip_note  # noqa: E402
+from benchmarks.serve.serve_target import DEFAULT_TARGET, build_demo_like, build_small_realm  # noqa: E402
 
 DEFAULT_WORK = Path(tempfile.gettempdir()) / "ralm-bench-serve"
 SEARCH_SHARE = 0.75
@@ -309,7 +306,7 @@ def main() -> None:
 
     import torch
 
-    from ralm.realm.run import open_stores, read_run_config
+    from ralm.realm.training.run import open_stores, read_run_config
     from ralm.serve.batching import BatchConfig
     from ralm.serve.loaders import load_target
 

@@ -1,6 +1,6 @@
 """Screenshots of `ralm serve` for the README: docs/serve-{fill,search,corpus,generate,runs}.png.
 
-Not part of the test run: `python benchmarks/serve/serve_screenshots.py` (or `make screenshots`).
+Not part of the test run: `python -m benchmarks.serve.serve_screenshots` (or `make screenshots`).
 Fill, Search, Corpus and Runs show a REALM run: --realm, by default runs/demo/realm (`make demo`),
 else a small one built as benchmarks/serve/serve_target.py builds it (random tiny BERT, 2 steps).
 Generate shows a SUREALM run: --surealm, else a tiny one trained here under --work (a random
@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from benchmarks.common import ROOT, offline, tiny_bert
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from serve.serve_target import DEFAULT_TARGET, build_small_realm, tiny_bert  # noqa: E402
+offline()
+from benchmarks.serve.serve_target import DEFAULT_TARGET, build_small_realm  # noqa: E402
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = ROOT / "docs"
 WORK = Path(tempfile.gettempdir()) / "ralm-serve-screenshots"
 FLAGS = [
     "--headless",

@@ -10,11 +10,10 @@ build_small_realm(work) a random 2-layer BERT (hidden 64) on 40 articles, 2 step
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from benchmarks.common import ROOT, ralm, sample_store, tiny_bert
+
 DEFAULT_TARGET = Path("runs/demo/realm")
 
 
@@ -24,78 +23,35 @@ def build_demo_like(work: Path) -> Path:
     if (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()):
         return run
     work.mkdir(parents=True, exist_ok=True)
-    corpus = work / "demo-corpus"
-    ralm = [sys.executable, "-m", "ralm"]
-    if not (corpus / "manifest.json").is_file():
-        subprocess.run(
-            [
-                *ralm,
-                "corpus",
-                "build",
-                "--sample",
-                "enwiki",
-                "--out",
-                str(corpus),
-                "--chunk-size",
-                "64",
-                "--overwrite",
-            ],
-            check=True,
-        )
-    subprocess.run(
-        [
-            *ralm,
-            "pretrain",
-            str(REPO / "configs/demo.toml"),
-            "--docstore",
-            str(corpus),
-            "--out",
-            str(run),
-            "--steps",
-            "2",
-            "--warmup-steps",
-            "1",
-            "--refresh-every",
-            "0",
-            "--checkpoint-every",
-            "0",
-            "--heldout",
-            "10",
-            "--device",
-            "cpu",
-            "--overwrite",
-            "--quiet",
-        ],
-        check=True,
-    )
+    corpus = sample_store(work / "demo-corpus", "--chunk-size", 64, "--overwrite")
+    ralm("pretrain", *demo_like_args(corpus, run), say=None)
     return run
 
 
-def tiny_bert(out: Path) -> Path:
-    """A random 2-layer BERT (hidden 64) on the bundled MiniLM's vocabulary (tests/conftest.py's)."""
-    import shutil
-
-    import torch
-    from transformers import BertConfig, BertModel
-
-    from ralm.models.names import default_backbone_path
-
-    if (out / "config.json").is_file():
-        return out
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=30522,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=256,
-    )
-    BertModel(cfg, add_pooling_layer=False).save_pretrained(out)
-    src = default_backbone_path()
-    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(src / f, out / f)
-    return out
+def demo_like_args(corpus: Path, out: Path, device: str = "cpu") -> list:
+    """`ralm pretrain`'s arguments for `make demo`'s REALM run at 2 steps (configs/demo.toml) on
+    `corpus` into `out`, on `device`."""
+    return [
+        ROOT / "configs" / "demo.toml",
+        "--docstore",
+        corpus,
+        "--out",
+        out,
+        "--steps",
+        2,
+        "--warmup-steps",
+        1,
+        "--refresh-every",
+        0,
+        "--checkpoint-every",
+        0,
+        "--heldout",
+        10,
+        "--device",
+        device,
+        "--overwrite",
+        "--quiet",
+    ]
 
 
 def build_small_realm(work: Path, articles: int = 40) -> Path:
@@ -105,7 +61,7 @@ def build_small_realm(work: Path, articles: int = 40) -> Path:
 
     from ralm.corpus.build import BuildConfig, build_docstore
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.trainer import pretrain
+    from ralm.realm.training.trainer import pretrain
     from ralm.samples import sample_path
 
     run = work / "realm"

@@ -12,18 +12,15 @@ and over the positions that may see memory), and the mean |gain| of the memory L
 the token embeddings' LayerNorm: a model can attend to memory slots as a sink (their value is the
 layer's value bias when the gains are ~0) without reading what they hold.
 
-Run: python benchmarks/surealm/surealm_memory_ablation.py RUN [--split valid]
+Run: python -m benchmarks.surealm.surealm_memory_ablation RUN [--split valid]
 Writes benchmarks/results/surealm_memory_ablation.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import script_command, write_result
 
 
 def memory_attention_mass(model, batcher, sids, batch_size: int = 32) -> list[float]:

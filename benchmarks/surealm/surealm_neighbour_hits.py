@@ -16,7 +16,7 @@ same conversation, which a valid or test sentence's never do (splits are drawn p
 The gap between the train and test rows is what the model learns to expect from memory and does
 not get at test time. `--max-sentences N` reads N sentences of each split drawn with `--seed`.
 
-Run: python benchmarks/surealm/surealm_neighbour_hits.py DATASTORE [--splits train,test] [--k 8]
+Run: python -m benchmarks.surealm.surealm_neighbour_hits DATASTORE [--splits train,test] [--k 8]
 Writes benchmarks/results/surealm_neighbour_hits.json: per split SPLIT_target_is_a_neighbour_current_word,
 SPLIT_target_in_a_neighbour_suffix, SPLIT_neighbours_same_group and SPLIT_predictions; the test
 split's first two also under their old names (target_is_a_neighbour_current_word, ...).
@@ -25,13 +25,10 @@ split's first two also under their old names (target_is_a_neighbour_current_word
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import script_command, write_result
 
 SPLITS = ("train", "valid", "test")
 

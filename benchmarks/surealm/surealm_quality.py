@@ -10,7 +10,7 @@ baseline (k nearest training contexts; lambda and temperature tuned on validatio
 
 Also recorded: data store build throughput (entries/s) and bytes per entry.
 
-Run: python benchmarks/surealm/surealm_quality.py [--groups 800] [--steps 3000]
+Run: python -m benchmarks.surealm.surealm_quality [--groups 800] [--steps 3000]
 Writes benchmarks/results/surealm_quality.json. On a GPU (gpu/stages/surealm.py): --sentences (the
 same conversations written out, splits fixed), --device cuda (the data store's encoder) and
 --parallel (the two runs train at once: one small LM leaves the GPU mostly idle).
@@ -21,13 +21,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import script_command, write_result
 
 
 def main() -> None:

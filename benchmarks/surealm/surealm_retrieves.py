@@ -24,7 +24,7 @@ Writes benchmarks/results/surealm_retrieves.json (--name). `--fold-gpu GPU.json`
 makes the GPU stage's run (gpu_surealm_retrieves.json, metrics prefixed gpu_) the file's headline,
 under the issue's names, and keeps the CPU run beside it with every metric suffixed _cpu
 (surealm_ppl_reduction_cpu, ...) and its record under "cpu_run". Run:
-  python benchmarks/surealm/surealm_retrieves.py [--groups 500] [--steps 2000] [--runs retrieved,random,baseline,null]
+  python -m benchmarks.surealm.surealm_retrieves [--groups 500] [--steps 2000] [--runs retrieved,random,baseline,null]
   [--parallel] [--device cuda]   (gpu/stages/surealm.py runs it with 8,000 steps)
 """
 
@@ -33,12 +33,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import script_command, write_result  # noqa: E402
+from benchmarks.common import RESULTS, logger, script_command, write_result
 
 RUNS = ("retrieved", "random", "null", "baseline")
 # the neighbours each retrieval run reads (the baseline reads none); "dropout" is not in the default --runs
@@ -54,10 +52,7 @@ REDUCTIONS = (
 # what --fold-gpu takes over from the GPU run besides its metrics
 GPU_TABLES = ("curves", "step0", "settings", "memory_ablation_test", "attention_share_on_memory", "gates_end")
 ALL_CONVERSATIONS = 7168
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = logger(stdout=True)
 
 
 def train_config(args, ds: Path, work: Path, name: str):
@@ -281,8 +276,6 @@ def main() -> None:
     ap.add_argument("--fold-gpu", default=None, help="GPU.json: make that run the headline (see above)")
     args = ap.parse_args()
     if args.fold_gpu:
-        from common import RESULTS
-
         cpu = json.loads((RESULTS / f"{args.name}.json").read_text(encoding="utf-8"))
         gpu = json.loads(Path(args.fold_gpu).read_text(encoding="utf-8"))
         metrics, targets, extra = fold_gpu(cpu, gpu)

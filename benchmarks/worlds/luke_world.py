@@ -52,7 +52,7 @@ the NER fine-tuning (100 steps over 72 training entities) reading the type from 
 pre-training; the tiny-model test (tests/worlds/test_luke_world.py) shows the effect when it does
 (linked 57.9 vs words-only 12.1).
 
-Run: python benchmarks/worlds/luke_world.py [--work runs/worlds/luke/bench] [--seeds 1,2]
+Run: python -m benchmarks.worlds.luke_world [--work runs/worlds/luke/bench] [--seeds 1,2]
 (about 30 minutes on one core of this machine's CPU, with OMP_NUM_THREADS=1).
 """
 
@@ -60,43 +60,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
-from common import ROOT, script_command, write_result  # noqa: E402
-from luke.luke_entities import masked_entity_accuracy  # noqa: E402
+from benchmarks.common import ROOT, logger, ralm_logged, script_command, write_result
+from benchmarks.luke.luke_entities import masked_entity_accuracy
+from benchmarks.luke.luke_ner import budget as ner_budget
+from benchmarks.luke.luke_speed import pretrain_argv
 
-CONFIG = ROOT / "configs" / "luke_demo.toml"
 RALM = ROOT / ".venv" / "bin" / "ralm"
 ROWS = ("luke", "luke-mask", "luke-reduced", "words-only-span", "token")
 OPTIONAL_ROWS = ("mlm-words-only-span",)
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+log = logger(stdout=True)
 
 
 def ralm(args: list[str], logf: Path) -> float:
     """Run `.venv/bin/ralm ARGS` (the installed command; `python -m ralm` when there is none), its output
     appended to `logf`; returns its wall time in seconds."""
-    cmd = [str(RALM)] if RALM.is_file() else [sys.executable, "-m", "ralm"]
-    t0 = time.perf_counter()
-    with open(logf, "a", encoding="utf-8") as f:
-        f.write(f"\n$ ralm {' '.join(args)}\n")
-        f.flush()
-        rc = subprocess.run(
-            [*cmd, *args], env=ENV, stdout=f, stderr=subprocess.STDOUT, check=False
-        ).returncode
-    if rc:
-        raise SystemExit(f"ralm {' '.join(args[:2])} failed (exit {rc}); see {logf}")
-    return time.perf_counter() - t0
+    return ralm_logged(args, logf, program=[str(RALM)] if RALM.is_file() else None)
 
 
 def timed(work: Path, stage: str, fn) -> float:
@@ -178,24 +161,7 @@ def pretrain(args, corpus: Path, work: Path, row: str, logf: Path) -> tuple[Path
     flags = [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
     if row == "mlm":
         flags += ["--mode", "mlm"]
-    cmd = [
-        "luke",
-        "pretrain",
-        str(CONFIG),
-        "--docstore",
-        str(corpus),
-        "--out",
-        str(run),
-        "--steps",
-        str(args.pretrain_steps),
-        "--batch-size",
-        str(args.pretrain_batch),
-        "--seed",
-        "42",
-        "--quiet",
-        "--overwrite",
-        *flags,
-    ]
+    cmd = [*pretrain_argv(corpus, run, args), "--overwrite", *flags]
 
     def go() -> float:
         log(f"pretrain {row}: {args.pretrain_steps} steps x {args.pretrain_batch} chunks")
@@ -356,32 +322,10 @@ def probes(run: Path, world: Path) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- stage 4
 def budget(args) -> list[str]:
-    """Flags `ralm luke ner` and `ralm finetune ner` both take, with equal meaning."""
-    return [
-        "--seeds",
-        args.seeds,
-        "--epochs",
-        str(args.epochs),
-        "--batch-size",
-        str(args.batch_size),
-        "--lr",
-        str(args.lr),
-        "--lr-head",
-        str(args.lr_head),
-        "--schedule",
-        "linear",
-        "--warmup-ratio",
-        "0.06",
-        "--weight-decay",
-        "0.01",
-        "--max-length",
-        "64",
-        "--dataset",
-        "luke-world",
-        "--no-save",
-        "--no-progress",
-        "--overwrite",
-    ]
+    """luke_ner's NER flags (`ralm luke ner` and `ralm finetune ner` both take them) at this world's
+    fixed schedule, warmup ratio, weight decay and length, on every dev and test sentence of its data."""
+    fixed = {"schedule": "linear", "warmup_ratio": 0.06, "weight_decay": 0.01, "max_length": 64}
+    return ner_budget(argparse.Namespace(**vars(args), **fixed, max_eval=None), dataset="luke-world")
 
 
 def ner(args, row: str, world: Path, work: Path, logf: Path) -> tuple[dict, float]:

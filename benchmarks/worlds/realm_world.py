@@ -5,7 +5,7 @@ documents), queries that restate a fact in other words with its invented value a
 60 records held out (their 720 queries never trained on). The run is `ralm pretrain` with today's
 English recipe of issue 45 (configs/realm_world.toml: SmolLM2-135M reader, MiniLM towers, 3
 retrieved documents + the null one, fixed score scale, lr_retriever 1e-5), and each lever of issue
-45 as an arm of its own. Every arm is measured on held-out records (`ralm.realm.gold`):
+45 as an arm of its own. Every arm is measured on held-out records (`ralm.realm.inference.gold`):
 
 - at step 0 and every checkpoint: dense recall@1 / @3 of the right document (a fresh index of the
   checkpoint's document tower), mean p(right | x) and p(null | x) over the run's k documents;
@@ -16,7 +16,7 @@ Stages (each skipped when its output exists under --work; training resumes after
 
   prepare            the world's files and DocStores (and the control world's)
   arm NAME           `ralm pretrain` for --steps with the arm's settings (ARMS), then the evaluations
-  signal NAME        the diagnosis (`ralm.realm.diagnose`) of the arm at step 0 and at the end on 60
+  signal NAME        the diagnosis (`ralm.realm.inference.diagnose`) of the arm at step 0 and at the end on 60
                      held-out queries: the same per-query signal measures as on the real corpus
                      (benchmarks/realm/realm_signal.py), for comparison
   report             benchmarks/results/world_realm.json and .md from the arms evaluated
@@ -25,7 +25,7 @@ The control arm `shuffled` trains on the control world (`shuffle_values`): the s
 documents, but the documents' values shuffled, so the reader's signal no longer points to the gold
 document; a rise of its recall would come from something other than the reader.
 
-Run: python benchmarks/worlds/realm_world.py STAGE [NAME] [--work runs/worlds/realm] [--steps 60]
+Run: python -m benchmarks.worlds.realm_world STAGE [NAME] [--work runs/worlds/realm] [--steps 60]
 Environment: OMP_NUM_THREADS (default 1) torch threads a job.
 """
 
@@ -35,17 +35,12 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-from common import log, ralm, script_command, write_result  # noqa: E402
+from benchmarks.common import ROOT, log, offline, ralm, read_json, script_command, write_result
+
+offline()
 
 CONFIG = ROOT / "configs" / "realm_world.toml"
 EVAL_N = 120  # held-out queries of the full evaluation (reader rows and generation), step 0 and end
@@ -81,10 +76,6 @@ WHY = {
     "shuffled": "control: the documents' values shuffled, the reader's signal cut from the gold",
     "closed": "the reader alone on the same queries and steps (closed-book continued pre-training)",
 }
-
-
-def read_json(p: Path) -> dict:
-    return json.loads(p.read_text(encoding="utf-8"))
 
 
 def write_json(p: Path, obj) -> None:
@@ -170,8 +161,8 @@ def evaluate(work: Path, arm: str, run: Path) -> dict:
     import torch
 
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.gold import evaluate_gold, gold_chunks, read_gold
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.gold import evaluate_gold, gold_chunks, read_gold
+    from ralm.realm.training.run import load_run
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out_file = run.parent / "eval.json"
@@ -215,9 +206,9 @@ def signal(work: Path, name: str) -> None:
     import torch
 
     from ralm.corpus.docstore import DocStore
-    from ralm.realm.diagnose import diagnose
-    from ralm.realm.gold import with_queries
-    from ralm.realm.run import load_run
+    from ralm.realm.inference.diagnose import diagnose
+    from ralm.realm.inference.gold import with_queries
+    from ralm.realm.training.run import load_run
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     run = work / "arms" / name / "run"

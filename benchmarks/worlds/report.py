@@ -4,19 +4,15 @@ Reads what each world's benchmark wrote (results/world_realm.json: REALM and BRE
 world_surealm.json, world_luke.json) and keeps, for every target of the issue, the metric, the
 target and whether it is met; a world not yet run is listed under `missing`.
 
-Run: python benchmarks/worlds/report.py
+Run: python -m benchmarks.worlds.report
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BENCH))
-from common import RESULTS, script_command, write_result  # noqa: E402
+from benchmarks.common import RESULTS, script_command, write_result
 
 SOURCES = ("world_realm", "world_surealm", "world_luke")
 # issue 64's targets: metric -> (the file that measures it, the bar)

@@ -30,7 +30,7 @@ and per layer at the end), and each run's NLL on the test replies' object and pl
 the other tokens (where the memory can help and where it cannot).
 
 Writes benchmarks/results/world_surealm.json (--name). Run:
-  python benchmarks/worlds/surealm_world.py [--facts 400] [--steps 1000] [--work runs/worlds/surealm/bench]
+  python -m benchmarks.worlds.surealm_world [--facts 400] [--steps 1000] [--work runs/worlds/surealm/bench]
 A finished stage (world, LM, data store, each run) is kept under --work and not redone.
 """
 
@@ -38,17 +38,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]  # benchmarks/
-sys.path.insert(0, str(BENCH))
-from common import log, ralm, script_command, write_result  # noqa: E402
+from benchmarks.common import log, offline, ralm, script_command, write_result
+
+offline()
 
 # run name -> its `ralm surealm train` options beside the shared ones
 RUNS: dict[str, list[str]] = {

@@ -9,7 +9,7 @@ from tests.gpu_pack.tiny_pack import run_tiny_pack
 
 
 def test_tiny_pack_other_stages(tmp_path: Path) -> None:
-    from gpu.stages import ORDER
+    from benchmarks.gpu.stages import ORDER
 
     rest = [s for s in ORDER if s not in ("causal_en", "causal_nb")]
     assert rest == ["brent_en", "surealm", "serve", "luke"]  # a new stage joins one of the two files

@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
+from benchmarks.gpu import gpu_pack
 
-from gpu import gpu_pack  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_tiny_pack(tmp_path: Path, stages: list[str], also_prep: tuple[str, ...] = ()) -> None:
@@ -21,14 +20,17 @@ def run_tiny_pack(tmp_path: Path, stages: list[str], also_prep: tuple[str, ...] 
     for `stages`: every one runs on the CPU and writes the metrics its targets name."""
     env = {"OMP_NUM_THREADS": "2", **os.environ}  # under `make test`'s two workers: theirs (1)
     pack, out, work = tmp_path / "pack", tmp_path / "out", tmp_path / "work"
-    py = [sys.executable, str(BENCH / "gpu" / "gpu_pack.py")]
+    py = [sys.executable, "-m", "benchmarks.gpu.gpu_pack"]
     subprocess.run(
-        [*py, "prep", "--tiny", "--pack", str(pack), "--stages", *also_prep, *stages], check=True, env=env
+        [*py, "prep", "--tiny", "--pack", str(pack), "--stages", *also_prep, *stages],
+        check=True,
+        env=env,
+        cwd=ROOT,
     )
     # the budget only stops a hung run: on a loaded 2-core machine causal_en's tiny steps (SmolLM2
     # itself) took 523 s, past the default 540 s for all stages
     where = ["--pack", str(pack), "--out", str(out), "--work", str(work), "--stages", *stages]
-    subprocess.run([*py, "run", "--tiny", *where, "--budget", "3600"], check=True, env=env)
+    subprocess.run([*py, "run", "--tiny", *where, "--budget", "3600"], check=True, env=env, cwd=ROOT)
     run = json.loads((out / gpu_pack.RUN_FILE).read_text())
     assert [r["stage"] for r in run["stages"]] == stages
     for r, st in zip(run["stages"], gpu_pack.load_stages(stages), strict=True):

@@ -71,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu.stages.context import StageContext, progress_on_stop
+from benchmarks.gpu.stages.context import StageContext, progress_on_stop
 
 NAME = "brent_en"
 TITLE = "BRENT Fig. 2 (English): REALM with issue 45's levers vs MLM-only held-out perplexity, 1,000 x 160 queries (20x CPU)"
@@ -192,7 +192,7 @@ def run(ctx: StageContext) -> dict:
     ctx.log(f"{NAME}: {p['steps']} steps x {p['batch']} queries ({ctx.left():.0f} s left)")
     t0 = time.monotonic()
     with progress_on_stop(lambda: [d.parent for d in sorted(work.rglob("metrics.jsonl"))]):
-        ctx.python("realm/realm_quality.py", *args)
+        ctx.python("benchmarks.realm.realm_quality", *args)
     seconds = time.monotonic() - t0
     m = ctx.read_result(NAME)["metrics"]
     flops = realm_flops(work / "realm")

@@ -29,7 +29,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
-from gpu.stages.context import StageContext, progress_on_stop
+from benchmarks.gpu.stages.context import StageContext, progress_on_stop
 
 NAME = "causal_en"
 TITLE = "REALM, causal SmolLM2 reader (English): today's settings vs the levers together and queries with signal, 300 x 16"
@@ -74,10 +74,10 @@ def run(ctx: StageContext) -> dict:
     ]
     with progress_on_stop(lambda: [work / f"en-{n}" for n in ("closed", *s["arms"])]):
         for arm in s["arms"]:
-            ctx.python("realm/realm_learns.py", "arm", "en", arm, *common)
+            ctx.python("benchmarks.realm.realm_learns", "arm", "en", arm, *common)
     import json
 
-    from realm.realm_learns_report import arm_record
+    from benchmarks.realm.realm_learns_report import arm_record
 
     out: dict[str, float] = {"gpu_en_steps": s["steps"], "gpu_en_batch": s["batch"]}
     for arm in s["arms"]:

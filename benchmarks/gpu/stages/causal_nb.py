@@ -60,9 +60,11 @@ import threading
 import time
 from pathlib import Path
 
-from gpu.stages import transport, weights
-from gpu.stages.context import StageContext
-from realm.realm_learns import ARMS, LANG_EXTRA, sets
+from benchmarks.common import ROOT
+from benchmarks.gpu.stages import transport, weights
+from benchmarks.gpu.stages.context import StageContext
+from benchmarks.realm.realm_causal_report import NB_CONFIG
+from benchmarks.realm.realm_learns import ARMS, LANG_EXTRA, sets
 
 NAME = "causal_nb"
 TITLE = (
@@ -77,9 +79,6 @@ TARGETS = {
     "gpu_nb_towers_recall@5_after": ">= gpu_nb_towers_recall@5_before",
 }
 
-BENCH = Path(__file__).resolve().parents[2]  # benchmarks/
-ROOT = BENCH.parent
-NB_CONFIG = BENCH / "data" / "realm_causal_nb.toml"
 WORK = ROOT / "runs" / "b45"  # realm_learns.py's default --work
 
 ARM = "all_packed"  # the levers of realm_learns.py's Norwegian row
@@ -102,7 +101,7 @@ def prep(ctx: StageContext) -> None:
     if ctx.tiny:
         _prep_tiny(ctx)
         return
-    from retrieval.retriever_train import qa_jsonl  # benchmarks/ is on sys.path (see the imports)
+    from benchmarks.retrieval.retriever_train import qa_jsonl
 
     if WORK.is_dir():
         qa_jsonl("test", WORK / "test.jsonl")  # NorQuAD's 472 test questions, as table2 reads them
@@ -110,7 +109,7 @@ def prep(ctx: StageContext) -> None:
     missing = [str(p) for p in need if not p.exists()]
     if missing:
         raise FileNotFoundError(
-            f"{', '.join(missing)}: missing; run `python benchmarks/realm/realm_causal.py towers --work {WORK}` "
+            f"{', '.join(missing)}: missing; run `python -m benchmarks.realm.realm_causal towers --work {WORK}` "
             "and `corpus` first"
         )
     for name, src in ((CORPUS, need[0]), (POOL, need[1])):
@@ -135,11 +134,11 @@ def prep(ctx: StageContext) -> None:
 
 def _prep_tiny(ctx: StageContext) -> None:
     """The toy inputs: corpus (also the pool), reader, towers and questions, all built here."""
+    from benchmarks.common import tiny_bert
     from ralm.corpus.build import BuildConfig, build_docstore
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import DualEncoder, EncoderConfig
     from ralm.samples import sample_format, sample_path
-    from serve.serve_target import tiny_bert
 
     corpus = ctx.inputs / CORPUS  # `ralm corpus build --sample lee --max-articles 40 --chunk-size 64 ...`
     cfg = BuildConfig(
@@ -298,7 +297,7 @@ def run(ctx: StageContext) -> dict:
     ev_error, ev0_error, table2_error = _parallel(
         lambda: ctx.ralm(*evaluate),
         lambda: ctx.ralm(*initial),
-        lambda: ctx.python("realm/realm_causal.py", "table2", "--work", work),
+        lambda: ctx.python("benchmarks.realm.realm_causal", "table2", "--work", work),
     )
     if ev_error is not None:
         raise ev_error
@@ -306,7 +305,7 @@ def run(ctx: StageContext) -> dict:
         raise ev0_error
     ev = {r["name"]: r for r in json.loads((realm / "eval_mlm.json").read_text(encoding="utf-8"))["rows"]}
     rb, cb = ev["realm (retrieval)"], ev["closed-book baseline"]
-    from realm.realm_learns_report import arm_record
+    from benchmarks.realm.realm_learns_report import arm_record
 
     rec = arm_record(work, "nb", "realm")
     if rec is None:
@@ -425,7 +424,7 @@ def _convert_reader(ctx: StageContext, out: Path) -> Path:
             weights.convert(part, src, d, config if config.is_dir() else None)
     else:  # two processes at once: each reads the GGUF file once
         jobs = [
-            (lambda p=p, d=d: ctx.python(weights.__file__, "convert", p, src, d, *cfg))
+            (lambda p=p, d=d: ctx.python(weights.__name__, "convert", p, src, d, *cfg))
             for p, d in parts.items()
         ]
         for error in _parallel(*jobs):

@@ -28,8 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2]  # benchmarks/
-ROOT = BENCH.parent
+from benchmarks.common import ROOT
 
 
 class StageTimeout(RuntimeError):
@@ -63,12 +62,12 @@ class StageContext:
         return json.loads((self.results / f"{name}.json").read_text(encoding="utf-8"))
 
     def python(self, script: str | os.PathLike, *args, timeout: float | None = None) -> None:
-        """Run a benchmark script (path relative to benchmarks/, e.g. "realm/realm_quality.py") with this
-        stage's environment."""
-        path = Path(script)
-        if not path.is_absolute():
-            path = BENCH / path
-        self._run([sys.executable, str(path), *map(str, args)], timeout)
+        """Run a benchmark script with this stage's environment: a module (e.g.
+        "benchmarks.realm.realm_quality", run as `python -m` from the repository root) or a file."""
+        if isinstance(script, str) and not script.endswith(".py"):
+            self._run([sys.executable, "-m", script, *map(str, args)], timeout)
+        else:
+            self._run([sys.executable, str(script), *map(str, args)], timeout)
 
     def ralm(self, *args, timeout: float | None = None) -> None:
         """Run `python -m ralm ARGS` with this stage's environment."""

@@ -25,7 +25,8 @@ import re
 import shutil
 from pathlib import Path
 
-from gpu.stages.context import ROOT, StageContext, StageTimeout, run_progress
+from benchmarks.common import ROOT
+from benchmarks.gpu.stages.context import StageContext, StageTimeout, run_progress
 
 NAME = "luke"
 TITLE = (
@@ -119,7 +120,7 @@ def run(ctx: StageContext) -> dict:
     shutil.rmtree(work, ignore_errors=True)
     try:
         ctx.python(
-            "luke/luke_entities.py",
+            "benchmarks.luke.luke_entities",
             "--work",
             work,
             "--corpus",

@@ -29,7 +29,8 @@ import shutil
 import time
 from pathlib import Path
 
-from gpu.stages.context import ROOT, StageContext
+from benchmarks.gpu.stages.context import StageContext
+from benchmarks.serve.serve_target import demo_like_args
 
 NAME = "serve"
 TITLE = "ralm serve on the GPU: 32 clients, 3 searches to 1 fill, dynamic batching on vs off"
@@ -68,27 +69,7 @@ PER_SERVER = (
 
 def _pretrain_args(ctx: StageContext, corpus: Path, out: Path) -> list:
     """serve_target.build_demo_like's `ralm pretrain` (2 steps of configs/demo.toml) on ctx.device."""
-    args = [
-        ROOT / "configs" / "demo.toml",
-        "--docstore",
-        corpus,
-        "--out",
-        out,
-        "--steps",
-        2,
-        "--warmup-steps",
-        1,
-        "--refresh-every",
-        0,
-        "--checkpoint-every",
-        0,
-        "--heldout",
-        10,
-        "--device",
-        ctx.device,
-        "--overwrite",
-        "--quiet",
-    ]
+    args = demo_like_args(corpus, out, ctx.device)
     if ctx.tiny:
         args += ["--reader", ctx.inputs / "tiny-bert"]  # also the towers' backbone
     return args
@@ -99,7 +80,7 @@ def prep(ctx: StageContext) -> None:
     corpus = ctx.inputs / "corpus"
     build = ["corpus", "build", "--sample", "enwiki", "--out", corpus, "--chunk-size", 64, "--overwrite"]
     if ctx.tiny:
-        from serve.serve_target import tiny_bert
+        from benchmarks.common import tiny_bert
 
         bert = tiny_bert(ctx.inputs / "tiny-bert")
         build += ["--tokenizer", bert, "--max-articles", TINY_ARTICLES]
@@ -149,7 +130,7 @@ def run(ctx: StageContext) -> dict:
     ctx.log(f"{NAME}: target built in {build_s:.0f} s; {warmup:.0f} + {seconds:.0f} s of load per server")
     try:
         ctx.python(
-            "serve/serve_load.py",
+            "benchmarks.serve.serve_load",
             "--target",
             target,
             "--device",

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 
-from gpu.stages.context import StageContext, progress_on_stop
+from benchmarks.gpu.stages.context import StageContext, progress_on_stop
 
 NAME = "surealm"
 TITLE = "SUREALM (cross pathway), with slot dropout, vs random neighbours and no retrieval, 8,000 steps x 32, 500 conversations"
@@ -109,7 +109,9 @@ def run(ctx: StageContext) -> dict:
     }
     parallel = [] if ctx.tiny else ["--parallel"]
     with progress_on_stop(lambda: [work / n for n in s["runs"].split(",")]):
-        ctx.python("surealm/surealm_retrieves.py", *[x for kv in flags.items() for x in kv], *parallel)
+        ctx.python(
+            "benchmarks.surealm.surealm_retrieves", *[x for kv in flags.items() for x in kv], *parallel
+        )
     m = ctx.read_result("gpu_surealm_retrieves")["metrics"]
     out = {k: v for k, v in m.items() if isinstance(v, int | float)}
     out.update(

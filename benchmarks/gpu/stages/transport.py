@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ralm.atomic import atomic_path
+
 PART_BYTES = 50 * 2**20
 CHUNK_SUFFIX = ".chunk"
 # what ralm needs that the GPU machines' image lacks (KINDS.md's package list, 2026-11)
@@ -96,7 +98,7 @@ def download_wheels(out: Path, log=print) -> list[str]:
 
 def save_minilm_fp16(out: Path) -> None:
     """The bundled MiniLM directory with its weights as fp16 safetensors (half the bytes)."""
-    from gpu.stages.weights import to_fp16
+    from benchmarks.gpu.stages.weights import to_fp16
     from ralm.models.names import default_backbone_path
 
     to_fp16(default_backbone_path(), out)
@@ -165,11 +167,9 @@ def stash(part: Path, pack: Path) -> list[str]:
         all_pieces = [piece.with_name(f"{base}{CHUNK_SUFFIX}{i:03d}-of-{n:03d}") for i in range(n)]
         if not all(p.is_file() for p in all_pieces):
             continue
-        tmp = piece.with_name(f".{base}.joining")
-        with tmp.open("wb") as fo:
+        with atomic_path(piece.with_name(base)) as tmp, tmp.open("wb") as fo:
             for p in all_pieces:
                 fo.write(p.read_bytes())
-        os.replace(tmp, piece.with_name(base))
         for p in all_pieces:
             p.unlink()
         joined.append(base)
@@ -225,7 +225,7 @@ def device_env(pack: Path, site: Path, log=print) -> dict[str, str]:
 
 
 def _restore_minilm(src: Path, out: Path) -> Path:
-    from gpu.stages.weights import to_fp32
+    from benchmarks.gpu.stages.weights import to_fp32
 
     return out if (out / "model.safetensors").is_file() else to_fp32(src, out)
 

@@ -1,0 +1,1 @@
+"""Controlled worlds: each seed's mechanism where it must work (issue 64), and their report."""
