@@ -17,7 +17,7 @@ threads. Cells (each writes its JSON under --work and is skipped when that exist
                     and questions per second, per backend
   report            benchmarks/results/ask_latency.json
 
-Run: python benchmarks/serve/ask_latency.py prep latency:torch latency:torch-int8 latency:llama.cpp bare \
+Run: python -m benchmarks.serve.ask_latency prep latency:torch latency:torch-int8 latency:llama.cpp bare \
         quality:torch quality:torch-int8 quality:llama.cpp report [--work runs/b66]
 """
 
@@ -25,22 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-BENCH = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BENCH))
-from common import log, ralm, script_command, write_result  # noqa: E402
-from downstream.openqa_retrievers import build_pool  # noqa: E402
-from serve.serve_load import Server  # noqa: E402
+from benchmarks.common import ROOT, log, offline, ralm, script_command, write_result
 
-NORQUAD_TEST = BENCH.parent.parent / "shared" / "data" / "norquad" / "all" / "test_dataset_flattened.json"
+offline()
+from benchmarks.downstream.openqa_retrievers import build_pool  # noqa: E402
+from benchmarks.serve.serve_load import Server  # noqa: E402
+
+NORQUAD_TEST = ROOT.parent / "shared" / "data" / "norquad" / "all" / "test_dataset_flattened.json"
 BACKENDS = ("torch", "torch-int8", "llama.cpp")
 LM, K, THREADS, MAX_NEW = "gemma3", 3, 2, 32
 TARGETS = {
@@ -332,7 +327,7 @@ def report(a) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cells", nargs="+")
-    ap.add_argument("--work", type=Path, default=BENCH.parent / "runs" / "b66")
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b66")
     ap.add_argument("--questions", type=int, default=51, help="latency questions (the first is the warm-up)")
     ap.add_argument("--bare-questions", type=int, default=20, help="prompts for the HF generate anchors")
     ap.add_argument("--quality-questions", type=int, default=300)
