@@ -1,6 +1,7 @@
 """The shape of ralm's code, before and after a change, measured from the code (issue 37's report).
 
-For each revision (default: 64c7299, the last commit before issue 37's work, and the working tree):
+For each revision (default: ec52fe8, the last commit before issue 67's work, and the working tree;
+earlier reports compared 64c7299, before issue 37, and 216b812, before issue 48):
 
   packages         ralm's subpackages, in layers (a package's layer is one more than the highest
                    layer it imports from; packages that import each other share a circle and no layer)
@@ -34,7 +35,16 @@ implementations (modules that clear a killed run's leftovers before resuming it:
 re-exports, `# fmt: skip` in src and benchmarks, whether `make test` runs an import-linter contract,
 folders under benchmarks/ holding scripts, README lines.
 
-Run: python -m benchmarks.house.code_layout [--rev 64c7299] [--rev WORKTREE] [--no-trace]
+Issue 67's measures (`layout67`): modules outside ralm/retrieval/ that open an index or a corpus
+for search by the low-level openers (`load_retriever`, `open_index_dir` and their successors
+`open_searcher`, `read_index_dir`, `open_dense`), `.backward(` call sites (and the modules holding
+them) in src, `add_argument` calls declaring the shared flags (--out, --overwrite, --resume,
+--device, --autocast, --threads, --seed), benchmark files that edit sys.path, path shims (a
+module-level `__getattr__`, or the re-export markers above), tests asserting a file's line count,
+and `duplicates`' pair counts for benchmarks/ and tests/ beside src/. Module circles skip imports
+under `if TYPE_CHECKING:` (they never run), as tests/test_import_circles.py does.
+
+Run: python -m benchmarks.house.code_layout [--rev ec52fe8] [--rev WORKTREE] [--no-trace]
 Writes benchmarks/results/code_layout.json and .md.
 """
 
@@ -53,7 +63,7 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, ROOT, script_command, write_result
 
-BEFORE = "64c7299"
+BEFORE = "ec52fe8"  # the last commit before issue 67's work
 WORKTREE = "WORKTREE"
 LIMIT = 400
 
@@ -61,13 +71,15 @@ LIMIT = 400
 def checkout(rev: str, dest: Path) -> Path:
     """src/, benchmarks/ and tests/ of `rev` (WORKTREE: the files as they are now) under dest."""
     if rev == WORKTREE:
-        for d in ("src", "benchmarks"):
+        for d in ("src", "benchmarks", "tests"):
             shutil.copytree(
                 ROOT / d, dest / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "results")
             )
         return dest
     tar = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "src", "benchmarks"], capture_output=True, check=True
+        ["git", "-C", str(ROOT), "archive", rev, "src", "benchmarks", "tests"],
+        capture_output=True,
+        check=True,
     )
     subprocess.run(["tar", "-x", "-C", str(dest)], input=tar.stdout, check=True)
     return dest
@@ -82,11 +94,24 @@ def modules(src: Path) -> dict[str, Path]:
     return out
 
 
+def runtime_nodes(tree: ast.AST):
+    """Every node of `tree` outside `if TYPE_CHECKING:` blocks (imports there never run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+
+
 def import_edges(mods: dict[str, Path]) -> dict[str, set[str]]:
     """module -> the ralm modules it imports (a `from P import x` counts P.x when that is a module)."""
     edges: dict[str, set[str]] = {m: set() for m in mods}
     for m, f in mods.items():
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+        for node in runtime_nodes(ast.parse(f.read_text(encoding="utf-8"))):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -197,13 +222,13 @@ def long_modules(tree: Path) -> list[str]:
     return out
 
 
-def duplicate_pairs(tree: Path) -> int | None:
-    """Pairs of 6+ repeated lines in src (`duplicates`), or None without the tool."""
+def duplicate_pairs(tree: Path, part: str = "src") -> int | None:
+    """Pairs of 6+ repeated lines in `part` of the tree (`duplicates`), or None without the tool."""
     tool = shutil.which("duplicates")
-    if tool is None:
+    if tool is None or not (tree / part).is_dir():
         return None
     out = subprocess.run(
-        [tool, "--repo", str(tree / "src"), "--seconds", "120"], capture_output=True, text=True
+        [tool, "--repo", str(tree / part), "--seconds", "120"], capture_output=True, text=True
     )
     first = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
     words = first.split()
@@ -371,6 +396,88 @@ def house(rev: str, tree: Path) -> dict:
         and "lint-imports" in root_file(rev, "Makefile"),
         "benchmark_folders_with_scripts": len({p.parent for p in bench.rglob("*.py")}),
         "readme_lines": len(root_file(rev, "README.md").splitlines()),
+        **layout67(tree, src, text),
+    }
+
+
+INDEX_OPENERS = ("load_retriever(", "open_index_dir(", "open_searcher(", "read_index_dir(", "open_dense(")
+SHARED_FLAGS = ("--out", "--overwrite", "--resume", "--device", "--autocast", "--threads", "--seed")
+
+
+def _calls(source: str):
+    """Every call node of `source` (nothing when it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            yield node
+
+
+def flag_declarations(text: dict[Path, str]) -> dict[str, int]:
+    """How many `add_argument(FLAG, ...)` calls name each of the shared flags."""
+    counts = dict.fromkeys(SHARED_FLAGS, 0)
+    for t in text.values():
+        for call in _calls(t):
+            f = call.func
+            if isinstance(f, ast.Attribute) and f.attr == "add_argument":
+                for a in call.args:
+                    if isinstance(a, ast.Constant) and a.value in counts:
+                        counts[a.value] += 1
+    return counts
+
+
+def path_shims(text: dict[Path, str], src: Path) -> list[str]:
+    """Modules with a module-level `__getattr__` (a lazy path shim) or that name re-exports."""
+    out = []
+    for f, t in text.items():
+        try:
+            body = ast.parse(t).body
+        except SyntaxError:
+            continue
+        lazy = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in body)
+        if lazy or any(m in t for m in ("DeprecationWarning", "re-exported", "MetaPathFinder")):
+            out.append(str(f.relative_to(src)))
+    return sorted(out)
+
+
+def layout67(tree: Path, src: Path, text: dict[Path, str]) -> dict:
+    """Issue 67's measures: index openers outside ralm.retrieval, `.backward(` call sites, the
+    shared CLI flags' declarations, `sys.path` edits in benchmarks, path shims, and tests that
+    assert a file's length."""
+    outside = {f: t for f, t in text.items() if f.relative_to(src).parts[0] != "retrieval"}
+    bench = [f for f in (tree / "benchmarks").rglob("*.py")]
+    tests = [f for f in (tree / "tests").rglob("*.py")] if (tree / "tests").is_dir() else []
+    length_asserts = 0
+    for f in tests:
+        t = f.read_text(encoding="utf-8")
+        length_asserts += sum(
+            1
+            for line in t.splitlines()
+            if "assert" in line and "read_text().splitlines())" in line and "<" in line
+        )
+    return {
+        "index_openers_outside_retrieval": sorted(
+            str(f.relative_to(src)) for f, t in outside.items() if any(o in t for o in INDEX_OPENERS)
+        ),
+        "backward_call_sites": sum(
+            line.count(".backward(")
+            for t in text.values()
+            for line in t.splitlines()
+            if not line.lstrip().startswith("#")
+        ),
+        "backward_modules": sorted(str(f.relative_to(src)) for f, t in text.items() if ".backward(" in t),
+        "flag_declarations": flag_declarations(text),
+        "sys_path_edit_files_benchmarks": sum(
+            1
+            for f in bench
+            if "sys.path.insert(" in (t := f.read_text(encoding="utf-8")) or "sys.path.append(" in t
+        ),
+        "path_shims": path_shims(text, src),
+        "tests_asserting_a_file_length": length_asserts,
+        "duplicate_pairs_benchmarks": duplicate_pairs(tree, "benchmarks"),
+        "duplicate_pairs_tests": duplicate_pairs(tree, "tests"),
     }
 
 
@@ -438,6 +545,19 @@ def markdown(runs: dict[str, dict]) -> str:
     row("import-linter contract run by make test", h("import_linter_in_make_test"))
     row("folders under benchmarks/ holding scripts", h("benchmark_folders_with_scripts"))
     row("README lines", h("readme_lines"))
+    row("modules outside retrieval/ opening indexes", lambda r: len(h("index_openers_outside_retrieval")(r)))
+    row("`.backward(` call sites in src", h("backward_call_sites"))
+    row("modules with a `.backward(` call", lambda r: len(h("backward_modules")(r)))
+    row('`add_argument("--out"` in src', lambda r: h("flag_declarations")(r)["--out"])
+    row(
+        "shared CLI flags declared (--out, --overwrite, ...)",
+        lambda r: sum(h("flag_declarations")(r).values()),
+    )
+    row("benchmark files editing sys.path", h("sys_path_edit_files_benchmarks"))
+    row("path shims (lazy __getattr__, re-exports)", lambda r: len(h("path_shims")(r)))
+    row("repeated 6+ line blocks in benchmarks (pairs)", h("duplicate_pairs_benchmarks"))
+    row("repeated 6+ line blocks in tests (pairs)", h("duplicate_pairs_tests"))
+    row("tests asserting a file's length", h("tests_asserting_a_file_length"))
     if all("rag_trace" in r for r in runs.values()):
         row("`rag retrieve --index`: modules", lambda r: len(r["rag_trace"]["modules"]))
         row("`rag retrieve --index`: module steps", lambda r: r["rag_trace"]["steps"])
@@ -511,20 +631,31 @@ def main() -> None:
                 f"{tag}_import_linter_in_make_test": int(hs["import_linter_in_make_test"]),
                 f"{tag}_benchmark_folders_with_scripts": hs["benchmark_folders_with_scripts"],
                 f"{tag}_readme_lines": hs["readme_lines"],
+                f"{tag}_index_openers_outside_retrieval": len(hs["index_openers_outside_retrieval"]),
+                f"{tag}_backward_call_sites": hs["backward_call_sites"],
+                f"{tag}_backward_modules": len(hs["backward_modules"]),
+                f"{tag}_out_flag_declarations": hs["flag_declarations"]["--out"],
+                f"{tag}_shared_flag_declarations": sum(hs["flag_declarations"].values()),
+                f"{tag}_sys_path_edit_files_benchmarks": hs["sys_path_edit_files_benchmarks"],
+                f"{tag}_path_shims": len(hs["path_shims"]),
+                f"{tag}_tests_asserting_a_file_length": hs["tests_asserting_a_file_length"],
             }
         )
+        for part in ("benchmarks", "tests"):
+            if hs[f"duplicate_pairs_{part}"] is not None:
+                metrics[f"{tag}_duplicate_pairs_{part}"] = hs[f"duplicate_pairs_{part}"]
+    # issue 67's bars (the earlier issues' bars on these measures were met and stay in the history)
     targets = {
-        "after_circles": "<= 2",
-        "after_package_imports_back_up": "<= 1",
-        "after_modules_over_400_lines": "0",
-        "after_from_pretrained_outside_models": "0",
-        "after_run_folder_implementations": "1",
-        "after_os_replace_outside_atomic": "0",
-        "after_shims_and_reexports": "0",
-        "after_fmt_skip_src": "<= 10",
-        "after_import_linter_in_make_test": "1",
-        "after_benchmark_folders_with_scripts": ">= 6",
-        "after_readme_lines": "<= 300",
+        "after_circles": "0",
+        "after_index_openers_outside_retrieval": "0",
+        "after_path_shims": "0",
+        "after_backward_call_sites": "<= 3",
+        "after_duplicate_pairs": "<= 50",
+        "after_duplicate_pairs_benchmarks": "<= 20",
+        "after_duplicate_pairs_tests": "<= 45",
+        "after_out_flag_declarations": "<= 2",
+        "after_sys_path_edit_files_benchmarks": "0",
+        "after_tests_asserting_a_file_length": "0",
     }
     write_result("code_layout", script_command(__file__), metrics, targets, revisions=runs)
     (RESULTS / "code_layout.md").write_text(markdown(runs), encoding="utf-8")
