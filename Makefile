@@ -111,7 +111,7 @@ lint: setup
 
 # The documentation site in site/ (mkdocs.yml): the README's sections as pages, the executed tutorial
 # notebook, the benchmark tables and the API reference from the docstrings; --strict fails on any
-# warning (a broken link, a docstring mkdocstrings cannot render). tests/test_docs.py builds it too.
+# warning (a broken link, a docstring mkdocstrings cannot render). tests/docs/test_docs.py builds it too.
 docs: setup
 	$(BIN)/mkdocs build --strict
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.gpu_pack.tiny_pack import run_tiny_pack
+from tests.benchmarks.gpu_pack.tiny_pack import run_tiny_pack
 
 
 def test_tiny_pack_causal_stages(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAX_LINE = 400
 MAX_CELL = 200
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")

@@ -1,11 +1,11 @@
 """benchmarks/gpu/gpu_pack.py end to end at toy scale (--tiny) on the CPU: every stage but the causal
-REALM ones (tests/gpu_pack/test_tiny_pack_causal.py); together the two files run every stage in ORDER."""
+REALM ones (tests/benchmarks/gpu_pack/test_tiny_pack_causal.py); together the two files run every stage in ORDER."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.gpu_pack.tiny_pack import run_tiny_pack
+from tests.benchmarks.gpu_pack.tiny_pack import run_tiny_pack
 
 
 def test_tiny_pack_other_stages(tmp_path: Path) -> None:

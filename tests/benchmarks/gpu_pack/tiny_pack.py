@@ -12,7 +12,7 @@ from pathlib import Path
 
 from benchmarks.gpu import gpu_pack
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_tiny_pack(tmp_path: Path, stages: list[str], also_prep: tuple[str, ...] = ()) -> None:

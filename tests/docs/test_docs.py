@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("mkdocs")
 pytest.importorskip("mkdocstrings")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs"))
 import hooks  # noqa: E402  (docs/hooks.py, the mkdocs hook)
 
