@@ -1,0 +1,104 @@
+"""The flags many `ralm` commands share, declared once: `--out`, `--overwrite`, `--resume`,
+`--device`, `--autocast`, `--threads`, `--seed`, `--quiet` and `--no-progress`.
+
+Each verb's parser calls a helper where the flag belongs (the help lists options in the order they
+are added) and passes its own help text, since what `--out` names differs from verb to verb (a
+DocStore, a run directory, a PNG file). A helper adds one argparse action and returns it; the flag's
+name, destination and kind are fixed here, so `--overwrite` is a switch and `--seed` an integer in
+every command. What differs between commands (the help, a default, whether `--out` is required, a
+Path or the string as given) is an argument of the helper.
+
+Free of imports beyond argparse and pathlib: the parser of every command is built on every `ralm`
+command. A shared module at the top of the package: any package's CLI may import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "AUTOCAST",
+    "add_autocast",
+    "add_device",
+    "add_no_progress",
+    "add_out",
+    "add_overwrite",
+    "add_quiet",
+    "add_resume",
+    "add_seed",
+    "add_threads",
+]
+
+AUTOCAST = ("auto", "bf16", "off")  # the mixed-precision settings a trainer understands
+
+
+def add_out(
+    parser: argparse.ArgumentParser,
+    help: str | None = None,
+    *,
+    required: bool = True,
+    type: Callable[[str], Any] | None = Path,
+    metavar: str | None = None,
+) -> argparse.Action:
+    """Add `--out`, where the command writes: a file or a directory, as `help` says.
+
+    required: False for a command that writes only when asked (`ralm table --out`); type: Path
+    (the default) or None for the string as given; metavar: the name in the usage line (default
+    OUT).
+    """
+    return parser.add_argument("--out", type=type, required=required, metavar=metavar, help=help)
+
+
+def add_overwrite(parser: argparse.ArgumentParser, help: str) -> argparse.Action:
+    """Add the switch `--overwrite`: replace what `--out` already holds (`help` says how)."""
+    return parser.add_argument("--overwrite", action="store_true", help=help)
+
+
+def add_resume(parser: argparse.ArgumentParser, help: str) -> argparse.Action:
+    """Add the switch `--resume`: continue a run from its newest intact checkpoint."""
+    return parser.add_argument("--resume", action="store_true", help=help)
+
+
+def add_device(
+    parser: argparse.ArgumentParser, help: str | None = None, *, default: str | None = None
+) -> argparse.Action:
+    """Add `--device` (auto, cpu, cuda, cuda:N), a string; default None: the command decides (a run's
+    own setting, or the library's default)."""
+    return parser.add_argument("--device", default=default, help=help)
+
+
+def add_autocast(
+    parser: argparse.ArgumentParser,
+    help: str | None = None,
+    *,
+    default: str | None = None,
+    choices: Sequence[str] | None = AUTOCAST,
+) -> argparse.Action:
+    """Add `--autocast`, the mixed-precision setting; choices: AUTOCAST (auto, bf16, off), or None
+    for a command that leaves the check to the code it calls."""
+    return parser.add_argument("--autocast", default=default, choices=choices, help=help)
+
+
+def add_threads(parser: argparse.ArgumentParser, help: str) -> argparse.Action:
+    """Add `--threads`, an integer (default None: torch's own number of threads)."""
+    return parser.add_argument("--threads", type=int, default=None, help=help)
+
+
+def add_seed(
+    parser: argparse.ArgumentParser, help: str | None = None, *, default: int = 0
+) -> argparse.Action:
+    """Add `--seed`, an integer (default 0)."""
+    return parser.add_argument("--seed", type=int, default=default, help=help)
+
+
+def add_quiet(parser: argparse.ArgumentParser, help: str) -> argparse.Action:
+    """Add the switch `--quiet`: no progress bars (or, for a server, no request log)."""
+    return parser.add_argument("--quiet", action="store_true", help=help)
+
+
+def add_no_progress(parser: argparse.ArgumentParser, help: str | None = None) -> argparse.Action:
+    """Add the switch `--no-progress` (dest `no_progress`): no progress bars."""
+    return parser.add_argument("--no-progress", action="store_true", help=help)
