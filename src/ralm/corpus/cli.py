@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ralm.cli_flags import add_out, add_overwrite, add_quiet
 from ralm.errors import CorpusError
 
 CORPUS_SAMPLES = ("enwiki", "bgwiki", "lee", "triviaqa")
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument(
         "sources", nargs="*", type=Path, help="input files or directories (several are concatenated)"
     )
-    b.add_argument("--out", type=Path, required=True, help="DocStore directory to create")
+    add_out(b, "DocStore directory to create")
     b.add_argument("--sample", choices=CORPUS_SAMPLES, help="use a bundled sample instead of SOURCES")
     b.add_argument(
         "--format",
@@ -128,12 +129,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=128,
         help="chunks per Parquet row group, the unit of random access (default 128)",
     )
-    b.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an existing DocStore at --out (only after the new one is complete)",
-    )
-    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_overwrite(b, "replace an existing DocStore at --out (only after the new one is complete)")
+    add_quiet(b, "no progress bars")
     b.set_defaults(func=_build)
 
     i = csub.add_parser(
@@ -174,8 +171,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "output, which datasets.load_from_disk opens. Needs the datasets package.",
     )
     e.add_argument("store", type=Path, help="DocStore directory")
-    e.add_argument("--out", type=Path, required=True, help="folder to write")
-    e.add_argument("--overwrite", action="store_true", help="replace an earlier export at --out")
+    add_out(e, "folder to write")
+    add_overwrite(e, "replace an earlier export at --out")
     e.set_defaults(func=_export)
 
 

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from ralm.cli_flags import add_autocast, add_device, add_out, add_overwrite
 from ralm.errors import RalmError
 from ralm.retrieval.options import add_retrieval_args
 
@@ -102,11 +103,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "lm", nargs="?", default="smollm2", help="smollm2 (default), gemma3, a causal LM dir or .gguf"
     )
     d.add_argument("--corpus", type=Path, required=True, help="the DocStore to store")
-    d.add_argument("--out", type=Path, required=True, help="the data store directory to write")
+    add_out(d, "the data store directory to write")
     d.add_argument("--gguf-file", default=None, help="the .gguf file inside LM's directory")
     d.add_argument("--max-length", type=int, default=512, help="LM input tokens (default 512)")
     d.add_argument("--stride", type=int, default=256, help="window advance (default 256)")
-    d.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    add_overwrite(d, "replace an existing --out")
     _common(d)
     d.set_defaults(func=run_datastore)
     c = sub.add_parser(
@@ -142,8 +143,8 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, ...")
-    p.add_argument("--autocast", default="auto", help="auto (bf16 where native), bf16 or off (float32)")
+    add_device(p, "auto (cuda if available), cpu, cuda, ...", default="auto")
+    add_autocast(p, "auto (bf16 where native), bf16 or off (float32)", default="auto", choices=None)
     p.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per forward batch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 
+from ralm.cli_flags import add_autocast, add_out, add_overwrite, add_quiet, add_seed, add_threads
 from ralm.errors import RalmError
 from ralm.lm.counts import TOKENIZERS
 from ralm.lm.ngram import ESTIMATORS, MAX_ORDER, NGramLM, canonical_estimator
@@ -250,10 +251,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"one of {', '.join(ESTIMATORS)} (default mkn). ARPA output needs katz, kn or mkn (laplace, "
         "lidstone: also order 1); score the others with `ngram score --train`",
     )
-    t.add_argument("--out", required=True, metavar="MODEL.arpa", help="where to write the model")
+    add_out(t, "where to write the model", type=None, metavar="MODEL.arpa")
     t.add_argument("--delta", type=float, default=None, help="lidstone: the added count")
     t.add_argument("--katz-k", type=int, default=None, help="katz: discount counts <= k (default 5)")
-    t.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    add_overwrite(t, "replace an existing --out file")
     text_opts(t, training=True)
     t.set_defaults(func=cmd_train)
 
@@ -284,7 +285,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     g = sub.add_parser("sample", help="generate sentences from an ARPA model")
     g.add_argument("model", metavar="MODEL.arpa")
-    g.add_argument("--seed", type=int, default=0, help="random seed (sentence i uses seed + i)")
+    add_seed(g, "random seed (sentence i uses seed + i)")
     g.add_argument("-n", "--num", type=int, default=1, help="number of sentences (default 1)")
     g.add_argument("--max-len", type=int, default=30, help="at most this many tokens each")
     g.add_argument("--context", default="", help="text to continue (tokenised like the model)")
@@ -392,15 +393,10 @@ def register_lm(subparsers: argparse._SubParsersAction) -> None:
         default=True,
         help="lower-case the text (default: yes)",
     )
-    lad.add_argument("--seed", type=int, default=0)
-    lad.add_argument(
-        "--autocast",
-        default="auto",
-        choices=("auto", "bf16", "off"),
-        help="bf16 autocast for training (auto: where the CPU/GPU has native bf16)",
-    )
-    lad.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    add_seed(lad)
+    add_autocast(lad, "bf16 autocast for training (auto: where the CPU/GPU has native bf16)", default="auto")
+    add_threads(lad, "torch CPU threads")
     lad.add_argument("--json-out", default=None, metavar="PATH", help="also write the table as JSON")
     lad.add_argument("--save-dir", default=None, metavar="DIR", help="save each neural model to DIR/KIND")
-    lad.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_quiet(lad, "no progress lines on stderr")
     lad.set_defaults(func=cmd_ladder)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from ralm.cli_flags import add_overwrite
+
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ralm.luke.export import export_model
@@ -30,5 +32,5 @@ def register(group: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run", metavar="RUN", help="run directory (with model/) or LUKE model directory")
     p.add_argument("out", metavar="OUT", help="output directory")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing export in OUT")
+    add_overwrite(p, "replace an existing export in OUT")
     p.set_defaults(func=cmd_export)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ralm.cli_flags import add_autocast, add_device, add_no_progress, add_out, add_overwrite
+
 __all__ = ["register"]
 
 
@@ -42,7 +44,7 @@ def register(group: argparse._SubParsersAction) -> None:
     )
     p.add_argument("data", nargs="?", help="NER dataset file or directory (train/dev/test found by name)")
     p.add_argument("--model", required=True, help="`ralm luke pretrain` run (or a LUKE model directory)")
-    p.add_argument("--out", required=True, help="output directory (written only when every seed is done)")
+    add_out(p, "output directory (written only when every seed is done)", type=None)
     p.add_argument("--tokenizer", help="tokenizer directory (default: the one saved with the run)")
     p.add_argument("--name", help="row label in tables (default: the run directory's name)")
     p.add_argument("--dataset", help="column label in tables (default: the data path's name)")
@@ -94,9 +96,9 @@ def register(group: argparse._SubParsersAction) -> None:
         "[MASK] (DaLUKE's string-match annotation at NER time); other spans stay [MASK]",
     )
     p.add_argument("--eval-batch-size", type=int, help="chunk rows per forward at evaluation (default 32)")
-    p.add_argument("--device", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--autocast", choices=("auto", "bf16", "off"))
+    add_device(p, "auto, cpu, cuda, cuda:N")
+    add_autocast(p)
     p.add_argument("--no-save", action="store_true", help="do not write the fine-tuned models")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier output")
+    add_no_progress(p)
+    add_overwrite(p, "replace an earlier output")
     p.set_defaults(func=cmd_ner)

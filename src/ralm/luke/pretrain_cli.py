@@ -18,6 +18,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from ralm.cli_flags import add_overwrite, add_quiet, add_resume
 from ralm.errors import RalmError
 
 # flag -> setting, for the settings worth a flag of their own
@@ -129,15 +130,9 @@ def register(group: argparse._SubParsersAction) -> None:
         help="any other setting in TOML syntax, e.g. --set auto_annotation=true --set entity_hidden_size=192 "
         "(repeatable)",
     )
-    p.add_argument(
-        "--resume", action="store_true", help="continue from the newest intact checkpoint of --out"
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="delete an existing run directory and start over (after the checks)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_resume(p, "continue from the newest intact checkpoint of --out")
+    add_overwrite(p, "delete an existing run directory and start over (after the checks)")
+    add_quiet(p, "no progress bar")
     p.add_argument(
         "--stop-after", type=int, default=None, metavar="STEP", help="checkpoint and stop after this step"
     )

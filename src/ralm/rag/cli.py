@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ralm.cli_flags import add_autocast, add_device, add_no_progress, add_out, add_overwrite, add_seed
 from ralm.errors import RalmError
 from ralm.rag.cli_shared import load_lm as _load_lm
 from ralm.rag.cli_shared import log as _log
@@ -36,8 +37,8 @@ def _lm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gguf-file", default=None, help="the .gguf file inside --lm's directory, when it holds several"
     )
-    p.add_argument("--device", default="auto", help="cuda, cpu or auto (default)")
-    p.add_argument("--autocast", default="auto", help="bf16 compute where the device has it (auto), or off")
+    add_device(p, "cuda, cpu or auto (default)", default="auto")
+    add_autocast(p, "bf16 compute where the device has it (auto), or off", default="auto", choices=None)
 
 
 def _backend_arg(p: argparse.ArgumentParser) -> None:
@@ -79,10 +80,8 @@ def _run_args(p: argparse.ArgumentParser, save_every: int) -> None:
         default=save_every,
         help="checkpoint every N steps (OUT/checkpoints): a stopped run resumes when rerun; 0 = never",
     )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="start over in an OUT that holds a run (unfinished, or finished: a rerun without it does nothing)",
+    add_overwrite(
+        p, "start over in an OUT that holds a run (unfinished, or finished: a rerun without it does nothing)"
     )
 
 
@@ -99,7 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("questions", type=Path)
     _retrieval_args(r)
     r.add_argument("-k", type=int, default=20)
-    r.add_argument("--out", type=Path, required=True)
+    add_out(r)
     r.add_argument("--answers", default="auto", choices=["auto", "string", "regex"])
     r.set_defaults(func=cmd_retrieve)
 
@@ -134,8 +133,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--limit", type=int, default=None, help="the first N questions only")
     e.add_argument("--answers", default="auto", choices=["auto", "string", "regex"])
     e.add_argument("--name", default=None, help="row label in tables (default: the LM's name)")
-    e.add_argument("--out", type=Path, required=True)
-    e.add_argument("--no-progress", action="store_true")
+    add_out(e)
+    add_no_progress(e)
     e.set_defaults(func=cmd_eval)
 
     t = rs.add_parser("train", help="fine-tune the generator on question + passages -> answer (full or LoRA)")
@@ -152,11 +151,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--lora-r", type=int, default=0, help="LoRA rank (peft); 0 = full fine-tuning")
     t.add_argument("--max-prompt-tokens", type=int, default=1024)
     t.add_argument("--no-chat", action="store_true")
-    t.add_argument("--seed", type=int, default=0)
+    add_seed(t)
     t.add_argument("--limit", type=int, default=None)
-    t.add_argument("--out", type=Path, required=True)
+    add_out(t)
     _run_args(t, save_every=200)
-    t.add_argument("--no-progress", action="store_true")
+    add_no_progress(t)
     t.set_defaults(func=cmd_train)
 
     s = rs.add_parser("lsr", help="REPLUG LSR: train a dense index's query tower from the LM's preferences")
@@ -174,9 +173,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-prompt-tokens", type=int, default=1024)
     s.add_argument("--lang", default="en")
     s.add_argument("--limit", type=int, default=None)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--no-progress", action="store_true")
+    add_seed(s)
+    add_out(s)
+    add_no_progress(s)
     _run_args(s, save_every=50)
     s.set_defaults(func=cmd_lsr)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

@@ -17,6 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ralm.atomic import write_json_atomic, write_text_atomic
+from ralm.cli_flags import add_device, add_out, add_overwrite, add_quiet, add_resume
 from ralm.errors import RalmError
 
 # flag -> PretrainConfig field, for the settings worth a flag of their own; `--set NAME=VALUE` reaches the rest
@@ -332,17 +333,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="any other setting, in TOML syntax, e.g. --set masking.salient_rate=0.2 --set tensorboard=false "
         "(repeatable)",
     )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from the newest intact checkpoint of --out (with its config.toml if no config is given)",
+    add_resume(
+        p, "continue from the newest intact checkpoint of --out (with its config.toml if no config is given)"
     )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="delete an existing run directory and start over (refused while another process writes it)",
+    add_overwrite(
+        p, "delete an existing run directory and start over (refused while another process writes it)"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet(p, "no progress bars")
     p.add_argument(
         "--stop-after",
         type=int,
@@ -368,9 +365,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--n", type=int, default=None, help="use only the first N held-out chunks (default: all)")
     p.add_argument("--batch-size", type=int, default=8, help="held-out chunks per batch (default: 8)")
-    p.add_argument(
-        "--device", default=None, help="auto, cpu, cuda or cuda:N (default: the run's device setting)"
-    )
+    add_device(p, "auto, cpu, cuda or cuda:N (default: the run's device setting)")
     p.add_argument(
         "--json-out", metavar="FILE", help="where to write the table as JSON (default: RUN/eval_mlm.json)"
     )
@@ -430,7 +425,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--retriever-out", metavar="DIR", help="also write the query/doc towers as a DualEncoder directory"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing export in OUT")
+    add_overwrite(p, "replace an existing export in OUT")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("fill", help="predict [MASK] tokens, showing retrieved documents (REALM Table 3)")
@@ -443,14 +438,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=None, help="documents incl. the null one (default: the run's k)")
     p.add_argument("--top", type=int, default=5, help="alternatives shown per mask (default: 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object per text instead of the table")
-    p.add_argument(
-        "--device", default=None, help="auto, cpu, cuda or cuda:N (default: the run's device setting)"
-    )
+    add_device(p, "auto, cpu, cuda or cuda:N (default: the run's device setting)")
     p.set_defaults(func=cmd_fill)
 
     p = sub.add_parser("plot", help="PNG of loss and perplexity curves of one or more runs")
     p.add_argument("runs", nargs="+", help="`ralm pretrain` run directories (their metrics.jsonl)")
-    p.add_argument("--out", required=True, help="PNG file to write")
+    add_out(p, "PNG file to write", type=None)
     p.add_argument(
         "--alpha", type=float, default=0.9, help="EMA smoothing, 0 = none (BRENT: 0.99) (default: 0.9)"
     )

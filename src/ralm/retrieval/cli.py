@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from ralm.cli_flags import add_out, add_quiet, add_seed
 from ralm.errors import RalmError
 from ralm.retrieval.eval.cli import add_bm25_args
 
@@ -153,7 +154,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "RUN/encoder) with ICT's learning rate and a held-out fraction.",
     )
     t.add_argument("store", type=Path, help="DocStore directory")
-    t.add_argument("--out", type=Path, required=True, help="run directory")
+    add_out(t, "run directory")
     t.add_argument("--steps", type=int, default=1000, help="optimiser steps (default 1000)")
     t.add_argument("--batch-size", type=int, default=32, help="queries per step (default 32; BRENT used 128)")
     t.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default 1e-4, as BRENT)")
@@ -170,8 +171,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fraction of chunks held out for recall (default 0.05)",
     )
     t.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations")
-    t.add_argument("--seed", type=int, default=0, help="random seed")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_seed(t, "random seed")
+    add_quiet(t, "no progress bar")
     _encoder_args(t)
     t.set_defaults(func=_ict)
 

@@ -14,6 +14,7 @@ import argparse
 import ipaddress
 import sys
 
+from ralm.cli_flags import add_device, add_quiet, add_threads
 from ralm.errors import RalmError
 
 __all__ = ["is_loopback", "register", "run_server"]
@@ -123,18 +124,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="address to bind (default: %(default)s, this machine only; anything else is warned about)",
     )
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
-    p.add_argument(
-        "--device",
-        default=None,
-        help="auto, cpu, cuda or cuda:N for the models (default: the run's device setting; cpu for an index; "
+    add_device(
+        p,
+        "auto, cpu, cuda or cuda:N for the models (default: the run's device setting; cpu for an index; "
         "auto for --generator)",
     )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch threads of the model calls (default: torch's, i.e. OMP_NUM_THREADS or the cores)",
-    )
+    add_threads(p, "torch threads of the model calls (default: torch's, i.e. OMP_NUM_THREADS or the cores)")
     d = BatchConfig()
     p.add_argument(
         "--max-batch",
@@ -204,7 +199,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--ask-max-new-tokens", type=int, default=32, help="tokens an answer may have (default: %(default)s)"
     )
-    p.add_argument("--quiet", action="store_true", help="no request log (default: off)")
+    add_quiet(p, "no request log (default: off)")
     p.add_argument(
         "--debug",
         action="store_true",

@@ -15,6 +15,14 @@ import textwrap
 from pathlib import Path
 
 from ralm.atomic import write_json_atomic
+from ralm.cli_flags import (
+    add_autocast,
+    add_device,
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_seed,
+)
 from ralm.errors import RalmError
 from ralm.surealm.options import DEFAULT_PATHWAY, PATHWAYS
 from ralm.surealm.sentences import FILL_SPLITS, SPLITS_HOW
@@ -22,8 +30,8 @@ from ralm.surealm.sentences import FILL_SPLITS, SPLITS_HOW
 # ralm.retrieval.index.plan.KINDS, without importing FAISS to build the parser
 INDEX_KINDS = ("flat", "ivf-flat", "hnsw", "sq8", "ivf-pq", "sq6", "sq4")
 SCHEDULES = ("linear", "cosine", "constant")
-AUTOCAST = ("auto", "bf16", "off")
 STRATEGIES = ("greedy", "top-p", "beam")
+DEVICE_HELP = "auto, cpu, cuda or cuda:N (default: %(default)s, cuda when there is one)"
 # What an empty valid or test split leads to later.
 _EMPTY_SPLIT_EFFECT = {
     "valid": "`ralm surealm train` will refuse this data store",
@@ -188,7 +196,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("chitchat",),
         help="add a bundled sample: chitchat, the chitchat-dataset conversations (default: none)",
     )
-    p.add_argument("--out", required=True, help="data store directory to write (required, no default)")
+    add_out(p, "data store directory to write (required, no default)", type=None)
     p.add_argument(
         "--lm",
         default="minilm",
@@ -247,24 +255,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0.05,
         help="fraction of the groups drawn for the test split (default: %(default)s); groups as said above",
     )
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed of the draw of groups into splits (default: %(default)s)"
-    )
+    add_seed(p, "seed of the draw of groups into splits (default: %(default)s)")
     p.add_argument(
         "--index-kind",
         default="flat",
         choices=INDEX_KINDS,
         help="FAISS index over the prefix embeddings: %(choices)s (default: %(default)s, exact search)",
     )
-    p.add_argument(
-        "--device",
-        default="cpu",
-        help="device that embeds the sentences: cpu, cuda or cuda:N (default: %(default)s)",
+    add_device(
+        p, "device that embeds the sentences: cpu, cuda or cuda:N (default: %(default)s)", default="cpu"
     )
-    p.add_argument(
-        "--overwrite", action="store_true", help="replace a data store at --out (default: off, refuse)"
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")
+    add_overwrite(p, "replace a data store at --out (default: off, refuse)")
+    add_quiet(p, "no progress bars (default: off)")
     p.set_defaults(func=cmd_datastore)
 
     p = ss.add_parser(
@@ -276,7 +278,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"without valid sentences is refused. {splits}",
     )
     p.add_argument("datastore", help="data store directory from `ralm surealm datastore`")
-    p.add_argument("--out", required=True, help="run directory to write (required, no default)")
+    add_out(p, "run directory to write (required, no default)", type=None)
     p.add_argument(
         "--lm",
         default="minilm",
@@ -384,22 +386,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=250,
         help="validation perplexity every N steps and at the last; the best model is kept (default: %(default)s)",
     )
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed of initialisation and batch order (default: %(default)s)"
-    )
-    p.add_argument(
-        "--device",
+    add_seed(p, "seed of initialisation and batch order (default: %(default)s)")
+    add_device(p, DEVICE_HELP, default="auto")
+    add_autocast(
+        p,
+        "mixed precision: %(choices)s (default: %(default)s, bf16 where the hardware has it)",
         default="auto",
-        help="auto, cpu, cuda or cuda:N (default: %(default)s, cuda when there is one)",
     )
-    p.add_argument(
-        "--autocast",
-        default="auto",
-        choices=AUTOCAST,
-        help="mixed precision: %(choices)s (default: %(default)s, bf16 where the hardware has it)",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace a run at --out (default: off, refuse)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
+    add_overwrite(p, "replace a run at --out (default: off, refuse)")
+    add_quiet(p, "no progress bar (default: off)")
     p.set_defaults(func=cmd_train)
 
     p = ss.add_parser(
@@ -427,11 +422,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a (baseline) run to add as kNN-LM over the training split, tuned on the valid split (default: none)",
     )
     p.add_argument("--knn-k", type=int, default=64, help="neighbours of the kNN-LM (default: %(default)s)")
-    p.add_argument(
-        "--device",
-        default="auto",
-        help="auto, cpu, cuda or cuda:N (default: %(default)s, cuda when there is one)",
-    )
+    add_device(p, DEVICE_HELP, default="auto")
     p.add_argument("--json-out", default=None, help="also write the rows to this JSON file (default: none)")
     p.set_defaults(func=cmd_evaluate)
 
@@ -470,7 +461,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="continuations printed; at most --beams with --strategy beam (default: %(default)s)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of --strategy top-p (default: %(default)s)")
+    add_seed(p, "seed of --strategy top-p (default: %(default)s)")
     p.add_argument(
         "--show-retrievals", action="store_true", help="print what was retrieved at each step (default: off)"
     )
@@ -485,9 +476,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="data store to retrieve from (default: the one the model was trained with)",
     )
-    p.add_argument(
-        "--device",
-        default="auto",
-        help="auto, cpu, cuda or cuda:N (default: %(default)s, cuda when there is one)",
-    )
+    add_device(p, DEVICE_HELP, default="auto")
     p.set_defaults(func=cmd_generate)

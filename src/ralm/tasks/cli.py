@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ralm.cli_flags import add_autocast, add_device, add_no_progress, add_out, add_overwrite
 from ralm.formats.types import TASKS
 
 
@@ -80,10 +81,10 @@ def register(sub) -> None:
         help="REALM run, exported reader, HF encoder directory, or a decoder-only LM (gemma3, smollm2, a .gguf "
         "file, a causal LM directory) (default: bundled MiniLM)",
     )
-    p.add_argument(
-        "--out",
-        required=True,
-        help="output directory (written only when every seed is done; a rerun resumes an interrupted job)",
+    add_out(
+        p,
+        "output directory (written only when every seed is done; a rerun resumes an interrupted job)",
+        type=None,
     )
     p.add_argument("--name", help="row label in tables (default: the model directory's name)")
     p.add_argument("--dataset", help="column label in tables (default: the data path's name)")
@@ -130,8 +131,8 @@ def register(sub) -> None:
     p.add_argument("--max-eval", type=int, help="evaluate on the first N dev/test examples")
     p.add_argument("--eval-every", type=int, help="also evaluate on dev every N steps")
     p.add_argument("--patience", type=int, help="early stopping: evaluations without dev improvement")
-    p.add_argument("--device", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--autocast", choices=("auto", "bf16", "off"))
+    add_device(p, "auto, cpu, cuda, cuda:N")
+    add_autocast(p)
     p.add_argument("--lang", help="answer normalisation language for QA metrics (default en)")
     p.add_argument(
         "--answers",
@@ -167,12 +168,8 @@ def register(sub) -> None:
         help="no training: score --model as it is on dev/test (e.g. a saved seed-N/model directory)",
     )
     p.add_argument("--no-save", action="store_true", help="do not write the fine-tuned models")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an earlier finetune output, and an interrupted job with other options",
-    )
+    add_no_progress(p)
+    add_overwrite(p, "replace an earlier finetune output, and an interrupted job with other options")
     p.set_defaults(func=cmd_finetune)
 
     t = sub.add_parser(
@@ -182,5 +179,5 @@ def register(sub) -> None:
         "cells: mean ± std over seeds on the test split.",
     )
     t.add_argument("runs", nargs="+", help="`ralm finetune --out` directories")
-    t.add_argument("--out", help="also write the Markdown table to this file")
+    add_out(t, "also write the Markdown table to this file", required=False, type=None)
     t.set_defaults(func=cmd_table)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ralm.cli_flags import add_out, add_seed
 from ralm.errors import RalmError
 
 RECORDS_NEXT = """next:
@@ -42,11 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="REALM / BRENT: one-fact documents about invented record codes, paraphrased queries whose "
         "invented value is the salient span, held-out records",
     )
-    r.add_argument("--out", required=True, help="directory to write corpus/queries/heldout/gold JSONL into")
+    add_out(r, "directory to write corpus/queries/heldout/gold JSONL into", type=None)
     r.add_argument("--records", type=int, default=300, help="record codes (default 300: 1,200 documents)")
     r.add_argument("--heldout-records", type=int, default=60, help="records never trained on (default 60)")
     r.add_argument("--attributes", type=int, default=4, help="facts a record, 1-6 (default 4)")
-    r.add_argument("--seed", type=int, default=0, help="the world's seed (default 0)")
+    add_seed(r, "the world's seed (default 0)")
     r.add_argument(
         "--shuffle-values",
         action="store_true",
@@ -59,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="SUREALM: two-turn dialogues about invented keepers, objects and places; held-out "
         "conversations whose replies only the data store can complete",
     )
-    d.add_argument("--out", required=True, help="directory to write dialogues.jsonl, world.json and lm/ into")
+    add_out(d, "directory to write dialogues.jsonl, world.json and lm/ into", type=None)
     from dataclasses import fields
 
     from ralm.worlds.dialogues import DialogueWorldConfig
@@ -95,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=world["test_facts"],
         help="facts asked once more in test (default %(default)s)",
     )
-    d.add_argument("--seed", type=int, default=0, help="the world's seed (default 0)")
+    add_seed(d, "the world's seed (default 0)")
     d.add_argument(
         "--hidden", type=int, default=128, help="hidden size of the world LM in OUT/lm (default 128)"
     )

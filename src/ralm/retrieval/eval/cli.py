@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from ralm.atomic import write_json_atomic
+from ralm.cli_flags import add_quiet
 from ralm.errors import RalmError
 from ralm.retrieval.bm25_spec import bm25_options
 
@@ -143,7 +144,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="write TREC run files (one per retriever), qrels (TREC and BEIR TSV) and queries.tsv here",
     )
-    e.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet(e, "no progress bars")
     e.set_defaults(func=_eval)
 
 

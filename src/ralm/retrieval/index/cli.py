@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ralm.cli_flags import add_out, add_overwrite, add_quiet
 from ralm.errors import RalmError
 from ralm.retrieval.eval.cli import add_bm25_args
 
@@ -37,16 +38,10 @@ def register(
         "where supported, resumable) and build a FAISS index; --bm25 adds a BM25 index over the same chunks.",
     )
     b.add_argument("store", type=Path, help="DocStore directory (ralm corpus build)")
-    b.add_argument(
-        "--out",
-        type=Path,
-        required=True,
-        help="index directory to create (an unfinished one is resumed when asked for the same encoder)",
-    )
-    b.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the index at --out: the new one is built beside it and swapped in when complete, "
+    add_out(b, "index directory to create (an unfinished one is resumed when asked for the same encoder)")
+    add_overwrite(
+        b,
+        "replace the index at --out: the new one is built beside it and swapped in when complete, "
         "so the old one stays usable until then (also starts an unfinished build over)",
     )
     b.add_argument(
@@ -85,7 +80,7 @@ def register(
     b.add_argument("--nlist", type=int, default=None, help="IVF lists (default ~4 sqrt(N))")
     b.add_argument("--nprobe", type=int, default=None, help="IVF lists searched per query")
     b.add_argument("--m", type=int, default=None, help="PQ sub-quantisers (ivf-pq) or HNSW links (hnsw)")
-    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet(b, "no progress bars")
     encoder_args(b)
     b.set_defaults(func=_index_build)
 
@@ -123,8 +118,8 @@ def register(
         "Needs the datasets package.",
     )
     r.add_argument("index", type=Path, metavar="INDEX_DIR", help="index directory (ralm index build)")
-    r.add_argument("--out", type=Path, required=True, help="folder to write")
-    r.add_argument("--overwrite", action="store_true", help="replace an earlier export at --out")
+    add_out(r, "folder to write")
+    add_overwrite(r, "replace an earlier export at --out")
     r.set_defaults(func=_index_export_rag)
 
 

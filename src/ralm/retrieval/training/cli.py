@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from ralm.cli_flags import add_device, add_out, add_overwrite, add_quiet, add_seed
 from ralm.errors import RalmError
 from ralm.retrieval.bm25_spec import bm25_options
 
@@ -44,9 +45,7 @@ def add_train_args(t: argparse.ArgumentParser, encoder_args, encoder_config) -> 
         type=Path,
         help="dpr: pairs (SQuAD JSON, DPR JSON, BEIR folder, open-QA JSONL/TSV); contrastive/ict: a DocStore",
     )
-    t.add_argument(
-        "--out", type=Path, required=True, help="run directory (resumed when it holds the same run)"
-    )
+    add_out(t, "run directory (resumed when it holds the same run)")
     t.add_argument("--corpus", type=Path, default=None, help="DocStore the pairs' passages are chunks of")
     t.add_argument(
         "--format", choices=["squad", "dpr", "beir", "openqa"], default=None, help="force the pairs' format"
@@ -115,10 +114,10 @@ def add_train_args(t: argparse.ArgumentParser, encoder_args, encoder_config) -> 
         help="dev metric that picks the saved encoder (recall@K, nDCG@10, RR@10) or 'last' (default recall@5)",
     )
     t.add_argument("--save-every", type=int, default=200, help="steps between resumable checkpoints")
-    t.add_argument("--seed", type=int, default=0, help="random seed")
-    t.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    t.add_argument("--overwrite", action="store_true", help="start over in an existing --out")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_seed(t, "random seed")
+    add_device(t, "cpu, cuda or auto", default="auto")
+    add_overwrite(t, "start over in an existing --out")
+    add_quiet(t, "no progress bar")
     encoder_args(t, similarity="cos")
     t.set_defaults(func=_train, encoder_config=encoder_config)
 
