@@ -1,5 +1,6 @@
-"""ralm.cli_flags: each helper adds one flag with the name, kind, default and help it is given, and a
-parser built with the helpers parses what the same parser written out by hand parses."""
+"""ralm.cli_flags: each helper adds one flag with the name, kind, default and help it is given, a
+parser built with the helpers parses what the same parser written out by hand parses, and a command
+group without its subcommand prints its help and exits 2."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from ralm.cli_flags import (
     AUTOCAST,
     add_autocast,
+    add_command_group,
     add_device,
     add_no_progress,
     add_out,
@@ -230,3 +232,45 @@ def test_parsed_namespace_exactly():
         "quiet": False,
         "no_progress": False,
     }
+
+
+def test_command_group_dispatches_and_alone_prints_its_help(capsys):
+    top = argparse.ArgumentParser(prog="ralm")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND")
+    groups = add_command_group(
+        sub, "corpus", "build and inspect", dest="corpus_command", description="The corpus commands."
+    )
+    assert isinstance(groups, argparse._SubParsersAction)
+    assert (groups.dest, groups.metavar) == ("corpus_command", "SUBCOMMAND")
+    info = groups.add_parser("info", help="print a summary")
+    info.set_defaults(func=lambda args: 0)
+    group = sub.choices["corpus"]
+    assert (group.prog, group.description) == ("ralm corpus", "The corpus commands.")
+    assert "corpus    build and inspect" in top.format_help()
+
+    args = top.parse_args(["corpus", "info"])
+    assert (args.command, args.corpus_command, args.func(args)) == ("corpus", "info", 0)
+
+    args = top.parse_args(["corpus"])
+    assert (args.command, args.corpus_command) == ("corpus", None)
+    assert args.func(args) == 2
+    assert capsys.readouterr().out == group.format_help()
+
+
+def test_command_group_metavar_and_formatter():
+    top = argparse.ArgumentParser(prog="ralm")
+    sub = top.add_subparsers(dest="command")
+    worlds = add_command_group(
+        sub,
+        "world",
+        "write a world",
+        dest="world",
+        metavar="WORLD",
+        description="line one\n    kept as written",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    worlds.add_parser("records", help="records world")
+    text = sub.choices["world"].format_help()
+    assert text.startswith("usage: ralm world [-h] WORLD ...\n")
+    assert "line one\n    kept as written\n" in text
+    assert "  WORLD\n    records   records world\n" in text

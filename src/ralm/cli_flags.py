@@ -1,5 +1,6 @@
 """The flags many `ralm` commands share, declared once: `--out`, `--overwrite`, `--resume`,
-`--device`, `--autocast`, `--threads`, `--seed`, `--quiet` and `--no-progress`.
+`--device`, `--autocast`, `--threads`, `--seed`, `--quiet` and `--no-progress`; and the command
+group (`ralm corpus`, `ralm index`, ...) that prints its help when no subcommand is given.
 
 Each verb's parser calls a helper where the flag belongs (the help lists options in the order they
 are added) and passes its own help text, since what `--out` names differs from verb to verb (a
@@ -15,6 +16,7 @@ command. A shared module at the top of the package: any package's CLI may import
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 __all__ = [
     "AUTOCAST",
     "add_autocast",
+    "add_command_group",
     "add_device",
     "add_no_progress",
     "add_out",
@@ -102,3 +105,30 @@ def add_quiet(parser: argparse.ArgumentParser, help: str) -> argparse.Action:
 def add_no_progress(parser: argparse.ArgumentParser, help: str | None = None) -> argparse.Action:
     """Add the switch `--no-progress` (dest `no_progress`): no progress bars."""
     return parser.add_argument("--no-progress", action="store_true", help=help)
+
+
+def add_command_group(
+    sub: argparse._SubParsersAction,
+    name: str,
+    help: str,
+    *,
+    dest: str,
+    metavar: str = "SUBCOMMAND",
+    **kwargs: Any,
+) -> argparse._SubParsersAction:
+    """Add command `name` to `sub` as a group of subcommands and return the action its subcommands
+    are added to; `ralm NAME` without a subcommand prints the group's help and exits with code 2.
+
+    dest: the namespace attribute that names the subcommand given; metavar: its name in the help;
+    kwargs: more of `add_parser`'s arguments (description, formatter_class).
+    """
+    group = sub.add_parser(name, help=help, **kwargs)
+    subcommands = group.add_subparsers(dest=dest, metavar=metavar)
+    group.set_defaults(func=functools.partial(_print_help, group))
+    return subcommands
+
+
+def _print_help(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """A command group's `func`: its help, exit code 2 (a subcommand is missing)."""
+    parser.print_help()
+    return 2

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ralm.cli_flags import add_out, add_overwrite, add_quiet
+from ralm.cli_flags import add_command_group, add_out, add_overwrite, add_quiet
 from ralm.errors import CorpusError
 
 CORPUS_SAMPLES = ("enwiki", "bgwiki", "lee", "triviaqa")
@@ -14,9 +14,9 @@ CORPUS_SAMPLES = ("enwiki", "bgwiki", "lee", "triviaqa")
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `corpus` command group to the top-level parser."""
-    corpus = sub.add_parser("corpus", help="build and inspect a chunked corpus (DocStore)")
-    csub = corpus.add_subparsers(dest="corpus_command", metavar="SUBCOMMAND")
-    corpus.set_defaults(func=lambda a: (corpus.print_help(), 2)[1])
+    csub = add_command_group(
+        sub, "corpus", "build and inspect a chunked corpus (DocStore)", dest="corpus_command"
+    )
 
     b = csub.add_parser(
         "build",

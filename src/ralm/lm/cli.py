@@ -25,7 +25,15 @@ import argparse
 import os
 import sys
 
-from ralm.cli_flags import add_autocast, add_out, add_overwrite, add_quiet, add_seed, add_threads
+from ralm.cli_flags import (
+    add_autocast,
+    add_command_group,
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_seed,
+    add_threads,
+)
 from ralm.errors import RalmError
 from ralm.lm.counts import TOKENIZERS
 from ralm.lm.ngram import ESTIMATORS, MAX_ORDER, NGramLM, canonical_estimator
@@ -214,19 +222,14 @@ def _order(text: str) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ralm ngram {train,score,sample}` to the top-level parser."""
-    parser = subparsers.add_parser(
+    sub = add_command_group(
+        subparsers,
         "ngram",
-        help="n-gram language models: train to ARPA, score, sample",
+        "n-gram language models: train to ARPA, score, sample",
+        dest="ngram_command",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="ngram_command", metavar="SUBCOMMAND")
-
-    def _help(_args: argparse.Namespace) -> int:
-        parser.print_help()
-        return 2
-
-    parser.set_defaults(func=_help)
 
     def text_opts(p: argparse.ArgumentParser, training: bool) -> None:
         p.add_argument(
@@ -350,18 +353,13 @@ def cmd_ladder(args: argparse.Namespace) -> int:
 
 def register_lm(subparsers: argparse._SubParsersAction) -> None:
     """Add `ralm lm ladder` to the top-level parser."""
-    parser = subparsers.add_parser(
+    sub = add_command_group(
+        subparsers,
         "lm",
-        help="neural LMs next to the n-gram ones: the perplexity ladder",
+        "neural LMs next to the n-gram ones: the perplexity ladder",
+        dest="lm_command",
         description="Neural language models of the lecture (ralm.lm.neural) compared with n-gram models.",
     )
-    sub = parser.add_subparsers(dest="lm_command", metavar="SUBCOMMAND")
-
-    def _help(_args: argparse.Namespace) -> int:
-        parser.print_help()
-        return 2
-
-    parser.set_defaults(func=_help)
     lad = sub.add_parser(
         "ladder",
         help="one perplexity table: add-one, Katz, KN, modified KN, FFNN, LSTM, transformer",

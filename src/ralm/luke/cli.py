@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from ralm.cli_flags import add_command_group
+
 __all__ = ["register"]
 
 
@@ -15,15 +17,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add `luke` and its subcommands to the top-level parser."""
     from ralm.luke import export_cli, ner_cli, pretrain_cli
 
-    p = sub.add_parser(
+    group = add_command_group(
+        sub,
         "luke",
-        help="LUKE/DaLUKE entity-aware models: pretrain, ner, export",
+        "LUKE/DaLUKE entity-aware models: pretrain, ner, export",
+        dest="luke_command",
         description="Entity-aware self-attention over word and entity tokens (LUKE; DaLUKE with a "
         "reduced entity dimension): masked word + entity pre-training on a DocStore, NER by span "
         "classification, export as a Hugging Face LUKE model.",
     )
-    group = p.add_subparsers(dest="luke_command", metavar="SUBCOMMAND")
     pretrain_cli.register(group)
     ner_cli.register(group)
     export_cli.register(group)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

@@ -16,7 +16,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ralm.cli_flags import add_autocast, add_device, add_no_progress, add_out, add_overwrite, add_seed
+from ralm.cli_flags import (
+    add_autocast,
+    add_command_group,
+    add_device,
+    add_no_progress,
+    add_out,
+    add_overwrite,
+    add_seed,
+)
 from ralm.errors import RalmError
 from ralm.rag.cli_shared import load_lm as _load_lm
 from ralm.rag.cli_shared import log as _log
@@ -87,12 +95,13 @@ def _run_args(p: argparse.ArgumentParser, save_every: int) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `rag` and its subcommands to the top-level parser."""
-    p = sub.add_parser(
+    rs = add_command_group(
+        sub,
         "rag",
-        help="question answering with a generator over retrieved passages (RAG, REPLUG, LSR)",
+        "question answering with a generator over retrieved passages (RAG, REPLUG, LSR)",
+        dest="rag_command",
         description=__doc__.split("\n\n")[0],
     )
-    rs = p.add_subparsers(dest="rag_command", metavar="SUBCOMMAND")
 
     r = rs.add_parser("retrieve", help="the top-k passages of each question, as a portable JSONL file")
     r.add_argument("questions", type=Path)
@@ -178,7 +187,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_no_progress(s)
     _run_args(s, save_every=50)
     s.set_defaults(func=cmd_lsr)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:

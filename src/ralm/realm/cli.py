@@ -17,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ralm.atomic import write_json_atomic, write_text_atomic
-from ralm.cli_flags import add_device, add_out, add_overwrite, add_quiet, add_resume
+from ralm.cli_flags import add_command_group, add_device, add_out, add_overwrite, add_quiet, add_resume
 from ralm.errors import RalmError
 
 # flag -> PretrainConfig field, for the settings worth a flag of their own; `--set NAME=VALUE` reaches the rest
@@ -449,9 +449,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=cmd_plot)
 
-    r = sub.add_parser("run", help="inspect a pre-training run directory")
-    rsub = r.add_subparsers(dest="run_command", metavar="SUBCOMMAND")
-    r.set_defaults(func=lambda a: (r.print_help(), 2)[1])
+    rsub = add_command_group(sub, "run", "inspect a pre-training run directory", dest="run_command")
     v = rsub.add_parser(
         "verify",
         help="check every checkpoint and index of a run against its recorded sizes and checksums",

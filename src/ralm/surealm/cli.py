@@ -17,6 +17,7 @@ from pathlib import Path
 from ralm.atomic import write_json_atomic
 from ralm.cli_flags import (
     add_autocast,
+    add_command_group,
     add_device,
     add_out,
     add_overwrite,
@@ -171,9 +172,9 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    top = sub.add_parser("surealm", help="SUREALM: suffix retrieval-augmented causal LM")
-    ss = top.add_subparsers(dest="surealm_command", metavar="SUBCOMMAND")
-    top.set_defaults(func=lambda a: (top.print_help(), 2)[1])
+    ss = add_command_group(
+        sub, "surealm", "SUREALM: suffix retrieval-augmented causal LM", dest="surealm_command"
+    )
     splits = f"{SPLITS_HOW[0].upper()}{SPLITS_HOW[1:]}."
 
     p = ss.add_parser(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ralm.cli_flags import add_out, add_seed
+from ralm.cli_flags import add_command_group, add_out, add_seed
 from ralm.errors import RalmError
 
 RECORDS_NEXT = """next:
@@ -30,14 +30,16 @@ DIALOGUES_NEXT = """next:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    w = add_command_group(
+        sub,
         "world",
-        help="write a controlled world: a synthetic corpus in which one mechanism must work (records: REALM, "
+        "write a controlled world: a synthetic corpus in which one mechanism must work (records: REALM, "
         "BRENT; dialogues: SUREALM)",
+        dest="world",
+        metavar="WORLD",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    w = p.add_subparsers(dest="world", metavar="WORLD")
     r = w.add_parser(
         "records",
         help="REALM / BRENT: one-fact documents about invented record codes, paraphrased queries whose "
@@ -103,7 +105,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--layers", type=int, default=2, help="layers of the world LM (default 2)")
     d.add_argument("--no-lm", action="store_true", help="write the dialogues only, no world LM")
     d.set_defaults(func=cmd_dialogues)
-    p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
 def out_dir(path: str) -> Path:

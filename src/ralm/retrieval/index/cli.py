@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ralm.cli_flags import add_out, add_overwrite, add_quiet
+from ralm.cli_flags import add_command_group, add_out, add_overwrite, add_quiet
 from ralm.errors import RalmError
 from ralm.retrieval.eval.cli import add_bm25_args
 
@@ -28,9 +28,9 @@ def register(
 ) -> None:
     """Add `index` and its subcommands; the encoder and BM25 options are those of `ralm search`."""
     _HELPERS.update(encoder_config=encoder_config, bm25_opts=bm25_opts)
-    index = sub.add_parser("index", help="build a dense (FAISS) and optional BM25 index over a DocStore")
-    isub = index.add_subparsers(dest="index_command", metavar="SUBCOMMAND")
-    index.set_defaults(func=lambda a: (index.print_help(), 2)[1])
+    isub = add_command_group(
+        sub, "index", "build a dense (FAISS) and optional BM25 index over a DocStore", dest="index_command"
+    )
     b = isub.add_parser(
         "build",
         help="embed a DocStore and index it",

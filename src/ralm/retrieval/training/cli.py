@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from ralm.cli_flags import add_device, add_out, add_overwrite, add_quiet, add_seed
+from ralm.cli_flags import add_command_group, add_device, add_out, add_overwrite, add_quiet, add_seed
 from ralm.errors import RalmError
 from ralm.retrieval.bm25_spec import bm25_options
 
@@ -22,9 +22,9 @@ from ralm.retrieval.bm25_spec import bm25_options
 def register(sub: argparse._SubParsersAction, encoder_args, encoder_config) -> None:
     """Add `retriever train` to the top-level parser; `encoder_args(p)` adds --encoder and friends,
     `encoder_config(args)` reads them."""
-    r = sub.add_parser("retriever", help="train a dense retriever (DPR pairs, contrastive, ICT)")
-    rsub = r.add_subparsers(dest="retriever_command", metavar="SUBCOMMAND")
-    r.set_defaults(func=lambda a: (r.print_help(), 2)[1])
+    rsub = add_command_group(
+        sub, "retriever", "train a dense retriever (DPR pairs, contrastive, ICT)", dest="retriever_command"
+    )
     t = rsub.add_parser(
         "train",
         help="train a dual encoder for your language and corpus",
