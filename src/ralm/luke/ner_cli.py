@@ -7,7 +7,6 @@ what they mean for `ralm finetune ner`, so the word-only row runs on the same sp
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ralm.cli_flags import add_autocast, add_device, add_no_progress, add_out, add_overwrite
 
@@ -17,18 +16,11 @@ __all__ = ["register"]
 def cmd_ner(args: argparse.Namespace) -> int:
     from ralm.errors import RalmError
     from ralm.luke.ner import LukeNerConfig, luke_ner, results_md
+    from ralm.tasks.cli import run_seed_job
 
     if args.data is None and args.train is None:
         raise RalmError("no data: give DATA (a file or directory) or --train FILE")
-    names = set(LukeNerConfig.__dataclass_fields__)
-    kw = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    kw["progress"] = not args.no_progress
-    kw["save"] = not args.no_save
-    cfg = LukeNerConfig(**kw)
-    results = luke_ner(cfg)
-    print(results_md(results), end="")
-    print(f"results: {Path(cfg.out) / 'results.json'}, {Path(cfg.out) / 'results.md'}")
-    return 0
+    return run_seed_job(args, LukeNerConfig, luke_ner, results_md)
 
 
 def register(group: argparse._SubParsersAction) -> None:

@@ -7,7 +7,9 @@ ralm table DIR [DIR...]          (BRENT Table 1 layout: models x task metrics, w
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ralm.cli_flags import add_autocast, add_device, add_no_progress, add_out, add_overwrite
 from ralm.formats.types import TASKS
@@ -35,14 +37,28 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         raise RalmError("no data: give DATA (a file or directory), --train FILE or --sample NAME")
     if args.sample:
         args.data = str(sample_path(args.sample))
-    names = set(FinetuneConfig.__dataclass_fields__)
+    return run_seed_job(args, FinetuneConfig, finetune, results_markdown, data=args.data)
+
+
+def run_seed_job(
+    args: argparse.Namespace,
+    config: type,
+    run: Callable[[Any], Any],
+    markdown: Callable[[Any], str],
+    **fixed: Any,
+) -> int:
+    """Run a job of seeds from its parsed arguments (`ralm finetune`, `ralm luke ner`): `config`
+    (a dataclass) takes every argument named like one of its fields that was given (not None), then
+    `fixed`, and progress/save from --no-progress/--no-save; `run(cfg)` returns the results, printed
+    as `markdown(results)` with the paths of results.json and results.md in cfg.out."""
+    names = set(config.__dataclass_fields__)
     kw = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    kw["data"] = args.data
+    kw.update(fixed)
     kw["progress"] = not args.no_progress
     kw["save"] = not args.no_save
-    cfg = FinetuneConfig(**kw)
-    results = finetune(cfg)
-    print(results_markdown(results), end="")
+    cfg = config(**kw)
+    results = run(cfg)
+    print(markdown(results), end="")
     print(f"results: {Path(cfg.out) / 'results.json'}, {Path(cfg.out) / 'results.md'}")
     return 0
 
