@@ -9,7 +9,7 @@ name, destination and kind are fixed here, so `--overwrite` is a switch and `--s
 every command. What differs between commands (the help, a default, whether `--out` is required, a
 Path or the string as given) is an argument of the helper.
 
-Free of imports beyond argparse and pathlib: the parser of every command is built on every `ralm`
+Free of imports beyond the standard library: the parser of every command is built on every `ralm`
 command. A shared module at the top of the package: any package's CLI may import it.
 """
 
