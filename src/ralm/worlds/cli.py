@@ -30,6 +30,10 @@ DIALOGUES_NEXT = """next:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from dataclasses import fields
+
+    from ralm.worlds.dialogues import DialogueWorldConfig
+
     w = add_command_group(
         sub,
         "world",
@@ -63,10 +67,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "conversations whose replies only the data store can complete",
     )
     add_out(d, "directory to write dialogues.jsonl, world.json and lm/ into", type=None)
-    from dataclasses import fields
-
-    from ralm.worlds.dialogues import DialogueWorldConfig
-
     world = {f.name: f.default for f in fields(DialogueWorldConfig)}  # one default per setting
     d.add_argument(
         "--facts",
