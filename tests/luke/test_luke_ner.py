@@ -307,6 +307,32 @@ def test_bad_iob_one_line_exit_2(luke_run, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]
 
 
+def test_train_file_without_data_reads_the_file(luke_run, tmp_path, capsys):
+    """--train FILE with no DATA argument: the job reads FILE (its bad tag is the one line), where it
+    used to stop on a TypeError before reading anything."""
+    bad = tmp_path / "train.conll"
+    bad.write_text("alice\tB-PER\n\nin\tO\noslo\tI-LOC\n", encoding="utf-8")
+    out = tmp_path / "out"
+    argv = [
+        "luke",
+        "ner",
+        "--train",
+        bad,
+        "--model",
+        luke_run,
+        "--out",
+        out,
+        "--seeds",
+        "1",
+        "--max-steps",
+        1,
+    ]
+    assert _main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"ralm: error: {bad}: sentence 2: word 2 is tagged 'I-LOC' after 'O'")
+
+
 def test_bad_model_dir_one_line_exit_2(data_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert _main(["luke", "ner", data_dir, "--model", tmp_path / "nope", "--out", out]) == 2

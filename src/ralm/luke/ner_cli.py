@@ -20,7 +20,9 @@ def cmd_ner(args: argparse.Namespace) -> int:
 
     if args.data is None and args.train is None:
         raise RalmError("no data: give DATA (a file or directory) or --train FILE")
-    return run_seed_job(args, LukeNerConfig, luke_ner, results_md)
+    return run_seed_job(
+        args, LukeNerConfig, luke_ner, results_md, data=args.data
+    )  # DATA may be absent (--train)
 
 
 def register(group: argparse._SubParsersAction) -> None:
