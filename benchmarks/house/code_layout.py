@@ -400,7 +400,9 @@ def house(rev: str, tree: Path) -> dict:
     }
 
 
-INDEX_OPENERS = ("load_retriever(", "open_index_dir(", "open_searcher(", "read_index_dir(", "open_dense(")
+# the calls that open an index or a corpus for search below ralm.Retriever (read_index_dir, which
+# reads an index folder's manifest and DocStore without opening anything for search, is not one)
+INDEX_OPENERS = ("load_retriever(", "open_index_dir(", "open_searcher(", "open_dense(")
 SHARED_FLAGS = ("--out", "--overwrite", "--resume", "--device", "--autocast", "--threads", "--seed")
 
 
@@ -428,6 +430,22 @@ def flag_declarations(text: dict[Path, str]) -> dict[str, int]:
     return counts
 
 
+def edits_sys_path(source: str) -> bool:
+    """Whether `source` calls sys.path.insert / append / extend."""
+    for call in _calls(source):
+        f = call.func
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr in ("insert", "append", "extend")
+            and isinstance(f.value, ast.Attribute)
+            and f.value.attr == "path"
+            and isinstance(f.value.value, ast.Name)
+            and f.value.value.id == "sys"
+        ):
+            return True
+    return False
+
+
 def path_shims(text: dict[Path, str], src: Path) -> list[str]:
     """Modules with a module-level `__getattr__` (a lazy path shim) or that name re-exports."""
     out = []
@@ -436,7 +454,10 @@ def path_shims(text: dict[Path, str], src: Path) -> list[str]:
             body = ast.parse(t).body
         except SyntaxError:
             continue
-        lazy = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in body)
+        # a module-level __getattr__ (the package root's lazy public names, `ralm.Retriever`, aside)
+        lazy = f != src / "__init__.py" and any(
+            isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in body
+        )
         if lazy or any(m in t for m in ("DeprecationWarning", "re-exported", "MetaPathFinder")):
             out.append(str(f.relative_to(src)))
     return sorted(out)
@@ -470,9 +491,7 @@ def layout67(tree: Path, src: Path, text: dict[Path, str]) -> dict:
         "backward_modules": sorted(str(f.relative_to(src)) for f, t in text.items() if ".backward(" in t),
         "flag_declarations": flag_declarations(text),
         "sys_path_edit_files_benchmarks": sum(
-            1
-            for f in bench
-            if "sys.path.insert(" in (t := f.read_text(encoding="utf-8")) or "sys.path.append(" in t
+            1 for f in bench if edits_sys_path(f.read_text(encoding="utf-8"))
         ),
         "path_shims": path_shims(text, src),
         "tests_asserting_a_file_length": length_asserts,
