@@ -13,18 +13,22 @@ threads. Cells (each writes its JSON under --work and is skipped when that exist
   bare              the runtimes alone on the same prompts (the ones the server built): HF
                     `generate` float32 and bf16 (autocast), and llama-cpp-python's
                     `create_completion` on the same GGUF with the same prompt ids and token cap
+  converted         Gemma-3's float32 weights as a Hugging Face directory through `convert-gguf`
+                    (F32, Q8_0): llama.cpp's greedy answers against torch's on the latency prompts
   quality BACKEND   `ralm rag eval` on the first --quality-questions test questions, k = 3: EM, F1
-                    and questions per second, per backend
+                    and questions per second, per backend (torch: float32, the reference; auto:
+                    the command's default, whose batches decode in torch under autocast "auto")
   report            benchmarks/results/ask_latency.json
 
 Run: python -m benchmarks.serve.ask_latency prep latency:torch latency:torch-int8 latency:llama.cpp bare \
-        quality:torch quality:torch-int8 quality:llama.cpp report [--work runs/b66]
+        converted quality:torch quality:auto quality:torch-int8 quality:llama.cpp report [--work runs/b66]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -36,7 +40,11 @@ from benchmarks.downstream.openqa_retrievers import build_pool  # noqa: E402
 from benchmarks.serve.serve_load import Server  # noqa: E402
 
 NORQUAD_TEST = ROOT.parent / "shared" / "data" / "norquad" / "all" / "test_dataset_flattened.json"
-BACKENDS = ("torch", "torch-int8", "llama.cpp")
+BACKENDS = ("torch", "torch-int8", "llama.cpp", "auto")
+CELLS = (
+    "prep latency:torch latency:torch-int8 latency:llama.cpp bare converted "
+    "quality:torch quality:auto quality:torch-int8 quality:llama.cpp report --work runs/b66"
+)
 LM, K, THREADS, MAX_NEW = "gemma3", 3, 2, 32
 TARGETS = {
     "ask_p50_seconds": "<= 2.0",
@@ -204,6 +212,85 @@ def bare(a) -> None:
             res[f"{name}_p50_seconds"] = statistics.median(ts)
             res[f"{name}_completion_tokens_p50"] = statistics.median(gen)
             log(f"bare {name}: p50 {statistics.median(ts):.2f} s")
+        if "paired_ralm_over_bare_p50" not in res:
+            paired(res, lm, llm, prompts, stop)
+    out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+
+
+def paired(res: dict, lm, llm, prompts: list[list[int]], stop: list[int]) -> None:
+    """ralm's llama.cpp path against the bare runtime on the same prompt and the same number of new
+    tokens, one after the other per prompt (so that a busy moment hits both): ralm's `greedy` with
+    the first-line stop through `LlamaCppDecoder`, then `create_completion` capped at the number of
+    tokens ralm generated. `paired_ralm_over_bare_p50` is the median of the per-prompt ratios."""
+    from ralm.frozen.backends import LlamaCppDecoder
+    from ralm.rag.generate import greedy
+
+    lm.decoder = LlamaCppDecoder(Path(llm.model_path), n_ctx=2048, threads=THREADS)
+    ours, theirs, ratios = [], [], []
+    for p in prompts:
+        t = time.perf_counter()
+        ids = greedy(lm, [p], max_new_tokens=MAX_NEW, stop_ids=stop, first_line=True)[0]
+        ours.append(time.perf_counter() - t)
+        n = min(MAX_NEW, len(ids) + 1)  # the tokens it decoded, the stop token included
+        t = time.perf_counter()
+        llm.create_completion(prompt=p, max_tokens=n, temperature=0.0, top_k=1)
+        theirs.append(time.perf_counter() - t)
+        ratios.append(ours[-1] / theirs[-1])
+    lm.decoder = None
+    res["paired_ralm_llama_cpp_p50_seconds"] = statistics.median(ours)
+    res["paired_bare_llama_cpp_p50_seconds"] = statistics.median(theirs)
+    res["paired_ralm_over_bare_p50"] = statistics.median(ratios)
+    log(f"paired: ralm {statistics.median(ours):.2f} s, bare {statistics.median(theirs):.2f} s")
+
+
+def converted(a) -> None:
+    """A model trained in ralm, run by llama.cpp: Gemma-3's float32 weights as a Hugging Face
+    directory (the de-quantised copy the GGUF cache holds; a fine-tuned generator or an exported
+    causal reader takes the same path), through `ralm.frozen.to_gguf.convert` as F32 and as Q8_0,
+    then the greedy answers (first-line stop, the same token cap) to the latency prompts: torch
+    float32 on the directory against llama.cpp on each file. Writes converted.json."""
+    out = a.work / "converted.json"
+    if out.is_file():
+        return
+    import shutil
+
+    import torch
+
+    from ralm.frozen.backends import LlamaCppDecoder
+    from ralm.frozen.lm import load_frozen_lm
+    from ralm.frozen.to_gguf import convert
+    from ralm.models import gguf_cache
+    from ralm.models.names import resolve_lm
+    from ralm.rag.generate import answer_text, greedy, stop_token_ids
+
+    torch.set_num_threads(THREADS)
+    d, name = resolve_lm(LM)
+    model_dir = a.work / "gemma3-hf"
+    if not (model_dir / "config.json").is_file():
+        shutil.copytree(gguf_cache.lookup(d / name), model_dir)
+    rows = json.loads((a.work / "latency-torch.json").read_text(encoding="utf-8"))["rows"]
+    lm = load_frozen_lm(model_dir, device="cpu", autocast="off", backend="torch")
+    stop = stop_token_ids(lm.tokenizer)
+    prompts = [lm.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
+
+    def answers() -> list[list[int]]:
+        return [greedy(lm, [p], max_new_tokens=MAX_NEW, stop_ids=stop, first_line=True)[0] for p in prompts]
+
+    want = answers()
+    res: dict[str, float] = {"prompts": len(prompts)}
+    for qtype in ("f32", "q8_0"):
+        path = convert(model_dir, qtype=qtype)
+        lm.decoder = LlamaCppDecoder(path, n_ctx=2048, threads=THREADS)
+        got = answers()
+        lm.decoder = None
+        res[f"converted_{qtype}_same_tokens_as_torch"] = sum(
+            x == y for x, y in zip(got, want, strict=True)
+        ) / len(want)
+        res[f"converted_{qtype}_same_answer_as_torch"] = sum(
+            answer_text(lm.tokenizer, x) == answer_text(lm.tokenizer, y)
+            for x, y in zip(got, want, strict=True)
+        ) / len(want)
+        log(f"converted {qtype}: {res[f'converted_{qtype}_same_answer_as_torch']:.3f} same answers")
     out.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
 
 
@@ -237,6 +324,7 @@ def quality(a, backend: str) -> None:
         "--out",
         out,
         "--no-progress",
+        *(["--autocast", "off"] if backend == "torch" else []),  # the float32 reference
     )
     (out / "wall.json").write_text(json.dumps({"seconds": time.perf_counter() - t}) + "\n")
 
@@ -279,8 +367,11 @@ def report(a) -> None:
         m["first_answer_seconds"] = m[f"ask_{default}_first_answer_seconds"]
     if default in qual and "torch" in qual:
         m["f1_default_minus_torch_fp32"] = round(m[f"f1_{default}"] - m["f1_torch"], 2)
+    # `ralm rag eval` under its default setting (auto: a batch of prompts decodes in torch)
+    eval_default = "auto" if "auto" in qual else default
+    if eval_default in qual and "torch" in qual:
         m["rag_eval_questions_per_s_over_torch"] = round(
-            m[f"rag_eval_questions_per_s_{default}"] / m["rag_eval_questions_per_s_torch"], 2
+            m[f"rag_eval_questions_per_s_{eval_default}"] / m["rag_eval_questions_per_s_torch"], 2
         )
     bp = a.work / "bare.json"
     if bp.is_file():
@@ -293,8 +384,17 @@ def report(a) -> None:
             # ralm's llama.cpp path (prompt building, decoding with the first-line stop) against the
             # bare runtime doing the same work; and the whole /ask round trip against it
             r = lat["llama.cpp"]
-            m["ralm_over_bare_runtime"] = round(r["generate_p50_seconds"] / bare_same_work, 3)
+            m["ralm_server_generate_over_bare_stop_newline"] = round(
+                r["generate_p50_seconds"] / bare_same_work, 3
+            )
             m["ralm_end_to_end_over_bare_runtime"] = round(r["p50_seconds"] / bare_same_work, 3)
+    cp = a.work / "converted.json"
+    if cp.is_file():
+        for key, v in json.loads(cp.read_text()).items():
+            if key != "prompts":
+                m[key] = round(v, 3)
+    if bp.is_file() and "paired_ralm_over_bare_p50" in b:
+        m["ralm_over_bare_runtime"] = round(b["paired_ralm_over_bare_p50"], 3)
     if "torch" in qual:
         ref = predictions(a.work / "quality-torch")
         for bk in qual:
@@ -310,7 +410,7 @@ def report(a) -> None:
             m[f"ask_{bk}_same_answer_as_torch"] = round(same[bk], 3)
     write_result(
         "ask_latency",
-        script_command(__file__),
+        script_command(__file__, CELLS),  # every cell: the file holds all of them, whichever ran last
         m,
         TARGETS,
         default_backend=default,
@@ -325,6 +425,7 @@ def report(a) -> None:
 
 
 def main() -> None:
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)  # `ralm rag eval` in a subprocess: the same 2 threads
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cells", nargs="+")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "b66")
@@ -341,12 +442,14 @@ def main() -> None:
             latency(a, arg)
         elif name == "bare":
             bare(a)
+        elif name == "converted":
+            converted(a)
         elif name == "quality":
             quality(a, arg)
         elif name == "report":
             report(a)
         else:
-            raise SystemExit(f"{cell}: no such cell (prep, latency:B, bare, quality:B, report)")
+            raise SystemExit(f"{cell}: no such cell (prep, latency:B, bare, converted, quality:B, report)")
 
 
 if __name__ == "__main__":
