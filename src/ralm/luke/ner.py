@@ -140,11 +140,11 @@ def run_seed(
     [MASK] on every span.
     """
     from ralm.models.precision import autocast_context, autocast_dtype
-    from ralm.progress import tqdm
     from ralm.tasks.adapters import shuffled
     from ralm.tasks.trainer import BestState, subsample, write_predictions
     from ralm.train.device import resolve_device
     from ralm.train.logging import MetricsLogger
+    from ralm.train.loop import fit_epochs
     from ralm.train.optim import warmup_schedule
 
     t0 = time.perf_counter()
@@ -199,7 +199,6 @@ def run_seed(
     best = BestState("f1")
     holder = SimpleNamespace(model=model, retriever=None)  # what BestState keeps and restores
     log = MetricsLogger(out, tensorboard=False)
-    bar = tqdm(total=total, desc=f"seed {seed}", disable=not cfg.progress, leave=False)
 
     def evaluate_dev(step: int) -> bool:
         if not dev:
@@ -209,35 +208,30 @@ def run_seed(
         best.offer(m, step, holder)
         return bool(cfg.patience and best.stale >= cfg.patience)
 
-    step, epoch, stop = 0, 0, False
-    while step < total and not stop:
-        order = shuffled(len(feats), seed, epoch)
-        for s in range(0, len(order), cfg.batch_size):
-            ts = time.perf_counter()
-            rows = chunk_rows(feats, order[s : s + cfg.batch_size], cfg.max_entities)
-            row: dict[str, Any] = {"loss": None, "spans": sum(hi - lo for _, lo, hi in rows)}
-            if rows:  # sentences without any span (all words cut) give no loss
-                batch = collate(rows, feats, pad, M)
-                with autocast_context(device, dtype):
-                    loss = model(**{k: v.to(device) for k, v in batch.items()})["loss"]
-                loss.backward()
-                norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                opt.step()
-                row.update(loss=loss.item(), grad_norm=norm.item())
-            opt.zero_grad(set_to_none=True)
-            sched.step()
-            step += 1
-            row.update(epoch=epoch, lr=sched.get_last_lr()[0], step_seconds=time.perf_counter() - ts)
-            log.log(step, **row)
-            bar.update(1)
-            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
-                stop = evaluate_dev(step)
-            if step >= total or stop:
-                break
-        epoch += 1
-        if not stop and (step >= total or not cfg.eval_every):
-            stop = evaluate_dev(step)
-    bar.close()
+    def loss_of(batch):
+        rows = chunk_rows(feats, batch, cfg.max_entities)
+        head = {"spans": sum(hi - lo for _, lo, hi in rows)}
+        if not rows:  # sentences without any span (all words cut) give no loss
+            return None, head
+        x = collate(rows, feats, pad, M)
+        with autocast_context(device, dtype):
+            return model(**{k: v.to(device) for k, v in x.items()})["loss"], head
+
+    step = fit_epochs(
+        total=total,
+        batch_size=cfg.batch_size,
+        order=lambda epoch: shuffled(len(feats), seed, epoch),
+        loss_of=loss_of,
+        opt=opt,
+        sched=sched,
+        params=params,
+        grad_clip=cfg.grad_clip,
+        log=log,
+        evaluate=evaluate_dev,
+        eval_every=cfg.eval_every,
+        progress=cfg.progress,
+        desc=f"seed {seed}",
+    )
     train_seconds = time.perf_counter() - t_train
     best.restore(holder)
     record: dict[str, Any] = {"seed": seed, "steps": step, "best_step": best.step if best.state else step}

@@ -18,6 +18,7 @@ import json
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from ralm.tasks.adapters import Adapter, TaggingAdapter, make_adapter, shuffled
 from ralm.tasks.metrics import PRIMARY
 from ralm.tasks.models import InitSpec, load_retriever_parts, load_task_model
 from ralm.train.logging import MetricsLogger
+from ralm.train.loop import fit_epochs
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
 if TYPE_CHECKING:
@@ -169,9 +171,7 @@ class BestState:
 
 
 def train(cfg: FinetuneConfig, parts: Parts, items: list, dev: list, seed: int, log: MetricsLogger):
-    """The optimisation loop; returns (steps taken, BestState)."""
-    from ralm.progress import tqdm
-
+    """The optimisation (`ralm.train.loop.fit_epochs`); returns (steps taken, BestState)."""
     adapter, retriever = parts.adapter, parts.retriever
     if cfg.eval_only:
         return 0, BestState(PRIMARY[cfg.task])
@@ -181,7 +181,6 @@ def train(cfg: FinetuneConfig, parts: Parts, items: list, dev: list, seed: int, 
     params = [p for g in opt.param_groups for p in g["params"]]
     best = BestState(PRIMARY[cfg.task])
     skipped_before = getattr(adapter, "skipped", 0)
-    bar = tqdm(total=total, desc=f"seed {seed}", disable=not cfg.progress, leave=False)
 
     def evaluate_dev(step: int) -> bool:
         """Score dev, keep the best state; True when early stopping says stop."""
@@ -192,39 +191,29 @@ def train(cfg: FinetuneConfig, parts: Parts, items: list, dev: list, seed: int, 
         best.offer(m, step, parts)
         return bool(cfg.patience and best.stale >= cfg.patience)
 
-    step, epoch, stop = 0, 0, False
-    while step < total and not stop:
-        order = shuffled(len(items), seed, epoch)
-        for s in range(0, len(order), cfg.batch_size):
-            ts = time.perf_counter()
-            with autocast_context(parts.device, parts.dtype):
-                loss = adapter.loss([items[i] for i in order[s : s + cfg.batch_size]], retriever)
-            row: dict[str, Any] = {"loss": None}
-            if loss is not None:  # open QA: None when no retrieved chunk holds an answer
-                loss.backward()
-                row = {
-                    "loss": loss.item(),
-                    "grad_norm": torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip).item(),
-                }
-                opt.step()
-            opt.zero_grad(set_to_none=True)
-            sched.step()
-            step += 1
-            row.update(epoch=epoch, lr=sched.get_last_lr()[0], step_seconds=time.perf_counter() - ts)
-            if hasattr(adapter, "skipped"):
-                row["skipped"] = adapter.skipped - skipped_before
-            log.log(step, **row)
-            bar.update(1)
-            if row["loss"] is not None:
-                bar.set_postfix(loss=f"{row['loss']:.3f}")
-            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
-                stop = evaluate_dev(step)
-            if step >= total or stop:
-                break
-        epoch += 1
-        if not stop and (step >= total or not cfg.eval_every):
-            stop = evaluate_dev(step)
-    bar.close()
+    def loss_of(batch: Sequence[int]):
+        with autocast_context(parts.device, parts.dtype):
+            return adapter.loss([items[i] for i in batch], retriever), {}
+
+    def skipped() -> dict[str, int]:
+        return {"skipped": adapter.skipped - skipped_before} if hasattr(adapter, "skipped") else {}
+
+    step = fit_epochs(
+        total=total,
+        batch_size=cfg.batch_size,
+        order=lambda epoch: shuffled(len(items), seed, epoch),
+        loss_of=loss_of,
+        opt=opt,
+        sched=sched,
+        params=params,
+        grad_clip=cfg.grad_clip,
+        log=log,
+        evaluate=evaluate_dev,
+        eval_every=cfg.eval_every,
+        progress=cfg.progress,
+        desc=f"seed {seed}",
+        row_tail=skipped,
+    )
     return step, best
 
 

@@ -1,0 +1,81 @@
+"""The epoch loop of the fine-tuning commands (`ralm finetune`, `ralm luke ner`): shuffled epochs
+of batches, one optimiser step a batch, a row of `metrics.jsonl` a step, dev evaluations every
+`eval_every` steps and at each epoch end, early stopping by the caller's evaluation.
+
+A step: the caller's `loss_of(indices)` gives the batch's loss (None when the batch has nothing to
+learn from, e.g. no retrieved chunk holds an answer) and the first fields of its row; the loop runs
+backward, clips the gradient norm to `grad_clip`, steps the optimiser (only with a loss), clears
+the gradients and steps the schedule (always: the schedule counts batches, not updates). The row is
+`loss` (None without one), the caller's fields, `grad_norm`, `epoch`, `lr`, `step_seconds` and
+the fields of `row_tail()`.
+
+Evaluation: `evaluate(step)` scores dev, keeps what it wants and says whether to stop. It runs
+every `eval_every` steps before the last (0: never mid-epoch) and after an epoch when the run is
+done or has no mid-epoch evaluations, so the last step is always evaluated once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["fit_epochs"]
+
+
+def fit_epochs(
+    *,
+    total: int,
+    batch_size: int,
+    order: Callable[[int], Sequence[int]],
+    loss_of: Callable[[Sequence[int]], tuple[torch.Tensor | None, dict[str, Any]]],
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    params: Sequence[torch.nn.Parameter],
+    grad_clip: float,
+    log,
+    evaluate: Callable[[int], bool],
+    eval_every: int = 0,
+    progress: bool = True,
+    desc: str = "",
+    row_tail: Callable[[], dict[str, Any]] | None = None,
+) -> int:
+    """Train for `total` steps of `batch_size` items, epoch `e` in the order `order(e)` (item
+    indices); returns the steps taken (fewer when `evaluate` stops the run). `log`: a
+    `ralm.train.logging.MetricsLogger`."""
+    from ralm.progress import tqdm
+
+    bar = tqdm(total=total, desc=desc, disable=not progress, leave=False)
+    step, epoch, stop = 0, 0, False
+    while step < total and not stop:
+        items = order(epoch)
+        for s in range(0, len(items), batch_size):
+            t0 = time.perf_counter()
+            loss, head = loss_of(items[s : s + batch_size])
+            row: dict[str, Any] = {"loss": None, **head}
+            if loss is not None:
+                loss.backward()
+                norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+                opt.step()
+                row.update(loss=loss.item(), grad_norm=norm.item())
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            step += 1
+            row.update(epoch=epoch, lr=sched.get_last_lr()[0], step_seconds=time.perf_counter() - t0)
+            if row_tail is not None:
+                row.update(row_tail())
+            log.log(step, **row)
+            bar.update(1)
+            if row["loss"] is not None:
+                bar.set_postfix(loss=f"{row['loss']:.3f}")
+            if eval_every and step % eval_every == 0 and step < total:
+                stop = evaluate(step)
+            if step >= total or stop:
+                break
+        epoch += 1
+        if not stop and (step >= total or not eval_every):
+            stop = evaluate(step)
+    bar.close()
+    return step

@@ -1,0 +1,113 @@
+"""`ralm.train.loop.fit_epochs` against a naive loop written out by hand: the same weights, the same
+rows of metrics.jsonl, evaluations where the docstring says, early stopping, and a batch without a
+loss stepping the schedule but not the weights."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from ralm.train.logging import MetricsLogger
+from ralm.train.loop import fit_epochs
+
+X = torch.randn(10, 3, generator=torch.Generator().manual_seed(0))
+Y = X @ torch.tensor([1.0, -2.0, 0.5])
+
+
+def _parts():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    return model, opt, sched, list(model.parameters())
+
+
+def _order(epoch: int) -> list[int]:
+    return list(np.random.default_rng([7, epoch]).permutation(10))
+
+
+def _loss(model, batch):
+    if 9 in batch:  # a batch the model cannot learn from
+        return None
+    idx = torch.as_tensor(list(batch))
+    return ((model(X[idx])[:, 0] - Y[idx]) ** 2).mean()
+
+
+def _rows(path):
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_fit_epochs_equals_the_naive_loop_and_evaluates_on_schedule(tmp_path):
+    total, bs, every = 7, 4, 3
+    model, opt, sched, params = _parts()
+    evaluated = []
+    log = MetricsLogger(tmp_path / "a", tensorboard=False)
+    steps = fit_epochs(
+        total=total,
+        batch_size=bs,
+        order=_order,
+        loss_of=lambda b: (_loss(model, b), {"n": len(b)}),
+        opt=opt,
+        sched=sched,
+        params=params,
+        grad_clip=0.5,
+        log=log,
+        evaluate=lambda step: evaluated.append(step) or False,
+        eval_every=every,
+        progress=False,
+    )
+    log.close()
+    assert steps == total
+    assert evaluated == [3, 6, 7]  # every 3 steps before the last, then the last once
+
+    ref, ropt, rsched, rparams = _parts()
+    want, step, epoch = [], 0, 0
+    while step < total:
+        order = _order(epoch)
+        for s in range(0, len(order), bs):
+            loss = _loss(ref, order[s : s + bs])
+            row = {"loss": None, "n": len(order[s : s + bs])}
+            if loss is not None:
+                loss.backward()
+                norm = torch.nn.utils.clip_grad_norm_(rparams, 0.5)
+                ropt.step()
+                row.update(loss=loss.item(), grad_norm=norm.item())
+            ropt.zero_grad(set_to_none=True)
+            rsched.step()
+            step += 1
+            row.update(epoch=epoch, lr=rsched.get_last_lr()[0])
+            want.append(row)
+            if step >= total:
+                break
+        epoch += 1
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters(), strict=True))
+    got = _rows(tmp_path / "a")
+    assert [r["step"] for r in got] == list(range(1, total + 1))
+    assert [{k: r[k] for k in want[i]} for i, r in enumerate(got)] == want
+    assert any(r["loss"] is None for r in want) and any(r["loss"] is not None for r in want)
+    for r, w in zip(got, want, strict=True):  # the loop's field order: loss, the caller's, then its own
+        assert list(r) == ["step", *w, "step_seconds"]
+
+
+def test_evaluate_can_stop_the_run_and_no_mid_epoch_evaluation_means_one_an_epoch(tmp_path):
+    model, opt, sched, params = _parts()
+    evaluated = []
+    log = MetricsLogger(tmp_path / "b", tensorboard=False)
+    steps = fit_epochs(
+        total=20,
+        batch_size=4,
+        order=_order,
+        loss_of=lambda b: (_loss(model, b), {}),
+        opt=opt,
+        sched=sched,
+        params=params,
+        grad_clip=1.0,
+        log=log,
+        evaluate=lambda step: evaluated.append(step) or len(evaluated) == 2,
+        eval_every=0,
+        progress=False,
+    )
+    log.close()
+    assert evaluated == [3, 6] and steps == 6  # 3 batches an epoch; the second evaluation stops it
