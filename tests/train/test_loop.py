@@ -111,3 +111,47 @@ def test_evaluate_can_stop_the_run_and_no_mid_epoch_evaluation_means_one_an_epoc
     )
     log.close()
     assert evaluated == [3, 6] and steps == 6  # 3 batches an epoch; the second evaluation stops it
+
+
+def _steps(model, opt, sched, params, total, start, seen):
+    import random
+
+    from ralm.train.loop import fit_steps
+
+    rng = random.Random(3)
+
+    def epoch_batches():
+        order = list(range(10))
+        rng.shuffle(order)
+        return [order[s : s + 4] for s in range(0, 10, 4)]
+
+    def loss_of(batch):
+        idx = torch.as_tensor(list(batch))
+        return ((model(X[idx])[:, 0] - Y[idx]) ** 2).mean(), list(batch)
+
+    return fit_steps(
+        total=total,
+        start=start,
+        epoch_batches=epoch_batches,
+        loss_of=loss_of,
+        opt=opt,
+        sched=sched,
+        params=params,
+        grad_clip=0.5,
+        on_step=lambda step, loss, batch: seen.append((step, batch)),
+    )
+
+
+def test_fit_steps_resumed_at_a_step_trains_the_uninterrupted_runs_batches():
+    """Seven steps in one go, against four steps then a resume from step 4 on the weights of step 4
+    (as a checkpoint gives them back): the same batches after step 4 and the same weights."""
+    model, opt, sched, params = _parts()
+    whole: list = []
+    assert _steps(model, opt, sched, params, 7, 0, whole) == 7
+    part, opt2, sched2, params2 = _parts()
+    first: list = []
+    assert _steps(part, opt2, sched2, params2, 4, 0, first) == 4
+    rest: list = []
+    assert _steps(part, opt2, sched2, params2, 7, 4, rest) == 7
+    assert first + rest == whole and [s for s, _ in rest] == [5, 6, 7]
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), part.parameters(), strict=True))

@@ -28,6 +28,7 @@ import torch
 
 from ralm.errors import RalmError
 from ralm.rag.prompt import PromptBuilder, TrainingExample, passage_text
+from ralm.train.loop import fit_steps
 
 __all__ = ["GeneratorTrainConfig", "save_generator", "train_generator", "training_examples"]
 
@@ -212,38 +213,41 @@ def train_generator(
         )
         step, seen_tokens, losses, before = state.step, state.tokens, state.losses, state.seconds
     t0 = time.perf_counter()
-    done = 0  # batches walked through: a resumed run replays the data order up to its step
+
+    def loss_of(batch):
+        x, mask, y = _collate([examples[i] for i in batch], pad, device)
+        with autocast_context(device, autocast):
+            return model_answer_loss(model, x, mask, y)[0], int(mask.sum())
+
     with tqdm(total=total, initial=step, disable=not progress, unit="step", desc="rag train") as bar:
-        while done < total:
-            for batch in _batches(examples, cfg.batch_size, rng):
-                if done >= total:
-                    break
-                done += 1
-                if done <= step:
-                    continue
-                x, mask, y = _collate([examples[i] for i in batch], pad, device)
-                with autocast_context(device, autocast):
-                    loss, n = model_answer_loss(model, x, mask, y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                opt.step()
-                sched.step()
-                step += 1
-                seen_tokens += int(mask.sum())
-                losses.append(float(loss.detach()))
-                bar.update(1)
-                if state is not None:
-                    state.after_step(
-                        step,
-                        total,
-                        loss=losses[-1],
-                        tokens=seen_tokens,
-                        seconds=round(before + time.perf_counter() - t0, 3),
-                    )
-                if step % 50 == 0 or step == total:
-                    log(f"step {step}/{total}: answer loss {sum(losses[-50:]) / len(losses[-50:]):.4f}")
+
+        def on_step(step: int, loss: float, tokens: int) -> None:
+            nonlocal seen_tokens
+            seen_tokens += tokens
+            losses.append(loss)
+            bar.update(1)
+            if state is not None:
+                state.after_step(
+                    step,
+                    total,
+                    loss=loss,
+                    tokens=seen_tokens,
+                    seconds=round(before + time.perf_counter() - t0, 3),
+                )
+            if step % 50 == 0 or step == total:
+                log(f"step {step}/{total}: answer loss {sum(losses[-50:]) / len(losses[-50:]):.4f}")
+
+        step = fit_steps(
+            total=total,
+            start=step,
+            epoch_batches=lambda: _batches(examples, cfg.batch_size, rng),
+            loss_of=loss_of,
+            opt=opt,
+            sched=sched,
+            params=params,
+            grad_clip=cfg.grad_clip,
+            on_step=on_step,
+        )
     if state is not None:
         state.close()
     if cfg.lora_r:

@@ -36,6 +36,7 @@ import torch
 
 from ralm.atomic import atomic_path, replace_dir, temp_sibling
 from ralm.errors import RalmError
+from ralm.train.loop import fit_steps
 
 __all__ = [
     "PREFERENCES",
@@ -203,34 +204,37 @@ def train_lsr(
             mode="rag-lsr",
         )
         step, losses, before = state.step, state.losses, state.seconds
-    t0, done = time.perf_counter(), 0
-    while done < total:
+    t0 = time.perf_counter()
+
+    def epoch_batches() -> list[list[int]]:
         order = list(range(len(questions)))
         rng.shuffle(order)
-        for s in range(0, len(order), cfg.batch_size):
-            if done >= total:
-                break
-            done += 1
-            if done <= step:  # a resumed run replays the data order up to its step
-                continue
-            rows = order[s : s + cfg.batch_size]
-            inputs = encoder.tokenize_queries([questions[i].question for i in rows])
-            q = tower(**{k: v.to(device) for k, v in inputs.items()})
-            scores = encoder.scale_scores(torch.einsum("bd,bnd->bn", q, docs[rows]))
-            loss = lsr_loss(scores, target[rows], cfg.gamma, cfg.beta)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
-            step += 1
-            losses.append(float(loss.detach()))
-            if state is not None:
-                state.after_step(
-                    step, total, loss=losses[-1], seconds=round(before + time.perf_counter() - t0, 3)
-                )
-            if step % 20 == 0 or step == total:
-                log(f"lsr step {step}/{total}: KL {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+        return [order[s : s + cfg.batch_size] for s in range(0, len(order), cfg.batch_size)]
+
+    def loss_of(rows):
+        inputs = encoder.tokenize_queries([questions[i].question for i in rows])
+        q = tower(**{k: v.to(device) for k, v in inputs.items()})
+        scores = encoder.scale_scores(torch.einsum("bd,bnd->bn", q, docs[rows]))
+        return lsr_loss(scores, target[rows], cfg.gamma, cfg.beta), None
+
+    def on_step(step: int, loss: float, _) -> None:
+        losses.append(loss)
+        if state is not None:
+            state.after_step(step, total, loss=loss, seconds=round(before + time.perf_counter() - t0, 3))
+        if step % 20 == 0 or step == total:
+            log(f"lsr step {step}/{total}: KL {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+
+    step = fit_steps(
+        total=total,
+        start=step,
+        epoch_batches=epoch_batches,
+        loss_of=loss_of,
+        opt=opt,
+        sched=sched,
+        params=params,
+        grad_clip=1.0,
+        on_step=on_step,
+    )
     if state is not None:
         state.close()
     tower.eval()

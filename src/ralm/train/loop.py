@@ -1,6 +1,14 @@
-"""The epoch loop of the fine-tuning commands (`ralm finetune`, `ralm luke ner`): shuffled epochs
-of batches, one optimiser step a batch, a row of `metrics.jsonl` a step, dev evaluations every
-`eval_every` steps and at each epoch end, early stopping by the caller's evaluation.
+"""ralm's training loops, each called with the command's own loss:
+
+* `fit_epochs` (`ralm finetune`, `ralm luke ner`): shuffled epochs of batches, one optimiser step a
+  batch, a row of `metrics.jsonl` a step, dev evaluations every `eval_every` steps and at each
+  epoch end, early stopping by the caller's evaluation;
+* `fit_steps` (`ralm rag train`, `ralm rag lsr`): `total` optimiser steps over the caller's epochs
+  of batches, resumable: a run resumed at step `start` walks the data order again up to there
+  without training (so the batches after it are the uninterrupted run's), and `on_step` hears
+  every step (the run's checkpoints and metrics, `ralm.rag.train_run`).
+
+`fit_epochs` in detail.
 
 A step: the caller's `loss_of(indices)` gives the batch's loss (None when the batch has nothing to
 learn from, e.g. no retrieved chunk holds an answer) and the first fields of its row; the loop runs
@@ -17,12 +25,12 @@ done or has no mid-epoch evaluations, so the last step is always evaluated once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["fit_epochs"]
+__all__ = ["fit_epochs", "fit_steps"]
 
 
 def fit_epochs(
@@ -78,4 +86,41 @@ def fit_epochs(
         if not stop and (step >= total or not eval_every):
             stop = evaluate(step)
     bar.close()
+    return step
+
+
+def fit_steps(
+    *,
+    total: int,
+    start: int,
+    epoch_batches: Callable[[], Iterable[Sequence[int]]],
+    loss_of: Callable[[Sequence[int]], tuple[torch.Tensor, Any]],
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    params: Sequence[torch.nn.Parameter],
+    grad_clip: float | None,
+    on_step: Callable[[int, float, Any], None],
+) -> int:
+    """Train from step `start` to `total`: each call of `epoch_batches()` gives the next epoch's
+    batches (item indices; it is called again from the first batch of a resumed run, so the data
+    order is the uninterrupted run's); a step clears the gradients, runs `loss_of(batch)` -> (loss,
+    info), backward, clips to `grad_clip` (None or 0: no clipping), steps the optimiser and the
+    schedule, then calls `on_step(step, loss, info)`. Returns the last step."""
+    step, done = start, 0
+    while done < total:
+        for batch in epoch_batches():
+            if done >= total:
+                break
+            done += 1
+            if done <= step:  # a resumed run walks the data order up to its step
+                continue
+            opt.zero_grad(set_to_none=True)
+            loss, info = loss_of(batch)
+            loss.backward()
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            sched.step()
+            step += 1
+            on_step(step, float(loss.detach()), info)
     return step
