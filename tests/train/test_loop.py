@@ -138,7 +138,7 @@ def _steps(model, opt, sched, params, total, start, seen):
         sched=sched,
         params=params,
         grad_clip=0.5,
-        on_step=lambda step, loss, batch: seen.append((step, batch)),
+        on_step=lambda step, loss, batch, norm: seen.append((step, batch)),
     )
 
 

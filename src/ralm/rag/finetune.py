@@ -221,7 +221,7 @@ def train_generator(
 
     with tqdm(total=total, initial=step, disable=not progress, unit="step", desc="rag train") as bar:
 
-        def on_step(step: int, loss: float, tokens: int) -> None:
+        def on_step(step: int, loss: float, tokens: int, _norm: float) -> None:
             nonlocal seen_tokens
             seen_tokens += tokens
             losses.append(loss)

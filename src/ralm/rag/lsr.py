@@ -217,7 +217,7 @@ def train_lsr(
         scores = encoder.scale_scores(torch.einsum("bd,bnd->bn", q, docs[rows]))
         return lsr_loss(scores, target[rows], cfg.gamma, cfg.beta), None
 
-    def on_step(step: int, loss: float, _) -> None:
+    def on_step(step: int, loss: float, _info, _norm: float) -> None:
         losses.append(loss)
         if state is not None:
             state.after_step(step, total, loss=loss, seconds=round(before + time.perf_counter() - t0, 3))

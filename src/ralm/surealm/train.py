@@ -37,6 +37,7 @@ from ralm.surealm.options import DEFAULT_PATHWAY
 from ralm.surealm.sentences import FILL_SPLITS
 from ralm.train.device import resolve_device
 from ralm.train.logging import METRICS_FILE, MetricsLogger
+from ralm.train.loop import fit_steps
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 
 logger = logging.getLogger(__name__)
@@ -256,9 +257,10 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
     bar = tqdm(
         total=cfg.steps, disable=not progress, unit="step", desc="surealm" if cfg.retrieval else "baseline"
     )
-    try:
+    params = list(model.parameters())
+
+    def batches():
         for step in range(1, cfg.steps + 1):
-            t0 = time.perf_counter()
             pos = (step - 1) * cfg.batch_size
             epoch, off = divmod(pos, n)
             order = np.random.default_rng([cfg.seed, 11, epoch]).permutation(n)
@@ -266,45 +268,57 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
             if len(idx) < cfg.batch_size:  # wrap into the next epoch's order
                 nxt = np.random.default_rng([cfg.seed, 11, epoch + 1]).permutation(n)
                 idx = np.concatenate([idx, nxt[: cfg.batch_size - len(idx)]])
-            batch = batcher.batch(train_ids[idx], train=True)
-            with autocast_context(dev, ac):
-                logits = model(**_inputs(batch, dev))
-            labels = batch["labels"].to(dev)
-            ntok = int((labels != IGNORE_INDEX).sum())
-            loss = _nll(logits, labels) / max(ntok, 1)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            lv = float(loss.detach())
-            gn = (
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                if cfg.max_grad_norm > 0
-                else 0.0
+            yield idx
+
+    def loss_of(idx):
+        batch = batcher.batch(train_ids[idx], train=True)
+        with autocast_context(dev, ac):
+            logits = model(**_inputs(batch, dev))
+        labels = batch["labels"].to(dev)
+        ntok = int((labels != IGNORE_INDEX).sum())
+        return _nll(logits, labels) / max(ntok, 1), None
+
+    t0 = time.perf_counter()
+
+    def on_step(step: int, lv: float, _info, gn: float) -> None:
+        nonlocal best, t0
+        if not math.isfinite(lv):
+            raise RalmError(
+                f"step {step}: the loss is not finite; lower the learning rate or use --autocast off"
             )
-            opt.step()
-            sched.step()
-            if not math.isfinite(lv):
-                raise RalmError(
-                    f"step {step}: the loss is not finite; lower the learning rate or use --autocast off"
-                )
-            row = {
-                "loss": lv,
-                "ppl": math.exp(min(lv, 50.0)),
-                "lr": sched.get_last_lr()[0],
-                "grad_norm": float(gn),
-                "epoch": pos / n,
-                "step_seconds": time.perf_counter() - t0,
-            }
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                c = evaluate(model, batcher, valid_ids, device=dev, autocast=cfg.autocast)
-                row.update({"valid_token_ppl": c.token_ppl, "valid_word_ppl": c.word_ppl})
-                if model.cross is not None:
-                    row["gate_mean_abs"] = float(np.mean(np.abs(model.gates())))
-                if c.token_ppl < best:
-                    best = c.token_ppl
-                    _save_atomic(model, tokenizer, out, {**extra, "best_step": step, "valid": c.as_dict()})
-            metrics.log(step, **row)
-            bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.3f}")
+        row = {
+            "loss": lv,
+            "ppl": math.exp(min(lv, 50.0)),
+            "lr": sched.get_last_lr()[0],
+            "grad_norm": gn,
+            "epoch": (step - 1) * cfg.batch_size / n,
+            "step_seconds": time.perf_counter() - t0,
+        }
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            c = evaluate(model, batcher, valid_ids, device=dev, autocast=cfg.autocast)
+            row.update({"valid_token_ppl": c.token_ppl, "valid_word_ppl": c.word_ppl})
+            if model.cross is not None:
+                row["gate_mean_abs"] = float(np.mean(np.abs(model.gates())))
+            if c.token_ppl < best:
+                best = c.token_ppl
+                _save_atomic(model, tokenizer, out, {**extra, "best_step": step, "valid": c.as_dict()})
+        metrics.log(step, **row)
+        bar.update(1)
+        bar.set_postfix(loss=f"{row['loss']:.3f}")
+        t0 = time.perf_counter()
+
+    try:
+        fit_steps(
+            total=cfg.steps,
+            start=0,
+            epoch_batches=batches,
+            loss_of=loss_of,
+            opt=opt,
+            sched=sched,
+            params=params,
+            grad_clip=cfg.max_grad_norm if cfg.max_grad_norm > 0 else None,
+            on_step=on_step,
+        )
     finally:
         bar.close()
         metrics.close()

@@ -99,13 +99,14 @@ def fit_steps(
     sched: torch.optim.lr_scheduler.LRScheduler,
     params: Sequence[torch.nn.Parameter],
     grad_clip: float | None,
-    on_step: Callable[[int, float, Any], None],
+    on_step: Callable[[int, float, Any, float], None],
 ) -> int:
     """Train from step `start` to `total`: each call of `epoch_batches()` gives the next epoch's
     batches (item indices; it is called again from the first batch of a resumed run, so the data
     order is the uninterrupted run's); a step clears the gradients, runs `loss_of(batch)` -> (loss,
     info), backward, clips to `grad_clip` (None or 0: no clipping), steps the optimiser and the
-    schedule, then calls `on_step(step, loss, info)`. Returns the last step."""
+    schedule, then calls `on_step(step, loss, info, grad_norm)` (the norm before clipping; 0.0
+    without clipping). Returns the last step."""
     step, done = start, 0
     while done < total:
         for batch in epoch_batches():
@@ -117,10 +118,10 @@ def fit_steps(
             opt.zero_grad(set_to_none=True)
             loss, info = loss_of(batch)
             loss.backward()
-            if grad_clip:
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            value = float(loss.detach())
+            norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip)) if grad_clip else 0.0
             opt.step()
             sched.step()
             step += 1
-            on_step(step, float(loss.detach()), info)
+            on_step(step, value, info, norm)
     return step
