@@ -155,3 +155,25 @@ def test_fit_steps_resumed_at_a_step_trains_the_uninterrupted_runs_batches():
     assert _steps(part, opt2, sched2, params2, 7, 4, rest) == 7
     assert first + rest == whole and [s for s, _ in rest] == [5, 6, 7]
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), part.parameters(), strict=True))
+
+
+def test_fit_steps_ends_when_the_data_runs_out_before_total():
+    """Batches counted by the data (one iterator over every epoch): 3 batches and total 10 train 3
+    steps and return, instead of asking an empty epoch again and again."""
+    from ralm.train.loop import fit_steps
+
+    model, opt, sched, params = _parts()
+    walk = iter([[0, 1], [2, 3], [4, 5]])
+    seen = []
+    steps = fit_steps(
+        total=10,
+        start=0,
+        epoch_batches=lambda: walk,
+        loss_of=lambda b: (((model(X[b])[:, 0] - Y[b]) ** 2).mean(), None),
+        opt=opt,
+        sched=sched,
+        params=params,
+        grad_clip=None,
+        on_step=lambda step, loss, info, norm: seen.append((step, norm)),
+    )
+    assert steps == 3 and seen == [(1, 0.0), (2, 0.0), (3, 0.0)]

@@ -93,8 +93,8 @@ def fit_steps(
     *,
     total: int,
     start: int,
-    epoch_batches: Callable[[], Iterable[Sequence[int]]],
-    loss_of: Callable[[Sequence[int]], tuple[torch.Tensor, Any]],
+    epoch_batches: Callable[[], Iterable[Any]],
+    loss_of: Callable[[Any], tuple[torch.Tensor, Any]],
     opt: torch.optim.Optimizer,
     sched: torch.optim.lr_scheduler.LRScheduler,
     params: Sequence[torch.nn.Parameter],
@@ -106,9 +106,12 @@ def fit_steps(
     order is the uninterrupted run's); a step clears the gradients, runs `loss_of(batch)` -> (loss,
     info), backward, clips to `grad_clip` (None or 0: no clipping), steps the optimiser and the
     schedule, then calls `on_step(step, loss, info, grad_norm)` (the norm before clipping; 0.0
-    without clipping). Returns the last step."""
+    without clipping). An epoch without batches ends the run early (a caller whose batches are
+    counted by the data, not by `total`, returns one iterator that runs out). Returns the last
+    step."""
     step, done = start, 0
     while done < total:
+        walked = done
         for batch in epoch_batches():
             if done >= total:
                 break
@@ -124,4 +127,6 @@ def fit_steps(
             sched.step()
             step += 1
             on_step(step, value, info, norm)
+        if done == walked:  # an epoch without a batch: the data ran out before `total`
+            break
     return step

@@ -34,6 +34,7 @@ from ralm.realm.modeling.candidates import in_batch_rows
 from ralm.realm.modeling.marginal import distillation_loss
 from ralm.realm.training.heldout import heldout_batches
 from ralm.realm.training.run import LoadedRun
+from ralm.train.loop import fit_steps
 
 __all__ = ["NEGATIVES", "distill_query_tower", "rescore_records", "save_distilled"]
 
@@ -135,36 +136,50 @@ def distill_query_tower(
     opt = optimizer_for(model, cfg)
     sched = warmup_schedule(opt, cfg.schedule, min(cfg.warmup_steps, steps), steps, cfg.min_lr_ratio)
     history: list[dict[str, float]] = []
-    step, since = 0, []
-    for epoch in range(epochs):
-        order = chunks[rng.permutation(len(chunks))]
-        for batch in heldout_batches(run, order, bs):
-            ids = batch["source_ids"].tolist()
-            recs = [by_chunk[int(c)] for c in ids]
-            rows = np.array([r["reader_docs"][:R] for r in recs], dtype=np.int64)
-            lp = torch.tensor([r[f"lp_{target}"] for r in recs], dtype=torch.float32)
-            batch = {k: v.to(run.device) for k, v in batch.items()}
-            q = model.embed_queries(batch).float()
-            pad = None
-            if negatives == "in_batch":
-                rows, lp, pad = _with_in_batch_negatives(rows, lp)
-            log_p_z = model.prior_over(q, rows, _doc_vectors(run, rows)).float()
-            if pad is not None:  # the softmax over the places kept
-                log_p_z = log_p_z.masked_fill(pad.to(log_p_z.device), -math.inf)
-                log_p_z = log_p_z - torch.logsumexp(log_p_z, dim=1, keepdim=True)
-            loss = distillation_loss(log_p_z, lp.to(log_p_z.device), tau).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.max_grad_norm > 0:
-                params = [p for g in opt.param_groups for p in g["params"]]
-                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            opt.step()
-            sched.step()
-            step += 1
-            since.append(loss.item())
-            if (log_every and step % log_every == 0) or step == steps:
-                history.append({"step": step, "epoch": epoch + 1, "kl": float(np.mean(since))})
-                since = []
+    since: list[float] = []
+
+    def batches():
+        for epoch in range(epochs):
+            order = chunks[rng.permutation(len(chunks))]
+            for batch in heldout_batches(run, order, bs):
+                yield epoch, batch
+
+    def loss_of(item):
+        epoch, batch = item
+        ids = batch["source_ids"].tolist()
+        recs = [by_chunk[int(c)] for c in ids]
+        rows = np.array([r["reader_docs"][:R] for r in recs], dtype=np.int64)
+        lp = torch.tensor([r[f"lp_{target}"] for r in recs], dtype=torch.float32)
+        batch = {k: v.to(run.device) for k, v in batch.items()}
+        q = model.embed_queries(batch).float()
+        pad = None
+        if negatives == "in_batch":
+            rows, lp, pad = _with_in_batch_negatives(rows, lp)
+        log_p_z = model.prior_over(q, rows, _doc_vectors(run, rows)).float()
+        if pad is not None:  # the softmax over the places kept
+            log_p_z = log_p_z.masked_fill(pad.to(log_p_z.device), -math.inf)
+            log_p_z = log_p_z - torch.logsumexp(log_p_z, dim=1, keepdim=True)
+        return distillation_loss(log_p_z, lp.to(log_p_z.device), tau).mean(), epoch
+
+    def on_step(step: int, loss: float, epoch: int, _norm: float) -> None:
+        nonlocal since
+        since.append(loss)
+        if (log_every and step % log_every == 0) or step == steps:
+            history.append({"step": step, "epoch": epoch + 1, "kl": float(np.mean(since))})
+            since = []
+
+    walk = batches()  # one pass over the epochs: the held-out masks may leave fewer than `steps` batches
+    fit_steps(
+        total=steps,
+        start=0,
+        epoch_batches=lambda: walk,
+        loss_of=loss_of,
+        opt=opt,
+        sched=sched,
+        params=[p for g in opt.param_groups for p in g["params"]],
+        grad_clip=cfg.max_grad_norm if cfg.max_grad_norm > 0 else None,
+        on_step=on_step,
+    )
     model.eval()
     return opt, sched, history
 
