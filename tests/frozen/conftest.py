@@ -3,11 +3,11 @@ and a small corpus for the frozen-LM tests; reference loops and stubs live in fr
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from frozen_ref import ARTICLES, GRID_WORDS
+
+from testkit import articles_store, tiny_llama
 
 
 def _word_tokenizer():
@@ -24,22 +24,9 @@ def _word_tokenizer():
 @pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory):
     """A random 2-layer Llama (hidden 32) whose tokens are the whitespace-separated words."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     d = tmp_path_factory.mktemp("frozen") / "llama"
     tok = _word_tokenizer()
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        architectures=["LlamaForCausalLM"],
-    )
-    LlamaForCausalLM(cfg).save_pretrained(d)
+    tiny_llama(tok, max_position_embeddings=128).save_pretrained(d)
     tok.save_pretrained(d)
     return d
 
@@ -83,13 +70,7 @@ def gpt2(gpt2_dir):
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
     """A DocStore of ARTICLES (chunks of <= 32 MiniLM tokens; the River article has several)."""
-    from ralm.corpus.build import BuildConfig, build_docstore
-
-    d = tmp_path_factory.mktemp("frozen-corpus")
-    src = d / "docs.jsonl"
-    src.write_text("".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in ARTICLES), encoding="utf-8")
-    store = build_docstore([src], d / "store", BuildConfig(chunk_size=32), progress=False, log=lambda m: None)
-    return store.root
+    return articles_store(ARTICLES, tmp_path_factory.mktemp("frozen-corpus"))
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,8 @@ import json
 import pytest
 from frozen_ref import ARTICLES, EVAL_ARTICLE, eval_text
 
-from ralm.cli import main
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err.strip().splitlines()
+from testkit import run_ralm as run
+from testkit import tiny_index
 
 
 @pytest.fixture(scope="module")
@@ -26,21 +21,7 @@ def text_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory, corpus, tiny_dir):
     """A dense + BM25 index over the test corpus, with the tiny random BERT as encoder."""
-    from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.encoders import EncoderConfig
-    from ralm.retrieval.index.build import build_index_dir
-
-    out = tmp_path_factory.mktemp("lm-eval-index") / "index"
-    build_index_dir(
-        DocStore(corpus),
-        out,
-        encoder=str(tiny_dir),
-        encoder_config=EncoderConfig(max_length=32),
-        bm25=True,
-        progress=False,
-        log=lambda m: None,
-    )
-    return out
+    return tiny_index(corpus, tmp_path_factory.mktemp("lm-eval-index") / "index", tiny_dir)
 
 
 COMMON = ("--max-length", "32", "--doc-tokens", "12", "--device", "cpu", "--autocast", "off")

@@ -10,12 +10,12 @@ import pytest
 import torch
 from frozen_ref import ARTICLES, EVAL_ARTICLE, eval_text
 
-from ralm.cli import main
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.frozen.datastore import Datastore, article_texts, build_datastore, knn_label_probs
 from ralm.frozen.evaluate import EvalConfig, evaluate
 from ralm.frozen.text import tokenize_eval_text
+from testkit import run_ralm as run
 
 
 @pytest.fixture(scope="module")
@@ -129,12 +129,6 @@ def test_excluded_articles_are_never_neighbours(llama, corpus, store_dir):
     ref = ((h[:, None] - np.asarray(ds.keys, dtype=np.float32)[others][None]) ** 2).sum(-1)
     np.testing.assert_allclose(np.sort(d, 1), np.sort(ref, 1), rtol=1e-4, atol=1e-4)
     assert (d > 1e-3).all()
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err.strip().splitlines()
 
 
 def test_cli_datastore_and_knnlm_rows(capsys, tmp_path, llama_dir, gpt2_dir, corpus):

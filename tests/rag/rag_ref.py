@@ -1,42 +1,19 @@
-"""Helpers of the RAG tests: a byte-level BPE with ChatML special tokens and template."""
+"""Helpers of the RAG tests: a ChatML byte-level BPE, a run killed at a checkpoint."""
 
 from __future__ import annotations
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 
 def chat_tokenizer():
-    """Byte-level BPE with <|im_start|>/<|im_end|> and a ChatML template (SmolLM2's layout)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    """testkit.chatml_tokenizer trained on a few English and Scandinavian sentences."""
+    from testkit import chatml_tokenizer
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     text = [
         "Answer the question with a short answer, using the passages. Passage 1: Question:",
         "Abraham Lincoln was the 16th president of the United States.",
         "Oslo er hovedstaden i Norge. Det bor mange mennesker der.",
         "København er Danmarks hovedstad og største by.",
     ] * 20
-    tok.train_from_iterator(
-        text,
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|im_end|>",
-        bos_token="<|im_start|>",
-        chat_template=CHATML,
-    )
+    return chatml_tokenizer(text)
 
 
 def sigkill_at_checkpoint(argv: list[str], out, step: int = 10, timeout: float = 120.0) -> None:

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from ralm.cli import main
+from testkit import articles_store, tiny_index, write_jsonl
+from testkit import run_ralm as run
 
 ARTICLES = [
     ("Oslo", "Oslo is the capital of Norway . The city lies at the end of the fjord ."),
@@ -23,48 +25,19 @@ QUESTIONS = [
 LM = ("--device", "cpu", "--autocast", "off")
 
 
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err.strip().splitlines()
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    from ralm.corpus.build import BuildConfig, build_docstore
-
-    d = tmp_path_factory.mktemp("rag-corpus")
-    src = d / "docs.jsonl"
-    src.write_text("".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in ARTICLES), encoding="utf-8")
-    return build_docstore(
-        [src], d / "store", BuildConfig(chunk_size=32), progress=False, log=lambda m: None
-    ).root
+    return articles_store(ARTICLES, tmp_path_factory.mktemp("rag-corpus"))
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory, store, tiny_dir):
-    from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.encoders import EncoderConfig
-    from ralm.retrieval.index.build import build_index_dir
-
-    out = tmp_path_factory.mktemp("rag-index") / "index"
-    build_index_dir(
-        DocStore(store),
-        out,
-        encoder=str(tiny_dir),
-        encoder_config=EncoderConfig(max_length=32),
-        bm25=True,
-        progress=False,
-        log=lambda m: None,
-    )
-    return out
+    return tiny_index(store, tmp_path_factory.mktemp("rag-index") / "index", tiny_dir)
 
 
 @pytest.fixture(scope="module")
 def questions(tmp_path_factory):
-    p = tmp_path_factory.mktemp("rag-q") / "test.jsonl"
-    p.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS), encoding="utf-8")
-    return p
+    return write_jsonl(tmp_path_factory.mktemp("rag-q") / "test.jsonl", QUESTIONS)
 
 
 def _read_jsonl(p):

@@ -1,6 +1,17 @@
-"""Reference data for retriever-training tests: contexts, questions and a SQuAD file of them."""
+"""Reference data for the retrieval tests: (title, text) documents; for retriever training, contexts,
+questions and a SQuAD file of them."""
 
 from __future__ import annotations
+
+# Six one-article documents of the retrieval command tests (index building, search, faults, export).
+DOCS = [
+    ("Oslo", "Oslo is the capital of Norway. The city lies at the end of the Oslofjord."),
+    ("Bergen", "Bergen is a city on the west coast of Norway. It rains a lot in Bergen."),
+    ("Albedo", "Albedo is the fraction of sunlight that a surface reflects. Snow has a high albedo."),
+    ("Lincoln", "Abraham Lincoln was the 16th president of the United States. He was born in 1809."),
+    ("Aristotle", "Aristotle was a Greek philosopher. He was a student of Plato."),
+    ("Alabama", "Alabama is a state in the southern United States. Its capital is Montgomery."),
+]
 
 # Five short "articles"; each splits into several chunks at chunk size 24. Every question's answer
 # occurs once in its own context.

@@ -4,23 +4,10 @@ import json
 
 import numpy as np
 import pytest
+from pairs_ref import DOCS
 
 from ralm.cli import main
-
-DOCS = [
-    ("Oslo", "Oslo is the capital of Norway. The city lies at the end of the Oslofjord."),
-    ("Bergen", "Bergen is a city on the west coast of Norway. It rains a lot in Bergen."),
-    ("Albedo", "Albedo is the fraction of sunlight that a surface reflects. Snow has a high albedo."),
-    ("Lincoln", "Abraham Lincoln was the 16th president of the United States. He was born in 1809."),
-    ("Aristotle", "Aristotle was a Greek philosopher. He was a student of Plato."),
-    ("Alabama", "Alabama is a state in the southern United States. Its capital is Montgomery."),
-]
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return code, cap.out, [ln for ln in cap.err.splitlines() if ln.startswith("ralm: error")]
+from testkit import run_ralm_errors as run
 
 
 @pytest.fixture(scope="module")

@@ -7,20 +7,12 @@ import json
 
 import numpy as np
 import pytest
+from pairs_ref import DOCS
 
 from ralm.cli import main
 from ralm.errors import RalmError
 
 datasets = pytest.importorskip("datasets")
-
-DOCS = [
-    ("Oslo", "Oslo is the capital of Norway. The city lies at the end of the Oslofjord."),
-    ("Bergen", "Bergen is a city on the west coast of Norway. It rains a lot in Bergen."),
-    ("Albedo", "Albedo is the fraction of sunlight that a surface reflects. Snow has a high albedo."),
-    ("Lincoln", "Abraham Lincoln was the 16th president of the United States. He was born in 1809."),
-    ("Aristotle", "Aristotle was a Greek philosopher. He was a student of Plato."),
-    ("Alabama", "Alabama is a state in the southern United States. Its capital is Montgomery."),
-]
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pairs_ref import DOCS
 
 from ralm.cli import build_parser, main
 from ralm.errors import RalmError
@@ -14,14 +15,6 @@ from ralm.retrieval.base import SearchResult
 from ralm.retrieval.options import add_retrieval_args
 from ralm.retrieval.retriever import Retriever, matched_mask
 
-DOCS = [
-    ("Oslo", "Oslo is the capital of Norway. The city lies at the end of the Oslofjord."),
-    ("Bergen", "Bergen is a city on the west coast of Norway. It rains a lot in Bergen."),
-    ("Albedo", "Albedo is the fraction of sunlight that a surface reflects. Snow has a high albedo."),
-    ("Lincoln", "Abraham Lincoln was the 16th president of the United States. He was born in 1809."),
-    ("Aristotle", "Aristotle was a Greek philosopher. He was a student of Plato."),
-    ("Alabama", "Alabama is a state in the southern United States. Its capital is Montgomery."),
-]
 QUERIES = ["capital of Norway", "who was a student of Plato", "sunlight reflected by snow"]
 LM_EVAL_LANG_HELP = (
     "BM25 stopwords + Snowball stemmer (en, da, nb, ..., none); default: the index's own analysis, or the "

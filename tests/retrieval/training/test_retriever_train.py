@@ -8,7 +8,6 @@ import pytest
 import torch
 from pairs_ref import QUESTIONS
 
-from ralm.cli import main
 from ralm.errors import RalmError
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 from ralm.retrieval.passages import StorePassages
@@ -17,12 +16,7 @@ from ralm.retrieval.training.batches import SupervisedBatches, plan_epoch
 from ralm.retrieval.training.data import read_pairs
 from ralm.retrieval.training.negatives import mine_negatives
 from ralm.retrieval.training.recipes import RetrieverTrainConfig, train_retriever
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return code, cap.out, [ln for ln in cap.err.splitlines() if ln.startswith("ralm: error")]
+from testkit import run_ralm_errors as run
 
 
 def test_plan_epoch_docstring_example():

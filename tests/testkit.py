@@ -1,0 +1,136 @@
+"""Helpers shared by several test folders (tests/ is on sys.path through tests/conftest.py): `ralm` run
+in-process, JSONL files, [[link]] markup, a title/text DocStore and its tiny index, tiny random Llamas
+and a ChatML byte-level BPE."""
+
+from __future__ import annotations
+
+import json
+import re
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def quiet(message) -> None:
+    """A `log` that says nothing."""
+
+
+def run_ralm(capsys, *argv):
+    """`ralm ARGV` in this process: (exit code, stdout, stderr's lines)."""
+    from ralm.cli import main
+
+    code = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err.strip().splitlines()
+
+
+def run_ralm_errors(capsys, *argv):
+    """`ralm ARGV` in this process: (exit code, stdout, stderr's `ralm: error` lines)."""
+    from ralm.cli import main
+
+    code = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, [ln for ln in cap.err.splitlines() if ln.startswith("ralm: error")]
+
+
+def write_jsonl(path, rows):
+    """`rows` as JSON lines (UTF-8) at `path`; returns `path`."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def unlink(marked: str) -> tuple[str, list[dict]]:
+    """Wiki markup "... [[x]] ..." -> the text with x in place of [[x]], and its link spans
+    [{"start", "end", "target": x}]."""
+    text, links, pos = "", [], 0
+    for m in re.finditer(r"\[\[([^\]]+)\]\]", marked):
+        text += marked[pos : m.start()]
+        links.append({"start": len(text), "end": len(text) + len(m.group(1)), "target": m.group(1)})
+        text += m.group(1)
+        pos = m.end()
+    return text + marked[pos:], links
+
+
+def articles_store(articles, d):
+    """A DocStore of (title, text) pairs in folder d (d/docs.jsonl, chunks of <= 32 MiniLM tokens): its root."""
+    from ralm.corpus.build import BuildConfig, build_docstore
+
+    src = write_jsonl(d / "docs.jsonl", [{"title": t, "text": x} for t, x in articles])
+    return build_docstore([src], d / "store", BuildConfig(chunk_size=32), progress=False, log=quiet).root
+
+
+def tiny_index(store, out, tiny_dir):
+    """A dense (tiny random BERT, 32 tokens) + BM25 index directory `out` of the DocStore `store`."""
+    from ralm.corpus.docstore import DocStore
+    from ralm.retrieval.encoders import EncoderConfig
+    from ralm.retrieval.index.build import build_index_dir
+
+    build_index_dir(
+        DocStore(store),
+        out,
+        encoder=str(tiny_dir),
+        encoder_config=EncoderConfig(max_length=32),
+        bm25=True,
+        progress=False,
+        log=quiet,
+    )
+    return out
+
+
+def tiny_llama(tok, **config):
+    """A random 2-layer Llama (hidden 32, 4 heads, 2 KV heads; seed 0) for the tokenizer `tok`;
+    `config` adds to or overrides its LlamaConfig."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    base = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        architectures=["LlamaForCausalLM"],
+    )
+    return LlamaForCausalLM(LlamaConfig(**{**base, **config}))
+
+
+def chat_llama(tok):
+    """tiny_llama for a ChatML tokenizer: 512 positions, its EOS/PAD/BOS ids, tied embeddings."""
+    return tiny_llama(
+        tok,
+        max_position_embeddings=512,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        tie_word_embeddings=True,
+    )
+
+
+def chatml_tokenizer(text):
+    """A byte-level BPE (300 tokens) trained on `text`, with <|im_start|>/<|im_end|> and a ChatML
+    template (SmolLM2's layout)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        bos_token="<|im_start|>",
+        chat_template=CHATML,
+    )
