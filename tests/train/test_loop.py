@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from ralm.train.logging import MetricsLogger
@@ -177,3 +178,40 @@ def test_fit_steps_ends_when_the_data_runs_out_before_total():
         on_step=lambda step, loss, info, norm: seen.append((step, norm)),
     )
     assert steps == 3 and seen == [(1, 0.0), (2, 0.0), (3, 0.0)]
+
+
+def test_accumulated_step_equals_one_step_on_the_whole_batch():
+    """Two micro-batches of 5 scaled by 1/2 give the gradient (and the update) of one batch of 10;
+    `before_update` runs after the backward passes, before the update; without clipping the norm
+    is measured, with it the norm before clipping is returned."""
+    from ralm.train.loop import accumulated_step
+
+    def mse(model, idx):
+        return ((model(X[idx])[:, 0] - Y[idx]) ** 2).mean()
+
+    model, opt, sched, _ = _parts()
+    calls = []
+
+    def before():
+        calls.append([p.grad.clone() for p in model.parameters()])
+
+    norm = accumulated_step(
+        model,
+        opt,
+        sched,
+        grad_accum=2,
+        micro=lambda m: mse(model, torch.arange(5 * m, 5 * m + 5)) / 2,
+        max_grad_norm=0.0,
+        before_update=before,
+    )
+    ref, ropt, rsched, rparams = _parts()
+    mse(ref, torch.arange(10)).backward()
+    want = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in rparams]))
+    assert all(torch.allclose(g, p.grad) for g, p in zip(calls[0], rparams, strict=True))
+    assert norm == pytest.approx(float(want), rel=1e-6)
+    ropt.step()
+    assert all(torch.allclose(a, b) for a, b in zip(model.parameters(), ref.parameters(), strict=True))
+    clipped = accumulated_step(
+        model, opt, sched, grad_accum=1, micro=lambda m: mse(model, torch.arange(10)), max_grad_norm=1e-3
+    )
+    assert clipped > 1e-3  # the norm before clipping

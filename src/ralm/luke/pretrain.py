@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +63,7 @@ from ralm.realm.training.run import check_checkpoint_corpus
 from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics
+from ralm.train.loop import accumulated_step
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 from ralm.train.run import check_start, finished_note, out_state, rerun_of_finished
 
@@ -98,11 +99,13 @@ def train_step(
     all; rank r takes its contiguous share. Returns the step's metrics over all ranks.
     """
     dist = dist or Dist()
-    opt.zero_grad(set_to_none=True)
     per_step = cfg.batch_size * cfg.grad_accum
     lo, hi = dist.share(cfg.batch_size)
     sums = np.zeros(8)  # mlm ce, mlm correct, mlm n, mep ce, mep correct, mep n, entities, words
-    for m in range(cfg.grad_accum):
+    lr = [0.0]
+
+    def micro(m: int) -> torch.Tensor:
+        nonlocal sums
         ids = batch_positions(train_ids, cfg.seed, (step - 1) * per_step + m * cfg.batch_size, cfg.batch_size)
         batch = collator(ids[lo:hi], example_rngs(cfg.seed, step, m, range(lo, hi)))
         batch = {k: v.to(dev) for k, v in batch.items()}
@@ -114,29 +117,31 @@ def train_step(
             float(batch["attention_mask"].sum() - 2 * batch["input_ids"].shape[0]),
         ]
         n_mlm, n_mep, n_ent, n_words = dist.all_reduce_sum(local)
-        last = m == cfg.grad_accum - 1
-        sync = net.no_sync() if (dist.enabled and not last and hasattr(net, "no_sync")) else nullcontext()
-        with sync:
-            with autocast_context(dev, ac):
-                out = net(**{k: batch[k] for k in MODEL_INPUTS})
-            mlm_ce, mlm_ok = _ce_sum(out["mlm_logits"], mlm_y)
-            mep_ce, mep_ok = _ce_sum(out["entity_logits"], mep_y)
-            loss = mlm_ce / max(n_mlm, 1.0) + mep_ce / max(n_mep, 1.0)
-            # DDP averages gradients over ranks: scale so the average is d(global mean loss)
-            (loss * (dist.world / cfg.grad_accum)).backward()
+        with autocast_context(dev, ac):
+            out = net(**{k: batch[k] for k in MODEL_INPUTS})
+        mlm_ce, mlm_ok = _ce_sum(out["mlm_logits"], mlm_y)
+        mep_ce, mep_ok = _ce_sum(out["entity_logits"], mep_y)
+        loss = mlm_ce / max(n_mlm, 1.0) + mep_ce / max(n_mep, 1.0)
         part = [float(mlm_ce.detach()), float(mlm_ok), float(mep_ce.detach()), float(mep_ok)]
         mlm_ce_all, mlm_ok_all, mep_ce_all, mep_ok_all = dist.all_reduce_sum(part)
         sums += [mlm_ce_all, mlm_ok_all, n_mlm, mep_ce_all, mep_ok_all, n_mep, n_ent, n_words]
-    params = [p for p in net.parameters() if p.grad is not None]
-    if cfg.max_grad_norm > 0:
-        gn = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-    else:
-        gn = float(
-            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params]))
-        )
-    lr = opt.param_groups[0]["lr"]
-    opt.step()
-    sched.step()
+        # DDP averages gradients over ranks: scale so the average is d(global mean loss)
+        return loss * (dist.world / cfg.grad_accum)
+
+    def read_lr() -> None:
+        lr[0] = opt.param_groups[0]["lr"]  # the step's learning rate, before the schedule moves it
+
+    gn = accumulated_step(
+        net,
+        opt,
+        sched,
+        grad_accum=cfg.grad_accum,
+        micro=micro,
+        max_grad_norm=cfg.max_grad_norm,
+        distributed=dist.enabled,
+        before_update=read_lr,
+    )
+    lr = lr[0]
     mlm_loss, mep_loss = sums[0] / max(sums[2], 1), sums[3] / max(sums[5], 1)
     return {
         "loss": mlm_loss + mep_loss,

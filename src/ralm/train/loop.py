@@ -3,10 +3,15 @@
 * `fit_epochs` (`ralm finetune`, `ralm luke ner`): shuffled epochs of batches, one optimiser step a
   batch, a row of `metrics.jsonl` a step, dev evaluations every `eval_every` steps and at each
   epoch end, early stopping by the caller's evaluation;
-* `fit_steps` (`ralm rag train`, `ralm rag lsr`): `total` optimiser steps over the caller's epochs
-  of batches, resumable: a run resumed at step `start` walks the data order again up to there
-  without training (so the batches after it are the uninterrupted run's), and `on_step` hears
-  every step (the run's checkpoints and metrics, `ralm.rag.train_run`).
+* `fit_steps` (`ralm rag train`, `ralm rag lsr`, `ralm surealm train`, REALM's cached
+  distillation): `total` optimiser steps over the caller's epochs of batches, resumable: a run
+  resumed at step `start` walks the data order again up to there without training (so the batches
+  after it are the uninterrupted run's), and `on_step` hears every step (the run's checkpoints
+  and metrics, `ralm.rag.train_run`);
+* `accumulated_step` (`ralm pretrain`, `ralm luke pretrain`): one optimiser step of `grad_accum`
+  micro-batches under DistributedDataParallel, the gradients synchronised on the last one only,
+  then the gradient norm (clipped or measured), AdamW and the schedule; the pre-training commands
+  keep their own run loops (checkpoints, index refreshes, distributed resume).
 
 `fit_epochs` in detail.
 
@@ -26,11 +31,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
-__all__ = ["fit_epochs", "fit_steps"]
+__all__ = ["accumulated_step", "fit_epochs", "fit_steps"]
 
 
 def fit_epochs(
@@ -130,3 +136,40 @@ def fit_steps(
         if done == walked:  # an epoch without a batch: the data ran out before `total`
             break
     return step
+
+
+def accumulated_step(
+    net: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    *,
+    grad_accum: int,
+    micro: Callable[[int], torch.Tensor],
+    max_grad_norm: float,
+    distributed: bool = False,
+    before_update: Callable[[], None] | None = None,
+) -> float:
+    """One optimiser step: `micro(m)` for m in 0..grad_accum-1 gives micro-batch m's objective,
+    already scaled (under DDP its forward runs here, inside `no_sync` but for the last micro-batch,
+    so the gradients are reduced once); backward of each; `before_update()` (e.g. an extra
+    objective's own backward, or reading the learning rate); then the norm of the gradients that
+    exist, clipped to `max_grad_norm` when it is > 0 (measured only otherwise), the optimiser and
+    the schedule. Returns the norm before clipping."""
+    opt.zero_grad(set_to_none=True)
+    for m in range(grad_accum):
+        last = m == grad_accum - 1
+        sync = net.no_sync() if (distributed and not last and hasattr(net, "no_sync")) else nullcontext()
+        with sync:
+            micro(m).backward()
+    if before_update is not None:
+        before_update()
+    params = [p for p in net.parameters() if p.grad is not None]
+    if max_grad_norm > 0:
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    else:
+        norm = float(
+            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params]))
+        )
+    opt.step()
+    sched.step()
+    return norm

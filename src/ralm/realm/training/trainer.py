@@ -46,7 +46,7 @@ import math
 import os
 import sys
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +83,7 @@ from ralm.train.checkpoint import (
 from ralm.train.device import resolve_device
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics
+from ralm.train.loop import accumulated_step
 from ralm.train.optim import warmup_schedule
 from ralm.train.run import finished_note
 
@@ -146,40 +147,42 @@ def train_step(
     (summed NLL, masked tokens) over all ranks and the answer queries' metrics ({} without them).
     """
     dist = dist or Dist()
-    opt.zero_grad(set_to_none=True)
     outs: list[RealmOutput] = []
     lo, hi = dist.share(cfg.batch_size)
-    nll_sum, n_sum = 0.0, 0
-    for m in range(cfg.grad_accum):
+    sums = [0.0, 0]  # the step's summed NLL and masked tokens over all ranks
+    extra: dict[str, float] = {}
+
+    def micro(m: int) -> torch.Tensor:
         ids = micro_batch_ids(train_ids, cfg, step, m)
         batch = collator(ids[lo:hi], rngs=example_rngs(cfg.seed, step, m, range(lo, hi)))
         batch = {k: v.to(dev) for k, v in batch.items()}
-        last = m == cfg.grad_accum - 1
-        sync = model.no_sync() if (dist.enabled and not last and hasattr(model, "no_sync")) else nullcontext()
-        with sync:
-            with autocast_context(dev, ac):
-                out = model(batch, search)
-            nll_local = -out.log_p_y.sum()
-            nll_all, n_all = dist.all_reduce_sum([float(nll_local.detach()), float(out.n_masked.sum())])
-            objective = nll_local if out.aux is None else nll_local + out.aux.sum()
-            # DDP averages gradients over ranks: scale so the average is d(global mean NLL)
-            (objective * (dist.world / max(n_all, 1.0) / cfg.grad_accum)).backward()
-        nll_sum += nll_all
-        n_sum += int(n_all)
+        with autocast_context(dev, ac):
+            out = model(batch, search)
+        nll_local = -out.log_p_y.sum()
+        nll_all, n_all = dist.all_reduce_sum([float(nll_local.detach()), float(out.n_masked.sum())])
+        objective = nll_local if out.aux is None else nll_local + out.aux.sum()
+        sums[0] += nll_all
+        sums[1] += int(n_all)
         outs.append(out)
-    core = getattr(model, "module", model)
-    extra = (
-        answer_query_step(core, collator, train_ids, cfg, step, search, dev, ac) if cfg.answer_queries else {}
+        # DDP averages gradients over ranks: scale so the average is d(global mean NLL)
+        return objective * (dist.world / max(n_all, 1.0) / cfg.grad_accum)
+
+    def answer_queries() -> None:
+        if cfg.answer_queries:
+            core = getattr(model, "module", model)
+            extra.update(answer_query_step(core, collator, train_ids, cfg, step, search, dev, ac))
+
+    gn = accumulated_step(
+        model,
+        opt,
+        sched,
+        grad_accum=cfg.grad_accum,
+        micro=micro,
+        max_grad_norm=cfg.max_grad_norm,
+        distributed=dist.enabled,
+        before_update=answer_queries,
     )
-    params = [p for p in model.parameters() if p.grad is not None]
-    if cfg.max_grad_norm > 0:
-        gn = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-    else:
-        gn = float(
-            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params]))
-        )
-    opt.step()
-    sched.step()
+    nll_sum, n_sum = sums
     return outs, gn, (nll_sum, n_sum), extra
 
 
