@@ -1,6 +1,6 @@
 """Helpers shared by several test folders (tests/ is on sys.path through tests/conftest.py): `ralm` run
-in-process, JSONL files, [[link]] markup, a title/text DocStore and its tiny index, tiny random Llamas
-and a ChatML byte-level BPE."""
+in-process, JSONL files, [[link]] markup, a title/text DocStore and its tiny index, tiny random Llamas,
+a ChatML byte-level BPE, SUREALM dialogues and a 1-step SUREALM run."""
 
 from __future__ import annotations
 
@@ -134,3 +134,42 @@ def chatml_tokenizer(text):
         bos_token="<|im_start|>",
         chat_template=CHATML,
     )
+
+
+# Short dialogues of the SUREALM tests, three turns each
+DIALOGUES = [
+    ["i would like to book a room", "sure , for how many nights ?", "two nights please"],
+    ["i would like to order a pizza", "what size would you like ?", "a large one please"],
+    ["can i bring my dog to the hotel ?", "no , pets are not allowed", "ok thanks"],
+    ["i want a table for two", "for what time ?", "seven in the evening please"],
+    ["is there free wifi in the room ?", "yes , wifi is free", "great"],
+    ["i need a taxi to the station", "when do you want to leave ?", "at noon please"],
+    ["i would like to book a table", "how many people ?", "four people"],
+    ["do you have a room with a view ?", "yes we do", "i will take it"],
+    ["i would like a cup of tea", "milk or sugar ?", "just milk"],
+    ["where is the train station ?", "it is two streets away", "thanks a lot"],
+]
+
+
+def dialogue_jsonl(path, dialogues=DIALOGUES):
+    """The dialogues' turns as SUREALM JSONL rows {"text", "group": "d<dialogue number>"}."""
+    return write_jsonl(path, [{"text": t, "group": f"d{i}"} for i, d in enumerate(dialogues) for t in d])
+
+
+def train_tiny_surealm(datastore, out, tiny_dir):
+    """A 1-step SUREALM run (tiny BERT as LM, K=3, batch 4, fp32 CPU) on `datastore`: its run folder."""
+    from ralm.surealm.train import TrainConfig, train
+
+    cfg = TrainConfig(
+        datastore=str(datastore),
+        out=str(out),
+        lm=str(tiny_dir),
+        k=3,
+        steps=1,
+        eval_every=1,
+        batch_size=4,
+        device="cpu",
+        autocast="off",
+        tensorboard=False,
+    )
+    return train(cfg, progress=False)

@@ -21,12 +21,21 @@ Fixtures (session-scoped, built once):
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 
 import pytest
+
+from testkit import (
+    DIALOGUES,
+    chat_llama,
+    chatml_tokenizer,
+    dialogue_jsonl,
+    tiny_index,
+    train_tiny_surealm,
+    unlink,
+    write_jsonl,
+)
 
 XSS_TITLE = "Mallory <b>bold</b>"
 XSS_TEXT = "Mallory wrote <script>alert(1)</script> into the wiki and a <img src=x onerror=alert(2)> tag."
@@ -49,16 +58,8 @@ ARTICLES = [
     (XSS_TITLE, XSS_TEXT),
 ]
 
-DIALOGUES = [
-    ["i would like to book a room", "sure , for how many nights ?", "two nights please"],
-    ["i would like to order a pizza", "what size would you like ?", "a large one please"],
-    ["can i bring my dog to the hotel ?", "no , pets are not allowed", "ok thanks"],
-    ["i want a table for two", "for what time ?", "seven in the evening please"],
-    ["is there free wifi in the room ?", "yes , wifi is free", "great"],
-    ["i need a taxi to the station", "when do you want to leave ?", "at noon please"],
-    ["i would like to book a table", "how many people ?", "four people"],
-    ["i would like a cup of tea", "milk or sugar ?", "just milk"],
-]
+# the SUREALM run's dialogues: testkit.DIALOGUES but "room with a view" and "train station"
+SERVE_DIALOGUES = DIALOGUES[:7] + DIALOGUES[8:9]
 
 
 def linked_jsonl(path):
@@ -66,20 +67,13 @@ def linked_jsonl(path):
     longer articles take two chunks."""
     rows = []
     for title, marked in ARTICLES:
-        text, links, pos = "", [], 0
-        for m in re.finditer(r"\[\[([^\]]+)\]\]", marked):
-            text += marked[pos : m.start()]
-            links.append({"start": len(text), "end": len(text) + len(m.group(1)), "target": m.group(1)})
-            text += m.group(1)
-            pos = m.end()
-        text += marked[pos:]
+        text, links = unlink(marked)
         if title != XSS_TITLE:
             n = len(text) + 1
             links += [{**x, "start": x["start"] + n, "end": x["end"] + n} for x in links]
             text = text + " " + text
         rows.append({"title": title, "text": text, "links": links})
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    return path
+    return write_jsonl(path, rows)
 
 
 @pytest.fixture(scope="session")
@@ -104,21 +98,7 @@ def serve_xss():
 
 @pytest.fixture(scope="session")
 def serve_index(serve_store, tiny_dir, tmp_path_factory):
-    from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.encoders import EncoderConfig
-    from ralm.retrieval.index.build import build_index_dir
-
-    out = tmp_path_factory.mktemp("serve-index") / "index"
-    build_index_dir(
-        DocStore(serve_store),
-        out,
-        encoder=str(tiny_dir),
-        encoder_config=EncoderConfig(max_length=32),
-        bm25=True,
-        progress=False,
-        log=lambda m: None,
-    )
-    return out
+    return tiny_index(serve_store, tmp_path_factory.mktemp("serve-index") / "index", tiny_dir)
 
 
 @pytest.fixture(scope="session")
@@ -155,36 +135,17 @@ def serve_surealm(tiny_dir, tmp_path_factory):
 
     from ralm.surealm.datastore_build import DatastoreConfig, build_datastore
     from ralm.surealm.sentences import read_sentences
-    from ralm.surealm.train import TrainConfig, train
 
     torch.set_num_threads(1)
     tmp = tmp_path_factory.mktemp("serve-surealm")
-    rows = [{"text": t, "group": f"d{i}"} for i, d in enumerate(DIALOGUES) for t in d]
-    (tmp / "dialogues.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    sents = read_sentences([tmp / "dialogues.jsonl"], fractions=(0.25, 0.0), seed=0)
+    sents = read_sentences(
+        [dialogue_jsonl(tmp / "dialogues.jsonl", SERVE_DIALOGUES)], fractions=(0.25, 0.0), seed=0
+    )
     cfg = DatastoreConfig(
         lm=str(tiny_dir), encoder=str(tiny_dir), m=3, k=3, batch_sentences=8, autocast="off"
     )
     build_datastore(sents, tmp / "ds", cfg, progress=False, log=lambda m: None)
-    tcfg = TrainConfig(
-        datastore=str(tmp / "ds"),
-        out=str(tmp / "run"),
-        lm=str(tiny_dir),
-        k=3,
-        steps=1,
-        eval_every=1,
-        batch_size=4,
-        device="cpu",
-        autocast="off",
-        tensorboard=False,
-    )
-    return train(tcfg, progress=False)
-
-
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+    return train_tiny_surealm(tmp / "ds", tmp / "run", tiny_dir)
 
 
 @pytest.fixture(scope="session")
@@ -192,45 +153,11 @@ def serve_chat_lm(tmp_path_factory):
     """A random 2-layer Llama (hidden 32) on a byte-level BPE with ChatML tokens and template,
     trained on ARTICLES (SmolLM2's layout, as tests/rag's chat LM), saved as a HF directory."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
     text = ["Answer the question with a short answer, using the passages. Passage 1: Question:"]
-    bpe.train_from_iterator(
-        (text + [f"{t}\n{x}" for t, x in ARTICLES]) * 10,
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|im_end|>",
-        pad_token="<|im_end|>",
-        bos_token="<|im_start|>",
-        chat_template=CHATML,
-    )
+    tok = chatml_tokenizer((text + [f"{t}\n{x}" for t, x in ARTICLES]) * 10)
     d = tmp_path_factory.mktemp("serve-ask") / "chat-llama"
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        architectures=["LlamaForCausalLM"],
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(cfg)
+    model = chat_llama(tok)
     # a random tiny LM with tied embeddings echoes its last input token: the prompt's "\n" then the
     # end of turn. With the special tokens' and "\n"'s embeddings (so their logits) 0, answers have words.
     quiet = [tok.convert_tokens_to_ids(t) for t in tok.all_special_tokens] + tok.encode("\n")

@@ -1,29 +1,10 @@
-"""Tiny SUREALM fixtures: a small dialogue file, data stores built with the tiny random BERT."""
+"""Tiny SUREALM fixtures: a small dialogue file (testkit.DIALOGUES), data stores built with the tiny random BERT."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-DIALOGUES = [
-    ["i would like to book a room", "sure , for how many nights ?", "two nights please"],
-    ["i would like to order a pizza", "what size would you like ?", "a large one please"],
-    ["can i bring my dog to the hotel ?", "no , pets are not allowed", "ok thanks"],
-    ["i want a table for two", "for what time ?", "seven in the evening please"],
-    ["is there free wifi in the room ?", "yes , wifi is free", "great"],
-    ["i need a taxi to the station", "when do you want to leave ?", "at noon please"],
-    ["i would like to book a table", "how many people ?", "four people"],
-    ["do you have a room with a view ?", "yes we do", "i will take it"],
-    ["i would like a cup of tea", "milk or sugar ?", "just milk"],
-    ["where is the train station ?", "it is two streets away", "thanks a lot"],
-]
-
-
-def dialogue_jsonl(path, dialogues=DIALOGUES):
-    rows = [{"text": t, "group": f"d{i}"} for i, d in enumerate(dialogues) for t in d]
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    return path
+from testkit import dialogue_jsonl
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ralm.cli import main
+from testkit import train_tiny_surealm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -100,22 +101,7 @@ def test_whole_path(capsys, tmp_path, tiny_dir, dialogue_file):
 
 @pytest.fixture(scope="module")
 def trained(tiny_store, tiny_dir, tmp_path_factory):
-    from ralm.surealm.train import TrainConfig, train
-
-    out = tmp_path_factory.mktemp("cli-run") / "m"
-    cfg = TrainConfig(
-        datastore=str(tiny_store),
-        out=str(out),
-        lm=str(tiny_dir),
-        k=3,
-        steps=1,
-        eval_every=1,
-        batch_size=4,
-        device="cpu",
-        autocast="off",
-        tensorboard=False,
-    )
-    return train(cfg, progress=False)
+    return train_tiny_surealm(tiny_store, tmp_path_factory.mktemp("cli-run") / "m", tiny_dir)
 
 
 def test_bad_input_exits_2_with_one_line(capsys, tmp_path, tiny_dir, trained, tiny_store):
