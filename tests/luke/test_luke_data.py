@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-import re
 
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ import pytest
 from ralm.luke.annotations import EntitySpans, annotation_rate, annotation_stats
 from ralm.luke.data import LukeCollator, MaskSettings, WordTokens, collate, make_example
 from ralm.luke.vocab import MASK_ID, UNK_ID, EntityVocabulary
+from testkit import unlink, write_jsonl
 
 DOCS = [
     ("Oslo", "Oslo is the capital of [[Norway]]. It was founded by [[Harald Hardrada]] a long time ago."),
@@ -39,14 +38,9 @@ def store(tmp_path_factory):
     d = tmp_path_factory.mktemp("luke-data")
     rows = []
     for title, marked in DOCS:
-        text, links, pos = "", [], 0
-        for m in re.finditer(r"\[\[([^\]]+)\]\]", marked):
-            text += marked[pos : m.start()]
-            links.append({"start": len(text), "end": len(text) + len(m.group(1)), "target": m.group(1)})
-            text += m.group(1)
-            pos = m.end()
-        rows.append({"title": title, "text": text + marked[pos:], "links": links})
-    (d / "w.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        text, links = unlink(marked)
+        rows.append({"title": title, "text": text, "links": links})
+    write_jsonl(d / "w.jsonl", rows)
     return build_docstore(
         [d / "w.jsonl"], d / "store", BuildConfig(chunk_size=24), progress=False, log=lambda m: None
     )

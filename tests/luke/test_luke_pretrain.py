@@ -4,12 +4,12 @@ uninterrupted run, the plain-MLM mode, bf16, the stats, and bad input (one line,
 from __future__ import annotations
 
 import json
-import re
 import shutil
 
 import pytest
 import torch
 
+import testkit
 from ralm.cli import main
 from ralm.errors import RalmError
 
@@ -35,16 +35,9 @@ DOCS = [
 def write_jsonl(path, docs, links=True):
     rows = []
     for title, marked in docs:
-        text, spans, pos = "", [], 0
-        for m in re.finditer(r"\[\[([^\]]+)\]\]", marked):
-            text += marked[pos : m.start()]
-            spans.append({"start": len(text), "end": len(text) + len(m.group(1)), "target": m.group(1)})
-            text += m.group(1)
-            pos = m.end()
-        text += marked[pos:]
+        text, spans = testkit.unlink(marked)
         rows.append({"title": title, "text": (text + " ") * 2, "links": spans if links else []})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
+    return testkit.write_jsonl(path, rows)
 
 
 def build(tmp, name, tokenizer, links=True):

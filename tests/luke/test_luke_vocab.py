@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 
 import pytest
 
 from ralm.errors import RalmError
 from ralm.luke.vocab import MASK_ID, PAD_ID, UNK_ID, EntityVocabulary
+from testkit import unlink, write_jsonl
 
 DOCS = [
     ("Oslo", "Oslo is the capital of [[Norway]]. It was founded by [[Harald Hardrada]] long ago."),
@@ -23,15 +23,9 @@ DOCS = [
 def linked_jsonl(path, docs=DOCS):
     rows = []
     for title, marked in docs:
-        text, links, pos = "", [], 0
-        for m in re.finditer(r"\[\[([^\]]+)\]\]", marked):
-            text += marked[pos : m.start()]
-            links.append({"start": len(text), "end": len(text) + len(m.group(1)), "target": m.group(1)})
-            text += m.group(1)
-            pos = m.end()
-        rows.append({"title": title, "text": text + marked[pos:], "links": links})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
+        text, links = unlink(marked)
+        rows.append({"title": title, "text": text, "links": links})
+    return write_jsonl(path, rows)
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
+
+from testkit import unlink, write_jsonl
 
 FACTS = [
     ("Oslo", "Oslo is the capital of [[Norway]]. It was founded in 1040 by [[Harald Hardrada]]."),
@@ -36,20 +36,11 @@ FACTS = [
 
 def wiki_jsonl(path):
     """The FACTS as JSONL with link spans (text without the brackets)."""
-    import re
-
     rows = []
     for title, marked in FACTS:
-        text, links, pos = "", [], 0
-        for m in re.finditer(r"\[\[([^\]]+)\]\]", marked):
-            text += marked[pos : m.start()]
-            links.append({"start": len(text), "end": len(text) + len(m.group(1)), "target": m.group(1)})
-            text += m.group(1)
-            pos = m.end()
-        text += marked[pos:]
+        text, links = unlink(marked)
         rows.append({"title": title, "text": (text + " ") * 2, "links": links})
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    return path
+    return write_jsonl(path, rows)
 
 
 @pytest.fixture(scope="session")
