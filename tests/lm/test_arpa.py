@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 
+import lm_ref
 import numpy as np
 import pytest
 
@@ -14,17 +15,7 @@ from ralm.errors import RalmError
 from ralm.lm import NGramLM
 from ralm.lm.arpa import read_arpa, write_arpa
 
-TOY = [
-    s.split()
-    for s in [
-        "the cat sat on the mat",
-        "the dog sat on the log",
-        "a cat saw a dog",
-        "the cat ran",
-        "a dog ran on the mat",
-        "the mat",
-    ]
-]
+TOY = [s.split() for s in lm_ref.TOY]
 
 
 @pytest.fixture()

@@ -10,19 +10,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from lm_ref import TOY
 
 from ralm.errors import RalmError
 from ralm.lm import NGramLM, word_tokenize
 from ralm.lm.smoothing import kn_discount, mkn_discounts
 
-TOY = [
-    "the cat sat on the mat",
-    "the dog sat on the log",
-    "a cat saw a dog",
-    "the cat ran",
-    "a dog ran on the mat",
-    "the mat",
-]
 TOY_SENTS = [s.split() for s in TOY]
 
 NORMALISED = [
