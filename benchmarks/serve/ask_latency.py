@@ -21,7 +21,8 @@ threads. Cells (each writes its JSON under --work and is skipped when that exist
   report            benchmarks/results/ask_latency.json
 
 Run: python -m benchmarks.serve.ask_latency prep latency:torch latency:torch-int8 latency:llama.cpp bare \
-        converted quality:torch quality:auto quality:torch-int8 quality:llama.cpp report [--work runs/b66]
+        converted quality:torch quality:auto quality:torch-int8 quality:llama.cpp quality:converted-q8_0 \
+        report [--work runs/b66]
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ from benchmarks.downstream.openqa_retrievers import build_pool  # noqa: E402
 from benchmarks.serve.serve_load import Server  # noqa: E402
 
 NORQUAD_TEST = ROOT.parent / "shared" / "data" / "norquad" / "all" / "test_dataset_flattened.json"
-BACKENDS = ("torch", "torch-int8", "llama.cpp", "auto")
+BACKENDS = ("torch", "torch-int8", "llama.cpp", "auto", "converted-q8_0")
 CELLS = (
     "prep latency:torch latency:torch-int8 latency:llama.cpp bare converted "
-    "quality:torch quality:auto quality:torch-int8 quality:llama.cpp report --work runs/b66"
+    "quality:torch quality:auto quality:torch-int8 quality:llama.cpp quality:converted-q8_0 report --work runs/b66"
 )
 LM, K, THREADS, MAX_NEW = "gemma3", 3, 2, 32
 TARGETS = {
@@ -295,16 +296,26 @@ def converted(a) -> None:
 
 
 def quality(a, backend: str) -> None:
+    """`ralm rag eval` on backend `backend`; "converted-q8_0": llama.cpp on the Q8_0 file
+    `convert-gguf` wrote for the float32 directory of the `converted` cell."""
     out = a.work / f"quality-{backend}"
     if (out / "results.json").is_file():
         return
+    lm: str | Path = LM
+    if backend == "converted-q8_0":
+        from ralm.frozen.to_gguf import convert
+
+        lm, backend = a.work / "gemma3-hf", "llama.cpp"
+        record = json.loads((lm / "ralm-model.gguf.json").read_text(encoding="utf-8"))
+        if record.get("type") != "q8_0":
+            convert(lm, qtype="q8_0")
     t = time.perf_counter()
     ralm(
         "rag",
         "eval",
         a.work / "test.jsonl",
         "--lm",
-        LM,
+        lm,
         "--corpus",
         a.work / "pool",
         "--retriever",
