@@ -215,3 +215,27 @@ def test_accumulated_step_equals_one_step_on_the_whole_batch():
         model, opt, sched, grad_accum=1, micro=lambda m: mse(model, torch.arange(10)), max_grad_norm=1e-3
     )
     assert clipped > 1e-3  # the norm before clipping
+
+
+def test_fit_steps_stops_when_the_step_callback_says_so_and_runs_without_a_schedule():
+    from ralm.train.loop import fit_steps
+
+    model, opt, _, params = _parts()
+    lrs = []
+
+    def on_step(step, loss, info, norm):
+        lrs.append(opt.param_groups[0]["lr"])
+        return step == 2
+
+    steps = fit_steps(
+        total=10,
+        start=0,
+        epoch_batches=lambda: [[0, 1], [2, 3], [4, 5]],
+        loss_of=lambda b: (((model(X[b])[:, 0] - Y[b]) ** 2).mean(), None),
+        opt=opt,
+        sched=None,
+        params=params,
+        grad_clip=None,
+        on_step=on_step,
+    )
+    assert steps == 2 and lrs == [0.1, 0.1]  # stopped after step 2; no schedule moved the rate

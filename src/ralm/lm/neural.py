@@ -45,6 +45,7 @@ from ralm.atomic import write_text_atomic
 from ralm.errors import RalmError
 from ralm.lm.counts import BOS_ID, EOS_ID, SPECIALS, Vocab
 from ralm.lm.neural_models import build_model
+from ralm.train.loop import fit_steps
 
 FORMAT = "ralm-neural-lm"
 FORMAT_VERSION = 1
@@ -242,7 +243,6 @@ def train_lm(
     lr_scale, best, best_state, bad = 1.0, math.inf, None, 0
     history: list[dict] = []
     step, t0, stopped = 0, time.perf_counter(), "epochs"
-    n_batches = 0
 
     def evaluate(epoch: float) -> bool:
         """Validate; returns True when training should stop (patience exhausted)."""
@@ -269,11 +269,13 @@ def train_lm(
 
     model.train()
     epoch_done = 0.0
-    for epoch in range(cfg.max_epochs):
-        batches = length_batches(lengths, cfg.batch_tokens, rng)
-        n_batches = len(batches)
+    params = list(model.parameters())
+
+    def run_epoch(epoch: int, batches: list) -> bool:
+        """The epoch's optimiser steps (`ralm.train.loop.fit_steps`); True when a stop rule fired."""
         stop = False
-        for j, idx in enumerate(batches):
+
+        def loss_of(idx):
             inputs, targets = collate([train[i] for i in idx])
             inputs, targets = inputs.to(device), targets.to(device)
             lr = cfg.lr * lr_scale * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
@@ -284,13 +286,12 @@ def train_lm(
             loss = F.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
             )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
+            return loss, None
+
+        def on_step(j: int, _loss: float, _info, _norm: float) -> bool:
+            nonlocal step, epoch_done, stopped, stop
             step += 1
-            epoch_done = epoch + (j + 1) / n_batches
+            epoch_done = epoch + j / len(batches)
             if cfg.max_steps is not None and step >= cfg.max_steps:
                 stopped, stop = "steps", True
             elif cfg.time_budget_s is not None and time.perf_counter() - t0 >= cfg.time_budget_s:
@@ -298,8 +299,23 @@ def train_lm(
             periodic = valid is not None and cfg.eval_every and step % cfg.eval_every == 0
             if periodic and not stop and evaluate(epoch_done):
                 stopped, stop = "early_stopping", True
-            if stop:
-                break
+            return stop
+
+        fit_steps(
+            total=len(batches),
+            start=0,
+            epoch_batches=lambda: batches,
+            loss_of=loss_of,
+            opt=opt,
+            sched=None,
+            params=params,
+            grad_clip=cfg.grad_clip,
+            on_step=on_step,
+        )
+        return stop
+
+    for epoch in range(cfg.max_epochs):
+        stop = run_epoch(epoch, length_batches(lengths, cfg.batch_tokens, rng))
         if stop:
             if valid is not None and (not history or history[-1]["step"] != step):
                 evaluate(epoch_done)

@@ -102,17 +102,18 @@ def fit_steps(
     epoch_batches: Callable[[], Iterable[Any]],
     loss_of: Callable[[Any], tuple[torch.Tensor, Any]],
     opt: torch.optim.Optimizer,
-    sched: torch.optim.lr_scheduler.LRScheduler,
+    sched: torch.optim.lr_scheduler.LRScheduler | None,
     params: Sequence[torch.nn.Parameter],
     grad_clip: float | None,
-    on_step: Callable[[int, float, Any, float], None],
+    on_step: Callable[[int, float, Any, float], bool | None],
 ) -> int:
     """Train from step `start` to `total`: each call of `epoch_batches()` gives the next epoch's
     batches (item indices; it is called again from the first batch of a resumed run, so the data
     order is the uninterrupted run's); a step clears the gradients, runs `loss_of(batch)` -> (loss,
     info), backward, clips to `grad_clip` (None or 0: no clipping), steps the optimiser and the
-    schedule, then calls `on_step(step, loss, info, grad_norm)` (the norm before clipping; 0.0
-    without clipping). An epoch without batches ends the run early (a caller whose batches are
+    schedule (None: the caller sets the learning rate itself), then calls `on_step(step, loss,
+    info, grad_norm)` (the norm before clipping; 0.0 without clipping), which ends the run by
+    returning True. An epoch without batches ends the run early (a caller whose batches are
     counted by the data, not by `total`, returns one iterator that runs out). Returns the last
     step."""
     step, done = start, 0
@@ -130,9 +131,11 @@ def fit_steps(
             value = float(loss.detach())
             norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip)) if grad_clip else 0.0
             opt.step()
-            sched.step()
+            if sched is not None:
+                sched.step()
             step += 1
-            on_step(step, value, info, norm)
+            if on_step(step, value, info, norm):
+                return step
         if done == walked:  # an epoch without a batch: the data ran out before `total`
             break
     return step
