@@ -42,7 +42,8 @@ them) in src, `add_argument` calls declaring the shared flags (--out, --overwrit
 --device, --autocast, --threads, --seed), benchmark files that edit sys.path, path shims (a
 module-level `__getattr__`, or the re-export markers above), tests asserting a file's line count,
 and `duplicates`' pair counts for benchmarks/ and tests/ beside src/. Module circles skip imports
-under `if TYPE_CHECKING:` (they never run), as tests/test_import_circles.py does.
+under `if TYPE_CHECKING:` (they never run); tests/test_import_circles.py runs the same
+graph and circle search on src in `make test`.
 
 Run: python -m benchmarks.house.code_layout [--rev ec52fe8] [--rev WORKTREE] [--no-trace]
 Writes benchmarks/results/code_layout.json and .md.
@@ -86,9 +87,10 @@ def checkout(rev: str, dest: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- static
-def modules(src: Path) -> dict[str, Path]:
+def modules(src: Path, package: str = "ralm") -> dict[str, Path]:
+    """Dotted module name -> file, for every module of `package` under `src`."""
     out = {}
-    for f in sorted((src / "ralm").rglob("*.py")):
+    for f in sorted((src / package).rglob("*.py")):
         name = ".".join(f.relative_to(src).with_suffix("").parts)
         out[name.removesuffix(".__init__")] = f
     return out
