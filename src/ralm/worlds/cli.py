@@ -68,36 +68,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_out(d, "directory to write dialogues.jsonl, world.json and lm/ into", type=None)
     world = {f.name: f.default for f in fields(DialogueWorldConfig)}  # one default per setting
-    d.add_argument(
-        "--facts",
-        type=int,
-        default=world["facts"],
-        help="facts, one an invented keeper (default %(default)s)",
-    )
-    d.add_argument(
-        "--places",
-        type=int,
-        default=world["places"],
-        help="invented places the facts draw from (default %(default)s)",
-    )
-    d.add_argument(
-        "--conversations",
-        type=int,
-        default=world["train_conversations"],
-        help="training conversations a fact, 1-5 (default %(default)s)",
-    )
-    d.add_argument(
-        "--valid-facts",
-        type=int,
-        default=world["valid_facts"],
-        help="facts asked once more in valid (default %(default)s)",
-    )
-    d.add_argument(
-        "--test-facts",
-        type=int,
-        default=world["test_facts"],
-        help="facts asked once more in test (default %(default)s)",
-    )
+    for flag, setting, what in (
+        ("--facts", "facts", "facts, one an invented keeper"),
+        ("--places", "places", "invented places the facts draw from"),
+        ("--conversations", "train_conversations", "training conversations a fact, 1-5"),
+        ("--valid-facts", "valid_facts", "facts asked once more in valid"),
+        ("--test-facts", "test_facts", "facts asked once more in test"),
+    ):
+        d.add_argument(flag, type=int, default=world[setting], help=f"{what} (default %(default)s)")
     add_seed(d, "the world's seed (default 0)")
     d.add_argument(
         "--hidden", type=int, default=128, help="hidden size of the world LM in OUT/lm (default 128)"
