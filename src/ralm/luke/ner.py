@@ -203,10 +203,7 @@ def run_seed(
     def evaluate_dev(step: int) -> bool:
         if not dev:
             return False
-        m = score_tags(dev, tag(dev_feats))
-        log.log(step, **{f"dev_{k}": v for k, v in m.items()})
-        best.offer(m, step, holder)
-        return bool(cfg.patience and best.stale >= cfg.patience)
+        return best.record(score_tags(dev, tag(dev_feats)), step, holder, log, cfg.patience)
 
     def loss_of(batch):
         rows = chunk_rows(feats, batch, cfg.max_entities)

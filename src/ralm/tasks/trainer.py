@@ -142,8 +142,8 @@ class BestState:
     """The best dev evaluation so far: score of the primary metric, its step, metrics and weights.
 
     `offer(metrics, step, parts)` keeps a copy when the primary metric improves and counts the
-    evaluations since the last improvement (`stale`, for early stopping); `restore(parts)` puts
-    the kept weights back.
+    evaluations since the last improvement (`stale`, for early stopping); `record` logs a dev
+    evaluation, offers it and says whether to stop; `restore(parts)` puts the kept weights back.
     """
 
     primary: str
@@ -162,6 +162,13 @@ class BestState:
             self.query = _cpu_copy(r.encoder.query_tower) if r is not None and r.tune else None
         else:
             self.stale += 1
+
+    def record(self, metrics: dict, step: int, parts: Parts, log: MetricsLogger, patience: int) -> bool:
+        """A dev evaluation at `step`: its metrics logged as dev_*, offered (`offer`); True when
+        `patience` evaluations (0: never) have passed without improvement."""
+        log.log(step, **{f"dev_{k}": v for k, v in metrics.items()})
+        self.offer(metrics, step, parts)
+        return bool(patience and self.stale >= patience)
 
     def restore(self, parts: Parts) -> None:
         if self.state is not None:
@@ -186,10 +193,7 @@ def train(cfg: FinetuneConfig, parts: Parts, items: list, dev: list, seed: int, 
         """Score dev, keep the best state; True when early stopping says stop."""
         if not dev:
             return False
-        m, _ = parts.evaluate(dev, cfg.eval_batch_size)
-        log.log(step, **{f"dev_{k}": v for k, v in m.items()})
-        best.offer(m, step, parts)
-        return bool(cfg.patience and best.stale >= cfg.patience)
+        return best.record(parts.evaluate(dev, cfg.eval_batch_size)[0], step, parts, log, cfg.patience)
 
     def loss_of(batch: Sequence[int]):
         with autocast_context(parts.device, parts.dtype):
