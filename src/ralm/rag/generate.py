@@ -84,13 +84,6 @@ def _trim(ids: list[int], stop: set[int]) -> list[int]:
     return ids
 
 
-def _decoding_autocast(lm, rows: int):
-    """The autocast dtype for decoding `rows` prompts together (a FrozenLM decides by rows; another
-    LM object gives its one `decode_autocast`)."""
-    pick = getattr(lm, "decoding_autocast", None)
-    return pick(rows) if pick is not None else lm.decode_autocast
-
-
 def first_line_done(tokenizer) -> Callable[[Sequence[int]], bool]:
     """done(ids): whether the text of `ids` already holds its first line whole (a line break after
     its first non-space character). `answer_text` keeps that line alone, so decoding may stop there
@@ -176,7 +169,7 @@ def greedy(
     for batch in _batches(lengths, batch_size, batch_tokens, order):
         x, mask = _left_pad([prompts[i] for i in batch], pad, lm.device)
         criteria = StoppingCriteriaList([_StopWhen(done, x.shape[1])]) if done is not None else None
-        with autocast_context(lm.device, _decoding_autocast(lm, len(batch))):
+        with autocast_context(lm.device, lm.decoding_autocast(len(batch))):
             y = lm.model.generate(
                 input_ids=x,
                 attention_mask=mask,
@@ -248,7 +241,7 @@ def replug(
         inp, inp_pos = x, pos
         for _ in range(max_new_tokens):
             with (
-                autocast_context(lm.device, _decoding_autocast(lm, len(rows))),
+                autocast_context(lm.device, lm.decoding_autocast(len(rows))),
                 warnings.catch_warnings(),
                 quiet_transformers(),
             ):
