@@ -243,7 +243,7 @@ def test_context_words_and_spans_inside_the_sentence(bert_tokenizer):
     assert len(tight[0].input_ids) <= 6 and tight[0].spans == plain[0].spans  # context dropped to fit
 
 
-def test_entity_attention_has_one_default_for_python_toml_and_cli():
+def test_entity_attention_has_one_default_for_python_toml_and_cli(tiny_luke_config):
     """LukeConfig, `from_bert` and `ralm luke pretrain`'s config read the same default ("separate":
     the word stream untouched at init); a config file from before the setting stays joint."""
     import dataclasses
@@ -258,22 +258,11 @@ def test_entity_attention_has_one_default_for_python_toml_and_cli():
     assert fields["entity_attention"] == DEFAULT_ENTITY_ATTENTION
     assert inspect.signature(from_bert).parameters["entity_attention"].default == DEFAULT_ENTITY_ATTENTION
     assert LukePretrainConfig().entity_attention == DEFAULT_ENTITY_ATTENTION
-    d = tiny_luke_config_dict()
+    # a config file written before the setting existed: every key but entity_attention
+    d = {
+        k: v
+        for k, v in tiny_luke_config(entity_attention="separate").to_dict().items()
+        if k != "entity_attention"
+    }
     assert LukeConfig.from_dict(d).entity_attention == "joint"
     assert LukeConfig.from_dict({**d, "entity_attention": "separate"}).entity_attention == "separate"
-
-
-def tiny_luke_config_dict() -> dict:
-    return dict(
-        vocab_size=100,
-        hidden_size=32,
-        entity_hidden_size=32,
-        entity_vocab_size=20,
-        entity_emb_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        entity_intermediate_size=64,
-        max_position_embeddings=64,
-        type_vocab_size=2,
-    )

@@ -330,22 +330,29 @@ def test_auto_takes_bf16_only_where_it_is_faster(monkeypatch):
     assert autocast_dtype(cpu, "auto", torch.float32) == torch.bfloat16
 
 
-def test_auto_decides_decoding_apart_from_full_products(monkeypatch):
-    """Full products faster in bf16 but one-row products slower (issue 66's EPYC: generation 1.85x
-    slower under bf16): "auto" takes bf16 for matmul work and float32 for decoding, each timed on
-    its own shape, once."""
+def _bf16_timed(monkeypatch, speedup_at) -> list[int]:
+    """A CPU with bf16 instructions on which a product of `rows` rows runs `speedup_at(rows)` times
+    faster in bf16 than in float32 (nothing timed before); returns the row counts timed, in order."""
     import ralm.models.precision as E
 
     monkeypatch.delenv("RALM_CPU_BF16", raising=False)
     monkeypatch.setattr(E, "_BF16_FASTER", {})
     monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: True)
-    timed = []
+    timed: list[int] = []
 
     def speedup(dtype, rows, n, m, reps):
         timed.append(rows)
-        return 3.9 if rows > 1 else 0.54
+        return speedup_at(rows)
 
     monkeypatch.setattr(E, "_matmul_speedup", speedup)
+    return timed
+
+
+def test_auto_decides_decoding_apart_from_full_products(monkeypatch):
+    """Full products faster in bf16 but one-row products slower (issue 66's EPYC: generation 1.85x
+    slower under bf16): "auto" takes bf16 for matmul work and float32 for decoding, each timed on
+    its own shape, once."""
+    timed = _bf16_timed(monkeypatch, lambda rows: 3.9 if rows > 1 else 0.54)
     cpu = torch.device("cpu")
     assert autocast_dtype(cpu, "auto", torch.float32) == torch.bfloat16
     assert autocast_dtype(cpu, "auto", torch.float32, work="decode") is None
@@ -359,19 +366,10 @@ def test_auto_decides_decoding_apart_from_full_products(monkeypatch):
 def test_auto_decides_a_decoding_batch_apart_from_one_row(monkeypatch):
     """The AMX Xeon's shape of things: bf16 4.5x faster at 32 rows, 0.3x at one row. A batch of
     prompts decodes in bf16 and one prompt in float32; FrozenLM picks by rows (BATCH_ROWS)."""
-    import ralm.models.precision as E
     from ralm.frozen.lm import FrozenLM
+    from ralm.models.precision import BATCH_ROWS
 
-    monkeypatch.delenv("RALM_CPU_BF16", raising=False)
-    monkeypatch.setattr(E, "_BF16_FASTER", {})
-    monkeypatch.setattr(E, "cpu_has_native_bf16", lambda: True)
-    timed = []
-
-    def speedup(dtype, rows, n, m, reps):
-        timed.append(rows)
-        return {512: 75.0, 32: 4.5, 1: 0.3}[rows]
-
-    monkeypatch.setattr(E, "_matmul_speedup", speedup)
+    timed = _bf16_timed(monkeypatch, {512: 75.0, 32: 4.5, 1: 0.3}.__getitem__)
     cpu = torch.device("cpu")
     assert autocast_dtype(cpu, "auto", torch.float32, work="batch") == torch.bfloat16
     assert autocast_dtype(cpu, "auto", torch.float32, work="decode") is None
@@ -379,8 +377,8 @@ def test_auto_decides_a_decoding_batch_apart_from_one_row(monkeypatch):
     lm = FrozenLM.later(
         lambda: None, type("Config", (), {"max_position_embeddings": 64})(), None, device="cpu"
     )
-    assert lm.decoding_autocast(E.BATCH_ROWS) == torch.bfloat16
-    assert lm.decoding_autocast(E.BATCH_ROWS - 1) is None and lm.decoding_autocast(1) is None
+    assert lm.decoding_autocast(BATCH_ROWS) == torch.bfloat16
+    assert lm.decoding_autocast(BATCH_ROWS - 1) is None and lm.decoding_autocast(1) is None
     assert timed == [32, 1]  # each kind timed once a process
 
 
