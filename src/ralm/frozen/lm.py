@@ -117,8 +117,6 @@ class FrozenLM:
         model.to(self.device)
         split = output_head(model)  # the output layer on the scored positions alone (no softcap here)
         self._fast = split is not None and split[2] is None
-        self._head = model.get_output_embeddings()
-        self._base = getattr(model, "base_model", None)
 
     @property
     def loaded(self) -> bool:
@@ -128,21 +126,18 @@ class FrozenLM:
     @property
     def fast(self) -> bool:
         """Whether scoring can run the base model and the output layer apart."""
-        return self._part("_fast")
+        self.build()  # sets _fast
+        return self._fast
 
     @property
     def head(self) -> nn.Module:
         """The output layer."""
-        return self._part("_head")
+        return self.model.get_output_embeddings()
 
     @property
     def base(self) -> nn.Module | None:
         """The model below the output layer."""
-        return self._part("_base")
-
-    def _part(self, attr: str):
-        self.build()
-        return getattr(self, attr)
+        return getattr(self.model, "base_model", None)
 
     def _autocast_for(self, work: str) -> torch.dtype | None:
         from ralm.models.precision import autocast_dtype
