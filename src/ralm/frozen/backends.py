@@ -49,9 +49,7 @@ BACKENDS = ("auto", "torch", "torch-int8", "llama.cpp")
 # the default of `--backend` and `--generator-backend`; `load_frozen_lm` keeps "torch", the reference,
 # so that a library call gives the same tokens on every machine unless a backend is asked for
 DEFAULT_BACKEND = "auto"
-LLAMA_CPP_INSTALL = (
-    "`make setup-fast` (pip install llama-cpp-python: it compiles llama.cpp, 16 min on one core here)"
-)
+LLAMA_CPP_INSTALL = "`make setup-fast` (pip install llama-cpp-python: it compiles llama.cpp, 5 to 16 min)"
 
 
 class Decoder(Protocol):

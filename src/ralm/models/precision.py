@@ -45,7 +45,12 @@ def cpu_has_native_bf16() -> bool:
 _BF16_FASTER: dict[str, bool] = {}
 # the shapes autocast "auto" times: full products, one-row ones (decoding one prompt), and 32-row
 # ones (decoding a batch of prompts)
-WORKS = ("matmul", "decode", "batch")
+WORK_SHAPES = {  # (rows, n, m, reps) of the products timed for each kind of work
+    "matmul": (512, 512, 512, 4),
+    "decode": (1, 1024, 1024, 64),
+    "batch": (32, 1024, 1024, 16),
+}
+WORKS = tuple(WORK_SHAPES)
 BATCH_ROWS = 8  # a decoding batch of at least this many rows is timed as "batch", a smaller one as "decode"
 
 
@@ -78,10 +83,9 @@ def cpu_bf16_is_faster(work: str = "matmul") -> bool:
     if work not in WORKS:
         raise RalmError(f"work {work!r}: choose one of {', '.join(WORKS)}")
     if work not in _BF16_FASTER:
-        shape = {"matmul": (512, 512, 512, 4), "decode": (1, 1024, 1024, 64), "batch": (32, 1024, 1024, 16)}[
-            work
-        ]
-        _BF16_FASTER[work] = cpu_has_native_bf16() and _matmul_speedup(torch.bfloat16, *shape) >= 1.2
+        _BF16_FASTER[work] = (
+            cpu_has_native_bf16() and _matmul_speedup(torch.bfloat16, *WORK_SHAPES[work]) >= 1.2
+        )
     return _BF16_FASTER[work]
 
 
