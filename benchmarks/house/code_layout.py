@@ -67,6 +67,7 @@ from benchmarks.common import RESULTS, ROOT, script_command, write_result
 BEFORE = "ec52fe8"  # the last commit before issue 67's work
 WORKTREE = "WORKTREE"
 LIMIT = 400
+SHIM_MARKERS = ("DeprecationWarning", "re-exported", "MetaPathFinder")  # what an old-path shim says
 
 
 def checkout(rev: str, dest: Path) -> Path:
@@ -377,7 +378,6 @@ def house(rev: str, tree: Path) -> dict:
     files = sorted(src.rglob("*.py"))
     text = {f: f.read_text(encoding="utf-8") for f in files}
     outside_models = [f for f in files if "models" not in f.relative_to(src).parts[:1]]
-    shim_markers = ("DeprecationWarning", "re-exported", "MetaPathFinder")
     bench = tree / "benchmarks"
     return {
         "from_pretrained_outside_models": sorted(
@@ -388,7 +388,7 @@ def house(rev: str, tree: Path) -> dict:
             t.count("os.replace(") for f, t in text.items() if f.name != "atomic.py" or f.parent != src
         ),
         "shims_and_reexports": sorted(
-            str(f.relative_to(src)) for f, t in text.items() if any(m in t for m in shim_markers)
+            str(f.relative_to(src)) for f, t in text.items() if any(m in t for m in SHIM_MARKERS)
         ),
         "fmt_skip_src": sum(t.count("# fmt: skip") for t in text.values()),
         "fmt_skip_benchmarks": sum(
@@ -460,7 +460,7 @@ def path_shims(text: dict[Path, str], src: Path) -> list[str]:
         lazy = f != src / "__init__.py" and any(
             isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in body
         )
-        if lazy or any(m in t for m in ("DeprecationWarning", "re-exported", "MetaPathFinder")):
+        if lazy or any(m in t for m in SHIM_MARKERS):
             out.append(str(f.relative_to(src)))
     return sorted(out)
 
