@@ -143,6 +143,13 @@ def latency(a, backend: str) -> None:
     )
 
 
+def served_prompts(a, lm) -> list[list[int]]:
+    """The prompts the torch server built (latency-torch.json's `prompt` texts), as `lm`'s token ids
+    the way the prompt builder encodes them (the tokenizer's ids, its BOS included)."""
+    rows = json.loads((a.work / "latency-torch.json").read_text(encoding="utf-8"))["rows"]
+    return [lm.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
+
+
 def bare(a) -> None:
     """The runtimes alone on the prompts the torch server built (its `prompt` texts, re-encoded the
     way the prompt builder encodes them: the tokenizer's ids with its BOS). Rows already in
@@ -155,10 +162,9 @@ def bare(a) -> None:
     from ralm.rag.generate import stop_token_ids
 
     torch.set_num_threads(THREADS)
-    rows = json.loads((a.work / "latency-torch.json").read_text(encoding="utf-8"))["rows"]
     lm = load_frozen_lm(LM, device="cpu", autocast="off", backend="torch")
     stop = stop_token_ids(lm.tokenizer)
-    prompts = [lm.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
+    prompts = served_prompts(a, lm)
     res["prompt_tokens_p50"] = statistics.median(len(p) for p in prompts)
 
     def hf(dtype, n: int) -> list[float]:
@@ -269,10 +275,9 @@ def converted(a) -> None:
     model_dir = a.work / "gemma3-hf"
     if not (model_dir / "config.json").is_file():
         shutil.copytree(gguf_cache.lookup(d / name), model_dir)
-    rows = json.loads((a.work / "latency-torch.json").read_text(encoding="utf-8"))["rows"]
     lm = load_frozen_lm(model_dir, device="cpu", autocast="off", backend="torch")
     stop = stop_token_ids(lm.tokenizer)
-    prompts = [lm.tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
+    prompts = served_prompts(a, lm)
 
     def answers() -> list[list[int]]:
         return [greedy(lm, [p], max_new_tokens=MAX_NEW, stop_ids=stop, first_line=True)[0] for p in prompts]
