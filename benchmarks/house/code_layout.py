@@ -315,7 +315,8 @@ def rag_trace(tree: Path, work: Path) -> dict:
 # where leftovers of a killed writer are cleared before a resume: modules calling clear_leftovers,
 # outside ralm.train.checkpoint (which defines it) and the index builder (an index directory, not a
 # training run). Issue 48 counted five: realm/run, luke/pretrain_run, retrieval/training/run,
-# rag/train_run and tasks/job_dir (finetune's folder of seeds, which has no checkpoints to resume).
+# rag/train_run and tasks/job_dir (finetune's folder of seeds, now ralm/train/seed_jobs, which has no
+# checkpoints to resume).
 def run_folder_modules(src: Path, text: dict[Path, str]) -> list[str]:
     skip = {"train/checkpoint.py", "retrieval/index/build.py", "retrieval/index_build.py"}
     names = (str(f.relative_to(src)) for f, t in text.items() if "clear_leftovers(" in t)
@@ -465,6 +466,19 @@ def path_shims(text: dict[Path, str], src: Path) -> list[str]:
     return sorted(out)
 
 
+def backward_calls(source: str) -> int:
+    """Calls of a `.backward(...)` method in a module's code (`loss.backward()`,
+    `torch.autograd.backward(...)`); the word in a docstring or comment is not a call."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source.count(".backward(")
+    return sum(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+        for n in ast.walk(tree)
+    )
+
+
 def layout67(tree: Path, src: Path, text: dict[Path, str]) -> dict:
     """Issue 67's measures: index openers outside ralm.retrieval, `.backward(` call sites, the
     shared CLI flags' declarations, `sys.path` edits in benchmarks, path shims, and tests that
@@ -484,13 +498,8 @@ def layout67(tree: Path, src: Path, text: dict[Path, str]) -> dict:
         "index_openers_outside_retrieval": sorted(
             str(f.relative_to(src)) for f, t in outside.items() if any(o in t for o in INDEX_OPENERS)
         ),
-        "backward_call_sites": sum(
-            line.count(".backward(")
-            for t in text.values()
-            for line in t.splitlines()
-            if not line.lstrip().startswith("#")
-        ),
-        "backward_modules": sorted(str(f.relative_to(src)) for f, t in text.items() if ".backward(" in t),
+        "backward_call_sites": sum(backward_calls(t) for t in text.values()),
+        "backward_modules": sorted(str(f.relative_to(src)) for f, t in text.items() if backward_calls(t)),
         "flag_declarations": flag_declarations(text),
         "sys_path_edit_files_benchmarks": sum(
             1 for f in bench if edits_sys_path(f.read_text(encoding="utf-8"))

@@ -1,5 +1,5 @@
 """`answer_queries`: masked queries that only the retriever reads, trained on the answer target with
-in-batch negatives (`RealmModel.answer_query_loss`, `trainer.answer_query_step`)."""
+in-batch negatives (`RealmModel.answer_query_loss`, `answer_queries.answer_query_objective`)."""
 
 from __future__ import annotations
 

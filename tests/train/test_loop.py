@@ -182,8 +182,9 @@ def test_fit_steps_ends_when_the_data_runs_out_before_total():
 
 def test_accumulated_step_equals_one_step_on_the_whole_batch():
     """Two micro-batches of 5 scaled by 1/2 give the gradient (and the update) of one batch of 10;
-    `before_update` runs after the backward passes, before the update; without clipping the norm
-    is measured, with it the norm before clipping is returned."""
+    `extra` runs after their backward passes, before the update, and its objective adds to the
+    gradients (here half the whole batch's loss again: 1.5 times its gradient in all); without
+    clipping the norm is measured, with it the norm before clipping is returned."""
     from ralm.train.loop import accumulated_step
 
     def mse(model, idx):
@@ -192,8 +193,9 @@ def test_accumulated_step_equals_one_step_on_the_whole_batch():
     model, opt, sched, _ = _parts()
     calls = []
 
-    def before():
+    def extra():
         calls.append([p.grad.clone() for p in model.parameters()])
+        return mse(model, torch.arange(10)) / 2
 
     norm = accumulated_step(
         model,
@@ -202,19 +204,40 @@ def test_accumulated_step_equals_one_step_on_the_whole_batch():
         grad_accum=2,
         micro=lambda m: mse(model, torch.arange(5 * m, 5 * m + 5)) / 2,
         max_grad_norm=0.0,
-        before_update=before,
+        extra=extra,
     )
     ref, ropt, rsched, rparams = _parts()
     mse(ref, torch.arange(10)).backward()
-    want = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in rparams]))
     assert all(torch.allclose(g, p.grad) for g, p in zip(calls[0], rparams, strict=True))
+    ropt.zero_grad()
+    (1.5 * mse(ref, torch.arange(10))).backward()
+    want = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in rparams]))
     assert norm == pytest.approx(float(want), rel=1e-6)
     ropt.step()
     assert all(torch.allclose(a, b) for a, b in zip(model.parameters(), ref.parameters(), strict=True))
     clipped = accumulated_step(
-        model, opt, sched, grad_accum=1, micro=lambda m: mse(model, torch.arange(10)), max_grad_norm=1e-3
+        model,
+        opt,
+        sched,
+        grad_accum=1,
+        micro=lambda m: mse(model, torch.arange(10)),
+        max_grad_norm=1e-3,
+        extra=lambda: None,  # nothing this step: the update is the micro-batch's alone
     )
     assert clipped > 1e-3  # the norm before clipping
+
+
+def test_optimizer_step_without_a_loss_moves_nothing():
+    """No loss to learn from: no update, no schedule step, and None for the norm."""
+    from ralm.train.loop import optimizer_step
+
+    model, opt, sched, params = _parts()
+    before = [p.detach().clone() for p in params]
+    assert optimizer_step(opt, sched, params, [None, None], max_grad_norm=1.0) is None
+    assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
+    assert sched.last_epoch == 0
+    assert optimizer_step(opt, sched, params, [None, _loss(model, [0, 1])], max_grad_norm=1.0) > 0
+    assert sched.last_epoch == 1 and not torch.equal(before[0], params[0])
 
 
 def test_fit_steps_stops_when_the_step_callback_says_so_and_runs_without_a_schedule():

@@ -32,9 +32,7 @@ auto-annotation (DaLUKE: 5 from links alone), words, tokens, training chunks, pa
 
 from __future__ import annotations
 
-import math
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -63,7 +61,7 @@ from ralm.realm.training.run import check_checkpoint_corpus
 from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics
-from ralm.train.loop import accumulated_step
+from ralm.train.loop import accumulated_step, run_steps
 from ralm.train.optim import adamw, param_groups, warmup_schedule
 from ralm.train.run import check_start, finished_note, out_state, rerun_of_finished
 
@@ -102,7 +100,7 @@ def train_step(
     per_step = cfg.batch_size * cfg.grad_accum
     lo, hi = dist.share(cfg.batch_size)
     sums = np.zeros(8)  # mlm ce, mlm correct, mlm n, mep ce, mep correct, mep n, entities, words
-    lr = [0.0]
+    lr = opt.param_groups[0]["lr"]  # the step's learning rate, before the schedule moves it
 
     def micro(m: int) -> torch.Tensor:
         nonlocal sums
@@ -128,9 +126,6 @@ def train_step(
         # DDP averages gradients over ranks: scale so the average is d(global mean loss)
         return loss * (dist.world / cfg.grad_accum)
 
-    def read_lr() -> None:
-        lr[0] = opt.param_groups[0]["lr"]  # the step's learning rate, before the schedule moves it
-
     gn = accumulated_step(
         net,
         opt,
@@ -139,9 +134,7 @@ def train_step(
         micro=micro,
         max_grad_norm=cfg.max_grad_norm,
         distributed=dist.enabled,
-        before_update=read_lr,
     )
-    lr = lr[0]
     mlm_loss, mep_loss = sums[0] / max(sums[2], 1), sums[3] / max(sums[5], 1)
     return {
         "loss": mlm_loss + mep_loss,
@@ -295,53 +288,54 @@ def _pretrain(
     net = dist.wrap(model, find_unused_parameters=True)
     model.train()
     per_step = cfg.batch_size * cfg.grad_accum
-    t_run = time.perf_counter()
+
+    def step_row(step: int) -> dict:
+        nonlocal net
+        if staged and step == cfg.entity_first_steps + 1:  # the word side joins: DDP must see it
+            set_stage(model, step, cfg.entity_first_steps)
+            net = dist.wrap(model, find_unused_parameters=True)
+        row = train_step(net, opt, sched, collator, train_ids, cfg, step, dev, ac, dist)
+        if staged:
+            row["stage"] = 1 if step <= cfg.entity_first_steps else 2
+        row["examples_seen"] = step * per_step
+        return row
+
+    def checkpoint(step: int) -> None:
+        save_checkpoint(
+            run,
+            step,
+            model,
+            opt,
+            sched,
+            None,
+            mode=cfg.mode,
+            examples_seen=step * per_step,
+            keep=cfg.keep_checkpoints,
+            docstore_fingerprint=prep.store.fingerprint,
+        )
+
     bar = tqdm(
         total=cfg.steps, initial=start, disable=not show, unit="step", desc=f"luke pretrain {cfg.mode}"
     )
-    finished = start >= cfg.steps
     try:
-        for step in range(start + 1, cfg.steps + 1):
-            t0 = time.perf_counter()
-            if staged and step == cfg.entity_first_steps + 1:  # the word side joins: DDP must see it
-                set_stage(model, step, cfg.entity_first_steps)
-                net = dist.wrap(model, find_unused_parameters=True)
-            row = train_step(net, opt, sched, collator, train_ids, cfg, step, dev, ac, dist)
-            if staged:
-                row["stage"] = 1 if step <= cfg.entity_first_steps else 2
-            row["examples_seen"] = step * per_step
-            row["step_seconds"] = time.perf_counter() - t0
-            row["elapsed_seconds"] = time.perf_counter() - t_run
-            bar.update(1)
-            bar.set_postfix(mlm=f"{row['mlm_loss']:.3f}", mep=f"{row['mep_loss']:.3f}")
-            if not math.isfinite(row["loss"]):
-                raise RalmError(f'step {step}: the loss is not finite; lower lr or use autocast = "off"')
-            if metrics is not None:
-                metrics.log(step, **row)
-            last = step == cfg.steps
-            stop = stop_after is not None and step >= stop_after
-            finished = last
-            if last or stop or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                if dist.is_main:
-                    save_checkpoint(
-                        run,
-                        step,
-                        model,
-                        opt,
-                        sched,
-                        None,
-                        mode=cfg.mode,
-                        examples_seen=step * cfg.batch_size * cfg.grad_accum,
-                        keep=cfg.keep_checkpoints,
-                        docstore_fingerprint=prep.store.fingerprint,
-                    )
-                dist.barrier()
-            if stop:
-                break
+        last = run_steps(
+            start=start,
+            total=cfg.steps,
+            step_row=step_row,
+            checkpoint=checkpoint,
+            dist=dist,
+            log=metrics,
+            bar=bar,
+            postfix=lambda row: {"mlm": f"{row['mlm_loss']:.3f}", "mep": f"{row['mep_loss']:.3f}"},
+            not_finite='the loss is not finite; lower lr or use autocast = "off"',
+            checkpoint_every=cfg.checkpoint_every,
+            stop_after=stop_after,
+        )
     finally:
         bar.close()
         if metrics is not None:
             metrics.close()
+    finished = last >= cfg.steps
     if dist.is_main and finished:  # also when a resumed run had only its model left to write
         extra = {"run": str(run), "step": cfg.steps, "mode": cfg.mode, "sources": list(cfg.entity_sources)}
         save_model(model, run / MODEL_DIR, extra=extra)

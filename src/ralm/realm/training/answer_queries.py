@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ralm.realm.modeling.model import RealmModel
     from ralm.realm.training.run import LoadedRun
 
-__all__ = ["answer_query_step", "answer_records"]
+__all__ = ["answer_query_objective", "answer_records"]
 
 
 @torch.inference_mode()
@@ -89,7 +89,7 @@ def answer_records(
     return out
 
 
-def answer_query_step(
+def answer_query_objective(
     model: RealmModel,
     collator,
     train_ids: np.ndarray,
@@ -98,12 +98,12 @@ def answer_query_step(
     search,
     dev: torch.device,
     ac: torch.dtype | None,
-) -> dict[str, float]:
-    """Backpropagate step `step`'s `answer_queries` (`RealmModel.answer_query_loss`): `answer_weight`
-    times their mean KL over the live queries, added to the gradients of the step's reader batch.
-    Their masks draw from the generators of micro-batch `grad_accum` (one past the reader's).
-    `collator`: the run's `CausalMaskingCollator`. Returns the step's answer_kl (mean over the live
-    queries) and answer_live (their share)."""
+) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """Step `step`'s `answer_queries` objective (`RealmModel.answer_query_loss`): `answer_weight`
+    times their mean KL over the live queries, to back-propagate into the gradients of the step's
+    reader batch (None when no query is live). Their masks draw from the generators of micro-batch
+    `grad_accum` (one past the reader's). `collator`: the run's `CausalMaskingCollator`. Also
+    returns the step's answer_kl (mean over the live queries) and answer_live (their share)."""
     ids = answer_query_ids(train_ids, cfg, step)
     batch = collator(ids, rngs=example_rngs(cfg.seed, step, cfg.grad_accum, range(len(ids))))
     batch = {k: v.to(dev) for k, v in batch.items()}
@@ -112,6 +112,5 @@ def answer_query_step(
     n_live = int(live.sum())
     if n_live:
         loss = (kl * live.to(kl.dtype)).sum() / n_live
-        (loss * cfg.answer_weight).backward()
-        return {"answer_kl": float(loss.detach()), "answer_live": n_live / len(ids)}
-    return {"answer_kl": 0.0, "answer_live": 0.0}
+        return loss * cfg.answer_weight, {"answer_kl": float(loss.detach()), "answer_live": n_live / len(ids)}
+    return None, {"answer_kl": 0.0, "answer_live": 0.0}

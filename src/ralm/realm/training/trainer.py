@@ -45,7 +45,6 @@ import logging
 import math
 import os
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -59,7 +58,7 @@ from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
 from ralm.realm.masking.mlm import MaskingCollator
 from ralm.realm.modeling.candidates import queries_are_corpus, run_search
 from ralm.realm.modeling.model import RealmModel, RealmOutput
-from ralm.realm.training.answer_queries import answer_query_step
+from ralm.realm.training.answer_queries import answer_query_objective
 from ralm.realm.training.build import (
     build_model,
     first_index,
@@ -83,7 +82,7 @@ from ralm.train.checkpoint import (
 from ralm.train.device import resolve_device
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics
-from ralm.train.loop import accumulated_step
+from ralm.train.loop import accumulated_step, run_steps
 from ralm.train.optim import warmup_schedule
 from ralm.train.run import finished_note
 
@@ -141,7 +140,7 @@ def train_step(
     process's on the whole batch.
 
     With `cfg.answer_queries`, the step's answer queries add their loss to the gradients before the
-    clip (`ralm.realm.training.answer_queries.answer_query_step`; one process).
+    clip (`ralm.realm.training.answer_queries.answer_query_objective`; one process).
 
     Returns this rank's micro-batch outputs, the gradient norm before clipping, the step's
     (summed NLL, masked tokens) over all ranks and the answer queries' metrics ({} without them).
@@ -167,10 +166,11 @@ def train_step(
         # DDP averages gradients over ranks: scale so the average is d(global mean NLL)
         return objective * (dist.world / max(n_all, 1.0) / cfg.grad_accum)
 
-    def answer_queries() -> None:
-        if cfg.answer_queries:
-            core = getattr(model, "module", model)
-            extra.update(answer_query_step(core, collator, train_ids, cfg, step, search, dev, ac))
+    def answer_queries() -> torch.Tensor | None:
+        core = getattr(model, "module", model)
+        loss, metrics = answer_query_objective(core, collator, train_ids, cfg, step, search, dev, ac)
+        extra.update(metrics)
+        return loss
 
     gn = accumulated_step(
         model,
@@ -180,7 +180,7 @@ def train_step(
         micro=micro,
         max_grad_norm=cfg.max_grad_norm,
         distributed=dist.enabled,
-        before_update=answer_queries,
+        extra=answer_queries if cfg.answer_queries else None,
     )
     nll_sum, n_sum = sums
     return outs, gn, (nll_sum, n_sum), extra
@@ -293,74 +293,75 @@ def _pretrain(
 
     net = dist.wrap(model)
     fault = _fault_injection(dist)
-    t_run = time.perf_counter()
+    refreshing = refresher is not None and not model.doc_tower_frozen  # a frozen doc tower: the index stays
+
+    def step_row(step: int) -> dict:
+        if fault is not None and step == fault:
+            os._exit(3)  # RALM_TEST_KILL_RANK_AT: this rank dies as if killed
+        version = refresher.version if refresher is not None else None
+        outs, gn, (nll, n), extra = train_step(
+            net, opt, sched, collator, train_ids, cfg, step, search, dev, ac, dist
+        )
+        row = step_metrics(outs, model) | extra
+        row["loss"] = nll / max(n, 1)  # over all ranks
+        row["ppl"] = math.exp(min(row["loss"], 50.0))
+        lrs = {g["name"]: g["lr"] for g in opt.param_groups}
+        row["lr_reader"] = lrs.get("reader", lrs.get("reader_no_decay", 0.0))
+        if model.retrieval:
+            row["lr_retriever"] = lrs.get("retriever", lrs.get("retriever_no_decay", 0.0))
+            row["index_version"] = version
+        row["grad_norm"] = gn
+        row["examples_seen"] = step * per_step
+        return row
+
+    def refresh(step: int, row: dict) -> None:
+        if step == cfg.steps or (cfg.refresh_every and step % cfg.refresh_every == 0):
+            bar.refresh()  # before a re-embedding, also in a log (which otherwise prints at intervals)
+        if refreshing:
+            t = refresher.maybe_refresh(step, model.encoder)
+            if t is not None:
+                row["refresh_seconds"] = t
+                row.update(getattr(refresher, "last_swap", {}))
+
+    def last_refresh(step: int) -> None:  # the final index is the final encoder's (sync refresh)
+        if step != cfg.steps or not refreshing or not refresher.every or cfg.refresh_mode != "sync":
+            return
+        if refresher.built_at_step != step:
+            t = refresher.refresh(model.encoder, step)
+            if metrics is not None:
+                metrics.log(step, refresh_seconds=t, index_version=refresher.version)
+
+    def checkpoint(step: int) -> None:
+        save_checkpoint(
+            run,
+            step,
+            model,
+            opt,
+            sched,
+            refresher,
+            mode=cfg.mode,
+            examples_seen=step * per_step,
+            keep=cfg.keep_checkpoints,
+            docstore_fingerprint=store.fingerprint,
+        )
+
     bar = tqdm(total=cfg.steps, initial=start, disable=not show, unit="step", desc=f"pretrain {cfg.mode}")
     try:
-        for step in range(start + 1, cfg.steps + 1):
-            if fault is not None and step == fault:
-                os._exit(3)  # RALM_TEST_KILL_RANK_AT: this rank dies as if killed
-            t0 = time.perf_counter()
-            version = refresher.version if refresher is not None else None
-            outs, gn, (nll, n), extra = train_step(
-                net, opt, sched, collator, train_ids, cfg, step, search, dev, ac, dist
-            )
-            row = step_metrics(outs, model) | extra
-            row["loss"] = nll / max(n, 1)  # over all ranks
-            row["ppl"] = math.exp(min(row["loss"], 50.0))
-            lrs = {g["name"]: g["lr"] for g in opt.param_groups}
-            row["lr_reader"] = lrs.get("reader", lrs.get("reader_no_decay", 0.0))
-            if model.retrieval:
-                row["lr_retriever"] = lrs.get("retriever", lrs.get("retriever_no_decay", 0.0))
-                row["index_version"] = version
-            row["grad_norm"] = gn
-            row["examples_seen"] = step * per_step
-            row["step_seconds"] = time.perf_counter() - t0
-            row["elapsed_seconds"] = time.perf_counter() - t_run
-            bar.update(1)  # the step is done: the bar says so while the index is rebuilt
-            bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{row['ppl']:.1f}")
-            if step == cfg.steps or (cfg.refresh_every and step % cfg.refresh_every == 0):
-                bar.refresh()  # before a re-embedding, also in a log (which otherwise prints at intervals)
-            if refresher is not None and not model.doc_tower_frozen:  # a frozen doc tower: the index stays
-                t = refresher.maybe_refresh(step, model.encoder)
-                if t is not None:
-                    row["refresh_seconds"] = t
-                    row.update(getattr(refresher, "last_swap", {}))
-            if not math.isfinite(row["loss"]):
-                raise RalmError(
-                    f"step {step}: the loss is not finite; lower the learning rates or use --autocast off"
-                )
-            if metrics is not None:
-                metrics.log(step, **row)
-            last = step == cfg.steps
-            if (
-                last
-                and refresher is not None
-                and not model.doc_tower_frozen
-                and refresher.every
-                and cfg.refresh_mode == "sync"
-                and refresher.built_at_step != step
-            ):
-                t = refresher.refresh(model.encoder, step)
-                if metrics is not None:
-                    metrics.log(step, refresh_seconds=t, index_version=refresher.version)
-            stop = stop_after is not None and step >= stop_after
-            if last or stop or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                if dist.is_main:
-                    save_checkpoint(
-                        run,
-                        step,
-                        model,
-                        opt,
-                        sched,
-                        refresher,
-                        mode=cfg.mode,
-                        examples_seen=step * cfg.batch_size * cfg.grad_accum,
-                        keep=cfg.keep_checkpoints,
-                        docstore_fingerprint=store.fingerprint,
-                    )
-                dist.barrier()
-            if stop:
-                break
+        run_steps(
+            start=start,
+            total=cfg.steps,
+            step_row=step_row,
+            checkpoint=checkpoint,
+            dist=dist,
+            log=metrics,
+            bar=bar,
+            postfix=lambda row: {"loss": f"{row['loss']:.3f}", "ppl": f"{row['ppl']:.1f}"},
+            not_finite="the loss is not finite; lower the learning rates or use --autocast off",
+            checkpoint_every=cfg.checkpoint_every,
+            stop_after=stop_after,
+            after_step=refresh,
+            before_checkpoint=last_refresh,
+        )
     finally:
         bar.close()
         if metrics is not None:

@@ -30,7 +30,7 @@ Left out: a cross-device all-gather of vectors (multi-GPU in-batch negatives).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from ralm.models.precision import autocast_context
 from ralm.retrieval.encoders import DualEncoder, Tower
+from ralm.train.loop import backpropagate
 
 Rows = list[tuple[list, list]]  # per sequence (token ids, token type ids), specials included
 
@@ -126,20 +127,43 @@ def contrastive_step(
     q_rows: B query inputs (query tower), d_rows: N document inputs (doc tower), built with the
     towers' `template.build`; targets: B columns; mask: (B, N) bool (see `contrastive_loss`).
     chunk: 0 = one forward/backward of the whole batch; > 0 = gradient caching with mini-batches
-    of that many rows. The caller zeroes gradients and steps the optimiser.
+    of that many rows. The caller zeroes gradients and steps the optimiser (or hands
+    `contrastive_losses` to `ralm.train.loop.optimizer_step`, which does both).
     """
+    result, losses = contrastive_losses(
+        encoder, q_rows, d_rows, targets, mask, temperature=temperature, chunk=chunk, amp=amp, device=device
+    )
+    backpropagate(losses)
+    return result
+
+
+def contrastive_losses(
+    encoder: DualEncoder,
+    q_rows: Rows,
+    d_rows: Rows,
+    targets: Sequence[int],
+    mask: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    chunk: int = 0,
+    amp: torch.dtype | None = None,
+    device: torch.device | None = None,
+) -> tuple[StepResult, Iterator[torch.Tensor]]:
+    """The batch's loss and accuracy, and the losses whose back-propagation gives the batch's
+    gradients (arguments as `contrastive_step`). chunk <= 0: the loss itself. chunk > 0 (gradient
+    caching): every vector is computed first (pass 1) and the loss's gradient with respect to the
+    vectors taken; the losses then come one mini-batch at a time, each the sum of its vectors times
+    their gradient (the surrogate whose gradient with respect to the tower's weights is that
+    mini-batch's share of the loss's), a replayed mini-batch's forward running only when its loss
+    is asked for, so one mini-batch's graph lives at a time."""
     device = device or next(encoder.parameters()).device
     tgt = torch.as_tensor(list(targets), dtype=torch.long, device=device)
     m = None if mask is None else mask.to(device)
     qt, dt = encoder.query_tower, encoder.doc_tower
     if chunk <= 0:
-        q = _forward(qt, q_rows, device, amp)
-        d = _forward(dt, d_rows, device, amp)
-        scores = encoder.score(q, d)
+        scores = encoder.score(_forward(qt, q_rows, device, amp), _forward(dt, d_rows, device, amp))
         loss = contrastive_loss(scores, tgt, m, temperature)
-        loss.backward()
-        acc = (scores.detach().masked_fill(_off_target(m, tgt), float("-inf")).argmax(1) == tgt).float()
-        return StepResult(float(loss.item()), float(acc.mean().item()))
+        return _result(loss, scores, m, tgt), iter([loss])
 
     # pass 1: every vector, mini-batch by mini-batch, rows sorted longest first (less padding);
     # each tower's first (longest) mini-batch with autograd, its graph kept for pass 2 (pass 2's
@@ -163,19 +187,29 @@ def contrastive_step(
     d = parts[1].requires_grad_(True)
     scores = encoder.score(q, d)
     loss = contrastive_loss(scores, tgt, m, temperature)
-    loss.backward()  # gradients of the loss with respect to every vector: q.grad, d.grad
-    grads = [g[order_t] for g, (*_, order_t) in zip((q.grad, d.grad), plans, strict=True)]
-    # pass 2: the kept graphs first (freeing them), then each other mini-batch again with autograd
-    # and the same dropout, back-propagating its slice of the vectors' gradient
-    for (_, _, slices, _, kept, _), g in zip(plans, grads, strict=True):
-        kept.backward(g[slices[0]])
-    for (tower, srows, slices, states, _, _), g in zip(plans, grads, strict=True):
-        for sl, state in zip(slices[1:], states, strict=True):
-            with _replay(state):
-                v = _forward(tower, srows[sl], device, amp)
-            v.backward(g[sl])
-    acc = (scores.detach().masked_fill(_off_target(m, tgt), float("-inf")).argmax(1) == tgt).float()
-    return StepResult(float(loss.item()), float(acc.mean().item()))
+    q_grad, d_grad = torch.autograd.grad(loss, [q, d])  # the loss's gradient for every vector
+    grads = [g[order_t] for g, (*_, order_t) in zip((q_grad, d_grad), plans, strict=True)]
+
+    def surrogates() -> Iterator[torch.Tensor]:
+        # pass 2: the kept graphs first (freeing them), then each other mini-batch again with
+        # autograd and the same dropout, carrying its slice of the vectors' gradient
+        for (_, _, slices, _, kept, _), g in zip(plans, grads, strict=True):
+            yield (kept * g[slices[0]]).sum()
+        for (tower, srows, slices, states, _, _), g in zip(plans, grads, strict=True):
+            for sl, state in zip(slices[1:], states, strict=True):
+                with _replay(state):
+                    v = _forward(tower, srows[sl], device, amp)
+                yield (v * g[sl]).sum()
+
+    return _result(loss, scores, m, tgt), surrogates()
+
+
+def _result(
+    loss: torch.Tensor, scores: torch.Tensor, mask: torch.Tensor | None, tgt: torch.Tensor
+) -> StepResult:
+    """The batch's loss and in-batch accuracy (each query's best unmasked document is its target)."""
+    acc = (scores.detach().masked_fill(_off_target(mask, tgt), float("-inf")).argmax(1) == tgt).float()
+    return StepResult(float(loss.detach()), float(acc.mean().item()))
 
 
 def _off_target(mask: torch.Tensor | None, targets: torch.Tensor) -> torch.Tensor:
