@@ -8,7 +8,8 @@ target (`temp_sibling`), so two processes never share one and a leftover is easy
 matplotlib) and renames it into place when the block ends without an error; `staged_dir(out)` and
 `replace_dir(tmp, out)` do the same for a whole directory, the old one removed only after the new
 one is in place; `move_into_place(src, dst)` renames a finished file or folder over `dst`. This is
-the one module in ralm that calls `os.replace`.
+the one module in ralm that calls `os.replace`. `remove_stale(out, log, kinds)` removes the
+`.NAME.KIND-PID` folders that killed writers of `out` left behind, once their process is gone.
 """
 
 from __future__ import annotations
@@ -16,14 +17,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from ralm.locks import pid_alive
 
 __all__ = [
     "atomic_path",
     "move_into_place",
+    "remove_stale",
     "replace_dir",
     "staged_dir",
     "temp_sibling",
@@ -106,3 +111,30 @@ def staged_dir(out: str | os.PathLike) -> Iterator[Path]:
         replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale(
+    out: Path, log: Callable[[str], None], kinds: tuple[str, ...] = ("tmp",), what: str = "build"
+) -> None:
+    """Remove `.NAME.KIND-PID` dirs, KIND one of `kinds` (and `old` once `out` exists), of processes
+    that are gone, each with a note to `log` naming the interrupted `what` ("build", "fine-tuning job").
+
+    Example: remove_stale(Path("ft"), print, ("partial",), "fine-tuning job") removes `.ft.partial-4242`
+    when process 4242 no longer runs."""
+    names = "|".join(re.escape(k) for k in (*kinds, *(("old",) if out.exists() else ())))
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:{names})-(\d+)")
+    if not out.parent.is_dir():
+        return
+    for p in sorted(out.parent.iterdir()):
+        m = pattern.fullmatch(p.name)
+        if m is None or not p.is_dir() or p.is_symlink():
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        try:
+            shutil.rmtree(p)
+        except OSError as exc:
+            log(f"note: could not remove {p}, left by an interrupted {what} ({exc}); remove it by hand")
+            continue
+        log(f"note: removed {p}, left by an interrupted {what} (PID {pid} is no longer running)")

@@ -280,7 +280,8 @@ def test_end_to_end_fits_toy_set(luke_run, data_dir, tmp_path, capsys, one_threa
         assert sum("loss" in r for r in rows) == 60
         dev = [(r["step"], r["dev_f1"]) for r in rows if "dev_f1" in r]
         assert [s for s, _ in dev] == [20, 40, 60] and dev[-1][1] == 100.0  # the last step fits too
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "toy"]  # no partial directories left
+    # no partial directories left; the writer lock's file stays (ralm.locks)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out", "toy"]
     printed = capsys.readouterr().out
     assert "sentences/s" in printed and "results:" in printed
 
@@ -390,20 +391,40 @@ def test_check_iob2_names_the_file_of_a_multi_file_split(tmp_path):
     assert str(exc.value).startswith(f"{d / 'b.conll'}: sentence 3: word 2 is tagged 'I-PER' after 'B-LOC'")
 
 
-def test_failed_seed_leaves_nothing(luke_run, data_dir, tmp_path, capsys, monkeypatch):
+def test_failed_seed_keeps_the_finished_one_and_a_rerun_resumes(
+    luke_run, data_dir, tmp_path, capsys, monkeypatch
+):
+    """The job folder of `ralm finetune` (ralm.train.seed_jobs): a failed seed 2 keeps seed 1 in
+    .out.partial, and the same command again runs seed 2 alone and publishes both."""
     import ralm.luke.ner as ner
     from ralm.errors import RalmError
 
     real = ner.run_seed
+    ran = []
 
     def second_fails(cfg, bb, splits, classes, seed, out, names=None):
-        if seed == 2:
+        ran.append(seed)
+        if seed == 2 and len(ran) == 2:
             raise RalmError("seed 2 failed on purpose")
         return real(cfg, bb, splits, classes, seed, out, names)
 
     monkeypatch.setattr(ner, "run_seed", second_fails)
     out = tmp_path / "out"
+    partial = tmp_path / ".out.partial"
     argv = ["luke", "ner", data_dir, "--model", luke_run, "--out", out, "--seeds", "1,2", "--max-steps", 1]
     assert _main(argv + ["--no-progress"]) == 2
-    assert capsys.readouterr().err.strip() == "ralm: error: seed 2 failed on purpose"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy"]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"note: kept {partial} (seed-1 finished); rerun the same command to continue",
+        "ralm: error: seed 2 failed on purpose",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", ".out.partial", "toy"]
+    kept = (partial / "seed-1" / "eval.json").read_bytes()
+
+    assert _main(argv + ["--no-progress"]) == 0
+    assert ran == [1, 2, 2]  # the rerun ran seed 2 alone
+    assert capsys.readouterr().err.strip() == (
+        f"note: resuming the interrupted job in {partial} (seed-1 finished, kept); remove that folder to start over"
+    )
+    assert (out / "seed-1" / "eval.json").read_bytes() == kept
+    assert [r["seed"] for r in json.loads((out / "results.json").read_text())["seeds"]] == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out", "toy"]

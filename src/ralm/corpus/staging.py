@@ -10,7 +10,8 @@
   removed only afterwards; on any failure the temp dir is removed and `out` stays as it was;
 - a full disk or quota (ENOSPC, EDQUOT, also behind a pyarrow error that caught it) becomes
   one CorpusError naming `out` and the mount point.
-`remove_stale` (and `ralm.atomic.replace_dir`, which it uses) also serve `ralm finetune`'s partial folders (ralm.tasks.job_dir).
+The removal of such leftovers is `ralm.atomic.remove_stale`, which also serves the partial folders of
+`ralm finetune` and `ralm luke ner` (`ralm.train.seed_jobs`).
 
 Example:
     with staged_build(Path("corpus"), overwrite=False, log=print) as tmp:
@@ -21,16 +22,15 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ralm.atomic import replace_dir, temp_sibling
+from ralm.atomic import remove_stale, replace_dir, temp_sibling
 from ralm.corpus.docstore import MANIFEST
 from ralm.errors import CorpusError, RalmError, exception_chain
-from ralm.locks import holder, pid_alive, writer_lock
+from ralm.locks import holder, writer_lock
 
 _DISK_FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded on"}
 
@@ -56,33 +56,6 @@ def disk_full_error(out: Path, cause: OSError) -> CorpusError:
         f"{out}: {_DISK_FULL[cause.errno]} {mount_point(out.parent)} while writing the corpus; "
         "nothing was written (free space or choose another --out)"
     )
-
-
-def remove_stale(
-    out: Path, log: Callable[[str], None], kinds: tuple[str, ...] = ("tmp",), what: str = "build"
-) -> None:
-    """Remove `.NAME.KIND-PID` dirs, KIND one of `kinds` (and `old` once `out` exists), of processes
-    that are gone, each with a note to `log` naming the interrupted `what` ("build", "fine-tuning job").
-
-    Example: remove_stale(Path("ft"), print, ("partial",), "fine-tuning job") removes `.ft.partial-4242`
-    when process 4242 no longer runs."""
-    names = "|".join(re.escape(k) for k in (*kinds, *(("old",) if out.exists() else ())))
-    pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:{names})-(\d+)")
-    if not out.parent.is_dir():
-        return
-    for p in sorted(out.parent.iterdir()):
-        m = pattern.fullmatch(p.name)
-        if m is None or not p.is_dir() or p.is_symlink():
-            continue
-        pid = int(m.group(1))
-        if pid == os.getpid() or pid_alive(pid):
-            continue
-        try:
-            shutil.rmtree(p)
-        except OSError as exc:
-            log(f"note: could not remove {p}, left by an interrupted {what} ({exc}); remove it by hand")
-            continue
-        log(f"note: removed {p}, left by an interrupted {what} (PID {pid} is no longer running)")
 
 
 def fail_if_locked(out: Path) -> None:

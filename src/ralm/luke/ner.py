@@ -36,15 +36,16 @@ that entity's id instead of [MASK], so what pre-training stored in the entity's 
 classifier; every other span stays [MASK]. Without it (the default, the paper's setting) only what the
 encoder knows about the words reaches the classifier. The linked spans are counted per split.
 
-Left out: nested entities, resuming a seed, multi-process fine-tuning.
+Cut off, a rerun of the same command keeps the seeds that finished (`ralm.train.seed_jobs`, as
+`ralm finetune`). Left out: nested entities, resuming inside a seed, multi-process fine-tuning.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -53,7 +54,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ralm.atomic import write_json_atomic
 from ralm.errors import RalmError
+from ralm.locks import writer_lock
 from ralm.luke.config import ENTITY_MASK_ID
 from ralm.luke.ner_model import Backbone, decode_tags, load_backbone, score_tags, span_probs, tune_threshold
 from ralm.luke.spans import (
@@ -63,6 +66,7 @@ from ralm.luke.spans import (
     context_words,
     encode_sentences,
 )
+from ralm.train.seed_jobs import abandon, prepare_job, publish, run_seeds
 
 __all__ = ["LukeNerConfig", "entity_names", "luke_ner", "results_md", "run_seed"]
 
@@ -274,7 +278,7 @@ def run_seed(
         save_model(model, out / "model", extra={"classes": classes, "max_span_length": cfg.max_span_length})
         if not (out / "model" / "tokenizer_config.json").is_file():  # save_model copies the run's own
             bb.tokenizer.save_pretrained(str(out / "model"))
-    (out / "eval.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(out / "eval.json", record)  # last: it marks the seed finished (ralm.train.seed_jobs)
     return record
 
 
@@ -321,10 +325,12 @@ def entity_names(bb: Backbone) -> dict[str, int]:
     return vocab.name_ids()
 
 
-def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
-    """Every seed of `cfg`, written to `cfg.out` (all or nothing); returns the results.json dict."""
+def luke_ner(cfg: LukeNerConfig, log=print, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every seed of `cfg`, written to `cfg.out`; returns the results.json dict. The job folder is
+    `ralm finetune`'s (`ralm.train.seed_jobs`), written under `out`'s writer lock once the data and
+    the model have loaded: cut off, a rerun of the same command keeps the finished seeds. note:
+    where the notes on interrupted jobs go (stderr by default)."""
     from ralm.tasks.datasets import check_label_sets, load_task_data
-    from ralm.tasks.finetune import prepare_out, publish_results, summarize
 
     if min(cfg.max_span_length, cfg.max_entities, cfg.batch_size, cfg.eval_batch_size) < 1:
         raise RalmError("--max-span-length, --max-entities and the batch sizes must be at least 1")
@@ -345,8 +351,8 @@ def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
         test_fraction=cfg.test_fraction,
         seed=cfg.seeds[0],
     )
-    for note in data.notes:
-        log(f"note: {note}")
+    for msg in data.notes:
+        log(f"note: {msg}")
     if not data.splits.get("train"):
         raise RalmError(
             f"{cfg.data or cfg.train}: no train split found; pass --train FILE (and --dev/--test)"
@@ -357,25 +363,33 @@ def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
     classes = ["O"] + sorted({t[2:] for t in labels if t != "O"})
     bb = load_backbone(cfg.model, cfg.tokenizer)
     names = entity_names(bb) if cfg.link_entities else None
-    tmp = prepare_out(out, cfg.overwrite)
+    note = note or (lambda m: print(m, file=sys.stderr))
+    with writer_lock(out):
+        return _run_job(cfg, out, bb, data, labels, classes, names, log, note)
+
+
+def _run_job(
+    cfg: LukeNerConfig, out: Path, bb: Backbone, data, labels, classes, names, log, note
+) -> dict[str, Any]:
+    """The seeds of `cfg` in the job folder of `out` (held under its writer lock), then the results."""
+    from ralm.tasks.finetune import summarize
+
+    tmp = prepare_job(out, asdict(cfg), cfg.overwrite, note)
     try:
         init = {"model": str(bb.model_dir.resolve()), "tokenizer": str(Path(bb.tokenizer_dir).resolve())}
-        (tmp / "init.json").write_text(json.dumps(init, indent=2) + "\n", encoding="utf-8")
-        records = []
-        for seed in cfg.seeds:
-            sd = tmp / f"seed-{seed}"
-            sd.mkdir()
-            rec = run_seed(cfg, bb, data.splits, classes, seed, sd, names)
-            shown = rec.get("test") or rec.get("dev") or {}
-            rate = rec.get("inference", {}).get("sentences_per_s")
-            log(
-                f"seed {seed}: "
-                + ", ".join(f"{k} {v:.2f}" for k, v in shown.items())
-                + f" ({'test' if rec.get('test') else 'dev'}; {rec['seconds']:.0f} s"
-                + (f"; {rate:.1f} sentences/s" if rate else "")
-                + ")"
-            )
-            records.append(rec)
+        write_json_atomic(tmp / "init.json", init)
+
+        def rate(rec: dict[str, Any]) -> list[str]:
+            r = rec.get("inference", {}).get("sentences_per_s")
+            return [f"{r:.1f} sentences/s"] if r else []
+
+        records = run_seeds(
+            tmp,
+            cfg.seeds,
+            lambda seed, sd: run_seed(cfg, bb, data.splits, classes, seed, sd, names),
+            log,
+            rate,
+        )
         results = {
             "task": "ner",
             "method": "luke-span",
@@ -398,9 +412,10 @@ def luke_ner(cfg: LukeNerConfig, log=print) -> dict[str, Any]:
             "inference": _speed(records),
             "seconds": round(sum(r["seconds"] for r in records), 2),
         }
-        publish_results(tmp, out, results, results_md(results))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish(tmp, out, results, results_md(results))
+    except BaseException:
+        abandon(tmp, note)
+        raise
     return results
 
 

@@ -16,7 +16,7 @@ A job holds `out`'s writer lock throughout. Cut off (Ctrl-C, a crash, kill -9), 
 (an unfinished seed from its start) and gives the results an uninterrupted job gives (timings
 aside). A rerun with other options is refused, naming them, unless --overwrite (which then
 starts over). `.OUT.partial-PID` folders that killed jobs of earlier versions left are removed
-with a note. The rules: `ralm.tasks.job_dir`.
+with a note. The rules: `ralm.train.seed_jobs`.
 
 Defaults follow BRENT Appendix A where it gives them (Table 5: NorQuAD; Table 7: NoReC sentence;
 Table 8: morpho-syntactic tasks, used for NER and POS); `TASK_DEFAULTS` lists them.
@@ -24,9 +24,6 @@ Table 8: morpho-syntactic tasks, used for NER and POS); `TASK_DEFAULTS` lists th
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import statistics
 import sys
 from collections.abc import Callable
@@ -34,14 +31,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ralm.atomic import replace_dir
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
 from ralm.tasks.config import TASK_DEFAULTS, FinetuneConfig
-from ralm.tasks.job_dir import abandon, finished_record, prepare_job, publish, start_seed
 from ralm.tasks.metrics import PRIMARY
 from ralm.tasks.models import prepare_init, write_init
 from ralm.tasks.trainer import run_seed
+from ralm.train.seed_jobs import abandon, prepare_job, publish, run_seeds
 
 __all__ = ["TASK_DEFAULTS", "FinetuneConfig", "finetune"]
 
@@ -73,31 +69,6 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, fl
                 "n": len(xs),
             }
     return out
-
-
-def prepare_out(out: Path, overwrite: bool) -> Path:
-    """A fresh temporary sibling of `out` to write a fine-tuning job into (renamed over `out` at the
-    end); RalmError when `out` exists without `overwrite`, or is not a fine-tuning output.
-    `ralm luke ner`'s all-or-nothing output; `finetune` resumes through `ralm.tasks.job_dir`."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not overwrite:
-            raise RalmError(f"{out}: exists; choose another --out or pass --overwrite")
-        if out.is_dir() and not (out / "results.json").is_file():
-            raise RalmError(
-                f"{out}: exists and is not a fine-tuning output (no results.json); refusing to overwrite it"
-            )
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    return tmp
-
-
-def publish_results(tmp: Path, out: Path, results: dict[str, Any], markdown: str) -> None:
-    """Write results.json and results.md into the job's temporary directory `tmp` (from
-    `prepare_out`), then rename it over `out`."""
-    (tmp / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    (tmp / "results.md").write_text(markdown, encoding="utf-8")
-    replace_dir(tmp, out)  # the old results stay until the new ones are in place
 
 
 def finetune(cfg: FinetuneConfig, log=print, note: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -151,20 +122,7 @@ def _finetune(cfg: FinetuneConfig, log, note: Callable[[str], None]) -> dict[str
     try:
         spec = prepare_init(cfg.model, tmp, retrieval=cfg.retrieval, index=cfg.index, retriever=cfg.retriever)
         write_init(spec, tmp, final=out)
-        records = []
-        for seed in cfg.seeds:
-            rec = finished_record(tmp, seed)
-            reused = rec is not None
-            if rec is None:
-                rec = run_seed(cfg, spec, data, labels, seed, start_seed(tmp, seed))
-            shown = rec.get("test") or rec.get("dev")
-            log(
-                f"seed {seed}: "
-                + ", ".join(f"{k} {v:.2f}" for k, v in shown.items())
-                + f" ({'test' if rec.get('test') else 'dev'}; {rec['seconds']:.0f} s"
-                + ("; finished by the interrupted run)" if reused else ")")
-            )
-            records.append(rec)
+        records = run_seeds(tmp, cfg.seeds, lambda seed, sd: run_seed(cfg, spec, data, labels, seed, sd), log)
         results = {
             "task": cfg.task,
             "name": cfg.name or spec.label,

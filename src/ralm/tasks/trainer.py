@@ -8,7 +8,7 @@ schedule from `ralm.train.optim`, one `metrics.jsonl` row per step. The dev spli
 the tuned query tower) and restores them before the final dev/test scoring and saving.
 
 Left out: resuming inside an interrupted seed (a rerun of the job keeps its finished seeds and
-runs this one again from its start, see `ralm.tasks.job_dir`), gradient accumulation and
+runs this one again from its start, see `ralm.train.seed_jobs`), gradient accumulation and
 multi-process fine-tuning.
 """
 
@@ -271,7 +271,7 @@ def run_seed(cfg: FinetuneConfig, spec: InitSpec, data, labels, seed: int, out: 
             parts.tokenizer.save_pretrained(str(out / "model"))
         if parts.retriever is not None and parts.retriever.tune:
             parts.retriever.encoder.save(out / "retriever")
-    # last, and atomically: eval.json marks a finished seed (ralm.tasks.job_dir resumes on it)
+    # last, and atomically: eval.json marks a finished seed (ralm.train.seed_jobs resumes on it)
     write_json_atomic(out / "eval.json", record)
     return record
 

@@ -25,7 +25,7 @@ whenever --out holds the same run; what a finished run does) and share the mecha
 - `reached_steps`, `rerun_of_finished` and `finished_note`: a rerun of a finished run's command
   says so and changes nothing (`--overwrite` trains it again).
 
-`ralm finetune` keeps a job folder per `--out` with one folder per seed (`ralm.tasks.job_dir`):
+`ralm finetune` keeps a job folder per `--out` with one folder per seed (`ralm.train.seed_jobs`):
 a seed either finished or runs again, so it has no checkpoints to resume.
 """
 

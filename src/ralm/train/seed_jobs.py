@@ -1,21 +1,22 @@
-"""Where a `ralm finetune` job writes: `.OUT.partial` beside `--out`, kept when the job is cut off,
-resumed by a rerun, renamed to `out` when every seed is done.
+"""The run folder of a command that trains one model per seed (`ralm finetune`, `ralm luke ner`):
+`.OUT.partial` beside `--out`, kept when the job is cut off, resumed by a rerun, renamed to `out`
+when every seed is done.
 
 The job holds `out`'s writer lock (`ralm.locks`) from start to end, so one job at a time writes
 an `out` and its partial directory. `prepare_job(out, options, overwrite, note)`:
 - refuses an existing `out` unless `overwrite` and it is a fine-tuning output (results.json); the
   old one stays in place until the new job is published;
-- removes `.OUT.partial-PID` directories that killed jobs left (jobs of earlier ralm versions, and
-  `ralm luke ner`, which still writes all or nothing), once process PID is gone, with a note each
-  (`ralm.corpus.staging.remove_stale`);
+- removes `.OUT.partial-PID` directories that killed jobs of earlier ralm versions left, once
+  process PID is gone, with a note each (`ralm.atomic.remove_stale`);
 - resumes `.OUT.partial` of an interrupted job (Ctrl-C, a crash, kill -9) when `options` equal
   the ones it saved in `job.json`, except those that do not change results (`NEUTRAL`); paths are
   compared resolved. Its finished seeds are kept (`finished_record`), the others run again.
   Other options: a RalmError naming them, or, with `overwrite`, the partial job is discarded
   with a note. To recompute a matching one anyway, remove `.OUT.partial`.
 
-A seed has finished when its `seed-N/eval.json` exists: `ralm.tasks.trainer.run_seed` writes it
-last, through a temporary file and a rename. Every seed seeds its own generators, so a resumed
+A seed has finished when its `seed-N/eval.json` exists: the command's seed trainer
+(`ralm.tasks.trainer.run_seed`, `ralm.luke.ner.run_seed`) writes it last, through a temporary file
+and a rename; `run_seeds` runs the seeds that have not finished and says which were kept. Every seed seeds its own generators, so a resumed
 job's results equal an uninterrupted one's (timings aside). On failure `abandon` keeps a partial
 directory that holds a finished seed (with a note: rerun to continue) and removes one that does
 not; `publish` writes results.json and results.md and renames the directory to `out`.
@@ -32,12 +33,11 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ralm.atomic import replace_dir, write_json_atomic
-from ralm.corpus.staging import remove_stale
+from ralm.atomic import remove_stale, replace_dir, write_json_atomic
 from ralm.errors import RalmError
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "partial_dir",
     "prepare_job",
     "publish",
+    "run_seeds",
     "start_seed",
 ]
 
@@ -171,3 +172,29 @@ def publish(tmp: Path, out: Path, results: dict[str, Any], markdown: str) -> Non
     (tmp / JOB_FILE).unlink(missing_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     replace_dir(tmp, out)
+
+
+def run_seeds(
+    tmp: Path,
+    seeds: Sequence[int],
+    run_one: Callable[[int, Path], dict[str, Any]],
+    log: Callable[[str], None],
+    details: Callable[[dict[str, Any]], list[str]] = lambda rec: [],
+) -> list[dict[str, Any]]:
+    """Each seed's record, in order: a finished seed's from `tmp` (`finished_record`), the others
+    from `run_one(seed, start_seed(tmp, seed))`. A line per seed goes to `log`: its test scores
+    (dev without a test split), the split, its seconds, `details(record)` and, for a kept seed,
+    "finished by the interrupted run"."""
+    records = []
+    for seed in seeds:
+        rec = finished_record(tmp, seed)
+        reused = rec is not None
+        if rec is None:
+            rec = run_one(seed, start_seed(tmp, seed))
+        shown = rec.get("test") or rec.get("dev") or {}
+        notes = ["test" if rec.get("test") else "dev", f"{rec['seconds']:.0f} s", *details(rec)]
+        if reused:
+            notes.append("finished by the interrupted run")
+        log(f"seed {seed}: " + ", ".join(f"{k} {v:.2f}" for k, v in shown.items()) + f" ({'; '.join(notes)})")
+        records.append(rec)
+    return records

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ralm.atomic import write_json_atomic
-from ralm.corpus.staging import remove_stale
+from ralm.atomic import remove_stale
 from ralm.errors import RalmError
 from ralm.train.run import (
     not_a_run,
