@@ -12,14 +12,12 @@ salient-span masking never runs string matching or NER inside the training loop.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ralm.atomic import move_into_place
+from ralm.atomic import write_text_atomic
 from ralm.corpus.types import LinkSpan, Span
 from ralm.errors import CorpusError
 
@@ -112,13 +110,6 @@ def _unescape(s: str) -> str:
 # --------------------------------------------------------------------------- vocabulary
 
 
-def _umask() -> int:
-    """The process's umask (read by setting it and putting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 class EntityVocab:
     """Entities (canonical, redirect-resolved link targets) with ids, counts and aliases.
 
@@ -191,20 +182,7 @@ class EntityVocab:
             lines.append(f"{i}\t{_escape(t)}\t{self.counts[t]}\t")
         for a, c in self.aliases.items():
             lines.append(f"{self._ids[c]}\t{_escape(a)}\t\t{_escape(c)}")
-        data = "\n".join(lines) + "\n"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file is shared like the rest
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            move_into_place(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        write_text_atomic(path, "\n".join(lines) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EntityVocab:

@@ -38,6 +38,7 @@ from ralm.frozen.lm import FrozenLM, ScoreJob
 from ralm.frozen.retrieve import DocTokens, ScoredChunk, query_text, search_blocks
 from ralm.frozen.text import EvalText
 from ralm.frozen.windows import Block, context_start, query_range, window_blocks
+from ralm.lm.perplexity import Perplexities
 
 MODES = ("none", "in-context", "replug", "knnlm")
 DEFAULT_MAX_LENGTH = 1024
@@ -75,7 +76,7 @@ class Retrieval:
 
 
 @dataclass
-class EvalResult:
+class EvalResult(Perplexities):
     """Summed NLL (nats) over `tokens` scored tokens and the text's `words`; timings in seconds.
 
     per_token: (N,) log p of every token given its context (NaN for token 0); block_docs: the
@@ -94,25 +95,13 @@ class EvalResult:
     knn: KnnScores | None = field(default=None, repr=False)  # knnlm: tokens 1..N-1, any lambda
 
     @property
-    def token_ppl(self) -> float:
-        return math.exp(self.nll / self.tokens)
-
-    @property
-    def word_ppl(self) -> float:
-        return math.exp(self.nll / self.words) if self.words else math.nan
-
-    @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds["total"] if self.seconds["total"] > 0 else math.inf
 
     def as_dict(self) -> dict:
         return {
             **{k: v for k, v in asdict(self.config).items() if k != "batch_tokens"},
-            "token_ppl": self.token_ppl,
-            "word_ppl": self.word_ppl,
-            "nll": self.nll,
-            "tokens": self.tokens,
-            "words": self.words,
+            **self.perplexity_fields(),
             "blocks": self.blocks,
             "blocks_with_docs": self.blocks_with_docs,
             "seconds": self.seconds,

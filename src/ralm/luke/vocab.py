@@ -18,13 +18,11 @@ resolved link targets to canonical titles) and multilingual entity ids (mLUKE).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from ralm.atomic import move_into_place
+from ralm.atomic import write_text_atomic
 from ralm.corpus.entities import _escape, _unescape, entity_name, fold_case
 from ralm.errors import RalmError
 
@@ -164,17 +162,7 @@ class EntityVocabulary:
         lines += [
             f"{i}\t{_escape(t)}\t{c}" for i, (t, c) in enumerate(zip(self._titles, self._counts, strict=True))
         ]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write("\n".join(lines) + "\n")
-            os.chmod(tmp, 0o644)
-            move_into_place(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        write_text_atomic(path, "\n".join(lines) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> EntityVocabulary:

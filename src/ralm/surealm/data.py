@@ -21,13 +21,13 @@ end (the [EOS] prediction), so the two share the numerator and differ only in wh
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ralm.errors import RalmError
+from ralm.lm.perplexity import Perplexities
 from ralm.surealm.datastore import Datastore
 
 IGNORE_INDEX = -100
@@ -46,7 +46,7 @@ def lm_special_ids(tokenizer) -> tuple[int, int, int]:
 
 
 @dataclass
-class PerplexityCounts:
+class PerplexityCounts(Perplexities):
     """Summed NLL (nats) and what it is normalised by."""
 
     nll: float = 0.0
@@ -60,25 +60,8 @@ class PerplexityCounts:
         self.words += other.words
         self.sentences += other.sentences
 
-    @property
-    def token_ppl(self) -> float:
-        """exp(NLL / tokens); NaN over no token (there is no perplexity of nothing)."""
-        return math.exp(self.nll / self.tokens) if self.tokens else math.nan
-
-    @property
-    def word_ppl(self) -> float:
-        """exp(NLL / words); NaN over no word."""
-        return math.exp(self.nll / self.words) if self.words else math.nan
-
     def as_dict(self) -> dict:
-        return {
-            "token_ppl": self.token_ppl,
-            "word_ppl": self.word_ppl,
-            "nll": self.nll,
-            "tokens": self.tokens,
-            "words": self.words,
-            "sentences": self.sentences,
-        }
+        return {**self.perplexity_fields(), "sentences": self.sentences}
 
 
 class SentenceBatcher:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +217,30 @@ def load_run(
             f"{run}: trained on another corpus than {store.root} (fingerprints differ); "
             "point docstore in its config.toml back to the run's corpus"
         )
+    return _open_run(
+        run,
+        cfg,
+        device,
+        (store, qstore),
+        ckpt,
+        state,
+        lambda model, refresher: load_checkpoint(ckpt, model, refresher=refresher, purpose="load"),
+    )
+
+
+def _open_run(
+    run: Path,
+    cfg: PretrainConfig,
+    device: str | None,
+    stores: tuple,
+    checkpoint: Path,
+    state: dict,
+    fill: Callable[[RealmModel, SyncRefresher | None], None],
+) -> LoadedRun:
+    """The run's model on `device` with its stores, split and, with retrieval, an index searched as
+    in training: `fill(model, refresher)` gives the model its weights and the index its vectors
+    (refresher None without retrieval); `checkpoint` and `state` are what the LoadedRun reports."""
+    store, qstore = stores
     split = read_split(run)
     dev = resolve_device(device or cfg.device)
     model, tokenizer = build_model(cfg, store)
@@ -223,7 +248,7 @@ def load_run(
     refresher = None
     if model.retrieval:
         refresher = SyncRefresher(model.docs, every=0, kind=cfg.index_kind, autocast=cfg.autocast)
-    load_checkpoint(ckpt, model, refresher=refresher, purpose="load")
+    fill(model, refresher)
     same = queries_are_corpus(store, qstore)
     searcher = None if refresher is None else run_search(cfg, model, refresher.search, same_corpus=same)
     return LoadedRun(
@@ -235,7 +260,7 @@ def load_run(
         refresher=refresher,
         train_ids=split[0],
         heldout_ids=split[1],
-        checkpoint=ckpt,
+        checkpoint=checkpoint,
         state=state,
         device=dev,
         searcher=searcher,
@@ -254,16 +279,12 @@ def _embedded_by(index_dir: Path, doc_fingerprint: str) -> bool:
 
 
 def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedRun:
-    store, qstore = open_stores(cfg)
-    split = read_split(run)
-    dev = resolve_device(device or cfg.device)
-    torch.manual_seed(cfg.seed)
-    model, tokenizer = build_model(cfg, store)
-    model.to(dev)
-    same = queries_are_corpus(store, qstore)
-    refresher = searcher = None
-    if model.retrieval:
-        refresher = SyncRefresher(model.docs, every=0, kind=cfg.index_kind, autocast=cfg.autocast)
+    stores = open_stores(cfg)
+    torch.manual_seed(cfg.seed)  # the initial weights `pretrain` starts from
+
+    def fill(model, refresher: SyncRefresher | None) -> None:
+        if refresher is None:
+            return
         saved = run / "index" / "v00000"
         if cfg.initial_index:
             refresher.load(cfg.initial_index)
@@ -271,22 +292,8 @@ def _load_initial(run: Path, cfg: PretrainConfig, device: str | None) -> LoadedR
             refresher.load(saved)
         else:
             refresher.refresh(model.encoder, 0)
-        searcher = run_search(cfg, model, refresher.search, same_corpus=same)
-    return LoadedRun(
-        cfg=cfg,
-        model=model.eval(),
-        tokenizer=tokenizer,
-        store=store,
-        query_store=qstore,
-        refresher=refresher,
-        train_ids=split[0],
-        heldout_ids=split[1],
-        checkpoint=run / "step-0 (initial)",
-        state={"step": 0},
-        device=dev,
-        searcher=searcher,
-        same_corpus=same,
-    )
+
+    return _open_run(run, cfg, device, stores, run / "step-0 (initial)", {"step": 0}, fill)
 
 
 def prepare_run(
