@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -116,23 +117,18 @@ def contrastive_step(
     d_rows: Rows,
     targets: Sequence[int],
     mask: torch.Tensor | None = None,
-    *,
-    temperature: float = 1.0,
-    chunk: int = 0,
-    amp: torch.dtype | None = None,
-    device: torch.device | None = None,
+    **options: Any,
 ) -> StepResult:
     """Forward and backward of one contrastive batch; gradients accumulate in the encoder's .grad.
 
     q_rows: B query inputs (query tower), d_rows: N document inputs (doc tower), built with the
     towers' `template.build`; targets: B columns; mask: (B, N) bool (see `contrastive_loss`).
-    chunk: 0 = one forward/backward of the whole batch; > 0 = gradient caching with mini-batches
-    of that many rows. The caller zeroes gradients and steps the optimiser (or hands
-    `contrastive_losses` to `ralm.train.loop.optimizer_step`, which does both).
+    options: `contrastive_losses`' temperature, chunk (0 = one forward/backward of the whole
+    batch; > 0 = gradient caching with mini-batches of that many rows), amp and device. The caller
+    zeroes gradients and steps the optimiser (or hands `contrastive_losses` to
+    `ralm.train.loop.optimizer_step`, which does both).
     """
-    result, losses = contrastive_losses(
-        encoder, q_rows, d_rows, targets, mask, temperature=temperature, chunk=chunk, amp=amp, device=device
-    )
+    result, losses = contrastive_losses(encoder, q_rows, d_rows, targets, mask, **options)
     backpropagate(losses)
     return result
 
@@ -150,7 +146,8 @@ def contrastive_losses(
     device: torch.device | None = None,
 ) -> tuple[StepResult, Iterator[torch.Tensor]]:
     """The batch's loss and accuracy, and the losses whose back-propagation gives the batch's
-    gradients (arguments as `contrastive_step`). chunk <= 0: the loss itself. chunk > 0 (gradient
+    gradients (rows, targets and mask as `contrastive_step`; temperature as `contrastive_loss`;
+    amp: the towers' autocast dtype; device: the encoder's by default). chunk <= 0: the loss itself. chunk > 0 (gradient
     caching): every vector is computed first (pass 1) and the loss's gradient with respect to the
     vectors taken; the losses then come one mini-batch at a time, each the sum of its vectors times
     their gradient (the surrogate whose gradient with respect to the tower's weights is that
