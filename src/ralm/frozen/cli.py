@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from ralm.cli_flags import add_autocast, add_device, add_out, add_overwrite
+from ralm.cli_flags import add_autocast, add_device, add_out, add_overwrite, dataclass_from_args
 from ralm.errors import RalmError
 from ralm.retrieval.options import add_retrieval_args
 
@@ -213,21 +213,7 @@ def run(args: argparse.Namespace) -> int:
     text = read_eval_text(args.text, lm.tokenizer, args.max_tokens)
 
     cfgs = [
-        EvalConfig(
-            mode=mode,
-            stride=stride,
-            max_length=args.max_length,
-            query_tokens=args.query_tokens,
-            doc_tokens=args.doc_tokens,
-            k=args.k,
-            temperature=args.temperature,
-            rerank=args.rerank,
-            rerank_tokens=args.rerank_tokens,
-            knn_k=args.knn_k,
-            knn_lambda=args.knn_lambda,
-            knn_temperature=args.knn_temperature,
-            batch_tokens=args.batch_tokens,
-        )
+        dataclass_from_args(EvalConfig, args, mode=mode, stride=stride)
         for mode in modes
         for stride in args.stride
     ]

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from ralm.atomic import write_json_atomic
+from ralm.cli_flags import dataclass_from_args
 from ralm.errors import RalmError
 from ralm.rag.cli_shared import load_lm as _load_lm
 from ralm.rag.cli_shared import log as _log
@@ -41,13 +42,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         _log(
             f"note: {builder.truncated} prompts had their passages cut to fit {args.max_prompt_tokens} tokens"
         )
-    cfg = GeneratorTrainConfig(
-        epochs=args.epochs,
-        lr=args.lr or (2e-4 if args.lora_r else 5e-5),
-        batch_size=args.batch_size,
-        lora_r=args.lora_r,
-        seed=args.seed,
-    )
+    cfg = dataclass_from_args(GeneratorTrainConfig, args, lr=args.lr or (2e-4 if args.lora_r else 5e-5))
     model, stats = train_generator(
         lm.model,
         lm.tokenizer,
@@ -98,15 +93,7 @@ def cmd_lsr(args: argparse.Namespace) -> int:
     from ralm.rag.train_run import LSR_CONFIG, drop_checkpoints, prepare_out
     from ralm.retrieval.retriever import Retriever
 
-    cfg = LSRConfig(
-        n=args.n,
-        gamma=args.gamma,
-        beta=args.beta,
-        epochs=args.epochs,
-        lr=args.lr,
-        batch_size=args.batch_size,
-        seed=args.seed,
-    )
+    cfg = dataclass_from_args(LSRConfig, args)
     cfg.check()
     if prepare_out(args.out, args.save_every, args.overwrite, "lsr.json", LSR_CONFIG, extra=(PREFERENCES,)):
         return _finished(args.out, "lsr.json")

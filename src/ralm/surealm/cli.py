@@ -23,6 +23,7 @@ from ralm.cli_flags import (
     add_overwrite,
     add_quiet,
     add_seed,
+    dataclass_from_args,
 )
 from ralm.errors import RalmError
 from ralm.surealm.options import DEFAULT_PATHWAY, PATHWAYS
@@ -50,17 +51,7 @@ def cmd_datastore(args: argparse.Namespace) -> int:
     sents = read_sentences(
         sources, fractions=(args.valid_frac, args.test_frac), seed=args.seed, limit_groups=args.limit_groups
     )
-    cfg = DatastoreConfig(
-        lm=args.lm,
-        encoder=args.encoder,
-        m=args.m,
-        include_current_word=args.include_current_word,
-        suffix=args.suffix,
-        k=args.k,
-        max_tokens=args.max_tokens,
-        index_kind=args.index_kind,
-        device=args.device,
-    )
+    cfg = dataclass_from_args(DatastoreConfig, args)
     out = build_datastore(sents, args.out, cfg, overwrite=args.overwrite, progress=not args.quiet)
     print(f"data store: {out}")
     counts = sents.counts()
@@ -76,32 +67,7 @@ def cmd_datastore(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from ralm.surealm.train import TrainConfig, train
 
-    cfg = TrainConfig(
-        datastore=args.datastore,
-        out=args.out,
-        lm=args.lm,
-        retrieval=not args.no_retrieval,
-        k=args.k,
-        delta=args.delta,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        lr_memory=args.lr_memory,
-        memory_init=args.memory_init,
-        memory_gain=args.memory_gain,
-        memory_window=args.memory_window,
-        pathway=args.pathway,
-        memory_bias=args.memory_bias,
-        neighbours=args.neighbours,
-        memory_dropout=args.memory_dropout,
-        init_from=args.init_from,
-        warmup_steps=args.warmup_steps,
-        schedule=args.schedule,
-        eval_every=args.eval_every,
-        seed=args.seed,
-        device=args.device,
-        autocast=args.autocast,
-    )
+    cfg = dataclass_from_args(TrainConfig, args, retrieval=not args.no_retrieval)
     out = train(cfg, overwrite=args.overwrite, progress=not args.quiet)
     info = json.loads((out / "train.json").read_text(encoding="utf-8"))
     v = info.get("valid", {})
