@@ -13,6 +13,7 @@ import json
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from ralm.atomic import write_json_atomic
 from ralm.cli_flags import (
@@ -97,19 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise RalmError("the prompt is empty; give the start of a sentence")
     model, tok, store, _ = load_trained(args.model, args.datastore, args.device)
-    res = generate(
-        model,
-        tok,
-        store,
-        args.prompt,
-        strategy=args.strategy,
-        max_new_tokens=args.max_new_tokens,
-        top_p=args.top_p,
-        temperature=args.temperature,
-        num_beams=args.beams,
-        num_return_sequences=args.num_return,
-        seed=args.seed,
-    )
+    res = generate(model, tok, store, args.prompt, **decoding_options(args))
     for t in res.texts:
         print(f"{args.prompt} {t}".strip())
     if args.show_retrievals:
@@ -119,6 +108,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print("\nretrievals (every delta tokens):")
             print("\n".join(describe_retrievals(res.retriever, tok, args.show_entries)))
     return 0
+
+
+DECODING = ("strategy", "max_new_tokens", "top_p", "temperature", "num_beams", "seed")
+
+
+def decoding_options(given: Any) -> dict[str, Any]:
+    """The decoding keywords of `ralm.surealm.generate.generate` (DECODING, and the number of
+    continuations) from what names them alike: the arguments of `ralm surealm generate` or an
+    /api/generate request (ralm.serve.schemas.GenerateRequest)."""
+    return {name: getattr(given, name) for name in DECODING} | {"num_return_sequences": given.num_return}
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -421,7 +420,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1.0,
         help="softmax temperature of --strategy top-p (default: %(default)s)",
     )
-    p.add_argument("--beams", type=int, default=4, help="beams of --strategy beam (default: %(default)s)")
+    p.add_argument(
+        "--beams",
+        dest="num_beams",
+        metavar="BEAMS",
+        type=int,
+        default=4,
+        help="beams of --strategy beam (default: %(default)s)",
+    )
     p.add_argument(
         "--num-return",
         type=int,
