@@ -67,6 +67,15 @@ def run_seed_job(
     return 0
 
 
+def add_split_args(p: argparse.ArgumentParser) -> None:
+    """Add --train, --dev, --test and --test-fraction: the splits of a seed job's data beside or
+    instead of DATA (`ralm finetune`, `ralm luke ner`: they mean the same in both)."""
+    p.add_argument("--train", help="train split file or directory (overrides what DATA holds)")
+    p.add_argument("--dev", help="dev split file or directory")
+    p.add_argument("--test", help="test split file or directory")
+    p.add_argument("--test-fraction", type=float, help="carve a test split out of train when there is none")
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     from ralm.tasks.tables import comparison_table, read_results
 
@@ -118,10 +127,7 @@ def register(sub) -> None:
         help="names of class ids (ner_tags/pos_tags/label as ClassLabel ids) when the data does not name "
         "them: a file with one name a line in id order, a JSON list, or a dataset_info.json",
     )
-    p.add_argument("--train", help="train split file or directory (overrides what DATA holds)")
-    p.add_argument("--dev", help="dev split file or directory")
-    p.add_argument("--test", help="test split file or directory")
-    p.add_argument("--test-fraction", type=float, help="carve a test split out of train when there is none")
+    add_split_args(p)
     p.add_argument(
         "--dev-fraction",
         type=float,
