@@ -183,8 +183,6 @@ def run(args: argparse.Namespace) -> int:
     from ralm.frozen.exclusion import (
         article_chunk_ids,
         article_titles,
-        articles_by_title,
-        overlapping_articles,
     )
     from ralm.frozen.lm import load_frozen_lm
     from ralm.frozen.retrieve import DocTokens
@@ -226,10 +224,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         opened = Retriever.from_args(args, log=log)
         store, retriever, info = opened.store, opened.backend, opened.description
-        arts = set(articles_by_title(store, args.exclude_article))
-        if args.exclude == "auto":
-            arts |= set(overlapping_articles(store, text.text, args.overlap_ngram))
-        excluded = sorted(arts)
+        excluded = sorted(_excluded_articles(args, store, text))
         docs = DocTokens(store, lm.encode, args.doc_tokens)
         retrieval = Retrieval(retriever, docs, article_chunk_ids(store, excluded), info)
         t_ret = time.perf_counter() - t0
@@ -265,11 +260,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _excluded_articles(args: argparse.Namespace, store, text) -> set:
+    """The articles of `store` never to retrieve for `text`: those --exclude-article names, and with
+    --exclude auto those sharing a word n-gram (n = --overlap-ngram) with the text."""
+    from ralm.frozen.exclusion import articles_by_title, overlapping_articles
+
+    arts = set(articles_by_title(store, args.exclude_article))
+    if args.exclude == "auto":
+        arts |= set(overlapping_articles(store, text.text, args.overlap_ngram))
+    return arts
+
+
 def _open_datastore(args: argparse.Namespace, lm, text, log) -> tuple:
     """The data store (checked against the LM) and the articles of its corpus to leave out."""
     from ralm.corpus.docstore import DocStore
     from ralm.frozen.datastore import Datastore
-    from ralm.frozen.exclusion import article_titles, articles_by_title, overlapping_articles
+    from ralm.frozen.exclusion import article_titles
 
     ds = Datastore(args.datastore)
     ds.check(lm)
@@ -281,9 +287,7 @@ def _open_datastore(args: argparse.Namespace, lm, text, log) -> tuple:
     store = DocStore(corpus)
     if store.fingerprint != ds.meta["corpus_fingerprint"]:
         raise RalmError(f"{corpus}: changed since {args.datastore} was built; rebuild the data store")
-    arts = set(articles_by_title(store, args.exclude_article))
-    if args.exclude == "auto":
-        arts |= set(overlapping_articles(store, text.text, args.overlap_ngram))
+    arts = _excluded_articles(args, store, text)
     if arts:
         log(
             f"data store: excluded {len(arts)} article(s): {', '.join(article_titles(store, sorted(arts))[:10])}"
