@@ -1,10 +1,12 @@
 """ralm.cli_flags: each helper adds one flag with the name, kind, default and help it is given, a
-parser built with the helpers parses what the same parser written out by hand parses, and a command
-group without its subcommand prints its help and exits 2."""
+parser built with the helpers parses what the same parser written out by hand parses, a command
+group without its subcommand prints its help and exits 2, and dataclass_from_args fills a config's
+fields from the arguments named like them."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from ralm.cli_flags import (
     add_resume,
     add_seed,
     add_threads,
+    dataclass_from_args,
 )
 
 
@@ -274,3 +277,32 @@ def test_command_group_metavar_and_formatter():
     assert text.startswith("usage: ralm world [-h] WORLD ...\n")
     assert "line one\n    kept as written\n" in text
     assert "  WORLD\n    records   records world\n" in text
+
+
+@dataclasses.dataclass
+class _Config:
+    steps: int = 10
+    lr: float = 1e-4
+    name: str = "run"
+    seed: int = 0
+    derived: int = dataclasses.field(init=False, default=0)
+
+
+def test_dataclass_from_args_takes_the_fields_arguments_name():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--run-name", default="x")  # dest run_name: no field of that name
+    args = p.parse_args(["--steps", "5"])
+    args.func = print  # what set_defaults adds beside the arguments is not a field either
+    assert dataclass_from_args(_Config, args) == _Config(steps=5, lr=3e-4)
+    assert dataclass_from_args(_Config, args, name=args.run_name, seed=7) == _Config(5, 3e-4, "x", 7)
+    # `given` wins over the argument of the same name
+    assert dataclass_from_args(_Config, args, steps=2).steps == 2
+
+
+def test_dataclass_from_args_skip_none_keeps_the_defaults():
+    args = argparse.Namespace(steps=None, lr=None, name="a")
+    assert dataclass_from_args(_Config, args, skip_none=True) == _Config(name="a")
+    # without skip_none a None is passed on as the arguments hold it
+    assert dataclass_from_args(_Config, args) == _Config(steps=None, lr=None, name="a")

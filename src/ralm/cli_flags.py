@@ -1,6 +1,8 @@
 """The flags many `ralm` commands share, declared once: `--out`, `--overwrite`, `--resume`,
 `--device`, `--autocast`, `--threads`, `--seed`, `--quiet` and `--no-progress`; and the command
-group (`ralm corpus`, `ralm index`, ...) that prints its help when no subcommand is given.
+group (`ralm corpus`, `ralm index`, ...) that prints its help when no subcommand is given; and
+`dataclass_from_args`, which builds a command's config dataclass from the parsed arguments by the
+names of its fields.
 
 Each verb's parser calls a helper where the flag belongs (the help lists options in the order they
 are added) and passes its own help text, since what `--out` names differs from verb to verb (a
@@ -16,10 +18,11 @@ command. A shared module at the top of the package: any package's CLI may import
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "AUTOCAST",
@@ -33,9 +36,12 @@ __all__ = [
     "add_resume",
     "add_seed",
     "add_threads",
+    "dataclass_from_args",
 ]
 
 AUTOCAST = ("auto", "bf16", "off")  # the mixed-precision settings a trainer understands
+
+T = TypeVar("T")
 
 
 def add_out(
@@ -132,3 +138,19 @@ def _print_help(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     """A command group's `func`: its help, exit code 2 (a subcommand is missing)."""
     parser.print_help()
     return 2
+
+
+def dataclass_from_args(
+    config: type[T], args: argparse.Namespace, *, skip_none: bool = False, **given: Any
+) -> T:
+    """Build the dataclass `config` from parsed arguments: each of its fields that an argument's
+    destination names takes that argument's value, then `given` sets the rest (a field the command
+    names otherwise, computes or fixes). Fields neither names keep their defaults.
+
+    skip_none: leave out arguments that were not given (None), so the field keeps its default (for
+    commands whose flags all default to None, as `ralm finetune`'s).
+    """
+    names = {f.name for f in dataclasses.fields(config) if f.init}  # type: ignore[arg-type]
+    kw = {k: v for k, v in vars(args).items() if k in names and not (skip_none and v is None)}
+    kw.update(given)
+    return config(**kw)

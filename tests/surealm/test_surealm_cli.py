@@ -437,3 +437,24 @@ def test_index_kinds_offered_are_the_index_kinds():
     from ralm.surealm.cli import INDEX_KINDS
 
     assert INDEX_KINDS == KINDS
+
+
+def test_decoding_options_read_the_command_line_and_the_api_request_alike():
+    from ralm.cli import build_parser
+    from ralm.serve.schemas import GenerateRequest
+    from ralm.surealm.cli import decoding_options
+
+    args = build_parser().parse_args(
+        ["surealm", "generate", "run", "i would", "--strategy", "beam", "--beams", "3", "--num-return", "2"]
+    )
+    req = GenerateRequest(prefix="i would", strategy="beam", num_beams=3, num_return=2)
+    want = {
+        "strategy": "beam",
+        "max_new_tokens": 20,
+        "top_p": 0.9,
+        "temperature": 1.0,
+        "num_beams": 3,
+        "num_return_sequences": 2,
+        "seed": 0,
+    }
+    assert decoding_options(args) == decoding_options(req) == want

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ralm.cli_flags import add_command_group, add_out, add_overwrite, add_quiet
+from ralm.cli_flags import add_command_group, add_out, add_overwrite, add_quiet, dataclass_from_args
 from ralm.errors import CorpusError
 
 CORPUS_SAMPLES = ("enwiki", "bgwiki", "lee", "triviaqa")
@@ -187,26 +187,7 @@ def _build(args: argparse.Namespace) -> int:
             raise CorpusError("give either SOURCES or --sample, not both")
         sources = [sample_path(args.sample)]
         fmt = sample_format(args.sample)
-    cfg = BuildConfig(
-        chunk_size=args.chunk_size,
-        min_chunk_tokens=args.min_chunk_tokens,
-        tokenizer=args.tokenizer,
-        format=fmt,
-        text_mode=args.text_mode,
-        lang=args.lang,
-        entity_vocab=args.entity_vocab,
-        min_entity_count=args.min_entity_count,
-        auto_annotate=args.auto_annotate,
-        auto_capitalized_only=args.auto_capitalized_only,
-        dates=args.dates,
-        names=args.names,
-        numbers=args.numbers,
-        ner_model=args.ner_model,
-        max_articles=args.max_articles,
-        workers=args.workers,
-        rows_per_shard=args.rows_per_shard,
-        row_group_size=args.row_group_size,
-    )
+    cfg = dataclass_from_args(BuildConfig, args, format=fmt)
     build_docstore(sources, args.out, cfg, overwrite=args.overwrite, progress=not args.quiet)
     return 0
 

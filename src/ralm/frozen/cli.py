@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from ralm.cli_flags import add_autocast, add_device, add_out, add_overwrite
+from ralm.cli_flags import add_autocast, add_device, add_out, add_overwrite, dataclass_from_args
 from ralm.errors import RalmError
 from ralm.retrieval.options import add_retrieval_args
 
@@ -183,8 +183,6 @@ def run(args: argparse.Namespace) -> int:
     from ralm.frozen.exclusion import (
         article_chunk_ids,
         article_titles,
-        articles_by_title,
-        overlapping_articles,
     )
     from ralm.frozen.lm import load_frozen_lm
     from ralm.frozen.retrieve import DocTokens
@@ -213,21 +211,7 @@ def run(args: argparse.Namespace) -> int:
     text = read_eval_text(args.text, lm.tokenizer, args.max_tokens)
 
     cfgs = [
-        EvalConfig(
-            mode=mode,
-            stride=stride,
-            max_length=args.max_length,
-            query_tokens=args.query_tokens,
-            doc_tokens=args.doc_tokens,
-            k=args.k,
-            temperature=args.temperature,
-            rerank=args.rerank,
-            rerank_tokens=args.rerank_tokens,
-            knn_k=args.knn_k,
-            knn_lambda=args.knn_lambda,
-            knn_temperature=args.knn_temperature,
-            batch_tokens=args.batch_tokens,
-        )
+        dataclass_from_args(EvalConfig, args, mode=mode, stride=stride)
         for mode in modes
         for stride in args.stride
     ]
@@ -240,10 +224,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         opened = Retriever.from_args(args, log=log)
         store, retriever, info = opened.store, opened.backend, opened.description
-        arts = set(articles_by_title(store, args.exclude_article))
-        if args.exclude == "auto":
-            arts |= set(overlapping_articles(store, text.text, args.overlap_ngram))
-        excluded = sorted(arts)
+        excluded = sorted(_excluded_articles(args, store, text))
         docs = DocTokens(store, lm.encode, args.doc_tokens)
         retrieval = Retrieval(retriever, docs, article_chunk_ids(store, excluded), info)
         t_ret = time.perf_counter() - t0
@@ -279,11 +260,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _excluded_articles(args: argparse.Namespace, store, text) -> set:
+    """The articles of `store` never to retrieve for `text`: those --exclude-article names, and with
+    --exclude auto those sharing a word n-gram (n = --overlap-ngram) with the text."""
+    from ralm.frozen.exclusion import articles_by_title, overlapping_articles
+
+    arts = set(articles_by_title(store, args.exclude_article))
+    if args.exclude == "auto":
+        arts |= set(overlapping_articles(store, text.text, args.overlap_ngram))
+    return arts
+
+
 def _open_datastore(args: argparse.Namespace, lm, text, log) -> tuple:
     """The data store (checked against the LM) and the articles of its corpus to leave out."""
     from ralm.corpus.docstore import DocStore
     from ralm.frozen.datastore import Datastore
-    from ralm.frozen.exclusion import article_titles, articles_by_title, overlapping_articles
+    from ralm.frozen.exclusion import article_titles
 
     ds = Datastore(args.datastore)
     ds.check(lm)
@@ -295,9 +287,7 @@ def _open_datastore(args: argparse.Namespace, lm, text, log) -> tuple:
     store = DocStore(corpus)
     if store.fingerprint != ds.meta["corpus_fingerprint"]:
         raise RalmError(f"{corpus}: changed since {args.datastore} was built; rebuild the data store")
-    arts = set(articles_by_title(store, args.exclude_article))
-    if args.exclude == "auto":
-        arts |= set(overlapping_articles(store, text.text, args.overlap_ngram))
+    arts = _excluded_articles(args, store, text)
     if arts:
         log(
             f"data store: excluded {len(arts)} article(s): {', '.join(article_titles(store, sorted(arts))[:10])}"

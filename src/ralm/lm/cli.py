@@ -33,6 +33,7 @@ from ralm.cli_flags import (
     add_quiet,
     add_seed,
     add_threads,
+    dataclass_from_args,
 )
 from ralm.errors import RalmError
 from ralm.lm.counts import TOKENIZERS
@@ -316,17 +317,12 @@ def cmd_ladder(args: argparse.Namespace) -> int:
             raise RalmError(f"--threads {args.threads}: must be >= 1")
         torch.set_num_threads(args.threads)
     neural = tuple(m for m in (args.models or "ffnn,lstm,transformer").split(",") if m and m != "ngram")
-    cfg = LadderConfig(
-        max_tokens=args.max_tokens,
-        vocab_size=args.vocab_size,
-        min_count=args.min_count,
-        lowercase=args.lowercase,
-        seed=args.seed,
+    cfg = dataclass_from_args(
+        LadderConfig,
+        args,
         ngrams=args.models is None or "ngram" in args.models.split(","),
         neural=neural,
-        epochs=args.epochs,
         time_budget_s=args.time_budget,
-        autocast=args.autocast,
     )
     if cfg.epochs < 1:
         raise RalmError(f"--epochs {cfg.epochs}: must be >= 1")

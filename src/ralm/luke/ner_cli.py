@@ -27,7 +27,7 @@ def cmd_ner(args: argparse.Namespace) -> int:
 
 def register(group: argparse._SubParsersAction) -> None:
     """Add `ner` to the `ralm luke` group."""
-    from ralm.tasks.cli import parse_seeds
+    from ralm.tasks.cli import add_split_args, parse_seeds
 
     p = group.add_parser(
         "ner",
@@ -43,10 +43,7 @@ def register(group: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="row label in tables (default: the run directory's name)")
     p.add_argument("--dataset", help="column label in tables (default: the data path's name)")
     p.add_argument("--format", choices=("conllu", "conll"))
-    p.add_argument("--train", help="train split file or directory (overrides what DATA holds)")
-    p.add_argument("--dev", help="dev split file or directory")
-    p.add_argument("--test", help="test split file or directory")
-    p.add_argument("--test-fraction", type=float, help="carve a test split out of train when there is none")
+    add_split_args(p)
     p.add_argument("--seeds", type=parse_seeds, help="comma-separated seeds (default 1,2,3,4,5)")
     p.add_argument("--epochs", type=float, help="default 15 (DaLUKE)")
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")

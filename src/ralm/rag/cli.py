@@ -24,6 +24,7 @@ from ralm.cli_flags import (
     add_out,
     add_overwrite,
     add_seed,
+    dataclass_from_args,
 )
 from ralm.errors import RalmError
 from ralm.rag.cli_shared import load_lm as _load_lm
@@ -229,15 +230,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     rows = []
     for mode in args.mode:
         for k in args.k if mode in ("rag", "replug") else [max(args.k)]:
-            cfg = RagConfig(
-                mode=mode,
-                k=k,
-                max_new_tokens=args.max_new_tokens,
-                batch_size=args.batch_size,
-                max_prompt_tokens=args.max_prompt_tokens,
-                lang=args.lang or "en",
-                replug_temperature=args.replug_temperature,
-                chat=False if args.no_chat else None,
+            cfg = dataclass_from_args(
+                RagConfig, args, mode=mode, k=k, lang=args.lang or "en", chat=False if args.no_chat else None
             )
             run = run_rag(lm, qs, ps, cfg, fewshot=fewshot, progress=not args.no_progress)
             for n in run.notes:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ralm.atomic import write_json_atomic
+from ralm.cli_flags import dataclass_from_args
 from ralm.errors import RalmError
 from ralm.rag.cli_shared import load_lm as _load_lm
 from ralm.rag.cli_shared import log as _log
@@ -18,6 +20,12 @@ from ralm.rag.cli_shared import passages_for as _passages
 from ralm.rag.cli_shared import read_question_args as _questions
 
 __all__ = ["cmd_lsr", "cmd_train"]
+
+
+def _run_options(args: argparse.Namespace, lm) -> dict[str, Any]:
+    """The keywords of a resumable training run (`train_generator`, `train_lsr`): the run directory
+    (--out) and its checkpoint interval (--save-every, ralm.rag.cli._run_args), the LM's device, the log."""
+    return {"device": lm.device, "log": _log, "run": args.out, "save_every": args.save_every}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -41,24 +49,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         _log(
             f"note: {builder.truncated} prompts had their passages cut to fit {args.max_prompt_tokens} tokens"
         )
-    cfg = GeneratorTrainConfig(
-        epochs=args.epochs,
-        lr=args.lr or (2e-4 if args.lora_r else 5e-5),
-        batch_size=args.batch_size,
-        lora_r=args.lora_r,
-        seed=args.seed,
-    )
+    cfg = dataclass_from_args(GeneratorTrainConfig, args, lr=args.lr or (2e-4 if args.lora_r else 5e-5))
     model, stats = train_generator(
         lm.model,
         lm.tokenizer,
         examples,
         cfg,
-        device=lm.device,
         autocast=lm.autocast,
-        log=_log,
         progress=not args.no_progress,
-        run=args.out,
-        save_every=args.save_every,
+        **_run_options(args, lm),
     )
     save_generator(model, lm.tokenizer, args.out / "model", card=_generator_card(args, lm.name, stats, cfg))
     write_json_atomic(
@@ -98,15 +97,7 @@ def cmd_lsr(args: argparse.Namespace) -> int:
     from ralm.rag.train_run import LSR_CONFIG, drop_checkpoints, prepare_out
     from ralm.retrieval.retriever import Retriever
 
-    cfg = LSRConfig(
-        n=args.n,
-        gamma=args.gamma,
-        beta=args.beta,
-        epochs=args.epochs,
-        lr=args.lr,
-        batch_size=args.batch_size,
-        seed=args.seed,
-    )
+    cfg = dataclass_from_args(LSRConfig, args)
     cfg.check()
     if prepare_out(args.out, args.save_every, args.overwrite, "lsr.json", LSR_CONFIG, extra=(PREFERENCES,)):
         return _finished(args.out, "lsr.json")
@@ -126,18 +117,7 @@ def cmd_lsr(args: argparse.Namespace) -> int:
         _log(f"{args.out / PREFERENCES}: the LM preferences of a stopped run, reused")
     vectors = dense.doc_vectors()
     encoder = dense.encoder
-    stats = train_lsr(
-        encoder,
-        qs,
-        cands,
-        vectors,
-        logp,
-        cfg,
-        device=lm.device,
-        log=_log,
-        run=args.out,
-        save_every=args.save_every,
-    )
+    stats = train_lsr(encoder, qs, cands, vectors, logp, cfg, **_run_options(args, lm))
     encoder.query_tower.cpu()
     index_with_query_tower(args.index, encoder, args.out / "index")
     write_json_atomic(args.out / "lsr.json", {"config": vars(cfg), "stats": stats, "questions": len(qs)})

@@ -247,6 +247,7 @@ async def corpus_endpoint(request: Request) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- generate
 def generate_text(t: Target, req: S.GenerateRequest) -> dict[str, Any]:
     """`ralm.surealm.generate.generate` on the run, with every retrieval it made (GenerateResponse)."""
+    from ralm.surealm.cli import decoding_options
     from ralm.surealm.generate import PrefixRetriever, generate
 
     if not req.prefix.strip():
@@ -259,18 +260,7 @@ def generate_text(t: Target, req: S.GenerateRequest) -> dict[str, Any]:
     with t.model_lock:
         retriever = PrefixRetriever(s.store, s.tokenizer, s.model.config.k, embedder=s.embedder)
         res = generate(
-            s.model,
-            s.tokenizer,
-            s.store,
-            req.prefix,
-            strategy=req.strategy,
-            max_new_tokens=req.max_new_tokens,
-            top_p=req.top_p,
-            temperature=req.temperature,
-            num_beams=req.num_beams,
-            num_return_sequences=req.num_return,
-            seed=req.seed,
-            retriever=retriever,
+            s.model, s.tokenizer, s.store, req.prefix, retriever=retriever, **decoding_options(req)
         )
         steps = retrieval_steps(s, res.retriever.log, req.show_entries) if s.model.config.retrieval else []
     return {

@@ -14,7 +14,7 @@ import argparse
 import ipaddress
 import sys
 
-from ralm.cli_flags import add_device, add_quiet, add_threads
+from ralm.cli_flags import add_device, add_quiet, add_threads, dataclass_from_args
 from ralm.errors import RalmError
 
 __all__ = ["is_loopback", "register", "run_server"]
@@ -58,12 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ralm.serve.batching import BatchConfig
     from ralm.serve.loaders import load_target
 
-    batching = BatchConfig(
-        max_batch=args.max_batch,
-        max_fill_batch=args.max_fill_batch,
-        max_wait_ms=args.max_wait_ms,
-        max_queue=args.max_queue,
-    )
+    batching = dataclass_from_args(BatchConfig, args)
     ask = None
     if args.generator is not None:
         from ralm.serve.generator import AskConfig

@@ -13,6 +13,7 @@ import json
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from ralm.atomic import write_json_atomic
 from ralm.cli_flags import (
@@ -23,6 +24,7 @@ from ralm.cli_flags import (
     add_overwrite,
     add_quiet,
     add_seed,
+    dataclass_from_args,
 )
 from ralm.errors import RalmError
 from ralm.surealm.options import DEFAULT_PATHWAY, PATHWAYS
@@ -50,17 +52,7 @@ def cmd_datastore(args: argparse.Namespace) -> int:
     sents = read_sentences(
         sources, fractions=(args.valid_frac, args.test_frac), seed=args.seed, limit_groups=args.limit_groups
     )
-    cfg = DatastoreConfig(
-        lm=args.lm,
-        encoder=args.encoder,
-        m=args.m,
-        include_current_word=args.include_current_word,
-        suffix=args.suffix,
-        k=args.k,
-        max_tokens=args.max_tokens,
-        index_kind=args.index_kind,
-        device=args.device,
-    )
+    cfg = dataclass_from_args(DatastoreConfig, args)
     out = build_datastore(sents, args.out, cfg, overwrite=args.overwrite, progress=not args.quiet)
     print(f"data store: {out}")
     counts = sents.counts()
@@ -76,32 +68,7 @@ def cmd_datastore(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from ralm.surealm.train import TrainConfig, train
 
-    cfg = TrainConfig(
-        datastore=args.datastore,
-        out=args.out,
-        lm=args.lm,
-        retrieval=not args.no_retrieval,
-        k=args.k,
-        delta=args.delta,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        lr_memory=args.lr_memory,
-        memory_init=args.memory_init,
-        memory_gain=args.memory_gain,
-        memory_window=args.memory_window,
-        pathway=args.pathway,
-        memory_bias=args.memory_bias,
-        neighbours=args.neighbours,
-        memory_dropout=args.memory_dropout,
-        init_from=args.init_from,
-        warmup_steps=args.warmup_steps,
-        schedule=args.schedule,
-        eval_every=args.eval_every,
-        seed=args.seed,
-        device=args.device,
-        autocast=args.autocast,
-    )
+    cfg = dataclass_from_args(TrainConfig, args, retrieval=not args.no_retrieval)
     out = train(cfg, overwrite=args.overwrite, progress=not args.quiet)
     info = json.loads((out / "train.json").read_text(encoding="utf-8"))
     v = info.get("valid", {})
@@ -131,19 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise RalmError("the prompt is empty; give the start of a sentence")
     model, tok, store, _ = load_trained(args.model, args.datastore, args.device)
-    res = generate(
-        model,
-        tok,
-        store,
-        args.prompt,
-        strategy=args.strategy,
-        max_new_tokens=args.max_new_tokens,
-        top_p=args.top_p,
-        temperature=args.temperature,
-        num_beams=args.beams,
-        num_return_sequences=args.num_return,
-        seed=args.seed,
-    )
+    res = generate(model, tok, store, args.prompt, **decoding_options(args))
     for t in res.texts:
         print(f"{args.prompt} {t}".strip())
     if args.show_retrievals:
@@ -153,6 +108,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print("\nretrievals (every delta tokens):")
             print("\n".join(describe_retrievals(res.retriever, tok, args.show_entries)))
     return 0
+
+
+DECODING = ("strategy", "max_new_tokens", "top_p", "temperature", "num_beams", "seed")
+
+
+def decoding_options(given: Any) -> dict[str, Any]:
+    """The decoding keywords of `ralm.surealm.generate.generate` (DECODING, and the number of
+    continuations) from what names them alike: the arguments of `ralm surealm generate` or an
+    /api/generate request (ralm.serve.schemas.GenerateRequest)."""
+    return {name: getattr(given, name) for name in DECODING} | {"num_return_sequences": given.num_return}
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -455,7 +420,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1.0,
         help="softmax temperature of --strategy top-p (default: %(default)s)",
     )
-    p.add_argument("--beams", type=int, default=4, help="beams of --strategy beam (default: %(default)s)")
+    p.add_argument(
+        "--beams",
+        dest="num_beams",
+        metavar="BEAMS",
+        type=int,
+        default=4,
+        help="beams of --strategy beam (default: %(default)s)",
+    )
     p.add_argument(
         "--num-return",
         type=int,

@@ -11,7 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ralm.cli_flags import add_autocast, add_device, add_no_progress, add_out, add_overwrite
+from ralm.cli_flags import (
+    add_autocast,
+    add_device,
+    add_no_progress,
+    add_out,
+    add_overwrite,
+    dataclass_from_args,
+)
 from ralm.formats.types import TASKS
 
 
@@ -51,16 +58,22 @@ def run_seed_job(
     (a dataclass) takes every argument named like one of its fields that was given (not None), then
     `fixed`, and progress/save from --no-progress/--no-save; `run(cfg)` returns the results, printed
     as `markdown(results)` with the paths of results.json and results.md in cfg.out."""
-    names = set(config.__dataclass_fields__)
-    kw = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    kw.update(fixed)
-    kw["progress"] = not args.no_progress
-    kw["save"] = not args.no_save
-    cfg = config(**kw)
+    cfg = dataclass_from_args(
+        config, args, skip_none=True, **fixed, progress=not args.no_progress, save=not args.no_save
+    )
     results = run(cfg)
     print(markdown(results), end="")
     print(f"results: {Path(cfg.out) / 'results.json'}, {Path(cfg.out) / 'results.md'}")
     return 0
+
+
+def add_split_args(p: argparse.ArgumentParser) -> None:
+    """Add --train, --dev, --test and --test-fraction: the splits of a seed job's data beside or
+    instead of DATA (`ralm finetune`, `ralm luke ner`: they mean the same in both)."""
+    p.add_argument("--train", help="train split file or directory (overrides what DATA holds)")
+    p.add_argument("--dev", help="dev split file or directory")
+    p.add_argument("--test", help="test split file or directory")
+    p.add_argument("--test-fraction", type=float, help="carve a test split out of train when there is none")
 
 
 def cmd_table(args: argparse.Namespace) -> int:
@@ -114,10 +127,7 @@ def register(sub) -> None:
         help="names of class ids (ner_tags/pos_tags/label as ClassLabel ids) when the data does not name "
         "them: a file with one name a line in id order, a JSON list, or a dataset_info.json",
     )
-    p.add_argument("--train", help="train split file or directory (overrides what DATA holds)")
-    p.add_argument("--dev", help="dev split file or directory")
-    p.add_argument("--test", help="test split file or directory")
-    p.add_argument("--test-fraction", type=float, help="carve a test split out of train when there is none")
+    add_split_args(p)
     p.add_argument(
         "--dev-fraction",
         type=float,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ralm.cli_flags import add_command_group, add_out, add_seed
+from ralm.cli_flags import add_command_group, add_out, add_seed, dataclass_from_args
 from ralm.errors import RalmError
 
 RECORDS_NEXT = """next:
@@ -96,13 +96,7 @@ def out_dir(path: str) -> Path:
 def cmd_records(args: argparse.Namespace) -> int:
     from ralm.worlds.records import RecordsWorldConfig, write_records_world
 
-    cfg = RecordsWorldConfig(
-        records=args.records,
-        heldout_records=args.heldout_records,
-        n_attributes=args.attributes,
-        seed=args.seed,
-        shuffle_values=args.shuffle_values,
-    )
+    cfg = dataclass_from_args(RecordsWorldConfig, args, n_attributes=args.attributes)
     out = out_dir(args.out)
     world = write_records_world(out, cfg)
     print(
@@ -116,14 +110,7 @@ def cmd_records(args: argparse.Namespace) -> int:
 def cmd_dialogues(args: argparse.Namespace) -> int:
     from ralm.worlds.dialogues import DialogueWorldConfig, make_world, world_vocabulary, write_world
 
-    cfg = DialogueWorldConfig(
-        facts=args.facts,
-        places=args.places,
-        train_conversations=args.conversations,
-        valid_facts=args.valid_facts,
-        test_facts=args.test_facts,
-        seed=args.seed,
-    )
+    cfg = dataclass_from_args(DialogueWorldConfig, args, train_conversations=args.conversations)
     out = out_dir(args.out)
     world = make_world(cfg)
     write_world(world, out)

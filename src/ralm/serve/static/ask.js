@@ -2,23 +2,15 @@
 "use strict";
 
 (() => {
-  const { api, el, during } = ralm;
-  const form = document.getElementById("ask-form");
+  const { api, el, queryForm, resultItem } = ralm;
   const q = document.getElementById("ask-q");
   const k = document.getElementById("ask-k");
   const mode = document.getElementById("ask-mode");
   const retriever = document.getElementById("ask-retriever");
-  const button = document.getElementById("ask-submit");
-  const results = document.getElementById("ask-results");
 
   function renderPassage(p) {
-    return el("li", { class: "result", "data-testid": "ask-passage", dataset: { chunkId: p.id, rank: p.rank, score: p.score } },
-      el("div", { class: "result-head" },
-        el("span", { class: "rank" }, `${p.rank}.`),
-        el("a", { class: "title", href: p.url, "data-testid": "passage-title" }, p.title || `chunk ${p.id}`),
-        el("span", { class: "score", "data-testid": "passage-score" }, `score ${p.score.toFixed(3)}`)),
-      el("p", { class: "snippet", "data-testid": "passage-text" }, p.text),
-    );
+    const title = el("a", { class: "title", href: p.url, "data-testid": "passage-title" }, p.title || `chunk ${p.id}`);
+    return resultItem(p, "ask-passage", "passage", title, p.text);
   }
 
   function render(data) {
@@ -41,9 +33,6 @@
     render(await api("/ask", { method: "POST", body }));
   }
 
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    during(button, results, run);
-  });
-  if (q.value.trim()) during(button, results, run);
+  const { results, go } = queryForm("ask", run);
+  if (q.value.trim()) go();
 })();

@@ -105,5 +105,31 @@ const ralm = (() => {
     }
   }
 
-  return { api, ApiError, showError, clearError, el, marked, chunkLink, fmt, during, root };
+  // a query page's PREFIX-form: submitting it runs `run` while PREFIX-submit is disabled and
+  // PREFIX-results is marked busy (see during); `go()` runs it the same way without a submit
+  function queryForm(prefix, run) {
+    const form = document.getElementById(`${prefix}-form`);
+    const button = document.getElementById(`${prefix}-submit`);
+    const results = document.getElementById(`${prefix}-results`);
+    const go = () => during(button, results, run);
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      go();
+    });
+    return { form, button, results, go };
+  }
+
+  // one ranked hit {id, rank, score} as a result list item: rank, `title` (a node), score and
+  // `snippet`; testid: the item's data-testid, and `${part}-score` / `${part}-text` its parts'
+  function resultItem(h, testid, part, title, snippet) {
+    return el("li", { class: "result", "data-testid": testid, dataset: { chunkId: h.id, rank: h.rank, score: h.score } },
+      el("div", { class: "result-head" },
+        el("span", { class: "rank" }, `${h.rank}.`),
+        title,
+        el("span", { class: "score", "data-testid": `${part}-score` }, `score ${h.score.toFixed(3)}`)),
+      el("p", { class: "snippet", "data-testid": `${part}-text` }, snippet),
+    );
+  }
+
+  return { api, ApiError, showError, clearError, el, marked, chunkLink, fmt, during, queryForm, resultItem, root };
 })();

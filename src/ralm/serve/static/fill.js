@@ -4,13 +4,10 @@
 "use strict";
 
 (() => {
-  const { api, el, fmt, chunkLink, during } = ralm;
-  const form = document.getElementById("fill-form");
+  const { api, el, fmt, chunkLink, queryForm } = ralm;
   const text = document.getElementById("fill-text");
   const kInput = document.getElementById("fill-k");
   const topInput = document.getElementById("fill-top");
-  const button = document.getElementById("fill-submit");
-  const results = document.getElementById("fill-results");
 
   function render(data) {
     const marginal = document.getElementById("fill-marginal");
@@ -52,22 +49,19 @@
     return li;
   }
 
-  function run() {
+  async function run() {
     const body = { text: text.value, top: Number(topInput.value) || 5 };
     if (kInput && kInput.value) body.k = Number(kInput.value);
     const params = new URLSearchParams({ text: body.text });
     if (body.k !== undefined) params.set("k", String(body.k));
     params.set("top", String(body.top));
     history.replaceState(null, "", `${location.pathname}?${params}`);
-    during(button, results, async () => render(await api("/fill", { method: "POST", body })));
+    render(await api("/fill", { method: "POST", body }));
   }
 
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    run();
-  });
+  const { form, results, go } = queryForm("fill", run);
   text.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) form.requestSubmit();
   });
-  if (form.dataset.runNow === "true" && text.value.trim()) run();
+  if (form.dataset.runNow === "true" && text.value.trim()) go();
 })();

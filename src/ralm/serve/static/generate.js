@@ -2,10 +2,7 @@
 "use strict";
 
 (() => {
-  const { api, el, during } = ralm;
-  const form = document.getElementById("gen-form");
-  const button = document.getElementById("gen-submit");
-  const results = document.getElementById("gen-results");
+  const { api, el, queryForm } = ralm;
   const val = (id) => document.getElementById(id).value;
 
   function render(data) {
@@ -23,13 +20,12 @@
     results.hidden = false;
   }
 
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
+  const { results } = queryForm("gen", async () => {
     const strategy = val("gen-strategy");
     const body = {
       prefix: val("gen-prefix"), max_new_tokens: Number(val("gen-max-new")) || 20, strategy,
       top_p: Number(val("gen-top-p")) || 0.9, num_beams: Number(val("gen-beams")) || 4, seed: Number(val("gen-seed")) || 0,
     };
-    during(button, results, async () => render(await api("/generate", { method: "POST", body })));
+    render(await api("/generate", { method: "POST", body }));
   });
 })();

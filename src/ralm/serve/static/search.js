@@ -2,22 +2,13 @@
 "use strict";
 
 (() => {
-  const { api, el, marked, chunkLink, during } = ralm;
-  const form = document.getElementById("search-form");
+  const { api, el, marked, chunkLink, queryForm, resultItem } = ralm;
   const q = document.getElementById("search-q");
   const k = document.getElementById("search-k");
   const which = document.getElementById("search-retriever");
-  const button = document.getElementById("search-submit");
-  const region = document.getElementById("search-results");
 
   function renderHit(h) {
-    return el("li", { class: "result", "data-testid": "result", dataset: { chunkId: h.id, rank: h.rank, score: h.score } },
-      el("div", { class: "result-head" },
-        el("span", { class: "rank" }, `${h.rank}.`),
-        chunkLink(h.id, h.title, "result-title"),
-        el("span", { class: "score", "data-testid": "result-score" }, `score ${h.score.toFixed(3)}`)),
-      el("p", { class: "snippet", "data-testid": "result-text" }, marked(h.text, h.highlights)),
-    );
+    return resultItem(h, "result", "result", chunkLink(h.id, h.title, "result-title"), marked(h.text, h.highlights));
   }
 
   async function run() {
@@ -36,9 +27,6 @@
     }));
   }
 
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    during(button, region, run);
-  });
-  if (q.value.trim()) during(button, region, run);
+  const { results: region, go } = queryForm("search", run);
+  if (q.value.trim()) go();
 })();
