@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ralm.cli import disk_full, main
-from ralm.errors import RalmError, check_json_text
+from ralm.errors import RalmError, check_json_text, opening
 
 
 def test_disk_full_is_found_in_the_exception_chain():
@@ -75,3 +75,25 @@ def test_squad_reader_refuses_a_surrogate_question(tmp_path):
     path.write_text(json.dumps(squad), encoding="utf-8")  # json.dumps writes the escape \ud800
     with pytest.raises(RalmError, match="unpaired surrogate"):
         load_task_data(str(path), "extractive-qa")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p, "ARPA file not found: {p}"),
+        (lambda p: p.mkdir() or p, "{p} is a directory, not an ARPA file"),
+    ],
+)
+def test_opening_names_the_file_and_what_it_should_be(tmp_path, make, message):
+    path = make(tmp_path / "model.arpa")
+    with pytest.raises(RalmError) as exc, opening(path, "an ARPA file"):
+        path.read_bytes()
+    assert str(exc.value) == message.format(p=path)
+
+
+def test_opening_passes_other_errors_and_success_through(tmp_path):
+    (tmp_path / "a.txt").write_text("x")
+    with opening(tmp_path / "a.txt", "a text file"):
+        assert (tmp_path / "a.txt").read_text() == "x"
+    with pytest.raises(ValueError), opening(tmp_path / "a.txt", "a text file"):
+        raise ValueError("not an OSError")

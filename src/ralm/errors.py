@@ -5,6 +5,12 @@ The CLI prints it as `ralm: error: ...` and exits with code 2, without a traceba
 Everything else is a bug and keeps its traceback.
 """
 
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
 
 class RalmError(Exception):
     """A user-caused error: bad path, malformed input, wrong model directory, ..."""
@@ -24,6 +30,25 @@ def exception_chain(exc: BaseException):
         seen.add(id(e))
         yield e
         e = e.__cause__ or e.__context__
+
+
+@contextlib.contextmanager
+def opening(path: str | os.PathLike, what: str) -> Iterator[None]:
+    """Turn the OSError of opening `path` in the block into one RalmError line naming it as `what`
+    ("an ARPA file", "a text file"): not found, a directory, or unreadable (the system's reason).
+
+    Example: with opening("x.arpa", "an ARPA file"): open("x.arpa") -> RalmError("ARPA file not found: x.arpa").
+    """
+    name = os.fspath(path)
+    kind = what.split(" ", 1)[1]
+    try:
+        yield
+    except FileNotFoundError:
+        raise RalmError(f"{kind} not found: {name}") from None
+    except IsADirectoryError:
+        raise RalmError(f"{name} is a directory, not {what}") from None
+    except OSError as exc:
+        raise RalmError(f"cannot read {kind} {name}: {exc.strerror}") from None
 
 
 def check_json_text(obj: object, raw: str, where: str, error: type[RalmError] = RalmError) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ralm.atomic import move_into_place, temp_sibling
-from ralm.errors import RalmError
+from ralm.errors import RalmError, opening
 from ralm.lm.arpa_bulk import _read_padded
 from ralm.lm.arpa_read import META_PREFIX, _Reader
 from ralm.lm.arpa_write import _vocab_strings, _write_section
@@ -56,16 +56,9 @@ class ArpaModel:
 
 def read_arpa(path: str | os.PathLike) -> ArpaModel:
     """Parse an ARPA file into ralm tables. Raises RalmError with `path:line` on any defect."""
-    name = os.fspath(path)
-    try:
+    with opening(path, "an ARPA file"):
         buf, size = _read_padded(path)
-    except FileNotFoundError:
-        raise RalmError(f"ARPA file not found: {name}") from None
-    except IsADirectoryError:
-        raise RalmError(f"{name} is a directory, not an ARPA file") from None
-    except OSError as exc:
-        raise RalmError(f"cannot read ARPA file {name}: {exc.strerror}") from None
-    vocab, keys, probs, bows, meta = _Reader(name, buf, size).read()
+    vocab, keys, probs, bows, meta = _Reader(os.fspath(path), buf, size).read()
     return ArpaModel(vocab=vocab, keys=keys, log10_prob=probs, log10_bow=bows, meta=meta)
 
 

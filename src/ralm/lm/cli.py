@@ -35,7 +35,7 @@ from ralm.cli_flags import (
     add_threads,
     dataclass_from_args,
 )
-from ralm.errors import RalmError
+from ralm.errors import RalmError, opening
 from ralm.lm.counts import TOKENIZERS
 from ralm.lm.ngram import ESTIMATORS, MAX_ORDER, NGramLM, canonical_estimator
 
@@ -48,14 +48,8 @@ def read_sentences(path: str, tokenizer: str = "word", lowercase: bool = False) 
     """
     tok = TOKENIZERS[tokenizer]
     out: list[list[str]] = []
-    try:
+    with opening(path, "a text file"):
         f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-    except FileNotFoundError:
-        raise RalmError(f"text file not found: {path}") from None
-    except IsADirectoryError:
-        raise RalmError(f"{path} is a directory, not a text file") from None
-    except OSError as exc:
-        raise RalmError(f"cannot read {path}: {exc.strerror}") from None
     offset = 0
     try:
         for lineno, raw in enumerate(f, start=1):
