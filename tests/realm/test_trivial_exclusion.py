@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.realm.conftest import wiki_jsonl
 
 from ralm.realm.modeling.candidates import TrivialExclusion, queries_are_corpus, trivial_ids
+from testkit import linked_jsonl, quiet_store
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -48,20 +48,12 @@ def aligned_queries(tmp_path_factory, realm_store, tiny_dir):
     """A query DocStore whose chunk i restates corpus chunk i (the same texts under other titles:
     another build, so another fingerprint): the layout in which excluding the query's own id from
     the corpus excludes the right chunk."""
-    from ralm.corpus.build import BuildConfig, build_docstore
-
     tmp = tmp_path_factory.mktemp("aligned")
-    src = wiki_jsonl(tmp / "corpus.jsonl")
+    src = linked_jsonl(tmp / "corpus.jsonl")
     lines = src.read_text(encoding="utf-8").splitlines()
     renamed = [line.replace('"title": "', '"title": "About ', 1) for line in lines]
     (tmp / "queries.jsonl").write_text("\n".join(renamed) + "\n", encoding="utf-8")
-    build_docstore(
-        [tmp / "queries.jsonl"],
-        tmp / "store",
-        BuildConfig(chunk_size=24, tokenizer=str(tiny_dir)),
-        progress=False,
-        log=lambda m: None,
-    )
+    quiet_store([tmp / "queries.jsonl"], tmp / "store", 24, tiny_dir)
     return tmp / "store"
 
 
