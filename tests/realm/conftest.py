@@ -49,17 +49,25 @@ def tiny_cfg(realm_store, tiny_dir, tmp_path):
     return make
 
 
+def causal_config(realm_store, tiny_dir, causal_dirs, lm="llama", **kw):
+    """`tiny_config` with a causal reader (causal_dirs[lm]) and the tiny BERT as towers; `kw` overrides."""
+    base = dict(reader=str(causal_dirs[lm]), retriever=str(tiny_dir), reader_max_length=200)
+    base.update(kw)
+    return tiny_config(realm_store, tiny_dir, **base)
+
+
 @pytest.fixture
-def causal_cfg(tiny_cfg, causal_dirs, tiny_dir):
-    """tiny_cfg with a causal reader (default the tiny Llama) and the tiny BERT as towers."""
+def causal_cfg(realm_store, causal_dirs, tiny_dir, tmp_path):
+    """A factory of `causal_config`s (default the tiny Llama) writing to tmp_path/run."""
 
     def make(lm="llama", **kw):
-        base = dict(reader=str(causal_dirs[lm]), retriever=str(tiny_dir), reader_max_length=200)
-        base.update(kw)
-        return tiny_cfg(**base)
+        return causal_config(realm_store, tiny_dir, causal_dirs, lm, **{"out": str(tmp_path / "run"), **kw})
 
     return make
 
+
+# A run of one step, checkpointed at it, whose index is never refreshed
+ONE_STEP = dict(steps=1, refresh_every=0, checkpoint_every=1)
 
 FROZEN = dict(
     reader_train="freeze", retriever_train="query", score_scale="learned", steps=1, checkpoint_every=1

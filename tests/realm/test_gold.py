@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tests.realm.conftest import ONE_STEP
 
 from ralm.errors import RalmError
 from testkit import records_world_stores
@@ -35,9 +36,7 @@ def _runs(world, causal_cfg, tmp_path):
         docstore=str(root / "corpus"),
         queries=str(root / "queries"),
         heldout=0,
-        steps=1,
-        refresh_every=0,
-        checkpoint_every=1,
+        **ONE_STEP,
         k=3,
         masking={"sources": ("link",), "random_span_rate": 0.0},
     )
