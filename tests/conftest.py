@@ -18,7 +18,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest  # noqa: E402
 
-from testkit import TINY_DECODER, byte_bpe, chat_config, chat_llama, save_model, tiny_bert_dir  # noqa: E402
+from testkit import TINY_DECODER, byte_bpe, chat_config, chat_llama, one_thread_of, save_model, tiny_bert_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -59,10 +59,8 @@ def one_thread():
     """Tiny models: one torch thread is faster, and much faster when another process holds a core."""
     import torch
 
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with one_thread_of(torch.get_num_threads, torch.set_num_threads):
+        yield
 
 
 CAUSAL_TEXT = [

@@ -5,6 +5,7 @@ dialogues and a 1-step SUREALM run, the settings of a quiet CPU run and a proces
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 
@@ -16,6 +17,17 @@ CHATML = (
 
 # The settings every training run of the tests shares: CPU, float32 (no autocast), no TensorBoard
 CPU_RUN = dict(device="cpu", autocast="off", tensorboard=False)
+
+
+@contextlib.contextmanager
+def one_thread_of(get_threads, set_threads):
+    """Runs its body with set_threads(1), then gives back the count get_threads() had before."""
+    before = get_threads()
+    set_threads(1)
+    try:
+        yield
+    finally:
+        set_threads(before)
 
 
 def quiet(message) -> None:
