@@ -52,6 +52,20 @@ def run_ralm_errors(capsys, *argv):
     return code, cap.out, [ln for ln in cap.err.splitlines() if ln.startswith("ralm: error")]
 
 
+def cli_store_and_index(d, docs, tiny_dir, corpus_options=(), index_options=()):
+    """`ralm corpus build` of the (title, text) pairs `docs` (d/docs.jsonl; tiny_dir's tokenizer, then
+    `corpus_options`) into d/store and `ralm index build` of that (tiny_dir's encoder, then
+    `index_options`) into d/index, both --quiet and asserted to succeed; returns d."""
+    from ralm.cli import main
+
+    write_jsonl(d / "docs.jsonl", [{"title": t, "text": x} for t, x in docs])
+    corpus = ["corpus", "build", d / "docs.jsonl", "--out", d / "store", "--tokenizer", tiny_dir]
+    assert main([str(a) for a in [*corpus, *corpus_options, "--quiet"]]) == 0
+    index = ["index", "build", d / "store", "--out", d / "index", "--encoder", tiny_dir]
+    assert main([str(a) for a in [*index, *index_options, "--quiet"]]) == 0
+    return d
+
+
 def write_jsonl(path, rows):
     """`rows` as JSON lines (UTF-8) at `path`; returns `path`."""
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
