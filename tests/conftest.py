@@ -18,6 +18,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest  # noqa: E402
 
+from testkit import TINY_DECODER, byte_bpe, chat_config, chat_llama, one_thread_of, save_model, tiny_bert_dir  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def minilm_dir():
@@ -36,48 +38,20 @@ def bert_tokenizer(minilm_dir):
 @pytest.fixture(scope="session")
 def bpe_tokenizer():
     """A small byte-level BPE (GPT-2 style, no special tokens added to a sequence), trained here."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     text = [
         "Abraham Lincoln was the 16th president of the United States.",
         "Oslo er hovedstaden i Norge. Det bor mange mennesker der.",
         "København er Danmarks hovedstad og største by.",
     ] * 20
-    tok.train_from_iterator(
-        text, trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    )
-    return PreTrainedTokenizerFast(tokenizer_object=tok)
-
-
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+    return PreTrainedTokenizerFast(tokenizer_object=byte_bpe(text, 400))
 
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory, minilm_dir):
     """A random 2-layer BERT (hidden 64) on the MiniLM vocabulary, as a HF model directory."""
-    import shutil
-
-    import torch
-    from transformers import BertConfig, BertModel
-
-    d = tmp_path_factory.mktemp("tiny") / "bert"
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=30522,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=128,
-    )
-    BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
-    for f in TOKENIZER_FILES:
-        shutil.copy(minilm_dir / f, d / f)
-    return d
+    return tiny_bert_dir(tmp_path_factory.mktemp("tiny") / "bert", minilm_dir)
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +59,8 @@ def one_thread():
     """Tiny models: one torch thread is faster, and much faster when another process holds a core."""
     import torch
 
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with one_thread_of(torch.get_num_threads, torch.set_num_threads):
+        yield
 
 
 CAUSAL_TEXT = [
@@ -106,30 +78,14 @@ def causal_dirs(tmp_path_factory):
     <pad>/<bos>/<eos>: "llama" (no BOS added) and "gemma3" (adds <bos>; final-logit soft-capping,
     a sliding-window and a full-attention layer), as {name: directory}."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import (
-        Gemma3ForCausalLM,
-        Gemma3TextConfig,
-        LlamaConfig,
-        LlamaForCausalLM,
-        PreTrainedTokenizerFast,
-    )
+    from tokenizers import processors
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedTokenizerFast
 
     root = tmp_path_factory.mktemp("causal")
     text = CAUSAL_TEXT * 5
     out = {}
     for name in ("llama", "gemma3"):
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(
-            text,
-            trainers.BpeTrainer(
-                vocab_size=420,
-                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                special_tokens=["<pad>", "<bos>", "<eos>"],
-            ),
-        )
+        tok = byte_bpe(text, 420, ["<pad>", "<bos>", "<eos>"])
         if name == "gemma3":
             tok.post_processor = processors.TemplateProcessing(
                 single="<bos> $A", special_tokens=[("<bos>", 1)]
@@ -137,34 +93,53 @@ def causal_dirs(tmp_path_factory):
         fast = PreTrainedTokenizerFast(
             tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
         )
-        common = dict(
-            vocab_size=len(fast),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-            tie_word_embeddings=True,
-        )
-        torch.manual_seed(0)
         if name == "llama":
-            lm = LlamaForCausalLM(LlamaConfig(architectures=["LlamaForCausalLM"], **common))
+            lm = chat_llama(fast)
         else:
+            torch.manual_seed(0)
             cfg = Gemma3TextConfig(
                 architectures=["Gemma3ForCausalLM"],
                 head_dim=8,
                 sliding_window=16,
                 final_logit_softcapping=30.0,
                 layer_types=["sliding_attention", "full_attention"],
-                **common,
+                vocab_size=len(fast),
+                **TINY_DECODER,
+                **chat_config(fast),
             )
             lm = Gemma3ForCausalLM(cfg)
-        d = root / name
-        lm.save_pretrained(d)
-        fast.save_pretrained(d)
-        out[name] = d
+        out[name] = save_model(root / name, lm, fast)
     return out
+
+
+HOLD = """
+import sys, time
+from ralm.locks import writer_lock
+with writer_lock(sys.argv[1], sys.argv[2]):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def lock_holder():
+    """A factory of processes that hold the writer lock of a directory: `start(directory, command)`
+    returns the Popen once it holds the lock (`command`: what the lock says is writing); each is
+    killed at the end of the test."""
+    import subprocess
+    import sys
+
+    procs = []
+
+    def start(directory, command):
+        p = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(directory), command], stdout=subprocess.PIPE, text=True
+        )
+        procs.append(p)
+        assert p.stdout.readline().strip() == "locked"
+        return p
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()

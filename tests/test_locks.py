@@ -4,32 +4,16 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from ralm.errors import RalmError
 from ralm.locks import holder, lock_path, writer_lock
 
-HOLD = """
-import sys, time
-from ralm.locks import writer_lock
-with writer_lock(sys.argv[1], "ralm pretrain --out X"):
-    print("locked", flush=True)
-    time.sleep(60)
-"""
 
-
-def _start_holder(d):
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(d)], stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "locked"
-    return p
-
-
-def test_second_writer_gets_the_holders_pid_and_kill_releases(tmp_path):
+def test_second_writer_gets_the_holders_pid_and_kill_releases(tmp_path, lock_holder):
     d = tmp_path / "run"
-    p = _start_holder(d)
+    p = lock_holder(d, "ralm pretrain --out X")
     try:
         info = holder(d)
         assert info is not None and info["pid"] == p.pid and info["command"] == "ralm pretrain --out X"

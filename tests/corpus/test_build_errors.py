@@ -44,58 +44,45 @@ def test_missing_path(tmp_path, capsys):
     assert_clean_failure(code, err, "nope.xml.bz2", out)
 
 
-def test_truncated_bz2(tmp_path, capsys):
-    data = sample_path("enwiki").read_bytes()
-    src = tmp_path / "cut.xml.bz2"
-    src.write_bytes(data[: len(data) // 2])
+def _build_fails(tmp_path, capsys, name, data: bytes, needle):
+    """`ralm corpus build` of a file `name` holding `data`: one clean failure whose line names
+    `needle`; returns that line."""
+    src = tmp_path / name
+    src.write_bytes(data)
     out = tmp_path / "out"
     code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
-    assert_clean_failure(code, err, "cut.xml.bz2", out)
-    assert "truncated" in err[0]
+    assert_clean_failure(code, err, needle, out)
+    return err[0]
+
+
+def test_truncated_bz2(tmp_path, capsys):
+    data = sample_path("enwiki").read_bytes()
+    assert "truncated" in _build_fails(tmp_path, capsys, "cut.xml.bz2", data[: len(data) // 2], "cut.xml.bz2")
 
 
 def test_not_xml(tmp_path, capsys):
-    src = tmp_path / "dump.xml"
-    src.write_text("this is not xml at all\n")
-    out = tmp_path / "out"
-    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
-    assert_clean_failure(code, err, "dump.xml", out)
+    _build_fails(tmp_path, capsys, "dump.xml", b"this is not xml at all\n", "dump.xml")
 
 
 def test_not_utf8_xml(tmp_path, capsys):
     page = "<page><title>A</title><ns>0</ns><id>1</id><revision><text>caf\xe9 ok</text></revision></page>"
-    src = tmp_path / "latin1.xml"
-    src.write_bytes(MINIMAL_DUMP.format(pages=page).encode("latin-1"))
-    out = tmp_path / "out"
-    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
-    assert_clean_failure(code, err, "latin1.xml", out)
-    assert "UTF-8" in err[0]
+    data = MINIMAL_DUMP.format(pages=page).encode("latin-1")
+    assert "UTF-8" in _build_fails(tmp_path, capsys, "latin1.xml", data, "latin1.xml")
 
 
 def test_dump_without_articles(tmp_path, capsys):
-    src = tmp_path / "talk.xml.bz2"
-    src.write_bytes(bz2.compress(MINIMAL_DUMP.format(pages=TALK_PAGE).encode()))
-    out = tmp_path / "out"
-    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
-    assert_clean_failure(code, err, "talk.xml.bz2", out)
-    assert "no articles" in err[0]
+    data = bz2.compress(MINIMAL_DUMP.format(pages=TALK_PAGE).encode())
+    assert "no articles" in _build_fails(tmp_path, capsys, "talk.xml.bz2", data, "talk.xml.bz2")
 
 
 def test_jsonl_bad_line_names_line(tmp_path, capsys):
-    src = tmp_path / "docs.jsonl"
-    src.write_text(json.dumps({"title": "a", "text": "Fine text."}) + "\n\n{not json\n")
-    out = tmp_path / "out"
-    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
-    assert_clean_failure(code, err, "docs.jsonl:3", out)
+    data = (json.dumps({"title": "a", "text": "Fine text."}) + "\n\n{not json\n").encode()
+    _build_fails(tmp_path, capsys, "docs.jsonl", data, "docs.jsonl:3")
 
 
 def test_jsonl_not_utf8(tmp_path, capsys):
-    src = tmp_path / "docs.jsonl"
-    src.write_bytes(b'{"title": "a", "text": "ok"}\n{"title": "b", "text": "caf\xe9"}\n')
-    out = tmp_path / "out"
-    code, err = run_cli(capsys, "corpus", "build", src, "--out", out, "--quiet")
-    assert_clean_failure(code, err, "docs.jsonl", out)
-    assert "UTF-8" in err[0]
+    data = b'{"title": "a", "text": "ok"}\n{"title": "b", "text": "caf\xe9"}\n'
+    assert "UTF-8" in _build_fails(tmp_path, capsys, "docs.jsonl", data, "docs.jsonl")
 
 
 def test_bad_tokenizer_dir_and_chunk_size(tmp_path, capsys):

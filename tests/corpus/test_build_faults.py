@@ -180,24 +180,17 @@ def test_a_stale_temp_dir_that_cannot_be_removed_is_named(tmp_path, linked_jsonl
 
 # ----------------------------------------------------------------------------- one writer
 
-HOLD = """
-import sys, time
-from ralm.locks import writer_lock
-with writer_lock(sys.argv[1], "ralm corpus build --out X"):
-    print("locked", flush=True)
-    time.sleep(60)
-"""
 
-
-def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, linked_jsonl, cli, leftovers, monkeypatch):
+def test_a_second_writer_fails_at_once_naming_the_holder(
+    tmp_path, linked_jsonl, cli, leftovers, monkeypatch, lock_holder
+):
     out = tmp_path / "out"
     assert cli("corpus", "build", linked_jsonl, "--out", out, "--quiet")[0] == 0
     before = snapshot(out)
     stale = tmp_path / f".out.tmp-{dead_pid()}"
     stale.mkdir()
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    p = lock_holder(out, "ralm corpus build --out X")
     try:
-        assert p.stdout.readline().strip() == "locked"
         # at once: before the seconds of loading the tokenizer
         monkeypatch.setattr("ralm.corpus.build_options.load_tokenizer", lambda *a: pytest.fail("loaded"))
         for argv in (["--overwrite"], []):

@@ -7,6 +7,7 @@ import pytest
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.corpus.docstore import SALIENT_SOURCES, DocStore, RaggedArray, RaggedWriter
 from ralm.errors import CorpusError
+from testkit import random_sentences
 
 
 def test_ragged_docstring_example(tmp_path):
@@ -36,14 +37,9 @@ def test_ragged_width3_and_size_check(tmp_path):
 
 def _docs(n=30):
     rng = np.random.default_rng(0)
-    words = ["alpha", "beta", "gamma", "delta", "Oslo", "Norway", "king", "queen", "river", "mountain"]
     docs = []
     for i in range(n):
-        sents = [
-            " ".join(rng.choice(words, size=int(rng.integers(4, 15)))).capitalize() + "."
-            for _ in range(int(rng.integers(1, 9)))
-        ]
-        text = " ".join(sents) + f" Born 12 April {1800 + i}."
+        text = random_sentences(rng, (4, 15), (1, 9)) + f" Born 12 April {1800 + i}."
         j = text.find("Oslo")
         links = [{"start": j, "end": j + 4, "target": "Oslo"}] if j >= 0 else []
         docs.append({"id": f"d{i}", "title": f"Doc {i}", "text": text, "links": links})

@@ -7,7 +7,7 @@ import pytest
 import torch
 from frozen_ref import ARTICLES, GRID_WORDS
 
-from testkit import articles_store, tiny_llama
+from testkit import articles_store, cpu_frozen_lm, save_model, tiny_llama
 
 
 def _word_tokenizer():
@@ -24,11 +24,10 @@ def _word_tokenizer():
 @pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory):
     """A random 2-layer Llama (hidden 32) whose tokens are the whitespace-separated words."""
-    d = tmp_path_factory.mktemp("frozen") / "llama"
     tok = _word_tokenizer()
-    tiny_llama(tok, max_position_embeddings=128).save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
+    return save_model(
+        tmp_path_factory.mktemp("frozen") / "llama", tiny_llama(tok, max_position_embeddings=128), tok
+    )
 
 
 @pytest.fixture(scope="session")
@@ -47,17 +46,12 @@ def gpt2_dir(tmp_path_factory, bpe_tokenizer):
         bos_token_id=None,
         eos_token_id=None,
     )
-    GPT2LMHeadModel(cfg).save_pretrained(d)
-    bpe_tokenizer.save_pretrained(d)
-    return d
+    return save_model(d, GPT2LMHeadModel(cfg), bpe_tokenizer)
 
 
 @pytest.fixture(scope="session")
 def llama(llama_dir):
-    from ralm.frozen.lm import load_frozen_lm
-
-    torch.set_num_threads(1)
-    return load_frozen_lm(llama_dir, device="cpu", autocast="off")
+    return cpu_frozen_lm(llama_dir)
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ import json
 import pytest
 from frozen_ref import ARTICLES, EVAL_ARTICLE, eval_text
 
+from testkit import quiet_store, tiny_index, write_jsonl
 from testkit import run_ralm as run
-from testkit import tiny_index
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +27,17 @@ def index_dir(tmp_path_factory, corpus, tiny_dir):
 COMMON = ("--max-length", "32", "--doc-tokens", "12", "--device", "cpu", "--autocast", "off")
 
 
+def lm_eval(capsys, lm, text, *options):
+    """`ralm lm-eval LM TEXT OPTIONS` with COMMON after the options: run_ralm's answer."""
+    return run(capsys, "lm-eval", lm, text, *options, *COMMON)
+
+
 def test_one_table_for_all_modes_and_strides(capsys, llama_dir, llama, text_file, corpus):
     from ralm.frozen.evaluate import EvalConfig, evaluate
     from ralm.frozen.text import read_eval_text
 
-    code, out, err = run(
+    code, out, err = lm_eval(
         capsys,
-        "lm-eval",
         llama_dir,
         text_file,
         "--corpus",
@@ -47,7 +51,6 @@ def test_one_table_for_all_modes_and_strides(capsys, llama_dir, llama, text_file
         "8",
         "--k",
         "2",
-        *COMMON,
         "--json",
     )
     assert code == 0, err
@@ -70,9 +73,7 @@ def test_one_table_for_all_modes_and_strides(capsys, llama_dir, llama, text_file
         assert r["seconds"]["total"] > 0 and r["tokens_per_s"] > 0
         assert r["blocks_with_docs"] == (0 if r["mode"] == "none" else r["blocks"] - 1)
 
-    code, out, err = run(
-        capsys, "lm-eval", llama_dir, text_file, "--corpus", corpus, "--stride", "4", *COMMON
-    )
+    code, out, err = lm_eval(capsys, llama_dir, text_file, "--corpus", corpus, "--stride", "4")
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(f"LM {llama_dir} (float32); {text_file}: 83 tokens scored, 84 words")
@@ -83,9 +84,8 @@ def test_one_table_for_all_modes_and_strides(capsys, llama_dir, llama, text_file
 
 @pytest.mark.parametrize("retriever", ["bm25", "dense", "hybrid"])
 def test_retrievers_from_an_index_directory(capsys, llama_dir, text_file, index_dir, retriever):
-    code, out, err = run(
+    code, out, err = lm_eval(
         capsys,
-        "lm-eval",
         llama_dir,
         text_file,
         "--index",
@@ -100,7 +100,6 @@ def test_retrievers_from_an_index_directory(capsys, llama_dir, text_file, index_
         "4",
         "--stride",
         "6",
-        *COMMON,
         "--json",
     )
     assert code == 0, err
@@ -112,9 +111,8 @@ def test_retrievers_from_an_index_directory(capsys, llama_dir, text_file, index_
 
 
 def test_lang_rebuilds_bm25_of_an_index_in_memory(capsys, llama_dir, text_file, index_dir):
-    code, out, err = run(
+    code, out, err = lm_eval(
         capsys,
-        "lm-eval",
         llama_dir,
         text_file,
         "--index",
@@ -123,7 +121,6 @@ def test_lang_rebuilds_bm25_of_an_index_in_memory(capsys, llama_dir, text_file, 
         "none",
         "--stride",
         "8",
-        *COMMON,
     )
     assert code == 0
     # the index's BM25 analyses English (its DocStore's language): a plain one is built in memory
@@ -133,13 +130,9 @@ def test_lang_rebuilds_bm25_of_an_index_in_memory(capsys, llama_dir, text_file, 
 @pytest.fixture(scope="module")
 def other_corpus(tmp_path_factory, gpt2_dir):
     """The same articles chunked with another tokenizer (the GPT-2 test BPE): another DocStore."""
-    from ralm.corpus.build import BuildConfig, build_docstore
-
     d = tmp_path_factory.mktemp("other-corpus")
-    src = d / "docs.jsonl"
-    src.write_text("".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in ARTICLES), encoding="utf-8")
-    cfg = BuildConfig(chunk_size=32, tokenizer=str(gpt2_dir))
-    return build_docstore([src], d / "store", cfg, progress=False, log=lambda m: None).root
+    src = write_jsonl(d / "docs.jsonl", [{"title": t, "text": x} for t, x in ARTICLES])
+    return quiet_store([src], d / "store", 32, gpt2_dir).root
 
 
 def _one_error_line(code, out, err, *needles):
@@ -154,53 +147,43 @@ def test_bad_input_exits_2_with_one_line(
 ):
     short = tmp_path / "short.txt"
     short.write_text("Oslo is the capital\n", encoding="utf-8")
+    _one_error_line(*lm_eval(capsys, llama_dir, short, "--corpus", corpus), "not more than one stride (4)")
+    _one_error_line(*lm_eval(capsys, tiny_dir, text_file), "is not a causal LM", "BertModel")
     _one_error_line(
-        *run(capsys, "lm-eval", llama_dir, short, "--corpus", corpus, *COMMON), "not more than one stride (4)"
-    )
-    _one_error_line(*run(capsys, "lm-eval", tiny_dir, text_file, *COMMON), "is not a causal LM", "BertModel")
-    _one_error_line(
-        *run(
-            capsys, "lm-eval", llama_dir, text_file, "--index", index_dir, "--corpus", other_corpus, *COMMON
-        ),
+        *lm_eval(capsys, llama_dir, text_file, "--index", index_dir, "--corpus", other_corpus),
         "built from another corpus",
     )
+    _one_error_line(*lm_eval(capsys, llama_dir, tmp_path / "missing.txt"), "no such text file")
     _one_error_line(
-        *run(capsys, "lm-eval", llama_dir, tmp_path / "missing.txt", *COMMON), "no such text file"
-    )
-    _one_error_line(
-        *run(capsys, "lm-eval", llama_dir, text_file, "--mode", "replug", *COMMON),
+        *lm_eval(capsys, llama_dir, text_file, "--mode", "replug"),
         "needs --index INDEX or --corpus",
     )
     _one_error_line(
-        *run(capsys, "lm-eval", llama_dir, text_file, "--gguf-file", "model.gguf", *COMMON),
+        *lm_eval(capsys, llama_dir, text_file, "--gguf-file", "model.gguf"),
         "no such GGUF file",
     )
     _one_error_line(
-        *run(
+        *lm_eval(
             capsys,
-            "lm-eval",
             llama_dir,
             text_file,
             "--corpus",
             corpus,
             "--exclude-article",
             "Nowhere",
-            *COMMON,
         ),
         "no article titled 'Nowhere'",
     )
+    _one_error_line(*lm_eval(capsys, llama_dir, text_file, "--lm", llama_dir), "give the LM once")
+    _one_error_line(*lm_eval(capsys, tmp_path / "no-lm", text_file), "no such LM directory")
     _one_error_line(
-        *run(capsys, "lm-eval", llama_dir, text_file, "--lm", llama_dir, *COMMON), "give the LM once"
-    )
-    _one_error_line(*run(capsys, "lm-eval", tmp_path / "no-lm", text_file, *COMMON), "no such LM directory")
-    _one_error_line(
-        *run(capsys, "lm-eval", llama_dir, text_file, "--corpus", corpus, "--retriever", "dense", *COMMON),
+        *lm_eval(capsys, llama_dir, text_file, "--corpus", corpus, "--retriever", "dense"),
         "needs an index directory",
     )
     bert_lm = tmp_path / "bert-no-arch"
     bert_lm.mkdir()
     (bert_lm / "config.json").write_text(json.dumps({"model_type": "bert"}), encoding="utf-8")
-    _one_error_line(*run(capsys, "lm-eval", bert_lm, text_file, *COMMON), "bert is not a causal LM")
+    _one_error_line(*lm_eval(capsys, bert_lm, text_file), "bert is not a causal LM")
 
 
 def test_causal_config_rule():

@@ -105,12 +105,17 @@ def _header(lines, k):
     return next(i for i, line in enumerate(lines) if line.startswith(f"ngram {k}="))
 
 
-def test_header_count_too_small(tmp_path, good_lines):
+def _bigram_count_off_by(tmp_path, good_lines, delta):
+    """The good file with its header's 2-gram count moved by `delta`: (its path, the true count)."""
     h = _header(good_lines, 2)
     n2 = int(good_lines[h].split("=")[1])
     lines = list(good_lines)
-    lines[h] = f"ngram 2={n2 - 1}"
-    path = _write(tmp_path, lines)
+    lines[h] = f"ngram 2={n2 + delta}"
+    return _write(tmp_path, lines), n2
+
+
+def test_header_count_too_small(tmp_path, good_lines):
+    path, n2 = _bigram_count_off_by(tmp_path, good_lines, -1)
     last_bigram = good_lines.index("\\2-grams:") + n2  # 0-based: the entry beyond the count
     with pytest.raises(RalmError) as info:
         read_arpa(path)
@@ -120,11 +125,7 @@ def test_header_count_too_small(tmp_path, good_lines):
 
 
 def test_header_count_too_large(tmp_path, good_lines):
-    h = _header(good_lines, 2)
-    n2 = int(good_lines[h].split("=")[1])
-    lines = list(good_lines)
-    lines[h] = f"ngram 2={n2 + 3}"
-    path = _write(tmp_path, lines)
+    path, n2 = _bigram_count_off_by(tmp_path, good_lines, 3)
     with pytest.raises(RalmError) as info:
         read_arpa(path)
     msg = str(info.value)

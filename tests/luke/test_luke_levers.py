@@ -219,27 +219,19 @@ def test_context_words_and_spans_inside_the_sentence(bert_tokenizer):
         (["oslo", "is"], []),
     ]
     assert context_words(exs, 3)[2] == (["b", "oslo", "is"], [])
-    plain, _ = encode_sentences(bert_tokenizer, exs[1:2], ["O", "LOC"], max_length=64, max_span_length=2)
-    ctx, _ = encode_sentences(
-        bert_tokenizer,
-        exs[1:2],
-        ["O", "LOC"],
-        max_length=64,
-        max_span_length=2,
-        context=[(["a", "b"], ["cold", "now"])],
-    )
+
+    def encode(max_length, **context):
+        return encode_sentences(
+            bert_tokenizer, exs[1:2], ["O", "LOC"], max_length=max_length, max_span_length=2, **context
+        )[0]
+
+    around = [(["a", "b"], ["cold", "now"])]
+    plain, ctx = encode(64), encode(64, context=around)
     assert plain[0].spans == ctx[0].spans == [(0, 1), (0, 2), (1, 2)] and ctx[0].n_words == 2
     assert ctx[0].labels.tolist() == plain[0].labels.tolist() == [1, 0, 0]
     assert len(ctx[0].input_ids) == len(plain[0].input_ids) + 4  # a b ... cold now
     assert ctx[0].bounds.tolist() == [[b + 2 for b in r] for r in plain[0].bounds.tolist()]
-    tight, _ = encode_sentences(
-        bert_tokenizer,
-        exs[1:2],
-        ["O", "LOC"],
-        max_length=6,
-        max_span_length=2,
-        context=[(["a", "b"], ["cold", "now"])],
-    )
+    tight = encode(6, context=around)
     assert len(tight[0].input_ids) <= 6 and tight[0].spans == plain[0].spans  # context dropped to fit
 
 

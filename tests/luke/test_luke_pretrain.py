@@ -15,37 +15,17 @@ from ralm.errors import RalmError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+# testkit's linked corpus to Copenhagen, a shorter Denmark, and Sweden
 DOCS = [
-    ("Oslo", "Oslo is the capital of [[Norway]]. It was founded in 1040 by [[Harald Hardrada]]."),
-    ("Bergen", "Bergen is a city in [[Norway]] on the west coast. It was founded in 1070 by [[Olav Kyrre]]."),
-    (
-        "Norway",
-        "Norway is a country in [[Scandinavia]]. Its capital is [[Oslo]] and its king is [[Harald V]].",
-    ),
-    ("Harald Hardrada", "Harald Hardrada was king of [[Norway]]. He died at [[Stamford Bridge]] in 1066."),
-    ("Copenhagen", "Copenhagen is the capital of [[Denmark]]. It lies on the island of [[Zealand]]."),
+    *testkit.FACTS[:5],
     ("Denmark", "Denmark is a country in [[Scandinavia]]. Its capital is [[Copenhagen]]."),
-    (
-        "Sweden",
-        "Sweden is a country in [[Scandinavia]]. Its capital is [[Stockholm]] and it borders [[Norway]].",
-    ),
+    testkit.FACTS[7],
 ]
 
 
-def write_jsonl(path, docs, links=True):
-    rows = []
-    for title, marked in docs:
-        text, spans = testkit.unlink(marked)
-        rows.append({"title": title, "text": (text + " ") * 2, "links": spans if links else []})
-    return testkit.write_jsonl(path, rows)
-
-
 def build(tmp, name, tokenizer, links=True):
-    from ralm.corpus.build import BuildConfig, build_docstore
-
-    src = write_jsonl(tmp / f"{name}.jsonl", DOCS, links)
-    cfg = BuildConfig(chunk_size=24, tokenizer=str(tokenizer))
-    return build_docstore([src], tmp / name, cfg, progress=False, log=lambda m: None).root
+    src = testkit.linked_jsonl(tmp / f"{name}.jsonl", DOCS, links)
+    return testkit.quiet_store([src], tmp / name, 24, tokenizer).root
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +47,7 @@ def make_cfg(store, tiny_dir, tmp_path):
             checkpoint_every=2,
             lr=1e-3,
             warmup_ratio=0.25,
-            device="cpu",
-            autocast="off",
-            tensorboard=False,
+            **testkit.CPU_RUN,
         )
         base.update(kw)
         return LukePretrainConfig(**base)

@@ -1,61 +1,17 @@
-"""A small linked corpus and tiny-model REALM configs shared by the REALM tests."""
+"""The DocStore of testkit's small linked corpus (FACTS) and tiny-model REALM configs shared by the REALM
+tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from testkit import unlink, write_jsonl
-
-FACTS = [
-    ("Oslo", "Oslo is the capital of [[Norway]]. It was founded in 1040 by [[Harald Hardrada]]."),
-    ("Bergen", "Bergen is a city in [[Norway]] on the west coast. It was founded in 1070 by [[Olav Kyrre]]."),
-    (
-        "Norway",
-        "Norway is a country in [[Scandinavia]]. Its capital is [[Oslo]] and its king is [[Harald V]].",
-    ),
-    ("Harald Hardrada", "Harald Hardrada was king of [[Norway]]. He died at [[Stamford Bridge]] in 1066."),
-    ("Copenhagen", "Copenhagen is the capital of [[Denmark]]. It lies on the island of [[Zealand]]."),
-    (
-        "Denmark",
-        "Denmark is a country in [[Scandinavia]]. Its capital is [[Copenhagen]] and its queen was [[Margrethe II]].",
-    ),
-    (
-        "Stockholm",
-        "Stockholm is the capital of [[Sweden]]. It lies where [[Lake Malaren]] meets the [[Baltic Sea]].",
-    ),
-    (
-        "Sweden",
-        "Sweden is a country in [[Scandinavia]]. Its capital is [[Stockholm]] and it borders [[Norway]].",
-    ),
-    ("Helsinki", "Helsinki is the capital of [[Finland]]. It was founded in 1550 by [[Gustav Vasa]]."),
-    ("Finland", "Finland is a country east of [[Sweden]]. Its capital is [[Helsinki]]."),
-    ("Reykjavik", "Reykjavik is the capital of [[Iceland]]. It was settled by [[Ingolfur Arnarson]] in 874."),
-    ("Iceland", "Iceland is an island country in the North Atlantic. Its capital is [[Reykjavik]]."),
-]
-
-
-def wiki_jsonl(path):
-    """The FACTS as JSONL with link spans (text without the brackets)."""
-    rows = []
-    for title, marked in FACTS:
-        text, links = unlink(marked)
-        rows.append({"title": title, "text": (text + " ") * 2, "links": links})
-    return write_jsonl(path, rows)
+from testkit import CPU_RUN, linked_jsonl, quiet_store
 
 
 @pytest.fixture(scope="session")
 def realm_store(tmp_path_factory, tiny_dir):
-    from ralm.corpus.build import BuildConfig, build_docstore
-
     tmp = tmp_path_factory.mktemp("realm-corpus")
-    src = wiki_jsonl(tmp / "wiki.jsonl")
-    build_docstore(
-        [src],
-        tmp / "store",
-        BuildConfig(chunk_size=24, tokenizer=str(tiny_dir)),
-        progress=False,
-        log=lambda m: None,
-    )
+    quiet_store([linked_jsonl(tmp / "wiki.jsonl")], tmp / "store", 24, tiny_dir)
     return tmp / "store"
 
 
@@ -77,9 +33,7 @@ def tiny_config(realm_store, tiny_dir, **kw):
         warmup_steps=1,
         lr_reader=1e-3,
         lr_retriever=1e-3,
-        device="cpu",
-        autocast="off",
-        tensorboard=False,
+        **CPU_RUN,
     )
     base.update(kw)
     return PretrainConfig(**base)
@@ -95,17 +49,25 @@ def tiny_cfg(realm_store, tiny_dir, tmp_path):
     return make
 
 
+def causal_config(realm_store, tiny_dir, causal_dirs, lm="llama", **kw):
+    """`tiny_config` with a causal reader (causal_dirs[lm]) and the tiny BERT as towers; `kw` overrides."""
+    base = dict(reader=str(causal_dirs[lm]), retriever=str(tiny_dir), reader_max_length=200)
+    base.update(kw)
+    return tiny_config(realm_store, tiny_dir, **base)
+
+
 @pytest.fixture
-def causal_cfg(tiny_cfg, causal_dirs, tiny_dir):
-    """tiny_cfg with a causal reader (default the tiny Llama) and the tiny BERT as towers."""
+def causal_cfg(realm_store, causal_dirs, tiny_dir, tmp_path):
+    """A factory of `causal_config`s (default the tiny Llama) writing to tmp_path/run."""
 
     def make(lm="llama", **kw):
-        base = dict(reader=str(causal_dirs[lm]), retriever=str(tiny_dir), reader_max_length=200)
-        base.update(kw)
-        return tiny_cfg(**base)
+        return causal_config(realm_store, tiny_dir, causal_dirs, lm, **{"out": str(tmp_path / "run"), **kw})
 
     return make
 
+
+# A run of one step, checkpointed at it, whose index is never refreshed
+ONE_STEP = dict(steps=1, refresh_every=0, checkpoint_every=1)
 
 FROZEN = dict(
     reader_train="freeze", retriever_train="query", score_scale="learned", steps=1, checkpoint_every=1

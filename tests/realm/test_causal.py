@@ -11,6 +11,8 @@ import pytest
 import torch
 from tests.realm.conftest import tiny_config
 
+from testkit import run_ralm
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 LMS = ("llama", "gemma3")
@@ -415,23 +417,17 @@ def test_evaluate_causal_run_by_kind_and_initial(causal_runs):
 
 
 def test_evaluate_cli_initial(causal_runs, capsys):
-    from ralm.cli import main
-
-    assert (
-        main(
-            [
-                "evaluate-mlm",
-                str(causal_runs["realm"]),
-                "--baseline",
-                str(causal_runs["mlm"]),
-                "--initial",
-                "--device",
-                "cpu",
-            ]
-        )
-        == 0
+    code, out, _ = run_ralm(
+        capsys,
+        "evaluate-mlm",
+        causal_runs["realm"],
+        "--baseline",
+        causal_runs["mlm"],
+        "--initial",
+        "--device",
+        "cpu",
     )
-    out = capsys.readouterr().out
+    assert code == 0
     assert "closed-book baseline" in out and "perplexity by span kind" in out
     saved = json.loads((causal_runs["realm"] / "eval_mlm_initial.json").read_text())
     assert (saved["checkpoint"], saved["step"]) == ("initial", 0) and len(saved["rows"]) == 3
@@ -597,8 +593,6 @@ def test_lora_reader_trains_adapters_and_exports_merged(causal_cfg, tmp_path):
 
 # ----------------------------------------------------------------------------- errors
 def test_errors_are_one_line_and_exit_2(realm_store, tiny_dir, causal_dirs, tmp_path, capsys):
-    from ralm.cli import main
-
     common = [
         "pretrain",
         "--docstore",
@@ -615,67 +609,19 @@ def test_errors_are_one_line_and_exit_2(realm_store, tiny_dir, causal_dirs, tmp_
         "cpu",
         "--quiet",
     ]
-    # a reader that is no causal LM
-    code = main(
-        [
-            *common,
-            "--out",
-            str(tmp_path / "a"),
-            "--reader",
-            str(tiny_dir),
-            "--reader-kind",
-            "causal",
-            "--retriever",
-            str(tiny_dir),
-        ]
-    )
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "is not a causal LM" in err[0]
-    # a masked text with its spans longer than the reader's budget
-    code = main(
-        [
-            *common,
-            "--out",
-            str(tmp_path / "b"),
-            "--reader",
-            str(causal_dirs["llama"]),
-            "--retriever",
-            str(tiny_dir),
-            "--set",
-            "reader_max_length=8",
-        ]
-    )
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "reader_max_length=8" in err[0]
-    # towers whose tokenizer is not the DocStore's
-    code = main(
-        [
-            *common,
-            "--out",
-            str(tmp_path / "c"),
-            "--reader",
-            str(causal_dirs["llama"]),
-            "--mode",
-            "mlm",
-            "--retriever",
-            str(causal_dirs["llama"]),
-        ]
-    )
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "tokenizer" in err[0]
-    code = main(
-        [
-            *common,
-            "--out",
-            str(tmp_path / "d"),
-            "--reader",
-            str(causal_dirs["llama"]),
-            "--set",
-            "causal_blank=[x]",
-        ]
-    )
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "causal_blank" in err[0]
+    llama, tiny = str(causal_dirs["llama"]), str(tiny_dir)
+    cases = [
+        # a reader that is no causal LM
+        (["--reader", tiny, "--reader-kind", "causal", "--retriever", tiny], "is not a causal LM"),
+        # a masked text with its spans longer than the reader's budget
+        (["--reader", llama, "--retriever", tiny, "--set", "reader_max_length=8"], "reader_max_length=8"),
+        # towers whose tokenizer is not the DocStore's
+        (["--reader", llama, "--mode", "mlm", "--retriever", llama], "tokenizer"),
+        (["--reader", llama, "--set", "causal_blank=[x]"], "causal_blank"),
+    ]
+    for name, (options, want) in zip("abcd", cases, strict=True):
+        code, _, err = run_ralm(capsys, *common, "--out", tmp_path / name, *options)
+        assert code == 2 and len(err) == 1 and want in err[0]
 
 
 def test_decoder_lm_towers_are_refused_in_one_line(causal_cfg, causal_dirs, realm_store, tmp_path):

@@ -7,8 +7,6 @@ import json
 import re
 import shutil
 import signal
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -199,32 +197,7 @@ def test_bad_metrics_line_in_the_middle_is_an_error(tiny_cfg, capsys):
 
 
 # ----------------------------------------------------------------------------- two writers
-HOLD = """
-import sys, time
-from ralm.locks import writer_lock
-with writer_lock(sys.argv[1], "ralm pretrain --out X"):
-    print("locked", flush=True)
-    time.sleep(120)
-"""
-
-
-@pytest.fixture
-def hold_lock():
-    procs = []
-
-    def start(d):
-        p = subprocess.Popen([sys.executable, "-c", HOLD, str(d)], stdout=subprocess.PIPE, text=True)
-        assert p.stdout.readline().strip() == "locked"
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-
-
-def test_a_second_writer_and_overwrite_of_a_live_run_are_refused(tiny_cfg, tmp_path, hold_lock, capsys):
+def test_a_second_writer_and_overwrite_of_a_live_run_are_refused(tiny_cfg, tmp_path, lock_holder, capsys):
     from ralm.cli import main
     from ralm.locks import holder
     from ralm.realm.training.trainer import pretrain
@@ -232,14 +205,14 @@ def test_a_second_writer_and_overwrite_of_a_live_run_are_refused(tiny_cfg, tmp_p
     cfg = tiny_cfg(steps=1)
     run = pretrain(cfg, progress=False)
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
-    p = hold_lock(run)
+    p = lock_holder(run, "ralm pretrain --out X")
     want = rf"^{re.escape(str(run))}: another ralm process is writing it \(PID {p.pid} on .*\); wait for it"
     for kw in ({}, {"overwrite": True}, {"resume": True}):
         with pytest.raises(RalmError, match=want):
             pretrain(cfg, progress=False, **kw)
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # nothing deleted or added
     fresh = tiny_cfg(steps=1, out=str(tmp_path / "new"))
-    hold_lock(tmp_path / "new")
+    lock_holder(tmp_path / "new", "ralm pretrain --out X")
     with pytest.raises(RalmError, match="another ralm process is writing it"):
         pretrain(fresh, progress=False)
     assert not (tmp_path / "new").exists()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tests.realm.conftest import ONE_STEP
 
 from ralm.errors import RalmError
+from testkit import records_world_stores
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -16,19 +18,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_dir):
     """A 12-record world (36 documents) as DocStores on the tiny BERT's vocabulary, and its gold."""
-    from ralm.corpus.build import BuildConfig, build_docstore
-    from ralm.worlds.records import RecordsWorldConfig, write_records_world
+    from ralm.worlds.records import RecordsWorldConfig
 
     root = tmp_path_factory.mktemp("gold")
-    w = write_records_world(root / "data", RecordsWorldConfig(records=12, heldout_records=3, n_attributes=3))
-    for name in ("corpus", "queries", "heldout"):
-        build_docstore(
-            [root / "data" / f"{name}.jsonl"],
-            root / name,
-            BuildConfig(chunk_size=32, tokenizer=str(tiny_dir), auto_annotate=False, dates=False),
-            progress=False,
-            log=lambda m: None,
-        )
+    w = records_world_stores(
+        root, RecordsWorldConfig(records=12, heldout_records=3, n_attributes=3), tiny_dir
+    )
     return root, w
 
 
@@ -41,9 +36,7 @@ def _runs(world, causal_cfg, tmp_path):
         docstore=str(root / "corpus"),
         queries=str(root / "queries"),
         heldout=0,
-        steps=1,
-        refresh_every=0,
-        checkpoint_every=1,
+        **ONE_STEP,
         k=3,
         masking={"sources": ("link",), "random_span_rate": 0.0},
     )

@@ -285,6 +285,17 @@ def test_frozen_reader_gives_the_same_loss_and_retriever_gradient(
         torch.testing.assert_close(grads[0][part], grads[1][part], rtol=1e-4, atol=1e-7, msg=part)
 
 
+def _kept_while_the_query_tower_moved(end, kept, kept_from, first):
+    """The weights `end` under the prefix `kept` equal `kept_from`'s, and some query-tower weight
+    differs from `first`'s (both kinds present)."""
+    kept_keys = [k for k in end if k.startswith(kept)]
+    query = [k for k in end if k.startswith("encoder.query_tower.")]
+    assert kept_keys and query
+    for k in kept_keys:
+        assert torch.equal(end[k], kept_from[k]), k
+    assert any(not torch.equal(end[k], first[k]) for k in query)
+
+
 def test_frozen_reader_run_keeps_the_reader_and_trains_the_towers(causal_cfg, tmp_path):
     from ralm.errors import RalmError
     from ralm.realm.config import PretrainConfig
@@ -295,12 +306,7 @@ def test_frozen_reader_run_keeps_the_reader_and_trains_the_towers(causal_cfg, tm
     first, end = _weights(run, 1), _weights(run, 2)
     start = pretrain(causal_cfg(out=str(tmp_path / "s"), lr_retriever=0.0, **cfg), progress=False)
     init = _weights(start, 2)
-    reader = [k for k in end if k.startswith("reader.")]
-    query = [k for k in end if k.startswith("encoder.query_tower.")]
-    assert reader and query
-    for k in reader:
-        assert torch.equal(end[k], init[k]), k
-    assert any(not torch.equal(end[k], first[k]) for k in query)
+    _kept_while_the_query_tower_moved(end, "reader.", init, first)
     with pytest.raises(RalmError, match="reader_train = freeze"):
         PretrainConfig(docstore="x", out="y", mode="mlm", reader_train="freeze")
 
@@ -327,12 +333,7 @@ def test_query_side_only_leaves_doc_tower_and_index_bit_identical(causal_cfg, tm
         progress=False,
     )
     end, first = _weights(run, 3), _weights(start, 1)
-    doc = [k for k in end if k.startswith("encoder.doc_tower.")]
-    query = [k for k in end if k.startswith("encoder.query_tower.")]
-    assert doc and query
-    for k in doc:
-        assert torch.equal(end[k], first[k]), k
-    assert any(not torch.equal(end[k], first[k]) for k in query)
+    _kept_while_the_query_tower_moved(end, "encoder.doc_tower.", first, first)
     # one index version, built at step 0 and never rebuilt
     versions = sorted(p.name for p in (run / "index").iterdir())
     assert versions == ["v00000"]

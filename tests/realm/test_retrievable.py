@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.realm.conftest import ONE_STEP
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -134,11 +135,9 @@ def test_a_run_with_retrievable_only_trains_and_evaluates_on_such_spans(tiny_cfg
     cfg = tiny_cfg(
         docstore=str(linked_store),
         k=2,
-        steps=1,
         batch_size=1,
-        refresh_every=0,
-        checkpoint_every=1,
         heldout=1,
+        **ONE_STEP,
         masking={"retrievable_only": True},
     )
     store = DocStore(cfg.docstore)

@@ -31,23 +31,19 @@ def test_choose_holder_prefers_the_chunk_sharing_most_words():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, realm_store, tiny_dir, causal_dirs):
     """A causal REALM run on the linked corpus with 6 held-out chunks, trained 1 step."""
-    from tests.realm.conftest import tiny_config
+    from tests.realm.conftest import ONE_STEP, causal_config
 
     from ralm.realm.training.run import load_run
     from ralm.realm.training.trainer import pretrain
 
     out = tmp_path_factory.mktemp("span-table") / "run"
-    cfg = tiny_config(
+    cfg = causal_config(
         realm_store,
         tiny_dir,
+        causal_dirs,
         out=str(out),
-        reader=str(causal_dirs["llama"]),
-        retriever=str(tiny_dir),
-        reader_max_length=200,
         heldout=6,
-        steps=1,
-        refresh_every=0,
-        checkpoint_every=1,
+        **ONE_STEP,
         masking={"sources": ("link",), "random_span_rate": 0.0, "max_spans": 1},
     )
     pretrain(cfg, progress=False)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ralm.errors import RalmError
+from testkit import quiet_store
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -165,7 +166,6 @@ def test_bad_inputs_are_one_clear_error(tiny_cfg, tmp_path, realm_store):
 
 
 def test_run_from_another_corpus_is_refused(tiny_cfg, tmp_path, tiny_dir):
-    from ralm.corpus.build import BuildConfig, build_docstore
     from ralm.realm.training.run import load_run
     from ralm.realm.training.trainer import pretrain
 
@@ -174,13 +174,7 @@ def test_run_from_another_corpus_is_refused(tiny_cfg, tmp_path, tiny_dir):
     other.write_text(
         json.dumps({"title": "Rome", "text": "Rome is the capital of Italy since 1871. " * 6}) + "\n"
     )
-    build_docstore(
-        [other],
-        tmp_path / "other",
-        BuildConfig(chunk_size=24, tokenizer=str(tiny_dir)),
-        progress=False,
-        log=lambda m: None,
-    )
+    quiet_store([other], tmp_path / "other", 24, tiny_dir)
     cfg_text = (run / "config.toml").read_text()
     (run / "config.toml").write_text(cfg_text.replace(tiny_cfg().docstore, str(tmp_path / "other")))
     with pytest.raises(RalmError, match="trained on another corpus"):

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.realm.conftest import wiki_jsonl
+from tests.realm.conftest import ONE_STEP
 
 from ralm.realm.modeling.candidates import TrivialExclusion, queries_are_corpus, trivial_ids
+from testkit import linked_jsonl, quiet_store
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -48,20 +49,12 @@ def aligned_queries(tmp_path_factory, realm_store, tiny_dir):
     """A query DocStore whose chunk i restates corpus chunk i (the same texts under other titles:
     another build, so another fingerprint): the layout in which excluding the query's own id from
     the corpus excludes the right chunk."""
-    from ralm.corpus.build import BuildConfig, build_docstore
-
     tmp = tmp_path_factory.mktemp("aligned")
-    src = wiki_jsonl(tmp / "corpus.jsonl")
+    src = linked_jsonl(tmp / "corpus.jsonl")
     lines = src.read_text(encoding="utf-8").splitlines()
     renamed = [line.replace('"title": "', '"title": "About ', 1) for line in lines]
     (tmp / "queries.jsonl").write_text("\n".join(renamed) + "\n", encoding="utf-8")
-    build_docstore(
-        [tmp / "queries.jsonl"],
-        tmp / "store",
-        BuildConfig(chunk_size=24, tokenizer=str(tiny_dir)),
-        progress=False,
-        log=lambda m: None,
-    )
+    quiet_store([tmp / "queries.jsonl"], tmp / "store", 24, tiny_dir)
     return tmp / "store"
 
 
@@ -89,7 +82,7 @@ def test_separate_query_store_excludes_nothing_on_every_search(tiny_cfg, realm_s
     store, qstore = DocStore(realm_store), DocStore(aligned_queries)
     assert len(store) == len(qstore) and not queries_are_corpus(store, qstore)
     assert queries_are_corpus(store, DocStore(realm_store))  # another handle on the same build
-    run = _run(tiny_cfg(queries=str(aligned_queries), steps=1, refresh_every=0, checkpoint_every=1))
+    run = _run(tiny_cfg(queries=str(aligned_queries), **ONE_STEP))
     assert not run.same_corpus
     n = len(store)
     q, src, _ = _query_vectors(run, run.heldout_ids)
@@ -99,7 +92,7 @@ def test_separate_query_store_excludes_nothing_on_every_search(tiny_cfg, realm_s
 
 
 def test_the_corpus_own_queries_never_retrieve_their_chunk(tiny_cfg):
-    run = _run(tiny_cfg(steps=1, refresh_every=0, checkpoint_every=1))
+    run = _run(tiny_cfg(**ONE_STEP))
     assert run.same_corpus
     n = len(run.store)
     q, src, _ = _query_vectors(run, run.heldout_ids)
@@ -114,7 +107,7 @@ def test_diagnosis_of_a_separate_query_store_finds_the_aligned_chunk(causal_cfg,
     dense and hybrid candidates alike."""
     from ralm.realm.inference.diagnose import diagnose
 
-    run = _run(causal_cfg(queries=str(aligned_queries), steps=1, refresh_every=0, checkpoint_every=1, k=3))
+    run = _run(causal_cfg(queries=str(aligned_queries), **ONE_STEP, k=3))
     records = diagnose(run, None, depth=8, reader_depth=4).records
     assert len(records) == len(run.heldout_ids)
     assert all(r["chunk"] in r["candidates"]["bm25"][:2] for r in records)

@@ -7,35 +7,13 @@ import pytest
 from pairs_ref import DOCS
 
 from ralm.cli import main
+from testkit import cli_store_and_index
 from testkit import run_ralm_errors as run
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, tiny_dir):
-    d = tmp_path_factory.mktemp("cli")
-    src = d / "docs.jsonl"
-    src.write_text("\n".join(json.dumps({"title": t, "text": x}) for t, x in DOCS) + "\n")
-    assert (
-        main(
-            ["corpus", "build", str(src), "--out", str(d / "store"), "--tokenizer", str(tiny_dir), "--quiet"]
-        )
-        == 0
-    )
-    code = main(
-        [
-            "index",
-            "build",
-            str(d / "store"),
-            "--out",
-            str(d / "index"),
-            "--encoder",
-            str(tiny_dir),
-            "--bm25",
-            "--quiet",
-        ]
-    )
-    assert code == 0
-    return d
+    return cli_store_and_index(tmp_path_factory.mktemp("cli"), DOCS, tiny_dir, index_options=["--bm25"])
 
 
 def test_search_dense_and_bm25(built, capsys):

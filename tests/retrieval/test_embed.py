@@ -10,19 +10,15 @@ from ralm.errors import RalmError
 from ralm.retrieval.embed import embed_docstore, plan_batches
 from ralm.retrieval.embed_files import load_embeddings, merge_shards, shard_path
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
+from testkit import random_sentences
 
 
 def _docs(n=24):
     rng = np.random.default_rng(0)
-    words = ["alpha", "beta", "gamma", "delta", "Oslo", "Norway", "king", "queen", "river", "mountain"]
     docs = []
     for i in range(n):
-        sents = [
-            " ".join(rng.choice(words, size=int(rng.integers(3, 12)))).capitalize() + "."
-            for _ in range(int(rng.integers(1, 7)))
-        ]
         title = "" if i == 5 else f"Doc {i} " + "long title " * (i % 3)
-        docs.append({"id": f"d{i}", "title": title, "text": " ".join(sents)})
+        docs.append({"id": f"d{i}", "title": title, "text": random_sentences(rng, (3, 12), (1, 7))})
     return docs
 
 

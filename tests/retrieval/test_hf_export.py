@@ -11,6 +11,7 @@ from pairs_ref import DOCS
 
 from ralm.cli import main
 from ralm.errors import RalmError
+from testkit import cli_store_and_index
 
 datasets = pytest.importorskip("datasets")
 
@@ -18,21 +19,7 @@ datasets = pytest.importorskip("datasets")
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, tiny_dir):
     d = tmp_path_factory.mktemp("hf-export")
-    (d / "docs.jsonl").write_text("".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in DOCS))
-    args = ["corpus", "build", str(d / "docs.jsonl"), "--out", str(d / "store"), "--tokenizer", str(tiny_dir)]
-    assert main([*args, "--chunk-size", "16", "--quiet"]) == 0
-    args = [
-        "index",
-        "build",
-        str(d / "store"),
-        "--out",
-        str(d / "index"),
-        "--encoder",
-        str(tiny_dir),
-        "--quiet",
-    ]
-    assert main(args) == 0
-    return d
+    return cli_store_and_index(d, DOCS, tiny_dir, corpus_options=["--chunk-size", "16"])
 
 
 def test_docstore_exports_to_load_from_disk(built, tmp_path, capsys):

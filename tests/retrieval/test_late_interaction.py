@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from ralm.retrieval.late_interaction import (
     maxsim_batched,
     pad_ragged,
 )
+from testkit import tiny_bert_dir
 
 DOCS = [
     ("Oslo", "Oslo is the capital of Norway."),
@@ -88,25 +88,15 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory, minilm_dir):
-    """A random 2-layer BERT, hidden 64, on the bundled MiniLM's vocab.txt/tokenizer."""
-    from transformers import BertConfig, BertModel
-
-    d = tmp_path_factory.mktemp("tiny-bert")
+    """A random 2-layer BERT, hidden 64 (2 heads, 256 positions), on the bundled MiniLM's vocab.txt/tokenizer."""
     vocab_size = len((minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    torch.manual_seed(0)
-    cfg = BertConfig(
+    return tiny_bert_dir(
+        tmp_path_factory.mktemp("tiny-bert"),
+        minilm_dir,
         vocab_size=vocab_size,
-        hidden_size=64,
-        num_hidden_layers=2,
         num_attention_heads=2,
-        intermediate_size=128,
         max_position_embeddings=256,
     )
-    BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (minilm_dir / name).is_file():
-            shutil.copy(minilm_dir / name, d / name)
-    return d
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ Fixtures (session-scoped, built once):
   serve_xss        {"title", "text"} of its article whose chunk holds `<script>` text
   serve_index      index directory of serve_store (tiny BERT towers, BM25 stored)
   serve_realm      REALM run directory on serve_store (2 steps, k=3 with the null document)
+  serve_run        factory (per test): serve_run(out, **fields) -> a tiny REALM run on serve_store
   serve_surealm    SUREALM run directory (1 step on the tiny dialogues)
   serve_chat_lm    a random 2-layer Llama with a ChatML byte-level BPE tokenizer (Ask's generator)
   serve_ask        serve_index loaded with serve_chat_lm as its generator (the Ask page)
@@ -21,16 +22,19 @@ Fixtures (session-scoped, built once):
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 
 import pytest
 
 from testkit import (
+    CPU_RUN,
     DIALOGUES,
     chat_llama,
     chatml_tokenizer,
     dialogue_jsonl,
+    quiet_store,
     tiny_index,
     train_tiny_surealm,
     unlink,
@@ -78,16 +82,8 @@ def linked_jsonl(path):
 
 @pytest.fixture(scope="session")
 def serve_store(tmp_path_factory, tiny_dir):
-    from ralm.corpus.build import BuildConfig, build_docstore
-
     tmp = tmp_path_factory.mktemp("serve-corpus")
-    build_docstore(
-        [linked_jsonl(tmp / "wiki.jsonl")],
-        tmp / "store",
-        BuildConfig(chunk_size=24, min_chunk_tokens=0, tokenizer=str(tiny_dir)),
-        progress=False,
-        log=lambda m: None,
-    )
+    quiet_store([linked_jsonl(tmp / "wiki.jsonl")], tmp / "store", 24, tiny_dir, min_chunk_tokens=0)
     return tmp / "store"
 
 
@@ -101,32 +97,37 @@ def serve_index(serve_store, tiny_dir, tmp_path_factory):
     return tiny_index(serve_store, tmp_path_factory.mktemp("serve-index") / "index", tiny_dir)
 
 
+# What the tiny REALM runs on serve_store share
+SERVE_RUN = dict(
+    batch_size=2, encoder_max_length=32, heldout=2, checkpoint_every=0, warmup_steps=1, **CPU_RUN
+)
+
+
+def serve_pretrain(serve_store, out, **fields):
+    """A tiny REALM run (SERVE_RUN, `fields` added) on serve_store at `out`: its run directory."""
+    from ralm.realm.config import PretrainConfig
+    from ralm.realm.training.trainer import pretrain
+
+    return pretrain(
+        PretrainConfig(docstore=str(serve_store), out=str(out), **SERVE_RUN, **fields), progress=False
+    )
+
+
 @pytest.fixture(scope="session")
 def serve_realm(serve_store, tiny_dir, tmp_path_factory):
     import torch
 
-    from ralm.realm.config import PretrainConfig
-    from ralm.realm.training.trainer import pretrain
-
     torch.set_num_threads(1)
-    cfg = PretrainConfig(
-        docstore=str(serve_store),
-        out=str(tmp_path_factory.mktemp("serve-runs") / "realm"),
-        reader=str(tiny_dir),
-        steps=2,
-        batch_size=2,
-        k=3,
-        encoder_max_length=32,
-        reader_max_length=96,
-        heldout=2,
-        refresh_every=0,
-        checkpoint_every=0,
-        warmup_steps=1,
-        device="cpu",
-        autocast="off",
-        tensorboard=False,
+    out = tmp_path_factory.mktemp("serve-runs") / "realm"
+    return serve_pretrain(
+        serve_store, out, reader=str(tiny_dir), steps=2, k=3, reader_max_length=96, refresh_every=0
     )
-    return pretrain(cfg, progress=False)
+
+
+@pytest.fixture
+def serve_run(serve_store):
+    """serve_pretrain on serve_store: `serve_run(out, **fields)` -> the run directory."""
+    return functools.partial(serve_pretrain, serve_store)
 
 
 @pytest.fixture(scope="session")

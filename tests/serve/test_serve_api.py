@@ -212,32 +212,14 @@ def test_fill_equals_fill_called_directly(serve_clients, serve_realm):
         assert sum(d["p_z"] for d in got["docs"]) == pytest.approx(1.0, abs=1e-5)
 
 
-def test_fill_on_an_mlm_only_run_is_the_reader_alone(serve_store, tiny_dir, tmp_path):
+def test_fill_on_an_mlm_only_run_is_the_reader_alone(serve_run, tiny_dir, tmp_path):
     from fastapi.testclient import TestClient
 
-    from ralm.realm.config import PretrainConfig
     from ralm.realm.inference.fill import fill
     from ralm.realm.training.run import load_run
-    from ralm.realm.training.trainer import pretrain
     from ralm.serve.app import create_app
 
-    cfg = PretrainConfig(
-        docstore=str(serve_store),
-        out=str(tmp_path / "mlm"),
-        mode="mlm",
-        reader=str(tiny_dir),
-        steps=1,
-        batch_size=2,
-        encoder_max_length=32,
-        reader_max_length=96,
-        heldout=2,
-        checkpoint_every=0,
-        warmup_steps=1,
-        device="cpu",
-        autocast="off",
-        tensorboard=False,
-    )
-    run = pretrain(cfg, progress=False)
+    run = serve_run(tmp_path / "mlm", mode="mlm", reader=str(tiny_dir), steps=1, reader_max_length=96)
     c = TestClient(create_app(run, device="cpu"), raise_server_exceptions=False)
     info = c.get("/api/info").json()
     assert (info["pages"], info["retrievers"]) == (["fill", "search", "corpus", "runs"], ["bm25"])
@@ -247,35 +229,23 @@ def test_fill_on_an_mlm_only_run_is_the_reader_alone(serve_store, tiny_dir, tmp_
     assert (got["null_mass"], got["retrieval"]) == (None, False)
 
 
-def test_fill_on_a_causal_reader_run(serve_store, tiny_dir, causal_dirs, tmp_path):
+def test_fill_on_a_causal_reader_run(serve_run, tiny_dir, causal_dirs, tmp_path):
     """A causal-reader run: /api/fill gives ralm.realm.inference.fill's generated spans and p(z|x); the page says so."""
     from fastapi.testclient import TestClient
 
-    from ralm.realm.config import PretrainConfig
     from ralm.realm.inference.fill import fill
     from ralm.realm.training.run import load_run
-    from ralm.realm.training.trainer import pretrain
     from ralm.serve.app import create_app
 
-    cfg = PretrainConfig(
-        docstore=str(serve_store),
-        out=str(tmp_path / "causal"),
+    run = serve_run(
+        tmp_path / "causal",
         reader=str(causal_dirs["llama"]),
         retriever=str(tiny_dir),
         steps=1,
-        batch_size=2,
         k=3,
-        encoder_max_length=32,
         reader_max_length=160,
-        heldout=2,
         refresh_every=0,
-        checkpoint_every=0,
-        warmup_steps=1,
-        device="cpu",
-        autocast="off",
-        tensorboard=False,
     )
-    run = pretrain(cfg, progress=False)
     c = TestClient(create_app(run, device="cpu"), raise_server_exceptions=False)
     text = "Oslo is the capital of [MASK] [MASK]."
     got = c.post("/api/fill", json={"text": text, "k": 3, "top": 2}).json()

@@ -8,6 +8,8 @@ import math
 import pytest
 import torch
 
+from testkit import TINY_DECODER
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -75,20 +77,19 @@ def _bert(tiny_dir):
 
 
 def _llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=120,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        attn_implementation="sdpa",
+    return LlamaForCausalLM(_llama_config()).eval()
+
+
+def _llama_config(**sizes):
+    """The config of a random Llama (testkit's TINY_DECODER, `sizes` overriding) on 120 tokens, 64 positions."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=120, **{**TINY_DECODER, **sizes}, max_position_embeddings=64, attn_implementation="sdpa"
     )
-    return LlamaForCausalLM(cfg).eval()
 
 
 @pytest.fixture(params=["bert", "llama"])
@@ -146,21 +147,12 @@ def test_each_position_sees_exactly_the_blocks_fetched_so_far(model):
 def test_with_a_window_of_one_a_position_reads_only_its_latest_block():
     """One-layer Llama (nothing passes between positions after the memory), delta=2: block 2
     reaches positions 4..7 under eq. 6, but only 4 and 5 with a window of 1 (block 3 arrives at 6)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from ralm.surealm.model import SurealmConfig, SurealmLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=120,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        attn_implementation="sdpa",
-    )
+    cfg = _llama_config(num_hidden_layers=1)
     ids = torch.randint(5, 100, (1, 8))  # N = 7 words -> 3 blocks (t = 2, 4, 6)
     keys, values, blk = _memory(1, 3, 2)
     k2, v2 = keys.clone(), values.clone()

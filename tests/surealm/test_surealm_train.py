@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from testkit import CPU_RUN
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -26,9 +28,7 @@ def _cfg(store, out, **kw):
         lr=1e-3,
         warmup_steps=2,
         eval_every=6,
-        device="cpu",
-        autocast="off",
-        tensorboard=False,
+        **CPU_RUN,
     )
     base.update(kw)
     return TrainConfig(**base)

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from testkit import quiet_store
+
 CITIES = [
     ("Oslo", "Norway", "1040"),
     ("Bergen", "Norway", "1070"),
@@ -22,7 +24,6 @@ CITIES = [
 @pytest.fixture(scope="session")
 def fact_store(tmp_path_factory, tiny_dir):
     """A DocStore of one short article per city (tiny-model tokenizer) and its dense + BM25 index."""
-    from ralm.corpus.build import BuildConfig, build_docstore
     from ralm.corpus.docstore import DocStore
     from ralm.retrieval.encoders import EncoderConfig
     from ralm.retrieval.index.build import build_index_dir
@@ -33,13 +34,7 @@ def fact_store(tmp_path_factory, tiny_dir):
         for c, n, y in CITIES
     ]
     (tmp / "facts.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    build_docstore(
-        [tmp / "facts.jsonl"],
-        tmp / "store",
-        BuildConfig(chunk_size=24, tokenizer=str(tiny_dir)),
-        progress=False,
-        log=lambda m: None,
-    )
+    quiet_store([tmp / "facts.jsonl"], tmp / "store", 24, tiny_dir)
     build_index_dir(
         DocStore(tmp / "store"),
         tmp / "index",

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import pytest
 
+from testkit import records_world_stores
+
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
@@ -34,19 +36,10 @@ def smollm2_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, minilm_dir):
-    from ralm.corpus.build import BuildConfig, build_docstore
-    from ralm.worlds.records import RecordsWorldConfig, write_records_world
+    from ralm.worlds.records import RecordsWorldConfig
 
     root = tmp_path_factory.mktemp("realm-world")
-    write_records_world(root / "data", RecordsWorldConfig(records=24, heldout_records=6, n_attributes=4))
-    for name in ("corpus", "queries", "heldout"):
-        build_docstore(
-            [root / "data" / f"{name}.jsonl"],
-            root / name,
-            BuildConfig(chunk_size=32, tokenizer=str(minilm_dir), auto_annotate=False, dates=False),
-            progress=False,
-            log=lambda m: None,
-        )
+    records_world_stores(root, RecordsWorldConfig(records=24, heldout_records=6, n_attributes=4), minilm_dir)
     return root
 
 

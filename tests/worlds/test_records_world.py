@@ -17,6 +17,7 @@ from ralm.worlds.records import (
     make_records_world,
     write_records_world,
 )
+from testkit import run_ralm
 
 SMALL = RecordsWorldConfig(records=20, heldout_records=5, n_attributes=3, seed=1)
 
@@ -113,26 +114,22 @@ def test_the_world_command_writes_the_files_and_refuses_bad_sizes(tmp_path, caps
     from ralm.cli import main
 
     out = tmp_path / "data"
-    assert (
-        main(
-            [
-                "world",
-                "records",
-                "--out",
-                str(out),
-                "--records",
-                "20",
-                "--heldout-records",
-                "5",
-                "--seed",
-                "1",
-                "--attributes",
-                "3",
-            ]
-        )
-        == 0
+    code, printed, _ = run_ralm(
+        capsys,
+        "world",
+        "records",
+        "--out",
+        out,
+        "--records",
+        "20",
+        "--heldout-records",
+        "5",
+        "--seed",
+        "1",
+        "--attributes",
+        "3",
     )
-    printed = capsys.readouterr().out
+    assert code == 0
     assert "60 documents" in printed and "ralm evaluate-mlm" in printed
     assert (out / "corpus.jsonl").read_bytes() == b"".join(
         (json.dumps(d) + "\n").encode() for d in make_records_world(SMALL).documents

@@ -13,6 +13,8 @@ from ralm.retrieval.exclusion import filter_excluded, prepare_exclude
 from ralm.retrieval.index.dense import DenseIndex
 from ralm.retrieval.index.plan import KINDS, estimate
 
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
+
 FP = {"docstore_fingerprint": "d" * 64, "encoder_fingerprint": "e" * 64}
 # Small enough to train on the clustered data below, large enough for recall.
 APPROX = {
@@ -30,15 +32,6 @@ def brute_force(x: np.ndarray, q: np.ndarray, k: int, exclude=None):
             s[i, list(np.atleast_1d(e))] = -np.inf
     ids = np.argsort(-s, axis=1, kind="stable")[:, :k]
     return ids, np.take_along_axis(s, ids, axis=1)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_faiss_thread():
-    """These indexes are tiny: OpenMP threads only add overhead (a lot on a busy machine)."""
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

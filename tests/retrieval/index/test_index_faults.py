@@ -241,44 +241,21 @@ def test_unfinished_build_resumes_only_with_the_same_encoder_options(built, tmp_
 
 
 # ----------------------------------------------------------------------------- one writer
-HOLD = textwrap.dedent(
-    """
-    import sys, time
-    from ralm.locks import writer_lock
-    with writer_lock(sys.argv[1], "ralm index build (test holder)"):
-        print("locked", flush=True)
-        time.sleep(120)
-    """
-)
+HOLDER = "ralm index build (test holder)"
 
 
-@pytest.fixture
-def holder():
-    """Start a process that holds the writer lock of a directory; yields its Popen."""
-    procs = []
-
-    def start(directory):
-        p = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], stdout=subprocess.PIPE, text=True)
-        procs.append(p)
-        assert p.stdout.readline().strip() == "locked"
-        return p
-
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
-
-
-def test_a_second_writer_fails_at_once_naming_the_holder(built, index, tmp_path, capsys, tiny_dir, holder):
+def test_a_second_writer_fails_at_once_naming_the_holder(
+    built, index, tmp_path, capsys, tiny_dir, lock_holder
+):
     fresh = tmp_path / "fresh"
-    proc = holder(fresh)
+    proc = lock_holder(fresh, HOLDER)
     code, _, err = run(capsys, "index", "build", built / "store", "--out", fresh, "--encoder", tiny_dir)
     assert code == 2 and len(err) == 1
     assert err[0].startswith(f"ralm: error: {fresh}: another ralm process is writing it (PID {proc.pid} on ")
     assert "`ralm index build (test holder)`" in err[0] and not fresh.exists()
     # --overwrite of an index someone else is writing: refused before anything is removed
     before = snapshot(index)
-    proc = holder(index)
+    proc = lock_holder(index, HOLDER)
     argv = ["index", "build", built / "store", "--out", index, "--encoder", tiny_dir, "--overwrite"]
     code, _, err = run(capsys, *argv)
     assert code == 2 and f"another ralm process is writing it (PID {proc.pid} on " in err[0]

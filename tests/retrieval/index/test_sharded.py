@@ -23,15 +23,9 @@ from ralm.retrieval.index.sharded import (
     verify_sharded,
 )
 
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
+
 FP = {"docstore_fingerprint": "d" * 64, "encoder_fingerprint": "e" * 64}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_faiss_thread():
-    old = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(old)
 
 
 def brute_force(x: np.ndarray, q: np.ndarray, k: int, exclude=None):

@@ -218,24 +218,26 @@ def test_changed_settings_are_refused_on_resume(
         train_retriever(_enc(tiny_dir), pairs, tmp_path / "cut", cfg, negatives=[[]] * 10, progress=False)
 
 
+def _dpr_on_squad(capsys, pair_files, context_store, tiny_dir, out, *options):
+    """`ralm retriever train dpr` of the tiny encoder on the SQuAD file over context_store into `out`,
+    `options` added: run_ralm_errors' answer."""
+    squad = pair_files["dir"] / "squad.json"
+    argv = ["dpr", squad, "--corpus", context_store.root, "--out", out, "--encoder", tiny_dir, *options]
+    return run(capsys, "retriever", "train", *argv)
+
+
 def test_cli_trains_and_the_encoder_works_in_index_build_and_eval_retrieval(
     tmp_path, pair_files, context_store, tiny_dir, capsys, one_thread
 ):
     d = pair_files["dir"]
-    code, out, err = run(
+    code, out, err = _dpr_on_squad(
         capsys,
-        "retriever",
-        "train",
-        "dpr",
-        d / "squad.json",
-        "--corpus",
-        context_store.root,
+        pair_files,
+        context_store,
+        tiny_dir,
+        tmp_path / "dpr",
         "--dev",
         d / "qa.jsonl",
-        "--out",
-        tmp_path / "dpr",
-        "--encoder",
-        tiny_dir,
         "--epochs",
         "1",
         "--batch-size",
@@ -367,22 +369,9 @@ def test_cli_device_without_a_gpu_is_one_line(tmp_path, pair_files, context_stor
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    d = pair_files["dir"]
     for device, want in (("cuda", "no CUDA GPU is available here"), ("tpu7", "use auto, cpu, cuda")):
-        code, _, err = run(
-            capsys,
-            "retriever",
-            "train",
-            "dpr",
-            d / "squad.json",
-            "--corpus",
-            context_store.root,
-            "--out",
-            tmp_path / "x",
-            "--encoder",
-            tiny_dir,
-            "--device",
-            device,
+        code, _, err = _dpr_on_squad(
+            capsys, pair_files, context_store, tiny_dir, tmp_path / "x", "--device", device
         )
         assert code == 2 and len(err) == 1 and f"device {device!r}" in err[0] and want in err[0]
     assert not (tmp_path / "x").exists()
