@@ -39,6 +39,20 @@ def test_the_cached_copy_is_the_gguf_load_bit_for_bit(tiny_gguf, tmp_path, monke
         assert torch.equal(first.eval()(x).logits, second.eval()(x).logits)
 
 
+def test_loading_leaves_the_global_generator_where_it_was(tiny_gguf, tmp_path, monkeypatch):
+    """A run seeded before its model loads draws the same numbers after it, from the GGUF file (the
+    first load) and from the cached copy (the second): the cache cannot change a training run."""
+    monkeypatch.setenv("RALM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("RALM_GGUF_CACHE", raising=False)
+    torch.manual_seed(0)
+    unmoved = torch.rand(3)
+    for _ in ("from the GGUF", "from the cache"):
+        torch.manual_seed(0)
+        load_causal_lm(tiny_gguf)
+        assert torch.equal(torch.rand(3), unmoved)
+    assert gguf_cache.lookup(tiny_gguf) is not None
+
+
 def test_a_replaced_gguf_is_never_answered_from_the_old_copy(tmp_path, monkeypatch):
     monkeypatch.setenv("RALM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("RALM_GGUF_CACHE", raising=False)

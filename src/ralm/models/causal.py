@@ -103,7 +103,10 @@ def _weights(d: Path, gguf: str | None, tok: Any) -> Any:
 
     kw: dict = {"gguf_file": gguf} if gguf else {}
     try:
-        with quiet_transformers(), quiet_gguf():
+        # fork_rng: loading leaves the global generator where it was, so a run seeded before it
+        # draws the same dropout whether the weights came from the GGUF file or from its cached copy
+        # (transformers' safetensors path draws from it, its GGUF path does not)
+        with quiet_transformers(), quiet_gguf(), torch.random.fork_rng(devices=[]):
             model = AutoModelForCausalLM.from_pretrained(
                 str(d), local_files_only=True, dtype=torch.float32, **kw
             )
