@@ -17,8 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from ralm.atomic import write_json_atomic
-from ralm.atomic import remove_stale
+from ralm.atomic import remove_stale, write_json_atomic
 from ralm.errors import RalmError
 from ralm.train.run import (
     not_a_run,
