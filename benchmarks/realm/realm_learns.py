@@ -55,7 +55,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, log, machine, offline, ralm, read_json, script_argv
+from benchmarks.common import ROOT, log, machine, offline, pick, ralm, read_json, script_argv
 
 offline()
 from benchmarks.realm.realm_causal_report import EN_CONFIG, NB_CONFIG  # noqa: E402
@@ -161,8 +161,11 @@ def sets(settings: dict[str, object]) -> list[str]:
     return out
 
 
-# set by main(): --store, --reader, --batch-size, --device (the GPU stage points them at its inputs)
+# the flags that override the pretrain runs' settings (the GPU stage points them at its inputs)
+PRETRAIN_OVERRIDES = ("reader", "batch_size", "device", "heldout")
+# set by main() from the flags of these names: --store, the PRETRAIN_OVERRIDES, --eval-n, --no-diagnose
 OVERRIDES: dict[str, object] = {}
+OVERRIDE_FLAGS = ("store", *PRETRAIN_OVERRIDES, "eval_n", "no_diagnose")
 
 
 def store_of(work: Path, lang: str) -> Path:
@@ -176,7 +179,7 @@ def store_of(work: Path, lang: str) -> Path:
 
 def base_flags(work: Path, lang: str) -> list:
     flags = [CONFIGS[lang], "--docstore", store_of(work, lang)]
-    for key in ("reader", "batch_size", "device", "heldout"):
+    for key in PRETRAIN_OVERRIDES:
         if OVERRIDES.get(key) is not None:
             flags += [f"--{key.replace('_', '-')}", OVERRIDES[key]]
     if lang == "nb":
@@ -271,13 +274,7 @@ def init_run(work: Path, lang: str, name: str, settings: dict, steps: int) -> Pa
         return run
     flags = base_flags(work, lang)
     over = {"docstore": str(flags[2]), "out": str(run), "steps": steps}
-    over.update(
-        {
-            k: v
-            for k, v in OVERRIDES.items()
-            if k in ("reader", "batch_size", "device", "heldout") and v is not None
-        }
-    )
+    over.update({k: v for k, v in OVERRIDES.items() if k in PRETRAIN_OVERRIDES and v is not None})
     if lang == "nb":
         over["retriever"] = str(flags[flags.index("--retriever") + 1])
     merged = {**LANG_EXTRA[lang], **settings}
@@ -680,15 +677,7 @@ def main() -> None:
         help="report: keep what the committed realm_learns.json holds of runs the --work folder lacks",
     )
     args = ap.parse_args()
-    OVERRIDES.update(
-        store=args.store,
-        reader=args.reader,
-        batch_size=args.batch_size,
-        device=args.device,
-        heldout=args.heldout,
-        eval_n=args.eval_n,
-        no_diagnose=args.no_diagnose,
-    )
+    OVERRIDES.update(pick(args, *OVERRIDE_FLAGS))
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
