@@ -47,6 +47,7 @@ from benchmarks.common import RESULTS, ROOT, log, offline, ralm, read_json
 offline()
 from benchmarks.realm.realm_causal_report import EN_CONFIG, KS, NB_CONFIG, report  # noqa: E402
 from benchmarks.realm.realm_causal_spans import span_recurrence  # noqa: E402
+from benchmarks.realm.realm_learns import checkpointed, pretrain_run  # noqa: E402
 from benchmarks.realm.realm_learns_downstream import dense_index, rag_eval, rag_train  # noqa: E402
 
 
@@ -102,24 +103,8 @@ def pretrain_pair(
     for mode, name in (("mlm", "closed"), ("realm", "realm")):
         run = work / f"{tag}-{name}"
         runs[name] = run
-        done = (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file()
-        if not done:
-            resume = ["--resume"] if (run / "config.toml").is_file() else []
-            ralm(
-                "pretrain",
-                config,
-                "--docstore",
-                store,
-                "--out",
-                run,
-                "--mode",
-                mode,
-                "--steps",
-                steps,
-                "--quiet",
-                *extra,
-                *resume,
-            )
+        if not checkpointed(run, steps):
+            pretrain_run(run, mode, steps, [config, "--docstore", store], extra)
     realm, closed = runs["realm"], runs["closed"]
     n = [] if eval_n is None else ["--n", eval_n]
     if not (realm / "eval_mlm_initial.json").is_file():

@@ -53,6 +53,7 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.common import ROOT, log, machine, offline, pick, ralm, read_json, script_argv
@@ -192,17 +193,26 @@ def base_flags(work: Path, lang: str) -> list:
     return flags
 
 
+def checkpointed(run: Path, step: int) -> bool:
+    """Whether the pretrain run `run` has its checkpoint of step `step`."""
+    return (run / "checkpoints" / f"step-{step:07d}" / "state.json").is_file()
+
+
+def pretrain_run(run: Path, mode: str, steps: int, flags: Sequence, more: Sequence = ()) -> None:
+    """`ralm pretrain FLAGS --out RUN --mode MODE --steps STEPS --quiet MORE`, resumed (--resume)
+    where RUN holds a started run."""
+    resume = ["--resume"] if (run / "config.toml").is_file() else []
+    ralm("pretrain", *flags, "--out", run, "--mode", mode, "--steps", steps, "--quiet", *more, *resume)
+
+
 def train(
     work: Path, lang: str, name: str, mode: str, steps: int, settings: dict, stop_after: int | None = None
 ) -> Path:
     """`ralm pretrain` of one run, resumed when a checkpoint exists, skipped when finished;
     `stop_after`: end after that step (the schedule still follows `steps`; a later call resumes)."""
     run = work / f"{lang}-{name}"
-    if (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file():
+    if checkpointed(run, steps) or (stop_after is not None and checkpointed(run, stop_after)):
         return run
-    if stop_after is not None and (run / "checkpoints" / f"step-{stop_after:07d}" / "state.json").is_file():
-        return run
-    resume = ["--resume"] if (run / "config.toml").is_file() else []
     every = max(1, steps // 4)
     settings = {
         k: v.format(work=work.resolve(), lang=lang) if isinstance(v, str) and "{" in v else v
@@ -210,24 +220,9 @@ def train(
     }
     if OVERRIDES.get("data_offset"):
         settings = {**settings, "data_offset": OVERRIDES["data_offset"]}
-    ralm(
-        "pretrain",
-        *base_flags(work, lang),
-        "--out",
-        run,
-        "--mode",
-        mode,
-        "--steps",
-        steps,
-        "--quiet",
-        "--checkpoint-every",
-        every,
-        "--keep-checkpoints",
-        8,
-        *sets({**LANG_EXTRA[lang], **settings}),
-        *resume,
-        *(["--stop-after", stop_after] if stop_after is not None else []),
-    )
+    more = ["--checkpoint-every", every, "--keep-checkpoints", 8, *sets({**LANG_EXTRA[lang], **settings})]
+    more += ["--stop-after", stop_after] if stop_after is not None else []
+    pretrain_run(run, mode, steps, base_flags(work, lang), more)
     return run
 
 
