@@ -1,5 +1,5 @@
-"""Shared by the benchmark scripts: paths, the machine description, the rerun command, the result
-file writer, the progress line and the `ralm` command.
+"""Shared by the benchmark scripts: paths, the machine description, the rerun command, settings
+picked off parsed flags, the result file writer, the progress line and the `ralm` command.
 
 The scripts live in one folder per area (benchmarks/AREA/NAME.py) of the `benchmarks` package and
 run from the repository root as `python -m benchmarks.AREA.NAME`; they import this module as
@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ralm.atomic import write_json_atomic
 
@@ -82,6 +83,13 @@ def script_command(
 def read_json(path: str | os.PathLike) -> dict:
     """A JSON file's content (UTF-8)."""
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def pick(source: object, *names: str, **renamed: str) -> dict[str, Any]:
+    """Keyword arguments read off `source` (parsed flags, a config): NAME=source.NAME for each of
+    `names`, KEY=source.ATTR for each KEY="ATTR" of `renamed`. E.g. pick(args, "k", "lr",
+    seed="world_seed") == {"k": args.k, "lr": args.lr, "seed": args.world_seed}."""
+    return {**{n: getattr(source, n) for n in names}, **{k: getattr(source, a) for k, a in renamed.items()}}
 
 
 def write_result(name: str, command: str, metrics: dict, targets: dict, **extra) -> dict:

@@ -132,6 +132,18 @@ def chunk_vs_tokenizer(src: Path, repeats: int = 5) -> dict:
     }
 
 
+def build_metrics(prefix: str, build: dict, seconds_digits: int) -> dict[str, float]:
+    """A timed_build's counts, seconds (to `seconds_digits`), rates and peak RSS as PREFIX_* metrics."""
+    return {
+        f"{prefix}_articles": build["articles"],
+        f"{prefix}_chunks": build["chunks"],
+        f"{prefix}_seconds": round(build["seconds"], seconds_digits),
+        f"{prefix}_articles_per_s": round(build["articles"] / build["seconds"], 2),
+        f"{prefix}_chunks_per_s": round(build["chunks"] / build["seconds"], 1),
+        f"{prefix}_peak_rss_mb": round(build["max_rss_kb"] / 1024, 1),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -148,14 +160,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ralm-bench-"))
     try:
         small = timed_build(src, work / "small")
-        metrics.update(
-            sample_articles=small["articles"],
-            sample_chunks=small["chunks"],
-            sample_seconds=round(small["seconds"], 2),
-            sample_articles_per_s=round(small["articles"] / small["seconds"], 2),
-            sample_chunks_per_s=round(small["chunks"] / small["seconds"], 1),
-            sample_peak_rss_mb=round(small["max_rss_kb"] / 1024, 1),
-        )
+        metrics.update(build_metrics("sample", small, seconds_digits=2))
         print(json.dumps(small), flush=True)
         if not args.skip_big:
             big_src = work / f"enwiki-x{args.scale}.xml.bz2"
@@ -167,12 +172,7 @@ def main() -> None:
             metrics.update(
                 big_scale=args.scale,
                 big_dump_mb=round(big_src.stat().st_size / 2**20, 1),
-                big_articles=big["articles"],
-                big_chunks=big["chunks"],
-                big_seconds=round(big["seconds"], 1),
-                big_articles_per_s=round(big["articles"] / big["seconds"], 2),
-                big_chunks_per_s=round(big["chunks"] / big["seconds"], 1),
-                big_peak_rss_mb=round(big["max_rss_kb"] / 1024, 1),
+                **build_metrics("big", big, seconds_digits=1),
                 rss_ratio_big_vs_sample=round(big["max_rss_kb"] / small["max_rss_kb"], 3),
                 big_workers2_seconds=round(big2["seconds"], 1),
                 big_workers2_speedup=round(big["seconds"] / big2["seconds"], 3),

@@ -11,6 +11,36 @@ from benchmarks.faults.faults_util import flip_bytes, run_steps, truncate
 class DamagedCases:
     """Damaged or missing files: exit 2 naming the file; checkpoint fallbacks."""
 
+    def verify_names(self, fam: str, damage: str, kind: str, target, file: str, naming: str) -> None:
+        """Record `ralm KIND verify TARGET` after `damage` to `file`: exit 2 with a line (stdout or
+        stderr) naming the file (the expectation says `naming`), no traceback."""
+        r = self.ralm(kind, "verify", target)
+        self.record(
+            fam,
+            f"{damage}: {kind} verify",
+            r,
+            f"exit 2, a line naming {naming}, no traceback",
+            names=[file],
+            names_anywhere=True,
+            outs=[target],
+        )
+
+    def record_untouched(self, fam: str, name: str, res, idx) -> None:
+        """Record a refused index build `res` onto the finished index `idx`: exit 2 in one line, and
+        `ralm index verify IDX` (run now) still accepts the index."""
+        v = self.ralm("index", "verify", idx)
+        self.record(
+            fam,
+            name,
+            res,
+            "exit 2, the index untouched (verify ok)",
+            one_line=True,
+            outs=[idx],
+            problems=[]
+            if v.rc == 0
+            else [f"index verify afterwards: exit {v.rc}: {(v.out + v.err).strip()[:300]}"],
+        )
+
     def damaged(self) -> None:
         fam = "damaged"
         ok2 = "exit 2, one line naming the file, no traceback"
@@ -64,15 +94,8 @@ class DamagedCases:
         tok = s / "tokens" / "input_ids.bin"
         size = tok.stat().st_size
         tok.write_bytes(random.Random(self.seed).randbytes(size))
-        r = self.ralm("corpus", "verify", s)
-        self.record(
-            fam,
-            "input_ids.bin other bytes, same size: corpus verify",
-            r,
-            "exit 2, a line naming the file, no traceback",
-            names=["input_ids.bin"],
-            names_anywhere=True,
-            outs=[s],
+        self.verify_names(
+            fam, "input_ids.bin other bytes, same size", "corpus", s, "input_ids.bin", "the file"
         )
         # 4a. newest checkpoint's model.safetensors truncated
         d = self.dir("d4a")
@@ -179,16 +202,7 @@ class DamagedCases:
             one_line=True,
             outs=[idx],
         )
-        r = self.ralm("index", "verify", idx)
-        self.record(
-            fam,
-            "index.faiss 2,000 bytes flipped: index verify",
-            r,
-            "exit 2, a line naming index.faiss, no traceback",
-            names=["index.faiss"],
-            names_anywhere=True,
-            outs=[idx],
-        )
+        self.verify_names(fam, "index.faiss 2,000 bytes flipped", "index", idx, "index.faiss", "index.faiss")
         # 7. ARPA values out of range
         d = self.dir("d7")
         lines = self.arpa.read_text(encoding="utf-8").split("\n")
@@ -237,33 +251,11 @@ class DamagedCases:
         idx = d / "idx"
         shutil.copytree(self.idx, idx, symlinks=True)
         r = self.build_with_other_encoder(self.store, idx)
-        v = self.ralm("index", "verify", idx)
-        self.record(
-            fam,
-            "index build, other encoder options, onto a finished index",
-            r,
-            "exit 2, the index untouched (verify ok)",
-            one_line=True,
-            outs=[idx],
-            problems=[]
-            if v.rc == 0
-            else [f"index verify afterwards: exit {v.rc}: {(v.out + v.err).strip()[:300]}"],
-        )
+        self.record_untouched(fam, "index build, other encoder options, onto a finished index", r, idx)
         d = self.dir("d8b")
         idx = d / "idx"
         shutil.copytree(self.idx, idx, symlinks=True)
         r = self.ralm("index", "build", self.store, "--out", idx, "--encoder", self.tiny, "--quiet")
-        v = self.ralm("index", "verify", idx)
-        self.record(
-            fam,
-            "index build onto a finished index, no --overwrite",
-            r,
-            "exit 2, the index untouched (verify ok)",
-            one_line=True,
-            outs=[idx],
-            problems=[]
-            if v.rc == 0
-            else [f"index verify afterwards: exit {v.rc}: {(v.out + v.err).strip()[:300]}"],
-        )
+        self.record_untouched(fam, "index build onto a finished index, no --overwrite", r, idx)
 
     # ------------------------------------------------------------------------- disk full

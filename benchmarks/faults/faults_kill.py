@@ -12,6 +12,12 @@ import time
 from benchmarks.faults.faults_util import fingerprint, leftovers, run_steps
 
 
+def kill_note(killed: bool, secs: float, at_kill: str) -> str:
+    """A kill row's note: when the kill came (or that the command had finished first), then
+    `at_kill` (what the kill left)."""
+    return (f"killed at {secs:.1f} s" if killed else "finished before the kill") + f"; {at_kill}"
+
+
 class DiskAndKillCases:
     """A full disk and kill -9 at a seeded moment, then the same command."""
 
@@ -123,6 +129,11 @@ class DiskAndKillCases:
             os.killpg(p.pid, signal.SIGKILL)
         return killed, time.perf_counter() - t0
 
+    def refused_by_verify(self, kind: str, out) -> list[str]:
+        """[] where `ralm KIND verify OUT` accepts OUT, else the problem 'KIND verify exit N'."""
+        v = self.ralm(kind, "verify", out)
+        return [] if v.rc == 0 else [f"{kind} verify exit {v.rc}"]
+
     def kill9(self) -> None:
         fam = "kill -9"
         # corpus build of the enwiki sample, killed after 0.5-5 s; the last trial after the temp dir appears
@@ -141,13 +152,9 @@ class DiskAndKillCases:
             probs = []
             if fingerprint(out) != self.ref_fp:
                 probs.append("store differs from an uninterrupted build")
-            v = self.ralm("corpus", "verify", out)
-            if v.rc != 0:
-                probs.append(f"corpus verify exit {v.rc}")
+            probs += self.refused_by_verify("corpus", out)
             when = f"{'after the temp dir appeared + ' if wait else ''}{delay} s"
-            note = (
-                f"killed at {secs:.1f} s" if killed else "finished before the kill"
-            ) + f"; temp dirs at the kill: {tmp_left or 'none'}"
+            note = kill_note(killed, secs, f"temp dirs at the kill: {tmp_left or 'none'}")
             self.record(
                 fam,
                 f"corpus build killed ({when}), rerun",
@@ -177,9 +184,7 @@ class DiskAndKillCases:
                 if out.exists()
                 else "absent"
             )
-            note = (
-                f"killed at {secs:.1f} s" if killed else "finished before the kill"
-            ) + f"; index {state} at the kill"
+            note = kill_note(killed, secs, f"index {state} at the kill")
             listing = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
             note += f" ({', '.join(listing) or 'empty'})"
             if state == "unfinished":  # other encoder options, tried on a copy of the killed build
@@ -210,9 +215,7 @@ class DiskAndKillCases:
             a, b = out / "embeddings.npy", self.ref / "idx" / "embeddings.npy"
             if not a.is_file() or a.read_bytes() != b.read_bytes():
                 probs.append("embeddings.npy differs from an uninterrupted build")
-            v = self.ralm("index", "verify", out)
-            if v.rc != 0:
-                probs.append(f"index verify exit {v.rc}")
+            probs += self.refused_by_verify("index", out)
             self.record(
                 fam,
                 f"index build killed ({delay} s into embedding), rerun",
@@ -240,9 +243,7 @@ class DiskAndKillCases:
             probs = [] if steps == list(range(1, 21)) else [f"metrics steps {steps}"]
             if not (run / "checkpoints" / "step-0000020").is_dir():
                 probs.append("no final checkpoint step-0000020")
-            note = (
-                f"killed at {secs:.1f} s" if killed else "finished before the kill"
-            ) + f"; steps logged at the kill: {before}"
+            note = kill_note(killed, secs, f"steps logged at the kill: {before}")
             self.record(
                 fam,
                 f"pretrain killed ({delay} s after its first step), --resume",

@@ -25,6 +25,24 @@ class WritersAndSmallCases:
             time.sleep(0.05)
         return False
 
+    def second_writer(
+        self, fam: str, name: str, args: list, holder: subprocess.Popen, locked: bool, inconclusive: str
+    ) -> None:
+        """Record `ralm ARGS` run while `holder` writes into the same output: exit 2 in one line naming
+        the holder's PID. Unless the holder had taken the lock (`locked`) and is still running after
+        it, the row is inconclusive (`inconclusive` says why)."""
+        r = self.ralm(*args)
+        alive = holder.poll() is None
+        self.record(
+            fam,
+            name,
+            r,
+            "exit 2 naming the holder's PID",
+            names=[f"PID {holder.pid}"],
+            one_line=True,
+            problems=[] if locked and alive else [f"inconclusive: {inconclusive}"],
+        )
+
     def concurrency(self) -> None:
         fam = "two writers"
         # two corpus builds into one --out (the second also with --overwrite)
@@ -34,17 +52,8 @@ class WritersAndSmallCases:
         p, errf, t0 = self.popen(*args)
         locked = self.wait_lock(out, p.pid, p)
         for extra in ([], ["--overwrite"]):
-            r = self.ralm(*args, *extra)
-            alive = p.poll() is None
-            self.record(
-                fam,
-                "second corpus build into one --out" + (" (--overwrite)" if extra else ""),
-                r,
-                "exit 2 naming the holder's PID",
-                names=[f"PID {p.pid}"],
-                one_line=True,
-                problems=[] if locked and alive else ["inconclusive: the first build was not running"],
-            )
+            name = "second corpus build into one --out" + (" (--overwrite)" if extra else "")
+            self.second_writer(fam, name, [*args, *extra], p, locked, "the first build was not running")
         a = self.finish(p, errf, t0, args)
         probs = [] if fingerprint(out) == self.ref_fp else ["store differs from an uninterrupted build"]
         self.record(
@@ -62,16 +71,8 @@ class WritersAndSmallCases:
         args = self.pretrain_args(self.store, run, steps=60, every=10)
         p, errf, t0 = self.popen(*args)
         locked = self.wait_lock(run, p.pid, p)
-        r = self.ralm(*args)
-        alive = p.poll() is None
-        self.record(
-            fam,
-            "second pretrain into one --out",
-            r,
-            "exit 2 naming the holder's PID",
-            names=[f"PID {p.pid}"],
-            one_line=True,
-            problems=[] if locked and alive else ["inconclusive: the first run was not running"],
+        self.second_writer(
+            fam, "second pretrain into one --out", args, p, locked, "the first run was not running"
         )
         t = time.perf_counter()
         while (
@@ -80,16 +81,13 @@ class WritersAndSmallCases:
             and time.perf_counter() - t < 90
         ):
             time.sleep(0.1)
-        r = self.ralm(*args, "--overwrite")
-        alive = p.poll() is None
-        self.record(
+        self.second_writer(
             fam,
             "pretrain --overwrite onto a run still training",
-            r,
-            "exit 2 naming the holder's PID",
-            names=[f"PID {p.pid}"],
-            one_line=True,
-            problems=[] if alive else ["inconclusive: the first run had finished"],
+            [*args, "--overwrite"],
+            p,
+            locked=True,  # the row asks only that the run still trains
+            inconclusive="the first run had finished",
         )
         a = self.finish(p, errf, t0, args, timeout=300)
         steps = run_steps(run)

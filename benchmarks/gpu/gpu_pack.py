@@ -14,6 +14,8 @@ Prepared on the CPU, run whenever a GPU is lent, reported on the CPU:
   run      on the GPU, in the call carrying the last part:
              PYTHONPATH=src python -m benchmarks.gpu.gpu_pack stash runs/gpupack/parts/pNN --pack /tmp/gpupack &&
              PYTHONPATH=src python -m benchmarks.gpu.gpu_pack run --pack /tmp/gpupack --out $OUT
+           `run` installs the carried wheels (and the MiniLM stand-in) under --site, then starts
+           itself once more with them on PYTHONPATH (RALM_GPUPACK_CARRIED set: no second install).
            Stages in priority order (those without a result in benchmarks/results/gpu_pack.json
            first), each with its time budget (--budget, default 540 s in all); a stage whose
            parts were not stashed is skipped with a line;
@@ -39,6 +41,7 @@ import argparse
 import datetime as dt
 import importlib
 import json
+import os
 import platform
 import re
 import shutil
@@ -46,14 +49,16 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from benchmarks.common import BENCH, RESULTS, ROOT, logger, script_command, write_result
+from benchmarks.common import BENCH, RESULTS, ROOT, logger, script_argv, script_command, write_result
 from benchmarks.gpu.stages import ORDER
 from benchmarks.gpu.stages.context import StageContext
 
 RUN_FILE = "gpu_pack_run.json"
+# set in the environment of a `run` that device_env's carried packages are importable in (carried_rerun)
+CARRIED = "RALM_GPUPACK_CARRIED"
 RESULTS_FILE = BENCH / "results" / "gpu_pack.json"
 DEFAULT_BUDGET = 540.0
 
@@ -144,12 +149,24 @@ def run_stages(
     return records
 
 
+def carried_rerun(argv: Sequence[str], carried: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run `gpu_pack ARGV` again with `carried` (device_env's
+    PYTHONPATH of the carried packages) in its environment and CARRIED set, so that it does not
+    install them again."""
+    return [*script_argv(__file__), *argv], {**os.environ, **carried, CARRIED: "1"}
+
+
 def cmd_run(a) -> int:
     from benchmarks.gpu.stages.transport import device_env
     from ralm.atomic import write_json_atomic
 
     pack = a.pack
-    extra_env = device_env(pack, Path(a.site), log=log) if not a.tiny else {}
+    if not a.tiny and CARRIED not in os.environ:
+        carried = device_env(pack, Path(a.site), log=log)
+        if carried:  # the stages' own code imports them too: start again where they are importable
+            cmd, full = carried_rerun(a.argv, carried)
+            log(f"again with PYTHONPATH={carried['PYTHONPATH']}")
+            os.execve(cmd[0], cmd, full)
     env = environment()
     log(f"device: {env['device']}, torch {env['torch']}, CUDA {env['cuda']}, {env['precision']}")
     if a.stages:
@@ -163,8 +180,8 @@ def cmd_run(a) -> int:
 
     def make_ctx(st, deadline: float) -> StageContext:
         return StageContext(
-            st.NAME, pack / "inputs" / st.NAME, work / st.NAME, a.tiny, device, deadline, log, dict(extra_env)
-        )
+            st.NAME, pack / "inputs" / st.NAME, work / st.NAME, a.tiny, device, deadline, log
+        )  # its commands inherit the carried packages' PYTHONPATH from this process's environment
 
     def save(records: list[dict]) -> None:
         write_json_atomic(
@@ -383,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rp = sub.add_parser("report")
     rp.add_argument("runs", nargs="*", type=Path, help="gpu_pack_run.json files or the run's --out folders")
     a = ap.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)  # what `run` starts itself again with
     return {"prep": cmd_prep, "run": cmd_run, "stash": cmd_stash, "report": cmd_report}[a.cmd](a)
 
 

@@ -27,10 +27,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, pick
 
 CONFIG = ROOT / "configs" / "luke_demo.toml"
 # name: (label, auto_annotation, reduced entity width)
@@ -71,15 +72,9 @@ def pretrain_collator(prep: Any, cfg: Any, with_entities: bool):
     LukePretrainConfig `cfg`, as `ralm luke pretrain` builds it."""
     from ralm.luke.data import LukeCollator, MaskSettings
 
-    settings = MaskSettings(
-        max_seq_length=cfg.max_seq_length,
-        max_entities=cfg.max_entities,
-        max_mention_length=cfg.max_mention_length,
-        mlm_prob=cfg.mlm_prob,
-        replace_probs=cfg.replace_probs,
-        mep_prob=cfg.mep_prob,
-        with_entities=with_entities,
-    )
+    # every setting but with_entities is the config's field of the same name
+    masking = [f.name for f in fields(MaskSettings) if f.name != "with_entities"]
+    settings = MaskSettings(**pick(cfg, *masking), with_entities=with_entities)
     return LukeCollator(prep.store, prep.spans, prep.vocab, prep.tok, settings)
 
 

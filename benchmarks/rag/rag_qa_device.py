@@ -319,10 +319,17 @@ def main() -> None:
 
     stage("zero", lambda: zero_rows(b, lm, nq, args, "nb", ["bm25", "hybrid"]))
 
+    def row(d: Data, lang: str, label: str, mode: str, k: int, retriever: str | None = None) -> None:
+        """A row of `b`: d's test questions answered by `lm` in `mode` with k passages of `retriever`
+        (None: none handed over)."""
+        c = cfg_for(mode, k, args, lang)
+        passages = None if retriever is None else d.passages("test", retriever)
+        named = {} if retriever is None else {"retriever": retriever}
+        b.row(d.name, label, run_rag(lm, d.qs["test"], passages, c), c, **named)
+
     def cbft():
         b.data["stages"]["cbft_train"] = finetune(lm, base_sd, nq.qs["train"], None, 3, args)
-        c = cfg_for("closed-book", 3, args, "nb")
-        b.row("norquad", "CB-FT closed-book", run_rag(lm, nq.qs["test"], None, c), c)
+        row(nq, "nb", "CB-FT closed-book", "closed-book", 3)
 
     stage("cbft", cbft)
 
@@ -331,26 +338,10 @@ def main() -> None:
             lm, base_sd, nq.qs["train"], nq.passages("train", "hybrid"), 3, args
         )
         for r in ("hybrid", "bm25", "dense"):
-            c = cfg_for("rag", 3, args, "nb")
-            b.row(
-                "norquad",
-                f"RAG-FT rag k=3 {r}",
-                run_rag(lm, nq.qs["test"], nq.passages("test", r), c),
-                c,
-                retriever=r,
-            )
-        c = cfg_for("oracle", 1, args, "nb")
-        b.row("norquad", "RAG-FT oracle", run_rag(lm, nq.qs["test"], None, c), c)
-        c = cfg_for("replug", 3, args, "nb")
-        b.row(
-            "norquad",
-            "RAG-FT replug k=3 hybrid",
-            run_rag(lm, nq.qs["test"], nq.passages("test", "hybrid"), c),
-            c,
-            retriever="hybrid",
-        )
-        c = cfg_for("closed-book", 3, args, "nb")
-        b.row("norquad", "RAG-FT closed-book", run_rag(lm, nq.qs["test"], None, c), c)
+            row(nq, "nb", f"RAG-FT rag k=3 {r}", "rag", 3, r)
+        row(nq, "nb", "RAG-FT oracle", "oracle", 1)
+        row(nq, "nb", "RAG-FT replug k=3 hybrid", "replug", 3, "hybrid")
+        row(nq, "nb", "RAG-FT closed-book", "closed-book", 3)
 
     stage("ragft", ragft)
     stage("lsr", lambda: lsr_stage(b, lm, nq, args))
@@ -361,46 +352,24 @@ def main() -> None:
         lm.model.load_state_dict(base_sd)
         zero_rows(b, lm, tv, args, "en", ["bm25"])
         b.data["stages"]["trivia_cbft_train"] = finetune(lm, base_sd, tv.qs["train"], None, 3, args)
-        c = cfg_for("closed-book", 3, args, "en")
-        b.row("trivia", "CB-FT closed-book", run_rag(lm, tv.qs["test"], None, c), c)
+        row(tv, "en", "CB-FT closed-book", "closed-book", 3)
         b.data["stages"]["trivia_ragft_train"] = finetune(
             lm, base_sd, tv.qs["train"], tv.passages("train", "bm25"), 3, args
         )
-        c = cfg_for("rag", 3, args, "en")
-        b.row(
-            "trivia",
-            "RAG-FT rag k=3 bm25",
-            run_rag(lm, tv.qs["test"], tv.passages("test", "bm25"), c),
-            c,
-            retriever="bm25",
-        )
-        c = cfg_for("oracle", 1, args, "en")
-        b.row("trivia", "RAG-FT oracle", run_rag(lm, tv.qs["test"], None, c), c)
+        row(tv, "en", "RAG-FT rag k=3 bm25", "rag", 3, "bm25")
+        row(tv, "en", "RAG-FT oracle", "oracle", 1)
 
     stage("trivia", trivia)
 
     def extra():
-        c = cfg_for("rag", 3, args, "nb")
         b.data["stages"]["ragft_gold_mix_train"] = finetune(
             lm, base_sd, nq.qs["train"], nq.passages("train", "hybrid"), 3, args, gold="mix"
         )
-        b.row(
-            "norquad",
-            "RAG-FT (gold mixed in) rag k=3 hybrid",
-            run_rag(lm, nq.qs["test"], nq.passages("test", "hybrid"), c),
-            c,
-            retriever="hybrid",
-        )
+        row(nq, "nb", "RAG-FT (gold mixed in) rag k=3 hybrid", "rag", 3, "hybrid")
         b.data["stages"]["ragft_lora_train"] = finetune(
             lm, base_sd, nq.qs["train"], nq.passages("train", "hybrid"), 3, args, lora_r=16
         )
-        b.row(
-            "norquad",
-            "RAG-FT LoRA r=16 rag k=3 hybrid",
-            run_rag(lm, nq.qs["test"], nq.passages("test", "hybrid"), c),
-            c,
-            retriever="hybrid",
-        )
+        row(nq, "nb", "RAG-FT LoRA r=16 rag k=3 hybrid", "rag", 3, "hybrid")
 
     stage("extra", extra)
     log("done")

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -47,7 +46,9 @@ from benchmarks.common import RESULTS, ROOT, log, offline, ralm, read_json
 offline()
 from benchmarks.realm.realm_causal_report import EN_CONFIG, KS, NB_CONFIG, report  # noqa: E402
 from benchmarks.realm.realm_causal_spans import span_recurrence  # noqa: E402
+from benchmarks.realm.realm_learns import checkpointed, pretrain_run  # noqa: E402
 from benchmarks.realm.realm_learns_downstream import dense_index, rag_eval, rag_train  # noqa: E402
+from benchmarks.realm.realm_step import StepRig, time_steps  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- towers
@@ -102,24 +103,8 @@ def pretrain_pair(
     for mode, name in (("mlm", "closed"), ("realm", "realm")):
         run = work / f"{tag}-{name}"
         runs[name] = run
-        done = (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file()
-        if not done:
-            resume = ["--resume"] if (run / "config.toml").is_file() else []
-            ralm(
-                "pretrain",
-                config,
-                "--docstore",
-                store,
-                "--out",
-                run,
-                "--mode",
-                mode,
-                "--steps",
-                steps,
-                "--quiet",
-                *extra,
-                *resume,
-            )
+        if not checkpointed(run, steps):
+            pretrain_run(run, mode, steps, [config, "--docstore", store], extra)
     realm, closed = runs["realm"], runs["closed"]
     n = [] if eval_n is None else ["--n", eval_n]
     if not (realm / "eval_mlm_initial.json").is_file():
@@ -208,16 +193,9 @@ def downstream_stage(
 def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
     """A causal REALM step vs the bare passes of its models over the same rows (see the module
     docstring); `cfg` (a PretrainConfig) defaults to the Norwegian run's."""
-    import torch
-
-    from ralm.corpus.docstore import DocStore
-    from ralm.models.precision import autocast_context, autocast_dtype
+    from ralm.models.precision import autocast_context
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.data import example_rngs, micro_batch_ids, split_ids
-    from ralm.realm.refresh.sync import SyncRefresher
-    from ralm.realm.training.build import build_model, make_collator, optimizer_for
-    from ralm.realm.training.trainer import train_step
-    from ralm.train.optim import warmup_schedule
+    from ralm.realm.training.build import make_collator
 
     out = work / "speed.json"
     if out.is_file():
@@ -232,24 +210,13 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
             warmup_steps=0,
             grad_accum=1,  # one micro-batch a step: the bare passes below run one batch's rows
         )
-    store = DocStore(cfg.docstore)
-    torch.manual_seed(0)
-    model, tok = build_model(cfg, store)
-    dev = torch.device("cpu")
-    ac = autocast_dtype(dev, cfg.autocast, torch.float32)
-    train_ids, _ = split_ids(cfg, store)
-    col = make_collator(cfg, store, tok, model, return_tensors="pt")
-    opt = optimizer_for(model, cfg)
-    sched = warmup_schedule(opt, cfg.schedule, 0, cfg.steps)
-    ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast)
-    ref.refresh(model.encoder, 0)
+    rig = StepRig.build(
+        cfg, lambda store, tok, model: make_collator(cfg, store, tok, model, return_tensors="pt")
+    )
+    model, opt = rig.model, rig.opt
 
     def inputs(step: int):
-        ids = micro_batch_ids(train_ids, cfg, step, 0)
-        batch = col(ids, rngs=example_rngs(cfg.seed, step, 0, range(len(ids))))
-        with torch.no_grad():
-            q = model.embed_queries(batch)
-        doc_ids = ref.search(q.numpy(), batch["source_ids"].numpy(), model.n_retrieved)
+        batch, doc_ids = rig.retrieved(step)
         rows = model.reader.build_rows(batch, [[*map(int, r), -1] for r in doc_ids])
         return batch, model.docs.tower_batch(doc_ids.ravel()), rows
 
@@ -257,7 +224,7 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
         model.zero_grad(set_to_none=True)
         lm = model.reader.lm
         t0 = time.perf_counter()
-        with autocast_context(dev, ac):
+        with autocast_context(rig.dev, rig.ac):
             q = model.encoder.query_tower(batch["input_ids"], batch["attention_mask"])
             d = model.encoder.doc_tower(**dbatch)
             if head_only:
@@ -273,23 +240,16 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
         opt.step()
         return time.perf_counter() - t0
 
-    full_t, bare_t, hf_t = [], [], []
-    for step in range(1, warmup + steps + 1):
-        x = inputs(step)
-        t0 = time.perf_counter()
-        train_step(model, opt, sched, col, train_ids, cfg, step, ref.search, dev, ac)
-        tf = time.perf_counter() - t0
-        tb = bare(*x, head_only=True)
-        th = bare(*x, head_only=False)
+    tokens = 0  # the reader tokens of a step (the last one's)
+
+    def say(step: int, tf: float, tb: float, th: float, x: tuple) -> None:
+        nonlocal tokens
         tokens = int(x[2].attention_mask.sum())
         log(
             f"speed step {step}: full {tf:.2f}s  bare {tb:.2f}s  bare (full logits) {th:.2f}s  ({tokens} reader tokens)"
         )
-        if step > warmup:
-            full_t.append(tf)
-            bare_t.append(tb)
-            hf_t.append(th)
-    full, b, h = statistics.median(full_t), statistics.median(bare_t), statistics.median(hf_t)
+
+    full, b, h = time_steps(rig, inputs, bare, steps, warmup, say)
     res = {
         "step_seconds_median": full,
         "bare_seconds_median": b,
@@ -298,7 +258,7 @@ def speed_stage(work: Path, steps: int, warmup: int, cfg=None) -> dict:
         "step_vs_bare_full_logits": full / h,
         "reader_tokens_per_step": tokens,
         "steps_measured": steps,
-        "autocast": str(ac),
+        "autocast": str(rig.ac),
     }
     out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
     return res

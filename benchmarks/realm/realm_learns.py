@@ -53,9 +53,10 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.common import ROOT, log, machine, offline, ralm, read_json, script_argv
+from benchmarks.common import ROOT, log, machine, offline, pick, ralm, read_json, script_argv
 
 offline()
 from benchmarks.realm.realm_causal_report import EN_CONFIG, NB_CONFIG  # noqa: E402
@@ -161,8 +162,11 @@ def sets(settings: dict[str, object]) -> list[str]:
     return out
 
 
-# set by main(): --store, --reader, --batch-size, --device (the GPU stage points them at its inputs)
+# the flags that override the pretrain runs' settings (the GPU stage points them at its inputs)
+PRETRAIN_OVERRIDES = ("reader", "batch_size", "device", "heldout")
+# set by main() from the flags of these names: --store, the PRETRAIN_OVERRIDES, --eval-n, --no-diagnose
 OVERRIDES: dict[str, object] = {}
+OVERRIDE_FLAGS = ("store", *PRETRAIN_OVERRIDES, "eval_n", "no_diagnose")
 
 
 def store_of(work: Path, lang: str) -> Path:
@@ -176,7 +180,7 @@ def store_of(work: Path, lang: str) -> Path:
 
 def base_flags(work: Path, lang: str) -> list:
     flags = [CONFIGS[lang], "--docstore", store_of(work, lang)]
-    for key in ("reader", "batch_size", "device", "heldout"):
+    for key in PRETRAIN_OVERRIDES:
         if OVERRIDES.get(key) is not None:
             flags += [f"--{key.replace('_', '-')}", OVERRIDES[key]]
     if lang == "nb":
@@ -189,17 +193,26 @@ def base_flags(work: Path, lang: str) -> list:
     return flags
 
 
+def checkpointed(run: Path, step: int) -> bool:
+    """Whether the pretrain run `run` has its checkpoint of step `step`."""
+    return (run / "checkpoints" / f"step-{step:07d}" / "state.json").is_file()
+
+
+def pretrain_run(run: Path, mode: str, steps: int, flags: Sequence, more: Sequence = ()) -> None:
+    """`ralm pretrain FLAGS --out RUN --mode MODE --steps STEPS --quiet MORE`, resumed (--resume)
+    where RUN holds a started run."""
+    resume = ["--resume"] if (run / "config.toml").is_file() else []
+    ralm("pretrain", *flags, "--out", run, "--mode", mode, "--steps", steps, "--quiet", *more, *resume)
+
+
 def train(
     work: Path, lang: str, name: str, mode: str, steps: int, settings: dict, stop_after: int | None = None
 ) -> Path:
     """`ralm pretrain` of one run, resumed when a checkpoint exists, skipped when finished;
     `stop_after`: end after that step (the schedule still follows `steps`; a later call resumes)."""
     run = work / f"{lang}-{name}"
-    if (run / "checkpoints" / f"step-{steps:07d}" / "state.json").is_file():
+    if checkpointed(run, steps) or (stop_after is not None and checkpointed(run, stop_after)):
         return run
-    if stop_after is not None and (run / "checkpoints" / f"step-{stop_after:07d}" / "state.json").is_file():
-        return run
-    resume = ["--resume"] if (run / "config.toml").is_file() else []
     every = max(1, steps // 4)
     settings = {
         k: v.format(work=work.resolve(), lang=lang) if isinstance(v, str) and "{" in v else v
@@ -207,24 +220,9 @@ def train(
     }
     if OVERRIDES.get("data_offset"):
         settings = {**settings, "data_offset": OVERRIDES["data_offset"]}
-    ralm(
-        "pretrain",
-        *base_flags(work, lang),
-        "--out",
-        run,
-        "--mode",
-        mode,
-        "--steps",
-        steps,
-        "--quiet",
-        "--checkpoint-every",
-        every,
-        "--keep-checkpoints",
-        8,
-        *sets({**LANG_EXTRA[lang], **settings}),
-        *resume,
-        *(["--stop-after", stop_after] if stop_after is not None else []),
-    )
+    more = ["--checkpoint-every", every, "--keep-checkpoints", 8, *sets({**LANG_EXTRA[lang], **settings})]
+    more += ["--stop-after", stop_after] if stop_after is not None else []
+    pretrain_run(run, mode, steps, base_flags(work, lang), more)
     return run
 
 
@@ -271,13 +269,7 @@ def init_run(work: Path, lang: str, name: str, settings: dict, steps: int) -> Pa
         return run
     flags = base_flags(work, lang)
     over = {"docstore": str(flags[2]), "out": str(run), "steps": steps}
-    over.update(
-        {
-            k: v
-            for k, v in OVERRIDES.items()
-            if k in ("reader", "batch_size", "device", "heldout") and v is not None
-        }
-    )
+    over.update({k: v for k, v in OVERRIDES.items() if k in PRETRAIN_OVERRIDES and v is not None})
     if lang == "nb":
         over["retriever"] = str(flags[flags.index("--retriever") + 1])
     merged = {**LANG_EXTRA[lang], **settings}
@@ -680,15 +672,7 @@ def main() -> None:
         help="report: keep what the committed realm_learns.json holds of runs the --work folder lacks",
     )
     args = ap.parse_args()
-    OVERRIDES.update(
-        store=args.store,
-        reader=args.reader,
-        batch_size=args.batch_size,
-        device=args.device,
-        heldout=args.heldout,
-        eval_n=args.eval_n,
-        no_diagnose=args.no_diagnose,
-    )
+    OVERRIDES.update(pick(args, *OVERRIDE_FLAGS))
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

@@ -36,6 +36,10 @@ from pathlib import Path
 from benchmarks.common import ralm, script_command, write_result
 from benchmarks.realm.realm_quality import ensure_store
 
+# the flags of a trainer run measured for its memory (here and in sharded_pretrain_rss), not for
+# what it learns: no index refresh, no checkpoints, no held-out evaluation
+MEMORY_RUN = ["--refresh-every", "0", "--checkpoint-every", "0", "--heldout", "0"]
+
 
 def synthetic_jsonl(sample_store, out: Path, copies: int, seed: int = 0) -> int:
     """The sample's articles `copies` times, 10% of words swapped per copy; returns articles written."""
@@ -213,12 +217,7 @@ def main() -> None:
         "4",
         "--k",
         "4",
-        "--refresh-every",
-        "0",
-        "--checkpoint-every",
-        "0",
-        "--heldout",
-        "0",
+        *MEMORY_RUN,
         "--set",
         "encoder_max_length=64",
         "--set",

@@ -23,10 +23,105 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import script_command, write_result
 from benchmarks.realm.realm_quality import ensure_store
+
+
+@dataclass
+class StepRig:
+    """A REALM model and all its training step needs, set up as the trainer sets them up (seed 0,
+    on the CPU, the index refreshed once): to time the step against bare passes of its models over
+    the same tensors (this benchmark and realm_causal's speed cell)."""
+
+    cfg: Any  # the PretrainConfig
+    store: Any  # its DocStore
+    model: Any
+    col: Any  # the collator
+    train_ids: Any
+    opt: Any
+    sched: Any
+    ref: Any  # the SyncRefresher, refreshed
+    dev: Any  # torch.device("cpu")
+    ac: Any  # the autocast dtype
+    refresh_seconds: float
+
+    @classmethod
+    def build(cls, cfg: Any, collator: Callable[[Any, Any, Any], Any]) -> StepRig:
+        """The rig of `cfg`; `collator(store, tokenizer, model)` makes the trainer's collator."""
+        import torch
+
+        from ralm.corpus.docstore import DocStore
+        from ralm.models.precision import autocast_dtype
+        from ralm.realm.data import split_ids
+        from ralm.realm.refresh.sync import SyncRefresher
+        from ralm.realm.training.build import build_model, optimizer_for
+        from ralm.train.optim import warmup_schedule
+
+        store = DocStore(cfg.docstore)
+        torch.manual_seed(0)
+        model, tok = build_model(cfg, store)
+        dev = torch.device("cpu")
+        ac = autocast_dtype(dev, cfg.autocast, torch.float32)
+        train_ids, _ = split_ids(cfg, store)
+        col = collator(store, tok, model)
+        opt = optimizer_for(model, cfg)
+        sched = warmup_schedule(opt, cfg.schedule, 0, cfg.steps)
+        ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast)
+        t_refresh = ref.refresh(model.encoder, 0)
+        return cls(cfg, store, model, col, train_ids, opt, sched, ref, dev, ac, t_refresh)
+
+    def retrieved(self, step: int) -> tuple[Any, Any]:
+        """Step `step` as the trainer starts it (outside any timer): its micro-batch collated, the
+        queries embedded, the documents retrieved; (batch, doc_ids)."""
+        import torch
+
+        from ralm.realm.data import example_rngs, micro_batch_ids
+
+        ids = micro_batch_ids(self.train_ids, self.cfg, step, 0)
+        batch = self.col(ids, rngs=example_rngs(self.cfg.seed, step, 0, range(len(ids))))
+        with torch.no_grad():
+            q = self.model.embed_queries(batch)
+        return batch, self.ref.search(q.numpy(), batch["source_ids"].numpy(), self.model.n_retrieved)
+
+    def full_step(self, step: int) -> float:
+        """Seconds of the trainer's step `step` (`train_step`, as `ralm pretrain` runs it)."""
+        from ralm.realm.training.trainer import train_step
+
+        m = self
+        t0 = time.perf_counter()
+        train_step(m.model, m.opt, m.sched, m.col, m.train_ids, m.cfg, step, m.ref.search, m.dev, m.ac)
+        return time.perf_counter() - t0
+
+
+def time_steps(
+    rig: StepRig,
+    inputs: Callable[[int], tuple],
+    bare: Callable[..., float],
+    steps: int,
+    warmup: int,
+    say: Callable[[int, float, float, float, tuple], None],
+) -> tuple[float, float, float]:
+    """Full steps and bare passes alternated (so load on the machine hits both alike), `warmup` steps
+    then `steps` measured: the medians of the full step, of `bare(*inputs(step), head_only=True)`
+    and of the same with head_only=False. `say(step, full, bare, bare_full_logits, inputs)` after
+    every step."""
+    full_t, bare_t, hf_t = [], [], []
+    for step in range(1, warmup + steps + 1):
+        x = inputs(step)
+        tf = rig.full_step(step)
+        tb = bare(*x, head_only=True)
+        th = bare(*x, head_only=False)
+        if step > warmup:
+            full_t.append(tf)
+            bare_t.append(tb)
+            hf_t.append(th)
+        say(step, tf, tb, th, x)
+    return statistics.median(full_t), statistics.median(bare_t), statistics.median(hf_t)
 
 
 def main() -> None:
@@ -40,18 +135,10 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/ralm-bench-realm")
     args = ap.parse_args()
 
-    import torch
-
-    from ralm.corpus.docstore import DocStore
-    from ralm.models.precision import autocast_context, autocast_dtype
+    from ralm.models.precision import autocast_context
     from ralm.realm.config import PretrainConfig
-    from ralm.realm.data import example_rngs, split_ids
     from ralm.realm.masking.mlm import MaskingCollator
     from ralm.realm.readers.mlm import build_reader_inputs
-    from ralm.realm.refresh.sync import SyncRefresher
-    from ralm.realm.training.build import build_model, optimizer_for
-    from ralm.realm.training.trainer import train_step
-    from ralm.train.optim import warmup_schedule
 
     store_dir = ensure_store(Path(args.work) / f"enwiki-{args.chunk_size}", args.chunk_size)
     cfg = PretrainConfig(
@@ -65,27 +152,14 @@ def main() -> None:
         autocast=args.autocast,
         warmup_steps=0,
     )
-    store = DocStore(store_dir)
-    torch.manual_seed(0)
-    model, tok = build_model(cfg, store)
-    dev = torch.device("cpu")
-    ac = autocast_dtype(dev, cfg.autocast, torch.float32)
-    train_ids, _ = split_ids(cfg, store)
-    col = MaskingCollator(store, tok, cfg.masking, return_tensors="pt")
-    opt = optimizer_for(model, cfg)
-    sched = warmup_schedule(opt, cfg.schedule, 0, cfg.steps)
-    ref = SyncRefresher(model.docs, every=0, autocast=cfg.autocast)
-    t_refresh = ref.refresh(model.encoder, 0)
+    rig = StepRig.build(
+        cfg, lambda store, tok, model: MaskingCollator(store, tok, cfg.masking, return_tensors="pt")
+    )
+    model = rig.model
 
     def bare_inputs(step: int):
         """The step's tensors, built exactly as the trainer builds them (outside any timer)."""
-        from ralm.realm.data import micro_batch_ids
-
-        ids = micro_batch_ids(train_ids, cfg, step, 0)
-        batch = col(ids, rngs=example_rngs(cfg.seed, step, 0, range(len(ids))))
-        with torch.no_grad():
-            q = model.embed_queries(batch)
-        doc_ids = ref.search(q.numpy(), batch["source_ids"].numpy(), model.n_retrieved)
+        batch, doc_ids = rig.retrieved(step)
         docs = [[model.docs.reader_doc(i) for i in row] + [([], [])] for row in doc_ids]
         rin = build_reader_inputs(
             batch["input_ids"], batch["labels"], docs, model.sep_id, model.pad_id, cfg.reader_max_length
@@ -95,7 +169,7 @@ def main() -> None:
     def bare(batch, dbatch, rin, head_only: bool) -> float:
         model.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        with autocast_context(dev, ac):
+        with autocast_context(rig.dev, rig.ac):
             q = model.encoder.query_tower(batch["input_ids"], batch["attention_mask"])
             d = model.encoder.doc_tower(**dbatch)
             inputs = {k: v for k, v in rin.items() if k != "labels"}
@@ -108,20 +182,10 @@ def main() -> None:
         loss.backward()
         return time.perf_counter() - t0
 
-    full_t, bare_t, hf_t = [], [], []
-    for step in range(1, args.warmup + args.steps + 1):
-        inputs = bare_inputs(step)
-        t0 = time.perf_counter()
-        train_step(model, opt, sched, col, train_ids, cfg, step, ref.search, dev, ac)
-        tf = time.perf_counter() - t0
-        tb = bare(*inputs, head_only=True)
-        th = bare(*inputs, head_only=False)
-        if step > args.warmup:
-            full_t.append(tf)
-            bare_t.append(tb)
-            hf_t.append(th)
+    def say(step: int, tf: float, tb: float, th: float, _inputs: tuple) -> None:
         print(f"step {step}: full {tf:.3f}s  bare {tb:.3f}s  bare(HF full logits) {th:.3f}s", flush=True)
-    full, b, h = statistics.median(full_t), statistics.median(bare_t), statistics.median(hf_t)
+
+    full, b, h = time_steps(rig, bare_inputs, bare, args.steps, args.warmup, say)
     ratio = full / b
     print(f"median full {full:.3f}s, bare {b:.3f}s -> {ratio:.3f}x; vs HF full-logits passes {full / h:.3f}x")
     write_result(
@@ -133,11 +197,11 @@ def main() -> None:
             "step_vs_bare_passes": ratio,
             "bare_passes_hf_full_logits_seconds_median": h,
             "step_vs_bare_hf_full_logits": full / h,
-            "refresh_seconds": t_refresh,
-            "chunks": len(store),
+            "refresh_seconds": rig.refresh_seconds,
+            "chunks": len(rig.store),
             "batch_size": args.batch_size,
             "k": args.k,
-            "autocast": str(ac),
+            "autocast": str(rig.ac),
             "steps_measured": args.steps,
         },
         {"step_vs_bare_passes": "<= 1.15"},

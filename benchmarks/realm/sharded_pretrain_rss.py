@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import ralm, script_command, tiny_bert, write_result
+from benchmarks.realm.realm_scale import MEMORY_RUN
 from benchmarks.retrieval.sharded_index import vectors
 
 WORDS = [
@@ -177,12 +178,7 @@ def main() -> None:
             "4",
             "--k",
             "3",
-            "--refresh-every",
-            "0",
-            "--checkpoint-every",
-            "0",
-            "--heldout",
-            "0",
+            *MEMORY_RUN,
             "--device",
             "cpu",
             "--autocast",

@@ -85,12 +85,15 @@ def build_stores(work: Path) -> tuple[Path, Path]:
     return pool, unsup
 
 
-def unsupervised(work: Path, unsup: Path, name: str, steps: int, batch: int, lr: float) -> Path:
-    """`ralm retriever train NAME` (ict or contrastive) over `unsup` into work/NAME, once; its encoder."""
-    out = work / name
+def unsupervised(
+    work: Path, unsup: Path, name: str, steps: int, batch: int, lr: float, lang: str = "nb"
+) -> Path:
+    """`ralm retriever train NAME` (ict or contrastive) over `unsup`, in `lang`, into work/NAME
+    (work/NAME-LANG for another language than nb), once; its encoder."""
+    out = work / (name if lang == "nb" else f"{name}-{lang}")
     if not (out / "results.json").is_file():
         flags = ["--steps", steps, "--batch-size", batch, "--lr", lr, "--quiet"]
-        ralm("retriever", "train", name, unsup, "--out", out, "--lang", "nb", *flags)
+        ralm("retriever", "train", name, unsup, "--out", out, "--lang", lang, *flags)
     return out / "encoder"
 
 
@@ -102,14 +105,18 @@ def dpr_flags(pool: Path) -> list:
     return [train_json, "--corpus", pool, "--dev", dev_json, "--lang", "nb", "--quiet"]
 
 
+def dpr(out: Path, pool: Path, *flags: object) -> Path:
+    """`ralm retriever train dpr` (dpr_flags(pool), then FLAGS) into `out`, once; its encoder."""
+    if not (out / "results.json").is_file():
+        ralm("retriever", "train", "dpr", *dpr_flags(pool), *flags, "--out", out)
+    return out / "encoder"
+
+
 def dpr_cc(work: Path, pool: Path, contrastive: Path, epochs: float) -> Path:
     """DPR from the contrastive encoder (Contriever's recipe: pre-train, then fine-tune), batch 64 with
     gradient caching, into work/dpr-cc, once; its encoder."""
-    out = work / "dpr-cc"
-    if not (out / "results.json").is_file():
-        flags = ["--epochs", epochs, "--batch-size", 64, "--grad-cache", 32, "--lr", 3e-5]
-        ralm("retriever", "train", "dpr", *dpr_flags(pool), "--encoder", contrastive, *flags, "--out", out)
-    return out / "encoder"
+    flags = ["--epochs", epochs, "--batch-size", 64, "--grad-cache", 32, "--lr", 3e-5]
+    return dpr(work / "dpr-cc", pool, "--encoder", contrastive, *flags)
 
 
 def train(work: Path, pool: Path, unsup: Path, args) -> dict[str, Path]:
@@ -117,43 +124,12 @@ def train(work: Path, pool: Path, unsup: Path, args) -> dict[str, Path]:
     enc: dict[str, Path] = {}
     for name in ("ict", "contrastive"):
         enc[name] = unsupervised(work, unsup, name, args.unsup_steps, args.unsup_batch, args.unsup_lr)
-    dpr_common = dpr_flags(pool)
-    if not (work / "dpr" / "results.json").is_file():
-        ralm(
-            "retriever",
-            "train",
-            "dpr",
-            *dpr_common,
-            "--epochs",
-            args.epochs,
-            "--batch-size",
-            32,
-            "--out",
-            work / "dpr",
-        )
-    enc["dpr"] = work / "dpr" / "encoder"
+    enc["dpr"] = dpr(work / "dpr", pool, "--epochs", args.epochs, "--batch-size", 32)
     if not args.no_dpr_cc:
         enc["dpr-cc"] = dpr_cc(work, pool, enc["contrastive"], args.cc_epochs)
     if args.with_gc128:
-        out = work / "dpr-gc128"
-        if not (out / "results.json").is_file():
-            ralm(
-                "retriever",
-                "train",
-                "dpr",
-                *dpr_common,
-                "--epochs",
-                args.gc_epochs,
-                "--batch-size",
-                128,
-                "--grad-cache",
-                32,
-                "--lr",
-                4e-5,
-                "--out",
-                out,
-            )
-        enc["dpr:gc128"] = out / "encoder"
+        gc128 = ["--epochs", args.gc_epochs, "--batch-size", 128, "--grad-cache", 32, "--lr", 4e-5]
+        enc["dpr:gc128"] = dpr(work / "dpr-gc128", pool, *gc128)
     realm = work / "realm"
     if not (work / "realm-towers" / "ralm_encoder.json").is_file():
         if not (realm / "eval_mlm.json").is_file():

@@ -29,7 +29,7 @@ from pathlib import Path
 from benchmarks.common import BENCH, RESULTS, ROOT, log, offline, ralm, script_command, write_result
 
 offline()
-from benchmarks.retrieval.retriever_train import KS, row  # noqa: E402
+from benchmarks.retrieval.retriever_train import KS, row, unsupervised  # noqa: E402
 
 
 def main() -> None:
@@ -58,25 +58,9 @@ def main() -> None:
     store_dir = work / "store-da"
     if not (store_dir / "manifest.json").is_file():
         ralm("corpus", "build", src, "--out", store_dir, "--chunk-size", 128, "--lang", "da", "--quiet")
-    cc_da = work / "contrastive-da"
-    if not (cc_da / "results.json").is_file():
-        ralm(
-            "retriever",
-            "train",
-            "contrastive",
-            store_dir,
-            "--out",
-            cc_da,
-            "--lang",
-            "da",
-            "--steps",
-            args.unsup_steps,
-            "--batch-size",
-            args.unsup_batch,
-            "--lr",
-            args.unsup_lr,
-            "--quiet",
-        )
+    cc_da = unsupervised(
+        work, store_dir, "contrastive", args.unsup_steps, args.unsup_batch, args.unsup_lr, lang="da"
+    )
     store = DocStore(store_dir)
     pairs = load_qa(str(BENCH / "data" / "retrieval_da.jsonl"), store)
     encoders = {
@@ -84,7 +68,7 @@ def main() -> None:
         "minilm:cos": work / "minilm-cos",
         "dpr-norquad": work / "dpr" / "encoder",
         "contrastive-nb": work / "contrastive" / "encoder",
-        "contrastive-da": cc_da / "encoder",
+        "contrastive-da": cc_da,
         "dpr-cc-norquad": work / "dpr-cc" / "encoder",
     }
     encoders = {n: p for n, p in encoders.items() if p is None or p.exists()}

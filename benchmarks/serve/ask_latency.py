@@ -440,6 +440,11 @@ def report(a) -> None:
     log(json.dumps(m, indent=1))
 
 
+# what each cell NAME (NAME:BACKEND for the first) runs
+CELLS_OF_A_BACKEND = {"latency": latency, "quality": quality}
+PLAIN_CELLS = {"prep": prep, "bare": bare, "converted": converted, "report": report}
+
+
 def main() -> None:
     os.environ["OMP_NUM_THREADS"] = str(THREADS)  # `ralm rag eval` in a subprocess: the same 2 threads
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -452,18 +457,10 @@ def main() -> None:
     for cell in a.cells:
         name, _, arg = cell.partition(":")
         log(f"cell {cell}")
-        if name == "prep":
-            prep(a)
-        elif name == "latency":
-            latency(a, arg)
-        elif name == "bare":
-            bare(a)
-        elif name == "converted":
-            converted(a)
-        elif name == "quality":
-            quality(a, arg)
-        elif name == "report":
-            report(a)
+        if name in CELLS_OF_A_BACKEND:
+            CELLS_OF_A_BACKEND[name](a, arg)
+        elif name in PLAIN_CELLS:
+            PLAIN_CELLS[name](a)
         else:
             raise SystemExit(f"{cell}: no such cell (prep, latency:B, bare, converted, quality:B, report)")
 

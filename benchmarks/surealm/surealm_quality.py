@@ -25,22 +25,37 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.common import script_command, write_result
+from benchmarks.common import pick, script_command, write_result
+
+# the TrainConfig settings given by flags of the same names (add_shared_flags), surealm_retrieves' too
+TRAINING = ("k", "steps", "batch_size", "lr", "eval_every")
+
+
+def add_shared_flags(ap: argparse.ArgumentParser, *, groups: int, steps: int) -> None:
+    """The flags of the SUREALM benchmarks that build their data store and train their runs
+    themselves (this one and surealm_retrieves): the data (--groups, --sentences, --device),
+    --parallel, the TRAINING settings and the kNN-LM's --knn-k."""
+    ap.add_argument("--groups", type=int, default=groups, help="chitchat conversations used")
+    ap.add_argument("--sentences", default=None, help="JSONL of sentences instead of the chitchat sample")
+    ap.add_argument("--device", default="cpu", help="device of the data store's sentence encoder")
+    ap.add_argument("--parallel", action="store_true", help="train the runs at once, one process each")
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--knn-k", type=int, default=64)
+
+
+def training(args: argparse.Namespace) -> dict:
+    """The TrainConfig settings of the TRAINING flags, TensorBoard off."""
+    return {**pick(args, *TRAINING), "tensorboard": False}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--groups", type=int, default=800, help="chitchat conversations used")
-    ap.add_argument("--sentences", default=None, help="JSONL of sentences instead of the chitchat sample")
-    ap.add_argument("--device", default="cpu", help="device of the data store's sentence encoder")
-    ap.add_argument("--parallel", action="store_true", help="train the two runs at once, in two processes")
-    ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--k", type=int, default=8)
+    add_shared_flags(ap, groups=800, steps=3000)
     ap.add_argument("--delta", type=int, default=1)
-    ap.add_argument("--eval-every", type=int, default=500)
-    ap.add_argument("--knn-k", type=int, default=64)
     ap.add_argument("--work", default="/tmp/ralm-bench-surealm")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--memory-init", default="zero", choices=["zero", "identity"])
@@ -103,14 +118,9 @@ def main() -> None:
             datastore=str(sds if retrieval else ds),
             out=str(work / name),
             retrieval=retrieval,
-            k=args.k,
             delta=args.delta,
-            steps=args.steps,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            eval_every=args.eval_every,
-            tensorboard=False,
             init_from=init,
+            **training(args),
             **(
                 dict(
                     memory_init=args.memory_init,

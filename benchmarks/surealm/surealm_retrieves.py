@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import RESULTS, logger, script_command, write_result
+from benchmarks.surealm.surealm_quality import add_shared_flags, training
 
 RUNS = ("retrieved", "random", "null", "baseline")
 # the neighbours each retrieval run reads (the baseline reads none); "dropout" is not in the default --runs
@@ -59,16 +60,7 @@ def train_config(args, ds: Path, work: Path, name: str):
     from ralm.surealm.train import TrainConfig
 
     common = dict(
-        datastore=str(ds),
-        out=str(work / name),
-        k=args.k,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        eval_every=args.eval_every,
-        tensorboard=False,
-        seed=args.seed,
-        device=args.train_device,
+        datastore=str(ds), out=str(work / name), seed=args.seed, device=args.train_device, **training(args)
     )
     if name == "baseline":
         return TrainConfig(retrieval=False, **common)
@@ -251,22 +243,13 @@ def fold_gpu(cpu: dict, gpu: dict, prefix: str = "gpu_") -> tuple[dict, dict, di
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--groups", type=int, default=500, help="chitchat conversations used")
-    ap.add_argument("--sentences", default=None, help="JSONL of sentences instead of the chitchat sample")
-    ap.add_argument("--device", default="cpu", help="device of the data store's sentence encoder")
+    add_shared_flags(ap, groups=500, steps=2000)
     ap.add_argument("--train-device", default="auto")
     ap.add_argument("--runs", default=",".join(RUNS))
-    ap.add_argument("--parallel", action="store_true", help="train the runs at once, one process each")
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--k", type=int, default=8)
-    ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--pathway", default="cross", choices=("cross", "self"))
     ap.add_argument("--memory-bias", type=float, default=None)
     ap.add_argument("--memory-dropout", type=float, default=0.5, help="the dropout run's slot dropout")
     ap.add_argument("--suffix", default="truncate", choices=("truncate", "whole"))
-    ap.add_argument("--knn-k", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="runs/surealm_retrieves")
     ap.add_argument("--name", default="surealm_retrieves")

@@ -65,7 +65,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, logger, ralm_logged, script_command, write_result
+from benchmarks.common import ROOT, logger, pick, ralm_logged, script_command, write_result
 from benchmarks.luke.luke_entities import masked_entity_accuracy
 from benchmarks.luke.luke_ner import budget as ner_budget
 from benchmarks.luke.luke_speed import pretrain_argv
@@ -99,14 +99,17 @@ def make_world(args, work: Path) -> Path:
     world = work / "world"
     if not (world / "world.json").is_file():
         cfg = EntityWorldConfig(
-            seed=args.world_seed,
-            entities_per_type=args.entities_per_type,
-            ner_train_sentences=args.ner_train,
-            ner_dev_sentences=args.ner_dev,
-            ner_test_sentences=args.ner_test,
-            facts_per_entity=args.facts_per_entity,
-            mentions_per_entity=args.mentions_per_entity,
-            described_per_entity=args.described_per_entity,
+            **pick(
+                args,
+                "entities_per_type",
+                "facts_per_entity",
+                "mentions_per_entity",
+                "described_per_entity",
+                seed="world_seed",
+                ner_train_sentences="ner_train",
+                ner_dev_sentences="ner_dev",
+                ner_test_sentences="ner_test",
+            )
         )
         generate(cfg).write(world)
     leaks = held_out_leaks(world)

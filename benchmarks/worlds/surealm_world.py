@@ -41,7 +41,7 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.common import log, offline, ralm, script_command, write_result
+from benchmarks.common import log, offline, pick, ralm, script_command, write_result
 
 offline()
 
@@ -170,12 +170,15 @@ def main() -> None:
 
     work = Path(args.work)
     world_cfg = DialogueWorldConfig(
-        facts=args.facts,
-        places=args.places,
-        train_conversations=args.conversations,
-        valid_facts=args.valid_facts,
-        test_facts=args.test_facts,
-        seed=args.world_seed,
+        **pick(
+            args,
+            "facts",
+            "places",
+            "valid_facts",
+            "test_facts",
+            train_conversations="conversations",
+            seed="world_seed",
+        )
     )
     world = make_world(world_cfg)
     leaks = verbatim_leaks(world.rows)

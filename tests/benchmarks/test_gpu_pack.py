@@ -262,3 +262,72 @@ def test_a_stopped_block_says_how_far_each_run_got(tmp_path: Path) -> None:
     # other errors pass through untouched
     with pytest.raises(ValueError, match="other"), progress_on_stop(list):
         raise ValueError("other")
+
+
+def test_device_env_gives_the_carried_packages_a_pythonpath_and_leaves_sys_path(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import sys
+
+    pack, site = tmp_path / "pack", tmp_path / "site"
+    (pack / "wheels").mkdir(parents=True)
+    (pack / "wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"")
+    installs = []
+    monkeypatch.setattr(transport.subprocess, "run", lambda cmd, check: installs.append(cmd))
+    monkeypatch.setenv("PYTHONPATH", "src")
+    before = list(sys.path)
+    env = transport.device_env(pack, site, log=lambda msg: None)
+    assert env == {"PYTHONPATH": f"{site}{os.pathsep}src"}
+    assert sys.path == before  # what imports them runs as a new process under `env`
+    assert len(installs) == 1 and installs[0][-3:] == [
+        "--target",
+        str(site),
+        str(pack / "wheels" / "x-1.0-py3-none-any.whl"),
+    ]
+    assert transport.device_env(tmp_path / "empty", site) == {}  # nothing carried: nothing to add
+
+
+def test_run_starts_itself_again_with_the_carried_packages(tmp_path: Path, monkeypatch) -> None:
+    import sys
+
+    argv = [
+        "run",
+        "--pack",
+        str(tmp_path / "pack"),
+        "--out",
+        str(tmp_path / "out"),
+        "--site",
+        str(tmp_path / "s"),
+    ]
+    installed = []
+
+    def device_env(pack: Path, site: Path, log) -> dict[str, str]:
+        installed.append((pack, site))
+        return {"PYTHONPATH": f"{site}{os.pathsep}src"}
+
+    class Exec(Exception):
+        pass
+
+    def execve(path: str, args: list[str], env: dict[str, str]) -> None:
+        raise Exec(path, args, env)
+
+    monkeypatch.delenv(gpu_pack.CARRIED, raising=False)
+    monkeypatch.setattr(transport, "device_env", device_env)
+    monkeypatch.setattr(gpu_pack.os, "execve", execve)
+    with pytest.raises(Exec) as got:
+        gpu_pack.main(argv)
+    path, args, env = got.value.args
+    assert installed == [(tmp_path / "pack", tmp_path / "s")]
+    assert path == sys.executable and args == [sys.executable, "-m", "benchmarks.gpu.gpu_pack", *argv]
+    assert env == {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path / 's'}{os.pathsep}src",
+        "RALM_GPUPACK_CARRIED": "1",
+    }
+    # started again (CARRIED set): no second install, no third start; the stages run (here: skipped,
+    # their inputs were not stashed)
+    monkeypatch.setenv(gpu_pack.CARRIED, "1")
+    assert gpu_pack.main([*argv, "--stages", "surealm"]) == 0
+    assert installed == [(tmp_path / "pack", tmp_path / "s")]
+    run = json.loads((tmp_path / "out" / gpu_pack.RUN_FILE).read_text())
+    assert [(r["stage"], r["status"]) for r in run["stages"]] == [("surealm", "skipped")]

