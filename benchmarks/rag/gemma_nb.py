@@ -236,9 +236,9 @@ def dpr(a, tower: str) -> None:
     import numpy as np
 
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
     from ralm.retrieval.encoders import DualEncoder
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.hybrid import HybridSearcher
     from ralm.retrieval.index.open import dense_retriever_for
 
     run = a.work / f"dpr-{tower}"
@@ -300,9 +300,9 @@ def dpr(a, tower: str) -> None:
     dense = dense_retriever_for(store, enc, run / "emb", progress=False, batch_size=16)
     enc_s = time.perf_counter() - t0
     fusion = json.loads((RESULTS / "retriever_train.json").read_text())["fusion"]
-    bm25 = BM25Retriever.build(store, lang="nb")
+    bm25 = BM25Searcher.build(store, lang="nb")
     w = fusion["bm25_weight"]
-    fused = HybridRetriever([bm25, dense], len(store), method=fusion["method"], weights=[w, 1 - w])
+    fused = HybridSearcher([bm25, dense], len(store), method=fusion["method"], weights=[w, 1 - w])
     rows = recall_rows(a, {tower: dense, f"fused:{tower}": fused})
     vec = np.load(run / "emb" / "embeddings.npy", mmap_mode="r")
     train = json.loads((run / "train_seconds.json").read_text())["seconds"]
@@ -323,10 +323,10 @@ def transfer_da(a) -> None:
     questions, each tower alone and fused with Danish BM25 (weighted min-max, BM25 0.7)."""
     from benchmarks.data_prep.nordic_corpus import build_jsonl, default_cache
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.hybrid import HybridSearcher
     from ralm.retrieval.index.open import dense_retriever_for
 
     out = a.work / "transfer-da"
@@ -339,14 +339,14 @@ def transfer_da(a) -> None:
         ralm("corpus", "build", src, "--out", out / "store", "--chunk-size", 128, "--lang", "da", "--quiet")
     store = DocStore(out / "store")
     pairs = load_qa(str(BENCH / "data" / "retrieval_da.jsonl"), store)
-    bm25 = BM25Retriever.build(store, lang="da")
+    bm25 = BM25Searcher.build(store, lang="da")
     rets, seconds = {"bm25:da": bm25}, {}
     for tower in ("gemma", "minilm"):
         t0 = time.perf_counter()
         enc = DualEncoder.from_pretrained(a.work / f"dpr-{tower}" / "encoder")
         rets[tower] = dense_retriever_for(store, enc, out / f"emb-{tower}", progress=False, batch_size=16)
         seconds[tower] = round(time.perf_counter() - t0, 1)
-        rets[f"fused:{tower}"] = HybridRetriever(
+        rets[f"fused:{tower}"] = HybridSearcher(
             [bm25, rets[tower]], len(store), method="weighted", weights=[0.7, 0.3]
         )
     reps = compare_retrievers(store, pairs, rets, KS, measures=("nDCG@10",), lang="da")

@@ -89,8 +89,8 @@ def slim_tower(query_dir: Path, questions: list[str], out: Path) -> None:
 def prep(args) -> None:
     from ralm.corpus.docstore import DocStore
     from ralm.rag.data import RagQuestion, gold_chunks, read_questions, split_questions
-    from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.bm25 import BM25Searcher
+    from ralm.retrieval.hybrid import HybridSearcher
     from ralm.retrieval.retriever import Retriever
     from ralm.samples import trivia_qa_pairs
 
@@ -112,9 +112,7 @@ def prep(args) -> None:
     bm25 = Retriever.load(index, "bm25", bm25_options={"lang": "nb"}, log=log).backend
     dense = Retriever.load(index, "dense", log=log).backend
     w = fusion["bm25_weight"]
-    hybrid = HybridRetriever(
-        [bm25, dense], len(store), method=fusion["method"], depth=100, weights=[w, 1 - w]
-    )
+    hybrid = HybridSearcher([bm25, dense], len(store), method=fusion["method"], depth=100, weights=[w, 1 - w])
     for split, qs in splits.items():
         for name, ret in (("bm25", bm25), ("hybrid", hybrid), ("dense", dense)):
             _search(ret, qs, DEPTH[name], out / f"norquad_{split}_{name}.npz")
@@ -127,7 +125,7 @@ def prep(args) -> None:
     tstore = DocStore(sample_store(args.prep.parent / "enwiki-128", "--chunk-size", 128, "--overwrite"))
     qs = [RagQuestion(str(i), q, a) for i, (q, a) in enumerate(trivia_qa_pairs())]
     train, test = split_questions(qs, 0.7, seed=0)
-    tbm25 = BM25Retriever.build(tstore, lang="en")
+    tbm25 = BM25Searcher.build(tstore, lang="en")
     from ralm.answers import has_answer
 
     for split, part in (("train", train), ("test", test)):

@@ -19,21 +19,21 @@ from benchmarks.retrieval.search import DEFAULT_DOCSTORE
 
 
 def table(store, qa: str, ict: str | None, depth: int, ks: list[int], work: Path) -> dict:
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import evaluate_retrievers, load_qa
     from ralm.retrieval.index.open import dense_retriever_for
-    from ralm.retrieval.late_interaction import LateInteractionRetriever
-    from ralm.retrieval.query_likelihood import QueryLikelihoodRetriever
-    from ralm.retrieval.retriever import RerankRetriever
+    from ralm.retrieval.late_interaction import LateInteractionSearcher
+    from ralm.retrieval.query_likelihood import QueryLikelihoodSearcher
+    from ralm.retrieval.retriever import RerankSearcher
 
     pairs = load_qa(qa, store)
-    bm25 = BM25Retriever.build(store, stopwords="none", stemmer="none")
+    bm25 = BM25Searcher.build(store, stopwords="none", stemmer="none")
     retrievers = {
         "bm25": bm25,
-        "query_likelihood": QueryLikelihoodRetriever.build(store),
-        f"colbert_rerank_bm25_{depth}": RerankRetriever(
-            bm25, LateInteractionRetriever.from_pretrained(None, store), depth
+        "query_likelihood": QueryLikelihoodSearcher.build(store),
+        f"colbert_rerank_bm25_{depth}": RerankSearcher(
+            bm25, LateInteractionSearcher.from_pretrained(None, store), depth
         ),
         "dense_minilm": dense_retriever_for(
             store, DualEncoder.from_pretrained(None), work / "minilm", progress=False

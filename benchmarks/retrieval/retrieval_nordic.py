@@ -106,22 +106,22 @@ def evaluate(store, pairs, retrievers: dict, lang: str) -> tuple[dict, dict]:
 
 
 def nordic_retrievers(store, lang: str, emb_dir: Path, encoder) -> dict:
-    from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.bm25 import BM25Searcher
+    from ralm.retrieval.hybrid import HybridSearcher
     from ralm.retrieval.index.open import dense_retriever_for
 
-    bm25_lang = BM25Retriever.build(store, lang=lang)
+    bm25_lang = BM25Searcher.build(store, lang=lang)
     t = time.perf_counter()
     dense = dense_retriever_for(store, encoder, emb_dir, progress=False)
     log(f"  dense index for {store.root.name}: {time.perf_counter() - t:.1f}s")
     return {
-        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
-        "bm25_stop": BM25Retriever.build(store, stopwords=lang),
-        "bm25_stem": BM25Retriever.build(store, stemmer=lang),
+        "bm25": BM25Searcher.build(store, stopwords="none", stemmer="none"),
+        "bm25_stop": BM25Searcher.build(store, stopwords=lang),
+        "bm25_stem": BM25Searcher.build(store, stemmer=lang),
         "bm25_lang": bm25_lang,
         "dense_minilm": dense,
-        "hybrid_rrf": HybridRetriever([bm25_lang, dense], len(store), method="rrf"),
-        "hybrid_weighted": HybridRetriever(
+        "hybrid_rrf": HybridSearcher([bm25_lang, dense], len(store), method="rrf"),
+        "hybrid_weighted": HybridSearcher(
             [bm25_lang, dense], len(store), method="weighted", weights=[0.5, 0.5]
         ),
         **centred_retrievers(store, bm25_lang, emb_dir, encoder),
@@ -130,33 +130,33 @@ def nordic_retrievers(store, lang: str, emb_dir: Path, encoder) -> dict:
 
 def centred_retrievers(store, bm25_lang, emb_dir: Path, encoder) -> dict:
     """The same embeddings in a centred index (mean removed, re-normalised), alone and fused."""
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.hybrid import HybridSearcher
     from ralm.retrieval.index.open import dense_retriever_for
 
     centred = dense_retriever_for(store, encoder, emb_dir, progress=False, center=True)
     return {
         "dense_centred": centred,
-        "hybrid_rrf_centred": HybridRetriever([bm25_lang, centred], len(store), method="rrf"),
-        "hybrid_weighted_centred": HybridRetriever(
+        "hybrid_rrf_centred": HybridSearcher([bm25_lang, centred], len(store), method="rrf"),
+        "hybrid_weighted_centred": HybridSearcher(
             [bm25_lang, centred], len(store), method="weighted", weights=[0.5, 0.5]
         ),
     }
 
 
 def english_retrievers(store, emb_dir: Path, encoder) -> dict:
-    from ralm.retrieval.bm25 import BM25Retriever
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.bm25 import BM25Searcher
+    from ralm.retrieval.hybrid import HybridSearcher
     from ralm.retrieval.index.open import dense_retriever_for
 
-    bm25_lang = BM25Retriever.build(store, lang="en")
+    bm25_lang = BM25Searcher.build(store, lang="en")
     t = time.perf_counter()
     dense = dense_retriever_for(store, encoder, emb_dir, progress=False)
     log(f"  dense index for {store.root.name}: {time.perf_counter() - t:.1f}s")
     return {
-        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
+        "bm25": BM25Searcher.build(store, stopwords="none", stemmer="none"),
         "bm25_lang": bm25_lang,
         "dense_minilm": dense,
-        "hybrid_rrf": HybridRetriever([bm25_lang, dense], len(store), method="rrf"),
+        "hybrid_rrf": HybridSearcher([bm25_lang, dense], len(store), method="rrf"),
         **centred_retrievers(store, bm25_lang, emb_dir, encoder),
     }
 

@@ -34,7 +34,7 @@ def main() -> None:
 
     from ralm.cli import main as ralm_main
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import evaluate_retrievers, load_qa
     from ralm.retrieval.index.open import dense_retriever_for
@@ -67,7 +67,7 @@ def main() -> None:
     before, held = evals[0], evals[-1]
 
     retrievers = {
-        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
+        "bm25": BM25Searcher.build(store, stopwords="none", stemmer="none"),
         "dense_minilm": dense_retriever_for(
             store, DualEncoder.from_pretrained(None), work / "d0", progress=False
         ),

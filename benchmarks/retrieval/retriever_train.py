@@ -172,7 +172,7 @@ def minilm_cos(work: Path) -> Path:
 def evaluate(work: Path, pool: Path, encoders: dict[str, Path], questions: Path, tag: str) -> dict:
     """Every row on `questions`; returns {name: report} with the retrievers kept for fusion."""
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa
     from ralm.retrieval.index.open import dense_retriever_for
@@ -180,8 +180,8 @@ def evaluate(work: Path, pool: Path, encoders: dict[str, Path], questions: Path,
     store = DocStore(pool)
     pairs = load_qa(str(questions), store)
     rets = {
-        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
-        "bm25:nb": BM25Retriever.build(store, lang="nb"),
+        "bm25": BM25Searcher.build(store, stopwords="none", stemmer="none"),
+        "bm25:nb": BM25Searcher.build(store, lang="nb"),
     }
     for name, path in encoders.items():
         enc = DualEncoder.from_pretrained(None if path is None else path)
@@ -196,10 +196,10 @@ def evaluate(work: Path, pool: Path, encoders: dict[str, Path], questions: Path,
 
 def fuse(ev: dict, dense: str, w_bm25: float, method: str = "rrf"):
     """bm25:nb and `dense` fused: RRF or weighted min-max scores, BM25 weighted w_bm25, dense 1 - w_bm25."""
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.hybrid import HybridSearcher
 
     store, rets = ev["store"], ev["retrievers"]
-    return HybridRetriever(
+    return HybridSearcher(
         [rets["bm25:nb"], rets[dense]], len(store), method=method, weights=[w_bm25, 1 - w_bm25]
     )
 

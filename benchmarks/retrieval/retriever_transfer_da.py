@@ -44,10 +44,10 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     from benchmarks.data_prep.nordic_corpus import build_jsonl, default_cache
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa
-    from ralm.retrieval.hybrid import HybridRetriever
+    from ralm.retrieval.hybrid import HybridSearcher
     from ralm.retrieval.index.open import dense_retriever_for
 
     work = args.work
@@ -73,8 +73,8 @@ def main() -> None:
     }
     encoders = {n: p for n, p in encoders.items() if p is None or p.exists()}
     rets = {
-        "bm25": BM25Retriever.build(store, stopwords="none", stemmer="none"),
-        "bm25:da": BM25Retriever.build(store, lang="da"),
+        "bm25": BM25Searcher.build(store, stopwords="none", stemmer="none"),
+        "bm25:da": BM25Searcher.build(store, lang="da"),
     }
     for name, path in encoders.items():
         enc = DualEncoder.from_pretrained(None if path is None else path)
@@ -85,8 +85,8 @@ def main() -> None:
     fusion = json.loads((RESULTS / "retriever_train.json").read_text())["fusion"]
     tuned, method = fusion["bm25_weight"], fusion["method"]
     hyb = {
-        f"hybrid:rrf({best})": HybridRetriever([rets["bm25:da"], rets[best]], len(store), method="rrf"),
-        f"hybrid:{method}@{tuned}({best})": HybridRetriever(
+        f"hybrid:rrf({best})": HybridSearcher([rets["bm25:da"], rets[best]], len(store), method="rrf"),
+        f"hybrid:{method}@{tuned}({best})": HybridSearcher(
             [rets["bm25:da"], rets[best]], len(store), method=method, weights=[tuned, 1 - tuned]
         ),
     }

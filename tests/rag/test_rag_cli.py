@@ -48,7 +48,7 @@ def test_eval_rows_predictions_and_results(capsys, chat_lm_dir, chat_lm, store, 
     from ralm.corpus.docstore import DocStore
     from ralm.rag.generate import answer_text, greedy
     from ralm.rag.prompt import PromptBuilder, passage_text
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
 
     out = tmp_path / "rag"
     code, stdout, err = run(
@@ -84,7 +84,7 @@ def test_eval_rows_predictions_and_results(capsys, chat_lm_dir, chat_lm, store, 
     ]
     assert "| rag-k2 |" in stdout
     ds = DocStore(store)
-    bm25 = BM25Retriever.build(ds, lang="en")
+    bm25 = BM25Searcher.build(ds, lang="en")
     top = bm25.search_text([q["question"] for q in QUESTIONS], 2)
     preds = _read_jsonl(out / "rag-k2" / "predictions.jsonl")
     want = [

@@ -1,4 +1,4 @@
-"""BM25Retriever: a hand-checked ranking, exclusion and always-k, Nordic/Cyrillic tokens, save/load,
+"""BM25Searcher: a hand-checked ranking, exclusion and always-k, Nordic/Cyrillic tokens, save/load,
 Danish stemming (checked against a naive BM25), the analysis in the manifest (v2, and v1 still loads)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.analysis import Analyzer
 from ralm.retrieval.base import Searcher
-from ralm.retrieval.bm25 import FORMAT_VERSION, BM25Retriever, resolve_stopwords, split_words, store_analyzer
+from ralm.retrieval.bm25 import FORMAT_VERSION, BM25Searcher, resolve_stopwords, split_words, store_analyzer
 
 DOCS = [
     ("Oslo", "Oslo is the capital of Norway."),  # 0
@@ -68,7 +68,7 @@ def da_store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bm25_da(da_store):
-    return BM25Retriever.build(da_store, lang="da", include_title=False)
+    return BM25Searcher.build(da_store, lang="da", include_title=False)
 
 
 PLAIN = {"stopwords": "none", "stemmer": "none"}  # overrides the DocStore's language
@@ -76,7 +76,7 @@ PLAIN = {"stopwords": "none", "stemmer": "none"}  # overrides the DocStore's lan
 
 @pytest.fixture(scope="module")
 def bm25(store):
-    return BM25Retriever.build(store, include_title=False, **PLAIN)
+    return BM25Searcher.build(store, include_title=False, **PLAIN)
 
 
 def test_hand_made_ranking(bm25):
@@ -131,7 +131,7 @@ def test_nordic_and_cyrillic_tokens(bm25):
 
 
 def test_title_is_indexed_by_default(store, bm25):
-    with_title = BM25Retriever.build(store, **PLAIN)
+    with_title = BM25Searcher.build(store, **PLAIN)
     assert with_title.search_text(["Stockholm"], 1).ids[0, 0] == 4
     assert with_title.scores("Fjords")[1] > 0 and bm25.scores("Bergen")[3] > 0
     assert with_title.scores("Copenhagen")[5] > bm25.scores("Copenhagen")[5]  # title + text
@@ -146,11 +146,11 @@ def test_stopwords(store):
     )
     with pytest.raises(RalmError, match="no stopword list for 'xx'"):
         resolve_stopwords("xx")
-    en = BM25Retriever.build(store, include_title=False, stopwords="en")
+    en = BM25Searcher.build(store, include_title=False, stopwords="en")
     assert en.tokenize_query("the of is") == []
     assert (en.scores("the") == 0).all()  # only stopwords: every chunk scores 0, k still come back
     assert en.search_text(["the"], 3).ids.tolist() == [[0, 1, 2]]
-    mine = BM25Retriever.build(store, include_title=False, stopwords=["Oslo"])
+    mine = BM25Searcher.build(store, include_title=False, stopwords=["Oslo"])
     assert (mine.scores("oslo") == 0).all()
 
 
@@ -173,17 +173,17 @@ def test_save_load_round_trip(tmp_path, store, bm25):
     assert "bm25.json" in files and not [f for f in files if f.endswith((".pkl", ".pickle")) or "tmp" in f]
     for npy in (tmp_path / "bm25").glob("*.npy"):
         np.load(npy, allow_pickle=False)  # plain arrays, no pickles
-    loaded = BM25Retriever.load(tmp_path / "bm25", docstore_fingerprint=store.fingerprint)
+    loaded = BM25Searcher.load(tmp_path / "bm25", docstore_fingerprint=store.fingerprint)
     after = loaded.search_text(queries, 5, exclude_ids=[0, None, [6], 1])
     np.testing.assert_array_equal(before.ids, after.ids)
     np.testing.assert_array_equal(before.scores, after.scores)
     with pytest.raises(RalmError, match=r"built from another corpus \(docstore fingerprint .*; rebuild it"):
-        BM25Retriever.load(tmp_path / "bm25", docstore_fingerprint="f" * 64)
+        BM25Searcher.load(tmp_path / "bm25", docstore_fingerprint="f" * 64)
     with pytest.raises(RalmError, match="nothing/bm25.json: no such file"):
-        BM25Retriever.load(tmp_path / "nothing")
+        BM25Searcher.load(tmp_path / "nothing")
     (tmp_path / "bm25" / "vocab.index.json").unlink()
     with pytest.raises(RalmError, match="vocab.index.json: no such file"):
-        BM25Retriever.load(tmp_path / "bm25")
+        BM25Searcher.load(tmp_path / "bm25")
 
 
 def test_default_analysis_is_unchanged(bm25):
@@ -202,7 +202,7 @@ def test_default_analysis_is_unchanged(bm25):
 
 def test_danish_stemming_finds_inflections(da_store, bm25_da):
     """The issue: "pivottabel" finds the chunk that only says "pivottabeller" with lang="da"."""
-    plain = BM25Retriever.build(da_store, include_title=False, **PLAIN)
+    plain = BM25Searcher.build(da_store, include_title=False, **PLAIN)
     assert (plain.scores("pivottabel") == 0).all()
     assert plain.scores("pivottabeller")[0] > 0
     s = bm25_da.scores("pivottabel")
@@ -217,29 +217,29 @@ def test_danish_stemming_finds_inflections(da_store, bm25_da):
     assert bm25_da.tokenize_query("og i du") == []  # stopwords
     assert (bm25_da.scores("og") == 0).all()
     # Explicit settings override what lang implies.
-    no_stem = BM25Retriever.build(da_store, lang="da", stemmer="none", include_title=False)
+    no_stem = BM25Searcher.build(da_store, lang="da", stemmer="none", include_title=False)
     assert (no_stem.scores("pivottabel") == 0).all() and no_stem.stopwords == bm25_da.stopwords
-    no_stop = BM25Retriever.build(da_store, lang="da", stopwords="none", include_title=False)
+    no_stop = BM25Searcher.build(da_store, lang="da", stopwords="none", include_title=False)
     assert no_stop.scores("og")[1] > 0 and no_stop.scores("pivottabel")[0] > 0
     assert no_stop.describe() == "da: no stopwords, danish stemmer"
-    stem_only = BM25Retriever.build(da_store, stemmer="danish", include_title=False)
+    stem_only = BM25Searcher.build(da_store, stemmer="danish", include_title=False)
     assert stem_only.analyzer == Analyzer(stemmer="danish") and stem_only.scores("pivottabel")[0] > 0
-    given = BM25Retriever.build(da_store, analyzer=Analyzer.from_lang("da"), include_title=False)
+    given = BM25Searcher.build(da_store, analyzer=Analyzer.from_lang("da"), include_title=False)
     np.testing.assert_array_equal(given.scores("tabel summer"), bm25_da.scores("tabel summer"))
     with pytest.raises(RalmError, match="either analyzer or lang/stopwords/stemmer"):
-        BM25Retriever.build(da_store, analyzer=Analyzer(), lang="da")
+        BM25Searcher.build(da_store, analyzer=Analyzer(), lang="da")
     with pytest.raises(RalmError, match="unknown language 'xx'"):
-        BM25Retriever.build(da_store, lang="xx")
+        BM25Searcher.build(da_store, lang="xx")
 
 
 def test_the_docstores_language_is_the_default(tmp_path, store, da_store, bm25_da):
     """A DocStore built with --lang da gets Danish stopwords and stemming unless told otherwise;
     one whose manifest records no language gets plain analysis."""
     assert (da_store.lang, store.lang) == ("da", "en")
-    default = BM25Retriever.build(da_store, include_title=False)
+    default = BM25Searcher.build(da_store, include_title=False)
     assert default.analyzer == Analyzer.from_lang("da") == bm25_da.analyzer
     np.testing.assert_array_equal(default.scores("pivottabel"), bm25_da.scores("pivottabel"))
-    assert BM25Retriever.build(store).analyzer == Analyzer.from_lang("en")
+    assert BM25Searcher.build(store).analyzer == Analyzer.from_lang("en")
     assert store_analyzer(store) == Analyzer.from_lang("en")
     legacy = tmp_path / "legacy"
     shutil.copytree(store.root, legacy)
@@ -248,7 +248,7 @@ def test_the_docstores_language_is_the_default(tmp_path, store, da_store, bm25_d
     (legacy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     old = DocStore(legacy)
     assert old.lang is None and store_analyzer(old) == Analyzer()
-    assert BM25Retriever.build(old).describe() == "no stopwords, no stemmer"
+    assert BM25Searcher.build(old).describe() == "no stopwords, no stemmer"
 
 
 def naive_bm25(docs: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
@@ -296,7 +296,7 @@ def test_analysis_survives_save_load(tmp_path, da_store, bm25_da):
     assert m["version"] == 3 and m["lang"] == "da" and m["stemmer"] == "danish"
     assert m["stopwords"] == resolve_stopwords("da")
     assert m["pystemmer_version"] == importlib.metadata.version("PyStemmer")
-    loaded = BM25Retriever.load(tmp_path / "bm25", docstore_fingerprint=da_store.fingerprint)
+    loaded = BM25Searcher.load(tmp_path / "bm25", docstore_fingerprint=da_store.fingerprint)
     assert loaded.analyzer == bm25_da.analyzer == Analyzer.resolve(lang="da")
     assert loaded.analyzer.lang == "da" and loaded.describe() == bm25_da.describe()
     after = loaded.search_text(queries, 3, exclude_ids=[None, 1, None, [3]])
@@ -315,16 +315,16 @@ def test_analysis_survives_save_load(tmp_path, da_store, bm25_da):
     m["version"] = 4
     (tmp_path / "bm25" / "bm25.json").write_text(json.dumps(m), encoding="utf-8")
     with pytest.raises(RalmError, match="BM25 index format v4 is newer than this ralm"):
-        BM25Retriever.load(tmp_path / "bm25")
+        BM25Searcher.load(tmp_path / "bm25")
     m["version"], m["stemmer"] = 3, "klingon"
     (tmp_path / "bm25" / "bm25.json").write_text(json.dumps(m), encoding="utf-8")
     with pytest.raises(RalmError, match="stemmer 'klingon' is not a Snowball algorithm"):
-        BM25Retriever.load(tmp_path / "bm25")
+        BM25Searcher.load(tmp_path / "bm25")
 
 
 def test_version_1_manifest_loads_without_stemmer(tmp_path, store):
     """An index saved before stemming (format 1: no lang/stemmer keys) loads and searches as built."""
-    mine = BM25Retriever.build(store, include_title=False, stopwords=["Oslo"])
+    mine = BM25Searcher.build(store, include_title=False, stopwords=["Oslo"])
     queries = ["capital of Norway", "Oslo Nobel", "ålesund"]
     before = mine.search_text(queries, 3)
     mine.save(tmp_path / "v1")
@@ -334,7 +334,7 @@ def test_version_1_manifest_loads_without_stemmer(tmp_path, store):
         del m[key]
     m["version"] = 1
     mpath.write_text(json.dumps(m, indent=2), encoding="utf-8")
-    old = BM25Retriever.load(tmp_path / "v1", docstore_fingerprint=store.fingerprint)
+    old = BM25Searcher.load(tmp_path / "v1", docstore_fingerprint=store.fingerprint)
     assert old.manifest["version"] == 1 and "stemmer" not in old.manifest
     assert old.analyzer == Analyzer(("oslo",)) and old.stemmer is None and old.analyzer.lang is None
     assert old.describe() == "1 stopword, no stemmer" and old.stopwords == ["oslo"]
@@ -356,16 +356,16 @@ def test_matches_and_from_texts(da_store, bm25_da, bm25):
     with pytest.raises(RalmError, match="unknown language 'xx'"):
         bm25.matches(lang="xx")
     texts = [text for _, text in DA_DOCS]
-    mem = BM25Retriever.from_texts(texts, docstore_fingerprint=da_store.fingerprint, lang="da")
+    mem = BM25Searcher.from_texts(texts, docstore_fingerprint=da_store.fingerprint, lang="da")
     assert len(mem) == 4 and mem.analyzer == bm25_da.analyzer and mem.manifest["include_title"] is None
     for q in ("pivottabel", "summer af tabellen", "diagram"):
         np.testing.assert_array_equal(mem.scores(q), bm25_da.scores(q))
-    plain = BM25Retriever.from_texts(texts)
+    plain = BM25Searcher.from_texts(texts)
     assert plain.manifest["docstore_fingerprint"] is None and (plain.scores("pivottabel") == 0).all()
     with pytest.raises(RalmError, match="from_texts: no texts"):
-        BM25Retriever.from_texts([])
+        BM25Searcher.from_texts([])
     with pytest.raises(RalmError, match="from_texts: give a list of strings"):
-        BM25Retriever.from_texts("pivottabeller")
+        BM25Searcher.from_texts("pivottabeller")
 
 
 def test_checksums_recorded_and_damage_refused(tmp_path, store, bm25):
@@ -380,19 +380,19 @@ def test_checksums_recorded_and_damage_refused(tmp_path, store, bm25):
     good = path.read_bytes()
     path.write_bytes(good[:-4] + bytes(b ^ 0xFF for b in good[-4:]))
     with pytest.raises(RalmError) as err:
-        BM25Retriever.load(d)
+        BM25Searcher.load(d)
     assert str(err.value) == (
         f"{path}: contents changed since it was saved (xxh3_128 checksum mismatch: a damaged disk or copy); "
         "rebuild it with `ralm index build`"
     )
-    assert BM25Retriever.load(d, mmap=True).count == 8  # mmap: sizes only (`ralm index verify` hashes)
+    assert BM25Searcher.load(d, mmap=True).count == 8  # mmap: sizes only (`ralm index verify` hashes)
     # a version-2 manifest (sizes only, from before checksums) still loads, its sizes checked
     v2 = {**m, "version": 2, "files": {n: r["size"] for n, r in m["files"].items()}}
     (d / "bm25.json").write_text(json.dumps(v2))
-    assert BM25Retriever.load(d).count == 8
+    assert BM25Searcher.load(d).count == 8
     path.write_bytes(good[:-4])
     with pytest.raises(RalmError) as err:
-        BM25Retriever.load(d)
+        BM25Searcher.load(d)
     assert str(err.value) == (
         f"{path}: {len(good) - 4} bytes, bm25.json says {len(good)} (truncated, or an interrupted save); "
         "rebuild it with `ralm index build`"

@@ -9,9 +9,9 @@ import pytest
 
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.errors import RalmError
-from ralm.retrieval.bm25 import BM25Retriever
+from ralm.retrieval.bm25 import BM25Searcher
 from ralm.retrieval.encoders import DualEncoder
-from ralm.retrieval.hybrid import HybridRetriever, fuse_rankings
+from ralm.retrieval.hybrid import HybridSearcher, fuse_rankings
 from ralm.retrieval.index.open import dense_retriever_for
 
 
@@ -88,7 +88,7 @@ def parts(tmp_path_factory, tiny_dir, one_thread):
     src.write_text("\n".join(json.dumps({"title": t, "text": x}, ensure_ascii=False) for t, x in DOCS) + "\n")
     store = build_docstore([src], d / "store", BuildConfig(chunk_size=64), progress=False, log=lambda m: None)
     assert len(store) == len(DOCS)
-    bm25 = BM25Retriever.build(store)
+    bm25 = BM25Searcher.build(store)
     dense = dense_retriever_for(store, DualEncoder.from_pretrained(tiny_dir), d / "dense", progress=False)
     return store, bm25, dense
 
@@ -98,7 +98,7 @@ QUERIES = ["hvem skrev Peer Gynt", "hovedstaden i Norge", "midnattssol i nord"]
 
 def test_hybrid_equals_fusing_the_two_lists_by_hand(parts):
     store, bm25, dense = parts
-    hyb = HybridRetriever([bm25, dense], len(store), depth=4)
+    hyb = HybridSearcher([bm25, dense], len(store), depth=4)
     res = hyb.search_text(QUERIES, 3)
     a, b = bm25.search_text(QUERIES, 4), dense.search_text(QUERIES, 4)
     for i in range(len(QUERIES)):
@@ -109,7 +109,7 @@ def test_hybrid_equals_fusing_the_two_lists_by_hand(parts):
 
 def test_hybrid_excludes_and_returns_k(parts):
     store, bm25, dense = parts
-    hyb = HybridRetriever([bm25, dense], len(store), method="weighted", weights=[0.5, 0.5], depth=2)
+    hyb = HybridSearcher([bm25, dense], len(store), method="weighted", weights=[0.5, 0.5], depth=2)
     res = hyb.search_text(QUERIES, 4, exclude_ids=[[3, 4], None, 5])
     assert res.ids.shape == (3, 4)
     assert not {3, 4} & set(res.ids[0].tolist()) and 5 not in res.ids[2].tolist()
@@ -117,6 +117,6 @@ def test_hybrid_excludes_and_returns_k(parts):
     with pytest.raises(RalmError, match="k=5"):  # 6 chunks, 2 excluded from the first query
         hyb.search_text(QUERIES, 5, exclude_ids=[[3, 4], None, None])
     with pytest.raises(RalmError, match="at least two"):
-        HybridRetriever([bm25], len(store))
+        HybridSearcher([bm25], len(store))
     with pytest.raises(RalmError, match="fusion weights"):
-        HybridRetriever([bm25, dense], len(store), weights=[1.0])
+        HybridSearcher([bm25, dense], len(store), weights=[1.0])

@@ -13,7 +13,7 @@ from ralm.errors import RalmError
 from ralm.retrieval.base import Searcher
 from ralm.retrieval.late_interaction import (
     LateInteractionConfig,
-    LateInteractionRetriever,
+    LateInteractionSearcher,
     TokenEncoder,
     maxsim,
     maxsim_batched,
@@ -127,7 +127,7 @@ def test_encoder_shapes_norms_and_masks(tiny):
 
 
 def test_exhaustive_search_contract(tiny, store):
-    li = LateInteractionRetriever(tiny, store).index()
+    li = LateInteractionSearcher(tiny, store).index()
     assert li.count == len(DOCS) and li.memory_bytes() > 0
     backend: Searcher = li
     qs = ["capital of Norway", "lava and ash"]
@@ -146,13 +146,13 @@ def test_exhaustive_search_contract(tiny, store):
     with pytest.raises(RalmError, match="empty"):
         li.search_text([""], 1)
     with pytest.raises(RalmError, match="index"):
-        LateInteractionRetriever(tiny, store).search_text(["x"], 1)
+        LateInteractionSearcher(tiny, store).search_text(["x"], 1)
 
 
 def test_rerank_keeps_candidates_and_orders_by_naive_maxsim(tiny, store):
     qs = ["capital of Norway", "keyboard instrument"]
     cand = np.array([[5, 0, 3, 1], [2, 4, -1, 3]])
-    for li in (LateInteractionRetriever(tiny, store), LateInteractionRetriever(tiny, store).index()):
+    for li in (LateInteractionSearcher(tiny, store), LateInteractionSearcher(tiny, store).index()):
         res = li.rerank(qs, cand)
         q, qm = tiny.encode_queries(qs)
         flat, off = tiny.encode_docs([f"{t} | {x}" for t, x in DOCS])
@@ -188,7 +188,7 @@ def test_real_minilm_obvious_document_wins(tmp_path):
     st = build_docstore(
         [src], tmp_path / "store", BuildConfig(chunk_size=64), progress=False, log=lambda m: None
     )
-    li = LateInteractionRetriever.from_pretrained(None, st).index()
+    li = LateInteractionSearcher.from_pretrained(None, st).index()
     res = li.search_text(
         ["What is the capital of Norway?", "how to cook pasta", "biggest planet", "racket sports"], 1
     )

@@ -11,7 +11,7 @@ import pytest
 from ralm.corpus.build import BuildConfig, build_docstore
 from ralm.errors import RalmError
 from ralm.retrieval.base import Searcher
-from ralm.retrieval.query_likelihood import QueryLikelihoodRetriever, analyze_text, top_k_exact
+from ralm.retrieval.query_likelihood import QueryLikelihoodSearcher, analyze_text, top_k_exact
 
 DOCS = [
     ("Fruit one", "apple banana apple"),  # 0: |d| = 3
@@ -42,7 +42,7 @@ def store(tmp_path_factory):
 
 @pytest.fixture()
 def ql(store):
-    return QueryLikelihoodRetriever.build(store, include_title=False, smoothing="dirichlet", mu=2.0)
+    return QueryLikelihoodSearcher.build(store, include_title=False, smoothing="dirichlet", mu=2.0)
 
 
 def test_dirichlet_by_hand(ql):
@@ -91,7 +91,7 @@ def test_query_terms_repeats_unknown_and_title(store, ql):
     assert [ql.terms[i] for i in ids] == ["apple"] and qtf.tolist() == [2.0] and skipped == ["kiwi"]
     assert ql.search_text(["kiwi"], 2).ids.tolist() == [[0, 1]]  # nothing known: all 0, by id
     assert analyze_text("The Iliad, by Homer.") == ["the", "iliad", "by", "homer"]
-    titled = QueryLikelihoodRetriever.build(store)  # title + text
+    titled = QueryLikelihoodSearcher.build(store)  # title + text
     assert titled.search_text(["four"], 1).ids.tolist() == [[3]]
 
 
@@ -127,7 +127,7 @@ def test_dirichlet_small_mu_ranks_like_mle(tmp_path):
     words = [f"w{i}" for i in range(8)]
     docs = [(f"D{i}", " ".join(rng.choice(words, size=rng.integers(3, 12)))) for i in range(30)]
     store = make_store(tmp_path, docs)
-    ql = QueryLikelihoodRetriever.build(store, include_title=False, mu=1e-7)
+    ql = QueryLikelihoodSearcher.build(store, include_title=False, mu=1e-7)
     for query in (["w1", "w2"], ["w3", "w3", "w5"], ["w0"]):
         mle = {}
         for i, (_, text) in enumerate(docs):
@@ -146,7 +146,7 @@ def test_vectorised_equals_naive(tmp_path):
     rng = np.random.default_rng(1)
     words = [f"v{i}" for i in range(12)]
     docs = [(f"D{i}", " ".join(rng.choice(words, size=rng.integers(1, 15)))) for i in range(20)]
-    ql = QueryLikelihoodRetriever.build(make_store(tmp_path, docs), include_title=False, mu=7.0)
+    ql = QueryLikelihoodSearcher.build(make_store(tmp_path, docs), include_title=False, mu=7.0)
     toks = [d[1].split() for d in docs]
     C = sum(len(t) for t in toks)
     pc = {w: sum(t.count(w) for t in toks) / C for w in words}
@@ -167,10 +167,10 @@ def test_save_load(tmp_path, store, ql):
     d = ql.save(tmp_path / "ql")
     with np.load(d / "ql_counts.npz", allow_pickle=False) as z:
         assert set(z.files) == {"indptr", "indices", "data", "shape"}
-    back = QueryLikelihoodRetriever.load(d, docstore_fingerprint=store.fingerprint)
+    back = QueryLikelihoodSearcher.load(d, docstore_fingerprint=store.fingerprint)
     assert (back.smoothing, back.lam) == ("jm", 0.3)
     assert np.array_equal(back.scores(["apple cherry"]), ql.scores(["apple cherry"]))
     with pytest.raises(RalmError, match="another corpus"):
-        QueryLikelihoodRetriever.load(d, docstore_fingerprint="0" * 64)
+        QueryLikelihoodSearcher.load(d, docstore_fingerprint="0" * 64)
     with pytest.raises(RalmError, match="no such file"):
-        QueryLikelihoodRetriever.load(tmp_path / "nothing")
+        QueryLikelihoodSearcher.load(tmp_path / "nothing")

@@ -64,7 +64,7 @@ def test_open_a_docstore_folder_or_object_is_bm25_in_memory(built):
     """A DocStore (its folder, or the open DocStore) is searched by BM25 built in memory for its
     recorded language (en: stopwords and the English stemmer), as `--corpus STORE` searches it."""
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever, store_analyzer
+    from ralm.retrieval.bm25 import BM25Searcher, store_analyzer
 
     by_path = Retriever.open(built / "store")
     store = DocStore(built / "store")
@@ -72,7 +72,7 @@ def test_open_a_docstore_folder_or_object_is_bm25_in_memory(built):
     assert by_path.kind == by_object.kind == "bm25" and by_path.path is by_object.path is None
     assert by_path.description == f"bm25 (en: 33 stopwords, english stemmer) over {built / 'store'}"
     assert by_object.description == f"bm25 (en: 33 stopwords, english stemmer) over {store.root}"
-    assert by_object.store is store and isinstance(by_object.backend, BM25Retriever)
+    assert by_object.store is store and isinstance(by_object.backend, BM25Searcher)
     assert [h.title for h in by_path.search("capital of Norway", k=2)] == ["Oslo", "Bergen"]
     assert _ids_scores(by_path)[0] == _ids_scores(by_object)[0]
     assert by_path.description == Retriever.open(corpus=built / "store", kind="bm25").description

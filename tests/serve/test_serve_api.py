@@ -164,9 +164,9 @@ def test_realm_search_uses_the_runs_query_tower_and_index(serve_clients, serve_t
 
 def test_docstore_search_is_bm25_built_in_memory(serve_clients, serve_store):
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
 
-    want = _hits(BM25Retriever.build(DocStore(serve_store)).search_text(["founded by"], 3))
+    want = _hits(BM25Searcher.build(DocStore(serve_store)).search_text(["founded by"], 3))
     got = (
         serve_clients["docstore"]
         .get("/api/search", params={"q": "founded by", "k": 3, "retriever": "bm25"})

@@ -48,9 +48,9 @@ class Hit:
 class Searcher(Protocol):
     """What every retrieval backend offers: text queries in, the top-k chunk ids of one DocStore out.
 
-    BM25 (`BM25Retriever`), dense (`DenseRetriever`), hybrid (`HybridRetriever`), late interaction
-    (`LateInteractionRetriever`), query likelihood (`QueryLikelihoodRetriever`) and a re-ranked first
-    stage (`RerankRetriever`) are searchers; the rest of each (building, saving, `scores`, `rerank`)
+    BM25 (`BM25Searcher`), dense (`DenseSearcher`), hybrid (`HybridSearcher`), late interaction
+    (`LateInteractionSearcher`), query likelihood (`QueryLikelihoodSearcher`) and a re-ranked first
+    stage (`RerankSearcher`) are searchers; the rest of each (building, saving, `scores`, `rerank`)
     differs from backend to backend. The public front over them is `ralm.Retriever`, which opens an
     index or a DocStore as one (`Retriever.backend`). Checked statically: not runtime_checkable.
     """

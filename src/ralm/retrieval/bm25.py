@@ -3,7 +3,7 @@
 Scoring is bm25s's "lucene" variant with its defaults k1=1.5, b=0.75:
 idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)), tf part = tf / (tf + k1 * (1 - b + b * |d| / avgdl)).
 Each chunk is indexed as its article title followed by its text (`include_title=False` for
-the text alone), read from the DocStore in batches; `BM25Retriever.from_texts` indexes a list of
+the text alone), read from the DocStore in batches; `BM25Searcher.from_texts` indexes a list of
 strings instead (e.g. chunks as a tower tokenizer decodes them).
 
 Analysis (`ralm.retrieval.analysis.Analyzer`, the same for chunks and queries): Unicode NFKC
@@ -61,7 +61,7 @@ __all__ = [
     "FORMAT_VERSION",
     "TOKEN_PATTERN",
     "Analyzer",
-    "BM25Retriever",
+    "BM25Searcher",
     "normalize",
     "resolve_stopwords",
     "split_words",
@@ -80,10 +80,10 @@ BM25S_FILES = (
 )
 
 
-class BM25Retriever:
+class BM25Searcher:
     """BM25 search over the chunks of one DocStore (ids = chunk ids); a `Searcher` (ralm.retrieval.base).
 
-    `BM25Retriever.build(store, lang="da")` indexes a DocStore; `search_text(queries, k,
+    `BM25Searcher.build(store, lang="da")` indexes a DocStore; `search_text(queries, k,
     exclude_ids)` ranks. `analyzer` is the text analysis of the index (queries go through it too).
     """
 
@@ -132,7 +132,7 @@ class BM25Retriever:
 
     def __repr__(self) -> str:
         return (
-            f"BM25Retriever(count={self.count}, vocab={len(self.model.vocab_dict)}, "
+            f"BM25Searcher(count={self.count}, vocab={len(self.model.vocab_dict)}, "
             f"analysis={self.describe()!r})"
         )
 
@@ -150,7 +150,7 @@ class BM25Retriever:
         k1: float = 1.5,
         b: float = 0.75,
         batch_size: int = 4096,
-    ) -> BM25Retriever:
+    ) -> BM25Searcher:
         """Index every chunk of `store` ("title\\ntext", or the text alone).
 
         The analysis is `Analyzer.resolve(lang, stopwords, stemmer)` (explicit stopwords/stemmer
@@ -188,7 +188,7 @@ class BM25Retriever:
         analyzer: Analyzer | None = None,
         k1: float = 1.5,
         b: float = 0.75,
-    ) -> BM25Retriever:
+    ) -> BM25Searcher:
         """Index a list of texts (ids = positions), e.g. chunks as a tokenizer decodes them.
 
         The analysis options are those of `build`; `docstore_fingerprint` (the DocStore the texts
@@ -254,7 +254,7 @@ class BM25Retriever:
     @classmethod
     def load(
         cls, directory: str | os.PathLike, *, docstore_fingerprint: str | None = None, mmap: bool = False
-    ) -> BM25Retriever:
+    ) -> BM25Searcher:
         """Read a saved BM25 index; with a fingerprint given, check it was built from that DocStore.
 
         The files are checked against the sizes and digests in bm25.json (sizes only with mmap).

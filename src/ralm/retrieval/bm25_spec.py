@@ -1,5 +1,5 @@
 """A BM25 analysis spec as users write it (`--bm25 da`, `--lang nb`, `none`), turned into the
-lang/stopwords/stemmer options of `BM25Retriever.build` and `BM25Retriever.matches`.
+lang/stopwords/stemmer options of `BM25Searcher.build` and `BM25Searcher.matches`.
 
 Free of numpy and bm25s, so a command can check its arguments before importing either.
 """

@@ -79,7 +79,7 @@ def fuse_rankings(
     return all_ids[order], all_scores[order].astype(np.float32)
 
 
-class HybridRetriever:
+class HybridSearcher:
     """Several first-stage retrievers (usually BM25 and dense) fused into one ranking; a `Searcher`.
 
     retrievers: each answers `search_text`; n_items: chunks in the store (bounds the depth).
@@ -121,7 +121,7 @@ class HybridRetriever:
         return self.n_items
 
     def __repr__(self) -> str:
-        return f"HybridRetriever({self.method}, depth={self.depth}, {len(self.retrievers)} retrievers)"
+        return f"HybridSearcher({self.method}, depth={self.depth}, {len(self.retrievers)} retrievers)"
 
     def search_text(self, queries: Sequence[str], k: int, exclude_ids: ExcludeIds = None) -> SearchResult:
         """Top-k fused chunk ids and fused scores per query (k results while the store has them)."""
@@ -154,10 +154,10 @@ def fuse_searchers(
     fusion: str = "rrf",
     dense_weight: float = 0.5,
     depth: int = 100,
-) -> HybridRetriever:
+) -> HybridSearcher:
     """BM25 and dense fused as `--retriever hybrid` fuses them: [sparse, dense], weighted
     `fusion_weights(fusion, dense_weight)`, the top `depth` of each (n_items: chunks in the store)."""
-    return HybridRetriever(
+    return HybridSearcher(
         [sparse, dense], n_items, method=fusion, depth=depth, weights=fusion_weights(fusion, dense_weight)
     )
 

@@ -15,7 +15,7 @@ augmented with [MASK] tokens up to `query_max_length` (off by default: without C
 training the [MASK] vectors are noise). A titled chunk is encoded as "title | text".
 
 `maxsim_batched` scores many queries against many padded documents in one matrix product
-(no Python loop over documents). `LateInteractionRetriever` (a) indexes a small DocStore by
+(no Python loop over documents). `LateInteractionSearcher` (a) indexes a small DocStore by
 keeping every kept document token vector in memory (one flat float16 tensor plus offsets)
 and searches exhaustively, and (b) re-ranks another retriever's top-k (`rerank`), encoding
 the candidates on the fly when no index is built. Search results follow the `Searcher`
@@ -64,7 +64,7 @@ def maxsim_batched(
 
     q_mask (Q, Lq), d_mask (N, Ld): True for tokens that take part. One matrix product
     (Q Lq, dim) x (dim, N Ld), then a masked max over doc tokens and a masked sum over
-    query tokens. Memory: Q Lq N Ld floats (see `LateInteractionRetriever` for blocking).
+    query tokens. Memory: Q Lq N Ld floats (see `LateInteractionSearcher` for blocking).
     """
     nq, lq, dim = q.shape
     n, ld, _ = d.shape
@@ -235,10 +235,10 @@ def doc_text(title: str | None, text: str, include_title: bool) -> str:
 
 
 # ----------------------------------------------------------------------------- retriever
-class LateInteractionRetriever:
+class LateInteractionSearcher:
     """Exhaustive MaxSim search over an in-memory token cache, and MaxSim re-ranking; a `Searcher`.
 
-    li = LateInteractionRetriever(TokenEncoder.from_pretrained(None), store).index()
+    li = LateInteractionSearcher(TokenEncoder.from_pretrained(None), store).index()
     li.search_text(["who wrote the iliad"], k=5)
     li.rerank(["who wrote the iliad"], bm25.search_text(["who wrote the iliad"], 100).ids)
     """
@@ -255,7 +255,7 @@ class LateInteractionRetriever:
         path: str | None = None,
         store: DocStore | None = None,
         config: LateInteractionConfig | None = None,
-    ) -> LateInteractionRetriever:
+    ) -> LateInteractionSearcher:
         return cls(TokenEncoder.from_pretrained(path, config), store)
 
     @property
@@ -263,12 +263,12 @@ class LateInteractionRetriever:
         if self.offsets is not None:
             return len(self.offsets) - 1
         if self.store is None:
-            raise RalmError("no DocStore: pass one to LateInteractionRetriever(encoder, store)")
+            raise RalmError("no DocStore: pass one to LateInteractionSearcher(encoder, store)")
         return len(self.store)
 
     def _texts(self, ids: Sequence[int] | None = None) -> list[str]:
         if self.store is None:
-            raise RalmError("no DocStore: pass one to LateInteractionRetriever(encoder, store)")
+            raise RalmError("no DocStore: pass one to LateInteractionSearcher(encoder, store)")
         inc = self.encoder.config.include_title
         if ids is None:
             out = []
@@ -277,7 +277,7 @@ class LateInteractionRetriever:
             return out
         return [doc_text(r["title"], r["text"], inc) for r in self.store.get_many(ids)]
 
-    def index(self, progress: bool = False) -> LateInteractionRetriever:
+    def index(self, progress: bool = False) -> LateInteractionSearcher:
         """Encode every chunk of the DocStore into the in-memory token cache; returns self."""
         self.flat, self.offsets = self.encoder.encode_docs(self._texts(), progress=progress)
         return self

@@ -5,7 +5,7 @@ Retriever training sees passages by integer id 0..N-1 through one small interfac
     p = StorePassages(DocStore("corpora/nowiki"))       # chunks, inputs from the stored token ids
     p = ListPassages(["Oslo"], ["Oslo er hovedstaden."], ["d1"])   # DPR/BEIR passages, in memory
     p.text(3), p.title(3), p.doc_rows(encoder, [3, 7])  # (ids, types) rows for the doc tower
-    p.bm25(lang="nb")                                   # a BM25Retriever over the same ids
+    p.bm25(lang="nb")                                   # a BM25Searcher over the same ids
 
 `StorePassages` builds doc-tower inputs exactly as `ralm index build` does
 (`ralm.retrieval.embed.DocInputs`: `[CLS] title [SEP] chunk [SEP]` from the stored token ids), so
@@ -87,9 +87,9 @@ class StorePassages:
         return self.store.lengths()
 
     def bm25(self, **options):
-        from ralm.retrieval.bm25 import BM25Retriever
+        from ralm.retrieval.bm25 import BM25Searcher
 
-        return BM25Retriever.build(self.store, **options)
+        return BM25Searcher.build(self.store, **options)
 
 
 class ListPassages:
@@ -134,9 +134,9 @@ class ListPassages:
         )
 
     def bm25(self, **options):
-        from ralm.retrieval.bm25 import BM25Retriever
+        from ralm.retrieval.bm25 import BM25Searcher
 
-        return BM25Retriever.from_texts(
+        return BM25Searcher.from_texts(
             [f"{t}\n{x}" if t else x for t, x in zip(self.titles, self.texts, strict=True)], **options
         )
 

@@ -111,10 +111,10 @@ def top_k_exact(scores: np.ndarray, k: int, exclude: np.ndarray | None) -> tuple
     return top_ids, top_scores
 
 
-class QueryLikelihoodRetriever:
+class QueryLikelihoodSearcher:
     """Query likelihood with Dirichlet or Jelinek-Mercer smoothing; a `Searcher` (ralm.retrieval.base).
 
-    `QueryLikelihoodRetriever.build(store)` counts a DocStore's terms; `search_text(queries, k)`
+    `QueryLikelihoodSearcher.build(store)` counts a DocStore's terms; `search_text(queries, k)`
     ranks its chunks; `scores(queries)` gives every chunk's log p(q | d), shape (Q, N).
     """
 
@@ -152,7 +152,7 @@ class QueryLikelihoodRetriever:
 
     def __repr__(self) -> str:
         par = f"mu={self.mu:g}" if self.smoothing == "dirichlet" else f"lam={self.lam:g}"
-        return f"QueryLikelihoodRetriever(N={self.count}, V={len(self.terms)}, {self.smoothing}, {par})"
+        return f"QueryLikelihoodSearcher(N={self.count}, V={len(self.terms)}, {self.smoothing}, {par})"
 
     def set_smoothing(self, smoothing: str, *, mu: float | None = None, lam: float | None = None) -> None:
         """Switch to "dirichlet" (mu > 0) or "jm" (0 < lam <= 1); the sparse weights are recomputed."""
@@ -194,7 +194,7 @@ class QueryLikelihoodRetriever:
         mu: float = DEFAULT_MU,
         lam: float = DEFAULT_LAMBDA,
         batch_size: int = 1024,
-    ) -> QueryLikelihoodRetriever:
+    ) -> QueryLikelihoodSearcher:
         """Count the terms of every chunk of `store` (title + text unless include_title=False)."""
         if len(store) == 0:
             raise RalmError(f"{store.root}: the DocStore has no chunks to index")
@@ -310,13 +310,13 @@ class QueryLikelihoodRetriever:
     @classmethod
     def load(
         cls, directory: str | os.PathLike, *, docstore_fingerprint: str | None = None
-    ) -> QueryLikelihoodRetriever:
+    ) -> QueryLikelihoodSearcher:
         """Read a saved retriever; with a fingerprint given, check it was built from that DocStore."""
         d = Path(directory)
         for name in (MANIFEST_FILE, COUNTS_FILE, TERMS_FILE):
             if not (d / name).is_file():
                 raise RalmError(
-                    f"{d / name}: no such file; build the index with QueryLikelihoodRetriever.build"
+                    f"{d / name}: no such file; build the index with QueryLikelihoodSearcher.build"
                 )
         try:
             manifest = json.loads((d / MANIFEST_FILE).read_text(encoding="utf-8"))

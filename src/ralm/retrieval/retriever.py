@@ -11,7 +11,7 @@ It is the one way in for code outside ralm.retrieval (an import-linter contract 
 `--index/--corpus/--retriever/--lang` name (declared by `ralm.retrieval.options.add_retrieval_args`),
 `Retriever.hybrid(bm25, dense)` fuses two open ones, and `matched_mask` tells matched hits apart.
 
-Also here: `RerankRetriever` (a first stage's candidates re-scored by a reranker, e.g. ColBERT)
+Also here: `RerankSearcher` (a first stage's candidates re-scored by a reranker, e.g. ColBERT)
 and the helpers that show search results as text (`snippet`, `top_texts`).
 
 Deliberately left out: building indexes (`ralm.retrieval.index.build.build_index_dir`, `ralm index build`).
@@ -32,7 +32,7 @@ from ralm.errors import RalmError
 from ralm.retrieval.base import ExcludeIds, Hit, Searcher, SearchResult, check_queries
 from ralm.retrieval.options import KINDS
 
-__all__ = ["Hit", "RerankRetriever", "Retriever", "matched_mask", "snippet", "top_texts"]
+__all__ = ["Hit", "RerankSearcher", "Retriever", "matched_mask", "snippet", "top_texts"]
 
 
 class Retriever:
@@ -83,7 +83,7 @@ class Retriever:
         them (`from_args`); both: the index, over `corpus` as its DocStore (when it moved).
         lang: the BM25 analysis (`ralm.retrieval.bm25_spec`: "en", "nb:stem", "none"); left out, an
         index's own BM25 is used, and over a DocStore its recorded language, else English.
-        bm25_options: the analysis as `BM25Retriever.build` options instead of lang (over a DocStore,
+        bm25_options: the analysis as `BM25Searcher.build` options instead of lang (over a DocStore,
         {} = the DocStore's own analysis: its language where Snowball knows it, else plain).
         One-line RalmError for a kind the inputs cannot give, a missing or damaged index or store.
         """
@@ -111,12 +111,12 @@ class Retriever:
             raise RalmError(
                 f"--retriever {kind} needs an index directory (--index); --corpus alone gives bm25"
             )
-        from ralm.retrieval.bm25 import BM25Retriever
+        from ralm.retrieval.bm25 import BM25Searcher
 
         store = corpus if isinstance(corpus, DocStore) else DocStore(corpus)
         if bm25_options is None:
             bm25_options = options_of(store.lang or "en")
-        backend = BM25Retriever.build(store, **bm25_options)
+        backend = BM25Searcher.build(store, **bm25_options)
         where = store.root if isinstance(corpus, DocStore) else corpus
         return cls(store, backend, "bm25", None, f"bm25 ({backend.describe()}) over {where}")
 
@@ -245,7 +245,7 @@ class Retriever:
         return f"Retriever({str(self.path)!r}, kind={self.kind!r}, chunks={len(self.store)})"
 
 
-class RerankRetriever:
+class RerankSearcher:
     """A first-stage retriever's top `depth` chunks, re-scored by `reranker.rerank` (e.g. ColBERT
     MaxSim); a `Searcher`."""
 
@@ -269,10 +269,10 @@ def matched_mask(searcher: Searcher, result: SearchResult) -> np.ndarray:
     """(Q, k) bool: which hits of `searcher`'s `result` matched their query: a chunk (id >= 0), a
     finite score and, from BM25, a score > 0 (some query term in the chunk). What
     `Retriever.search(matched_only=True)` keeps, and the frozen LM's retrieval (ralm.frozen.retrieve)."""
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
 
     keep = np.isfinite(result.scores) & (result.ids >= 0)
-    if isinstance(searcher, BM25Retriever):
+    if isinstance(searcher, BM25Searcher):
         keep &= result.scores > 0
     return keep
 

@@ -24,7 +24,7 @@ files) and all of them by `ralm index verify`.
 
 Building one (`build_index_dir`): ralm.retrieval.index.build; the files and their checks
 (`MANIFEST`, `verify_index_dir`, `read_index_dir`): ralm.retrieval.index.directory; the dense side
-(`DenseRetriever`, FAISS): ralm.retrieval.index.open.
+(`DenseSearcher`, FAISS): ralm.retrieval.index.open.
 
 The BM25, dense and hybrid searchers all answer `search_text` (the `Searcher` protocol of
 ralm.retrieval.base), so every caller can switch between them.
@@ -40,7 +40,7 @@ from typing import Any
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.retrieval.base import Searcher
-from ralm.retrieval.bm25 import BM25Retriever
+from ralm.retrieval.bm25 import BM25Searcher
 from ralm.retrieval.index.directory import read_index_dir
 from ralm.retrieval.index.io import IndexFileError
 from ralm.retrieval.index.open import damaged_index, open_dense
@@ -86,15 +86,15 @@ def _index_bm25(
     manifest: dict[str, Any],
     options: dict[str, Any] | None,
     log: Callable[[str], None],
-) -> BM25Retriever:
+) -> BM25Searcher:
     if manifest.get("bm25"):
         try:
-            stored = BM25Retriever.load(path / "bm25", docstore_fingerprint=ds.fingerprint)
+            stored = BM25Searcher.load(path / "bm25", docstore_fingerprint=ds.fingerprint)
         except IndexFileError as exc:
             raise damaged_index(path, exc) from None
         if options is None or stored.matches(**options):
             return stored
-        built = BM25Retriever.build(ds, **options)
+        built = BM25Searcher.build(ds, **options)
         log(
             f"{path}: its BM25 uses {stored.describe()}; built one with {built.describe()} in memory "
             "(rebuild the index with those options to keep it)"
@@ -102,6 +102,6 @@ def _index_bm25(
         return built
     if options is None:
         raise RalmError(f"{path}: built without BM25; rebuild with `ralm index build --bm25` or pass --lang")
-    built = BM25Retriever.build(ds, **options)
+    built = BM25Searcher.build(ds, **options)
     log(f"{path}: built without BM25; built one with {built.describe()} in memory")
     return built

@@ -62,8 +62,8 @@ class Target:
     device: str = "cpu"
     store: Any = None  # DocStore
     dense: Any = None  # anything with search_text(queries, k) -> SearchResult
-    bm25: Any = None  # BM25Retriever
-    hybrid: Any = None  # HybridRetriever over (bm25, dense)
+    bm25: Any = None  # BM25Searcher
+    hybrid: Any = None  # HybridSearcher over (bm25, dense)
     realm: Any = None  # LoadedRun
     surealm: SurealmParts | None = None
     generator: Any = None  # ralm.serve.generator.Generator: Ask's LM (`ralm serve --generator`)
@@ -103,7 +103,7 @@ class Target:
 
 
 class RunDense:
-    """A REALM run's query tower over the run's own index: `search_text` like a DenseRetriever.
+    """A REALM run's query tower over the run's own index: `search_text` like a DenseSearcher.
 
     Queries are tokenized and embedded as `fill` embeds a masked text (`model.embed_queries`);
     scores are the index's inner products.

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ralm.errors import RalmError
-from ralm.retrieval.bm25 import BM25Retriever, store_analyzer
+from ralm.retrieval.bm25 import BM25Searcher, store_analyzer
 from ralm.retrieval.bm25_spec import bm25_options
 from ralm.retrieval.hybrid import fuse_rankings
 
@@ -70,7 +70,7 @@ class HybridCandidates:
     """A REALM `search` callable: (q (B, d), source_ids (B,), k, query_ids (B, L)) -> (B, k) chunk ids.
 
     dense_search: the refresher's search (MIPS top-k with the query's source chunk excluded).
-    bm25: a BM25Retriever over the knowledge corpus's decoded chunks (see `bm25_for_docs`).
+    bm25: a BM25Searcher over the knowledge corpus's decoded chunks (see `bm25_for_docs`).
     tokenizer: the query tokenizer, to decode visible query tokens.
     """
 
@@ -79,7 +79,7 @@ class HybridCandidates:
     def __init__(
         self,
         dense_search: DenseSearch,
-        bm25: BM25Retriever,
+        bm25: BM25Searcher,
         tokenizer,
         *,
         depth: int = 32,
@@ -123,8 +123,8 @@ class HybridCandidates:
         return out
 
 
-def bm25_for_docs(docs, *, lang: str | None = None) -> BM25Retriever:
-    """A BM25Retriever over every chunk of `docs` (ChunkDocs) as the tower tokenizer decodes it.
+def bm25_for_docs(docs, *, lang: str | None = None) -> BM25Searcher:
+    """A BM25Searcher over every chunk of `docs` (ChunkDocs) as the tower tokenizer decodes it.
 
     lang: a BM25 spec (`bm25_options`: "da", "nb:stem", "none" for plain analysis); None = the
     DocStore's recorded language."""
@@ -135,10 +135,10 @@ def bm25_for_docs(docs, *, lang: str | None = None) -> BM25Retriever:
         rows = [store.input_ids(i).tolist() for i in range(lo, min(lo + 4096, len(store)))]
         texts.extend(tok.batch_decode(rows, skip_special_tokens=True))
     if lang is None:
-        return BM25Retriever.from_texts(
+        return BM25Searcher.from_texts(
             texts, docstore_fingerprint=store.fingerprint, analyzer=store_analyzer(store)
         )
-    return BM25Retriever.from_texts(texts, docstore_fingerprint=store.fingerprint, **bm25_options(lang))
+    return BM25Searcher.from_texts(texts, docstore_fingerprint=store.fingerprint, **bm25_options(lang))
 
 
 def candidate_search(cfg, model, dense_search: DenseSearch):

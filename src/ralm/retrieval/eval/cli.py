@@ -184,10 +184,10 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     from ralm.corpus.docstore import DocStore
-    from ralm.retrieval.bm25 import BM25Retriever, store_analyzer
+    from ralm.retrieval.bm25 import BM25Searcher, store_analyzer
     from ralm.retrieval.encoders import DualEncoder
     from ralm.retrieval.eval.compare import compare_retrievers, load_qa, report_json
-    from ralm.retrieval.hybrid import HybridRetriever, fusion_weights
+    from ralm.retrieval.hybrid import HybridSearcher, fusion_weights
     from ralm.retrieval.index.directory import read_index_dir
     from ralm.retrieval.index.open import dense_retriever_for, index_dense_centred
     from ralm.retrieval.searchers import open_searcher
@@ -219,23 +219,23 @@ def _eval(args: argparse.Namespace) -> int:
                 retrievers[name] = index_bm25
                 log(f"{name}: the index's BM25 ({index_bm25.describe()})")
             else:
-                retrievers[name] = BM25Retriever.build(store, **opts)
+                retrievers[name] = BM25Searcher.build(store, **opts)
             sparse.append(name)
     if args.ql:
-        from ralm.retrieval.query_likelihood import QueryLikelihoodRetriever
+        from ralm.retrieval.query_likelihood import QueryLikelihoodSearcher
 
-        retrievers["query_likelihood"] = QueryLikelihoodRetriever.build(store)
+        retrievers["query_likelihood"] = QueryLikelihoodSearcher.build(store)
     if args.colbert_rerank:
-        from ralm.retrieval.late_interaction import LateInteractionRetriever
-        from ralm.retrieval.retriever import RerankRetriever
+        from ralm.retrieval.late_interaction import LateInteractionSearcher
+        from ralm.retrieval.retriever import RerankSearcher
 
         if args.colbert_rerank < max(args.k) or args.colbert_rerank > len(store):
             raise RalmError(
                 f"--colbert-rerank {args.colbert_rerank}: must be between max(-k) and the number of chunks"
             )
-        first = retrievers[sparse[0]] if sparse else BM25Retriever.build(store)
-        colbert = LateInteractionRetriever.from_pretrained(None, store)
-        retrievers[f"colbert_rerank_bm25@{args.colbert_rerank}"] = RerankRetriever(
+        first = retrievers[sparse[0]] if sparse else BM25Searcher.build(store)
+        colbert = LateInteractionSearcher.from_pretrained(None, store)
+        retrievers[f"colbert_rerank_bm25@{args.colbert_rerank}"] = RerankSearcher(
             first, colbert, args.colbert_rerank
         )
     dense = []
@@ -259,7 +259,7 @@ def _eval(args: argparse.Namespace) -> int:
         if not dense:
             raise RalmError("--hybrid needs a dense retriever (--dense or --index)")
         tag = "" if args.dense_weight == 0.5 else f"@{args.dense_weight:g}"
-        retrievers[f"hybrid:{method}{tag}({sparse[0]}+{dense[0]})"] = HybridRetriever(
+        retrievers[f"hybrid:{method}{tag}({sparse[0]}+{dense[0]})"] = HybridSearcher(
             [retrievers[sparse[0]], retrievers[dense[0]]],
             len(store),
             method=method,

@@ -6,7 +6,7 @@ plan         which kind fits a corpus (auto_kind, memory estimates)
 io           saving and loading index files and manifests
 directory    `ralm index build`'s folder: encoder, embeddings, index, BM25, manifest; read_index_dir
 build        building that folder from a DocStore and an encoder
-open         its dense side for search (DenseRetriever, open_dense); the whole folder opens
+open         its dense side for search (DenseSearcher, open_dense); the whole folder opens
              through ralm.retrieval.searchers and ralm.Retriever
 sharded      ShardedIndex: contiguous chunk ranges, one DenseIndex each
 shard_build  building shards on many hosts; shard_merge: merging their top-k lists

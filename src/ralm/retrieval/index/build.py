@@ -21,7 +21,7 @@ from ralm.atomic import write_json_atomic
 from ralm.corpus.docstore import DocStore
 from ralm.errors import RalmError
 from ralm.locks import writer_lock
-from ralm.retrieval.bm25 import BM25Retriever
+from ralm.retrieval.bm25 import BM25Searcher
 from ralm.retrieval.embed import embed_docstore
 from ralm.retrieval.encoders import DualEncoder, EncoderConfig
 from ralm.retrieval.index.dense import DenseIndex
@@ -264,7 +264,7 @@ def _finish(
 ) -> None:
     """BM25 (or none), then retrieval.json over everything built: the index is finished."""
     if bm25:
-        sparse = BM25Retriever.build(store, **(bm25_options or {}))
+        sparse = BM25Searcher.build(store, **(bm25_options or {}))
         log(f"bm25: {sparse.describe()}")
         sparse.save(out / "bm25")
     else:

@@ -18,7 +18,7 @@ No torch here (the CLI's `index verify` and argument checks import only this). T
 So retrieval.json vouches for the manifests and the encoder, and each manifest for its big
 files: `verify_index_dir` follows that chain and re-hashes everything (ralm.integrity), which
 loading does only for what it reads (index.faiss, the BM25 files, the encoder files: see
-DenseIndex.load, BM25Retriever.load, ralm.retrieval.searchers.open_searcher).
+DenseIndex.load, BM25Searcher.load, ralm.retrieval.searchers.open_searcher).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dense side of a retrieval index directory: `DenseRetriever` (query tower -> FAISS), opened
+"""The dense side of a retrieval index directory: `DenseSearcher` (query tower -> FAISS), opened
 from the directory (`open_dense`, checked against its DocStore and encoder files), centred
 (`index_dense_centred`) or built over a DocStore in a work folder (`dense_retriever_for`).
 
@@ -25,10 +25,10 @@ from ralm.retrieval.index.directory import check_encoder_files, read_index_dir
 from ralm.retrieval.index.io import IndexFileError
 from ralm.retrieval.index.sharded import ShardedIndex, load_dense
 
-__all__ = ["DenseRetriever", "damaged_index", "dense_retriever_for", "index_dense_centred", "open_dense"]
+__all__ = ["DenseSearcher", "damaged_index", "dense_retriever_for", "index_dense_centred", "open_dense"]
 
 
-class DenseRetriever:
+class DenseSearcher:
     """Text queries -> query tower -> FAISS index (or ShardedIndex) over the DocStore's doc vectors."""
 
     def __init__(
@@ -60,7 +60,7 @@ def dense_retriever_for(
     progress: bool = True,
     center: bool = False,
     **params: Any,
-) -> DenseRetriever:
+) -> DenseSearcher:
     """Embed `store` with `encoder` into `work/` (resumable) and index it (centred: see DenseIndex)."""
     work.mkdir(parents=True, exist_ok=True)
     vectors = embed_docstore(
@@ -74,10 +74,10 @@ def dense_retriever_for(
         center=center,
         **params,
     )
-    return DenseRetriever(encoder, index)
+    return DenseSearcher(encoder, index)
 
 
-def open_dense(path: Path, ds: DocStore, manifest: dict[str, Any]) -> DenseRetriever:
+def open_dense(path: Path, ds: DocStore, manifest: dict[str, Any]) -> DenseSearcher:
     """The dense searcher of index directory `path` (`ds` and `manifest` from `read_index_dir`): its
     encoder (files checked against their records) and its FAISS index or shards (fingerprints checked)."""
     check_encoder_files(path, manifest)  # the query tower has no fingerprint to be checked against
@@ -88,10 +88,10 @@ def open_dense(path: Path, ds: DocStore, manifest: dict[str, Any]) -> DenseRetri
         )
     except IndexFileError as exc:
         raise damaged_index(path, exc) from None
-    return DenseRetriever(enc, index)
+    return DenseSearcher(enc, index)
 
 
-def index_dense_centred(path: str | os.PathLike, store: str | os.PathLike | None = None) -> DenseRetriever:
+def index_dense_centred(path: str | os.PathLike, store: str | os.PathLike | None = None) -> DenseSearcher:
     """The dense side of an index directory, centred (see DenseIndex): its own centred index when
     it was built with `--center`, else an exact (flat) centred index over its saved embeddings.
 
@@ -119,7 +119,7 @@ def index_dense_centred(path: str | os.PathLike, store: str | os.PathLike | None
         encoder_fingerprint=enc.fingerprint("doc"),
         center=True,
     )
-    return DenseRetriever(enc, index)
+    return DenseSearcher(enc, index)
 
 
 def damaged_index(path: Path, exc: IndexFileError) -> RalmError:

@@ -137,7 +137,7 @@ class ShardedIndex:
     """All shards of a sharded index in one process: `search` asks each in turn and merges.
 
     Same face as DenseIndex where callers use it (search, count, dim, kind, metric, the
-    fingerprints, manifest, memory_bytes), so DenseRetriever, REALM and serving take either.
+    fingerprints, manifest, memory_bytes), so DenseSearcher, REALM and serving take either.
     shards[s] holds chunks starts[s]..starts[s] + shards[s].count - 1.
     """
 

@@ -238,6 +238,6 @@ def _resolved(p) -> str | None:
 
 
 def _bm25_for(store, opts: dict):
-    from ralm.retrieval.bm25 import BM25Retriever
+    from ralm.retrieval.bm25 import BM25Searcher
 
-    return BM25Retriever.build(store, **opts)
+    return BM25Searcher.build(store, **opts)

@@ -88,7 +88,7 @@ def read_pairs(
     """Read training pairs from `path` in `fmt` (None = detect), over `store` where the format needs one.
 
     bm25_options / depth: how open-QA positives are mined (BM25 analysis, how deep to look);
-    bm25: a ready BM25Retriever over `store` to reuse.
+    bm25: a ready BM25Searcher over `store` to reuse.
     """
     path = Path(path)
     fmt = fmt or detect_pair_format(path)
