@@ -157,6 +157,10 @@ def test_overwrite_replaces_an_interrupted_run_but_not_a_foreign_directory(tiny_
     with pytest.raises(RalmError, match="not a SUREALM training run"):
         train(_cfg(tiny_store, foreign, lm=tiny_dir, steps=1, eval_every=1), overwrite=True, progress=False)
     assert (foreign / "notes.txt").read_text() == "mine"
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(RalmError) as exc:
+        train(_cfg(tiny_store, tmp_path / "a-file", lm=tiny_dir, steps=1), overwrite=True, progress=False)
+    assert str(exc.value) == f"{tmp_path / 'a-file'}: exists and is not a directory; choose another --out"
     interrupted = tmp_path / "interrupted"
     interrupted.mkdir()
     (interrupted / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')  # killed before train.json

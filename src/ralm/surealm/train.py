@@ -39,6 +39,7 @@ from ralm.train.device import resolve_device
 from ralm.train.logging import METRICS_FILE, MetricsLogger
 from ralm.train.loop import fit_steps
 from ralm.train.optim import adamw, param_groups, warmup_schedule
+from ralm.train.run import out_state
 
 logger = logging.getLogger(__name__)
 
@@ -191,10 +192,11 @@ def train(cfg: TrainConfig, *, overwrite: bool = False, progress: bool = True) -
     if cfg.lm is None:
         cfg.lm = str(store.manifest.get("lm", "minilm"))
     out = Path(cfg.out)
-    if out.exists() and any(out.iterdir()):
+    state = out_state(out, METRICS_FILE, TRAIN_FILE)  # the run folder's rule (ralm.train.run)
+    if state != "empty":
         if not overwrite:
             raise RalmError(f"{out}: exists; pass --overwrite to replace it")
-        if not ((out / TRAIN_FILE).is_file() or (out / METRICS_FILE).is_file()):  # finished or interrupted
+        if state == "foreign":  # neither a finished nor an interrupted run
             raise RalmError(f"{out}: exists and is not a SUREALM training run; refusing to replace it")
         shutil.rmtree(out)
     tokenizer, tok_sha = load_lm_tokenizer(cfg.lm)

@@ -25,8 +25,10 @@ whenever --out holds the same run; what a finished run does) and share the mecha
 - `reached_steps`, `rerun_of_finished` and `finished_note`: a rerun of a finished run's command
   says so and changes nothing (`--overwrite` trains it again).
 
-`ralm finetune` keeps a job folder per `--out` with one folder per seed (`ralm.train.seed_jobs`):
-a seed either finished or runs again, so it has no checkpoints to resume.
+`ralm finetune` and `ralm luke ner` keep a job folder per `--out` with one folder per seed
+(`ralm.train.seed_jobs`): a seed either finished or runs again, so it has no checkpoints to resume.
+`ralm surealm train` keeps no checkpoints either: it reads --out with `out_state` (its metrics.jsonl
+marks a run, its train.json a trained model) and replaces a run only with --overwrite.
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ def test_resume_after_a_crash_gives_the_uninterrupted_weights(
     pairs = read_pairs(pair_files["dir"] / "squad.json", context_store)
     _dpr_run(tiny_dir, pairs, tmp_path / "whole", epochs=2)
     calls = {"n": 0}
-    real = rt.contrastive_step
+    real = rt.contrastive_losses
 
     def crash_at_step_4(*a, **k):
         calls["n"] += 1
@@ -168,12 +168,12 @@ def test_resume_after_a_crash_gives_the_uninterrupted_weights(
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(rt, "contrastive_step", crash_at_step_4)
+    monkeypatch.setattr(rt, "contrastive_losses", crash_at_step_4)
     with pytest.raises(KeyboardInterrupt):
         _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2)
     assert (tmp_path / "cut" / "checkpoints" / "step-0000002").is_dir()
     notes: list[str] = []
-    monkeypatch.setattr(rt, "contrastive_step", real)
+    monkeypatch.setattr(rt, "contrastive_losses", real)
     # what a process killed while saving would leave: an encoder half-written by a PID that is gone
     (tmp_path / "cut" / ".encoder.tmp-99999999").mkdir()
     res = _dpr_run(tiny_dir, pairs, tmp_path / "cut", epochs=2, log=notes.append)
@@ -210,7 +210,7 @@ def test_changed_settings_are_refused_on_resume(
     tmp_path, pair_files, context_store, tiny_dir, one_thread, monkeypatch
 ):
     pairs = read_pairs(pair_files["dir"] / "squad.json", context_store)
-    monkeypatch.setattr(rt, "contrastive_step", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(rt, "contrastive_losses", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         _dpr_run(tiny_dir, pairs, tmp_path / "cut")
     with pytest.raises(RalmError, match=r"unfinished `ralm retriever train` run with other settings \(lr\)"):

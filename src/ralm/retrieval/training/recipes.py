@@ -50,11 +50,12 @@ from ralm.model_card import write_model_card
 from ralm.models.precision import autocast_dtype
 from ralm.retrieval.encoders import DualEncoder
 from ralm.retrieval.training.batches import SupervisedBatches, UnsupervisedBatches
-from ralm.retrieval.training.contrastive import contrastive_step
+from ralm.retrieval.training.contrastive import contrastive_losses
 from ralm.retrieval.training.data import PairSet
 from ralm.retrieval.training.run import RESULTS, prepare_run
 from ralm.train.device import resolve_device
 from ralm.train.logging import MetricsLogger, truncate_metrics
+from ralm.train.loop import optimizer_step
 
 MODES = ("dpr", "contrastive")
 
@@ -249,20 +250,12 @@ def train_retriever(
                     q_rows, d_rows, targets, mask = batches.batch(epoch, b, encoder)
                 else:
                     q_rows, d_rows, targets, mask = batches.batch(step)
-                opt.zero_grad(set_to_none=True)
-                res = contrastive_step(
-                    encoder,
-                    q_rows,
-                    d_rows,
-                    targets,
-                    mask,
-                    chunk=cfg.grad_cache,
-                    amp=amp,
-                    device=device,
+                res, losses = contrastive_losses(
+                    encoder, q_rows, d_rows, targets, mask, chunk=cfg.grad_cache, amp=amp, device=device
                 )
-                grad_norm = torch.nn.utils.clip_grad_norm_(encoder.parameters(), cfg.grad_clip).item()
-                opt.step()
-                sched.step()
+                grad_norm = optimizer_step(
+                    opt, sched, encoder.parameters(), losses, max_grad_norm=cfg.grad_clip
+                )
                 step += 1
                 bar.update(1)
                 if step % cfg.log_every == 0 or step == total:
