@@ -55,6 +55,7 @@ def load_causal_lm_later(
     d, gguf = resolve_lm(spec, gguf_file)
     name = str(spec) if str(spec) in NAMED_LMS else str(d / gguf) if gguf else str(d)
     check_causal(d, gguf, what)
+    cached = None
     if gguf:
         from ralm.models import gguf_cache
 
@@ -65,7 +66,7 @@ def load_causal_lm_later(
     config = _config(d, gguf)
     if getattr(config, "is_encoder_decoder", False):
         raise RalmError(f"{d}: an encoder-decoder model; the {what} must be a decoder-only LM")
-    return (lambda: _weights(d, gguf, tok)), tok, config, name
+    return (lambda: _weights(d, gguf, tok, as_gguf=cached is not None)), tok, config, name
 
 
 def _tokenizer(d: Path, gguf: str | None) -> Any:
@@ -95,18 +96,22 @@ def _config(d: Path, gguf: str | None) -> Any:
         raise RalmError(f"{d}: cannot be loaded as a causal LM ({_first_line(exc)[:200]})") from None
 
 
-def _weights(d: Path, gguf: str | None, tok: Any) -> Any:
+def _weights(d: Path, gguf: str | None, tok: Any, *, as_gguf: bool = False) -> Any:
     """The float32 causal LM in `d` (de-quantised from its GGUF file, then kept in the GGUF cache
-    with `tok`); one-line RalmError for weights that do not load as a causal LM."""
+    with `tok`); one-line RalmError for weights that do not load as a causal LM. as_gguf: `d` is the
+    GGUF cache's copy of a GGUF file, loaded as that file's load would be."""
+    import contextlib
+
     import torch
     from transformers import AutoModelForCausalLM
 
     kw: dict = {"gguf_file": gguf} if gguf else {}
+    # transformers' GGUF load leaves the global generator alone and its safetensors load draws from
+    # it: the cached copy of a GGUF file loads inside fork_rng, so a run seeded before the load
+    # draws the same dropout whether the cache was cold or warm
+    keep = torch.random.fork_rng(devices=[]) if as_gguf else contextlib.nullcontext()
     try:
-        # fork_rng: loading leaves the global generator where it was, so a run seeded before it
-        # draws the same dropout whether the weights came from the GGUF file or from its cached copy
-        # (transformers' safetensors path draws from it, its GGUF path does not)
-        with quiet_transformers(), quiet_gguf(), torch.random.fork_rng(devices=[]):
+        with quiet_transformers(), quiet_gguf(), keep:
             model = AutoModelForCausalLM.from_pretrained(
                 str(d), local_files_only=True, dtype=torch.float32, **kw
             )
