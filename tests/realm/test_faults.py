@@ -240,16 +240,17 @@ def test_a_second_writer_and_overwrite_of_a_live_run_are_refused(tiny_cfg, tmp_p
 
 def test_pretrain_holds_the_lock_while_it_writes(tiny_cfg, monkeypatch):
     import ralm.realm.training.trainer as trainer
+    import ralm.train.checkpoint as checkpoint
     from ralm.locks import holder
 
     seen = []
-    save = trainer.save_checkpoint
+    save = checkpoint.save_checkpoint
 
     def spy(run, *a, **kw):
         seen.append(holder(run))  # another open file description: sees the lock as taken
         return save(run, *a, **kw)
 
-    monkeypatch.setattr(trainer, "save_checkpoint", spy)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", spy)  # what trainer's step_saver calls
     run = trainer.pretrain(tiny_cfg(steps=2, checkpoint_every=1), progress=False)
     import os
 

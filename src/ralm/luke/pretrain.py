@@ -58,7 +58,7 @@ from ralm.luke.stages import entity_side, set_stage, staged_schedule
 from ralm.models.precision import autocast_context, autocast_dtype
 from ralm.realm.data import batch_positions, example_rngs
 from ralm.realm.training.run import check_checkpoint_corpus
-from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, save_checkpoint
+from ralm.train.checkpoint import load_checkpoint, read_state, restore_rng, step_saver
 from ralm.train.distributed import Dist, init_distributed, job
 from ralm.train.logging import MetricsLogger, truncate_metrics
 from ralm.train.loop import accumulated_step, run_steps
@@ -300,20 +300,6 @@ def _pretrain(
         row["examples_seen"] = step * per_step
         return row
 
-    def checkpoint(step: int) -> None:
-        save_checkpoint(
-            run,
-            step,
-            model,
-            opt,
-            sched,
-            None,
-            mode=cfg.mode,
-            examples_seen=step * per_step,
-            keep=cfg.keep_checkpoints,
-            docstore_fingerprint=prep.store.fingerprint,
-        )
-
     bar = tqdm(
         total=cfg.steps, initial=start, disable=not show, unit="step", desc=f"luke pretrain {cfg.mode}"
     )
@@ -322,7 +308,7 @@ def _pretrain(
             start=start,
             total=cfg.steps,
             step_row=step_row,
-            checkpoint=checkpoint,
+            checkpoint=step_saver(run, cfg, model, opt, sched, None, prep.store.fingerprint),
             dist=dist,
             log=metrics,
             bar=bar,

@@ -22,6 +22,7 @@ import json
 import os
 import pickle
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ __all__ = [
     "read_state",
     "restore_rng",
     "save_checkpoint",
+    "step_saver",
 ]
 
 # what to do about a checkpoint that cannot be used, by what was being done with it
@@ -156,6 +158,31 @@ def _link_tree(src: Path, dst: Path) -> None:
             os.link(f, dst / f.name)
         except OSError:
             shutil.copy2(f, dst / f.name)
+
+
+def step_saver(
+    run: Path, cfg: Any, model, opt, sched, refresher, docstore_fingerprint: str
+) -> Callable[[int], None]:
+    """`save_checkpoint` of step N for a pre-training run (`ralm pretrain`, `ralm luke pretrain`)
+    whose config has `mode`, `keep_checkpoints`, `batch_size` (per micro-batch, over all processes)
+    and `grad_accum`: step N has consumed N * batch_size * grad_accum examples."""
+    per_step = cfg.batch_size * cfg.grad_accum
+
+    def save(step: int) -> None:
+        save_checkpoint(
+            run,
+            step,
+            model,
+            opt,
+            sched,
+            refresher,
+            mode=cfg.mode,
+            examples_seen=step * per_step,
+            keep=cfg.keep_checkpoints,
+            docstore_fingerprint=docstore_fingerprint,
+        )
+
+    return save
 
 
 def save_checkpoint(

@@ -77,7 +77,7 @@ from ralm.train.checkpoint import (
     load_checkpoint,
     read_state,
     restore_rng,
-    save_checkpoint,
+    step_saver,
 )
 from ralm.train.device import resolve_device
 from ralm.train.distributed import Dist, init_distributed, job
@@ -331,27 +331,13 @@ def _pretrain(
             if metrics is not None:
                 metrics.log(step, refresh_seconds=t, index_version=refresher.version)
 
-    def checkpoint(step: int) -> None:
-        save_checkpoint(
-            run,
-            step,
-            model,
-            opt,
-            sched,
-            refresher,
-            mode=cfg.mode,
-            examples_seen=step * per_step,
-            keep=cfg.keep_checkpoints,
-            docstore_fingerprint=store.fingerprint,
-        )
-
     bar = tqdm(total=cfg.steps, initial=start, disable=not show, unit="step", desc=f"pretrain {cfg.mode}")
     try:
         run_steps(
             start=start,
             total=cfg.steps,
             step_row=step_row,
-            checkpoint=checkpoint,
+            checkpoint=step_saver(run, cfg, model, opt, sched, refresher, store.fingerprint),
             dist=dist,
             log=metrics,
             bar=bar,
